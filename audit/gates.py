@@ -7,7 +7,7 @@ and a claim file can override them by name (see :data:`THRESHOLDS`).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 
@@ -52,3 +52,49 @@ class Thresholds:
 
 
 THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The outcome of one gate: its verdict, a one-line reason and the figures behind it."""
+
+    name: str
+    verdict: Verdict
+    message: str
+    evidence: dict = field(default_factory=dict, compare=False)
+
+    def as_row(self) -> dict:
+        return {"gate": self.name, "verdict": str(self.verdict), "message": self.message}
+
+
+def gate_enough_clusters(n_clusters: int, thresholds: Thresholds = THRESHOLDS) -> GateResult:
+    """INCONCLUSIVE below ``min_clusters`` vignettes, WARN below ``few_clusters_warn``."""
+    evidence = {"n_clusters": n_clusters, "min_clusters": thresholds.min_clusters,
+                "few_clusters_warn": thresholds.few_clusters_warn}
+    if n_clusters < thresholds.min_clusters:
+        return GateResult("enough_clusters", Verdict.INCONCLUSIVE,
+                          f"{n_clusters} vignette(s) < {thresholds.min_clusters}: no interval on new vignettes "
+                          "can be trusted; add vignettes", evidence)
+    if n_clusters < thresholds.few_clusters_warn:
+        return GateResult("enough_clusters", Verdict.WARN,
+                          f"{n_clusters} vignettes: few-cluster intervals are only approximately nominal "
+                          f"(>= {thresholds.few_clusters_warn} recommended)", evidence)
+    return GateResult("enough_clusters", Verdict.PASS, f"{n_clusters} vignettes", evidence)
+
+
+def gate_ci_low_clears_bar(ci_low: float | None, bar: float, method: str, population: str,
+                           reason_if_missing: str = "") -> GateResult:
+    """PASS when the honest interval's lower bound is at or above the bar; FAIL when below.
+
+    INCONCLUSIVE when the interval could not be computed honestly (too few clusters, an
+    unconverged sampler): a missing interval never passes.
+    """
+    evidence = {"ci_low": ci_low, "bar": bar, "method": method, "population": population}
+    if ci_low is None:
+        return GateResult("ci_low_clears_bar", Verdict.INCONCLUSIVE,
+                          f"no honest {method} interval for {population}: {reason_if_missing}", evidence)
+    if ci_low >= bar:
+        return GateResult("ci_low_clears_bar", Verdict.PASS,
+                          f"{method} CI-low {ci_low:.3f} >= bar {bar:.3f} ({population})", evidence)
+    return GateResult("ci_low_clears_bar", Verdict.FAIL,
+                      f"{method} CI-low {ci_low:.3f} < bar {bar:.3f} ({population})", evidence)

@@ -1,0 +1,172 @@
+"""The claim spec: what a model card asserts, and where the evidence lies.
+
+A claim file is YAML (loaded with ``yaml.safe_load`` only). Data paths are resolved relative to
+the claim file's folder and may not escape it unless the caller allows it.
+
+Example::
+
+    version: 1
+    name: "reappraisal-4b-grpo beats gpt-4-0314"
+    policy: reappraisal-4b-grpo
+    opponent: gpt-4-0314
+    judge: llama-3.1-70b
+    metric: winrate
+    bar: 0.608
+    population: new_vignettes        # or these_vignettes
+    data: {vignettes: vignettes.jsonl, responses: responses.jsonl, judgments: judgments.jsonl}
+    claimed: {point: 0.806, n: 720, ci_low: 0.776, method: wilson, level: 0.95}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from audit.errors import ClaimError, Problem
+from audit.gates import THRESHOLDS, Thresholds
+
+SUPPORTED_VERSIONS = (1,)
+DATA_TABLES = ("vignettes", "responses", "judgments", "human_ratings", "human_pairs", "corpus")
+REQUIRED_TABLES = ("vignettes", "responses", "judgments")
+POPULATIONS = ("new_vignettes", "these_vignettes")
+
+
+class ClaimedFigures(BaseModel):
+    """The figures exactly as the model card states them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    point: float | None = Field(None, ge=0, le=1)
+    n: int | None = Field(None, ge=1)
+    ci_low: float | None = Field(None, ge=0, le=1)
+    ci_high: float | None = Field(None, ge=0, le=1)
+    method: str | None = None
+    level: float = Field(0.95, gt=0, lt=1)
+
+
+class ClaimSpec(BaseModel):
+    """A validated claim. Build it with :func:`load_claim`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: int
+    name: str = Field(min_length=1)
+    policy: str = Field(min_length=1)
+    opponent: str = Field(min_length=1)
+    judge: str | None = None
+    metric: Literal["winrate"] = "winrate"
+    bar: float = Field(gt=0, lt=1)
+    population: Literal["new_vignettes", "these_vignettes"] = THRESHOLDS.default_population
+    method: str | None = None
+    data: dict[str, str]
+    claimed: ClaimedFigures | None = None
+    allow_single_order: bool = False
+    thresholds: dict[str, float | int | str] = Field(default_factory=dict)
+
+    @field_validator("version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        if value not in SUPPORTED_VERSIONS:
+            raise ValueError(f"version {value} is not supported; this honestci reads version(s) {SUPPORTED_VERSIONS}")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _known_tables(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(DATA_TABLES))
+        if unknown:
+            raise ValueError(f"unknown table(s) {unknown}; known tables are {list(DATA_TABLES)}")
+        missing = [t for t in REQUIRED_TABLES if t not in value]
+        if missing:
+            raise ValueError(f"missing required table(s) {missing}")
+        return value
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known_thresholds(cls, value: dict) -> dict:
+        known = set(Thresholds.__dataclass_fields__)
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"unknown threshold(s) {unknown}; known: {sorted(known)}")
+        return value
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim with its data paths resolved to files on disk."""
+
+    spec: ClaimSpec
+    path: Path
+    data_paths: dict[str, Path]
+    thresholds: Thresholds
+
+
+def _problems_from_validation(path: Path, error: ValidationError) -> list[Problem]:
+    problems = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or None
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (check its spelling against the claim spec in docs/claims.md)"
+        problems.append(Problem(str(path), None, field, message))
+    return problems
+
+
+def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
+    """Read, validate and resolve a claim file.
+
+    Raises
+    ------
+    ClaimError
+        When the file is missing, is not YAML, does not match the spec, or names data files that
+        do not exist (every problem is listed).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ClaimError(f"Claim file {path} does not exist.", fix="pass the path of a claim YAML file")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise ClaimError(f"Claim file {path} is not UTF-8 text (byte {exc.start}).",
+                         fix="save the claim as UTF-8") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise ClaimError(f"Claim file {path} is not valid YAML.",
+                         [Problem(str(path), line, None, str(getattr(exc, "problem", exc)))],
+                         fix="fix the YAML syntax at the line shown") from None
+    if not isinstance(raw, dict):
+        raise ClaimError(f"Claim file {path} must hold a YAML mapping (key: value pairs), not {type(raw).__name__}.",
+                         fix="see docs/claims.md for the claim spec")
+    try:
+        spec = ClaimSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise ClaimError(f"Claim file {path} does not match the claim spec.",
+                         _problems_from_validation(path, exc),
+                         fix="see docs/claims.md for every key and its allowed values") from None
+
+    base = path.resolve().parent
+    problems, data_paths = [], {}
+    for table, relative in spec.data.items():
+        resolved = (base / relative).resolve()
+        if not allow_outside and not resolved.is_relative_to(base):
+            problems.append(Problem(str(path), None, f"data.{table}",
+                                    f"'{relative}' resolves outside the claim's folder",
+                                    "move the data beside the claim or pass --allow-outside-data"))
+        elif not resolved.is_file():
+            problems.append(Problem(str(path), None, f"data.{table}", f"file '{relative}' not found (looked in {base})",
+                                    "fix the path; data paths are relative to the claim file"))
+        data_paths[table] = resolved
+    if problems:
+        raise ClaimError(f"Claim file {path} names data that cannot be used.", problems)
+
+    overrides = dict(spec.thresholds)
+    try:
+        thresholds = Thresholds(**{**THRESHOLDS.__dict__, **overrides})
+    except TypeError as exc:  # pragma: no cover - names were validated above
+        raise ClaimError(f"Claim file {path}: bad thresholds block ({exc}).") from None
+    return Claim(spec=spec, path=path.resolve(), data_paths=data_paths, thresholds=thresholds)

@@ -1,0 +1,137 @@
+"""The ``honestci`` command line.
+
+Exit codes: 0 release allowed, 1 blocked (a gate failed or is inconclusive), 2 bad input.
+Heavy libraries are imported inside the commands that need them, so ``--help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import click
+
+from audit import __version__
+from audit.errors import InputError
+
+EXIT_BAD_INPUT = 2
+
+
+def _fail_cleanly(command):
+    """Print domain input errors as a readable message (no traceback) and exit 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except InputError as exc:
+            click.secho("error: " + exc.render(), fg="red", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+
+    return wrapper
+
+
+def _progress(message: str) -> None:
+    click.echo(f"… {message}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="honestci")
+def main() -> None:
+    """honestci: audit LLM-judge win-rate claims with intervals that respect how the data were
+    collected, and block a release whose honest CI-low misses its bar."""
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder to write the study into (created if missing).")
+@click.option("--seed", type=int, default=None, help="Simulator seed (default: the embedded study's seed).")
+@_fail_cleanly
+def simulate(out_dir: Path, seed: int | None) -> None:
+    """Regenerate the embedded fixture study (byte-identical for the same seed)."""
+    from fixtures.simulate import DEFAULT_SEED, write_study
+
+    paths = write_study(out_dir, seed=DEFAULT_SEED if seed is None else seed)
+    for path in paths:
+        click.echo(str(path))
+
+
+def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_outside_data: bool):
+    from audit.pipeline import run_audit, write_outputs
+
+    result = run_audit(claim, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=_progress)
+    paths = write_outputs(result, out_dir)
+    click.echo(str(result.intervals))
+    click.echo("")
+    for gate in result.gates:
+        click.echo(f"  gate {gate.name:<22} {str(gate.verdict):<13} {gate.message}")
+    click.echo("")
+    colour = "green" if result.verdict.name in ("PASS", "WARN") else "red"
+    click.secho(f"verdict: {result.verdict}", fg=colour, bold=True)
+    click.echo(f"report:  {paths['report']}")
+    click.echo(f"verdict: {paths['verdict']}")
+    return result
+
+
+@main.command()
+@click.argument("claim", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for report.md and verdict.json.")
+@click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
+@click.option("--seed", type=int, default=20261129, show_default=True, help="Seed of every resampling step.")
+@click.option("--allow-inconclusive", is_flag=True, help="Exit 0 when the worst gate is INCONCLUSIVE.")
+@click.option("--allow-outside-data", is_flag=True, help="Let data paths resolve outside the claim's folder.")
+@_fail_cleanly
+def audit(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_inconclusive: bool,
+          allow_outside_data: bool) -> None:
+    """Audit CLAIM (a claim YAML file): exit 0 if the release may go ahead, 1 if blocked."""
+    result = _run_and_report(claim, out_dir, bayes, seed, allow_outside_data)
+    sys.exit(result.exit_code(allow_inconclusive=allow_inconclusive))
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("honestci-demo"),
+              show_default=True, help="Folder for the demo report.")
+@click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
+@_fail_cleanly
+def demo(out_dir: Path, bayes: bool) -> None:
+    """Audit the embedded fixture study's headline claim end to end."""
+    from fixtures.simulate import default_claim_path
+
+    claim = default_claim_path()
+    click.echo(f"Auditing the embedded fixture claim {claim}", err=True)
+    result = _run_and_report(claim, out_dir, bayes, 20261129, False)
+    click.echo(f"(`honestci audit` on this claim would exit {result.exit_code()})")
+
+
+@main.command()
+@click.argument("claim", type=click.Path(path_type=Path))
+@click.option("--method", "methods", multiple=True, help="Interval method (repeatable); default: all.")
+@click.option("--seed", type=int, default=20261129, show_default=True, help="Seed of every resampling step.")
+@click.option("--level", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
+@_fail_cleanly
+def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> None:
+    """Print the side-by-side win-rate table (method, estimate, CI, n, G, n_eff) for CLAIM's data."""
+    from audit.claims import load_claim
+    from audit.contests import build_contests
+    from audit.io import load_study
+    from audit.winrate import ALL_METHODS, winrate_table
+
+    loaded = load_claim(claim)
+    study = load_study(loaded.data_paths)
+    contests = build_contests(study, policy=loaded.spec.policy, opponent=loaded.spec.opponent,
+                              judge=loaded.spec.judge, allow_single_order=loaded.spec.allow_single_order)
+    scores, clusters = contests.scores("both_orders")
+    for m in methods:
+        if m not in ALL_METHODS:
+            raise InputError(f"Unknown method {m!r}.", fix=f"use one of {list(ALL_METHODS)}")
+    table = winrate_table(scores, clusters, methods=methods or ALL_METHODS, level=level, seed=seed,
+                          thresholds=loaded.thresholds)
+    frame = table.to_frame()[["label", "population", "estimate", "ci_low", "ci_high", "n", "n_clusters",
+                              "n_effective", "verdict"]]
+    click.echo(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Pairwise judging: prompts, both-order scheduling, parsing, backends, cache, importers (to come)."""
