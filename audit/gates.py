@@ -39,9 +39,9 @@ class Thresholds:
     #: (Pustejovsky & Tipton 2018; MacKinnon & Webb 2017); below that no variance between
     #: clusters can be estimated with any reliability.
     min_clusters: int = 5
-    #: Below this many clusters a result is reported, but with a WARN: coverage of the
-    #: few-cluster intervals is only approximately nominal (see docs/coverage.md).
-    few_clusters_warn: int = 12
+    #: Below this many clusters the report notes that coverage of the few-cluster intervals is
+    #: only approximately nominal (see docs/coverage.md).
+    few_clusters: int = 12
     #: Population the bar is tested on when a claim does not name one.
     default_population: str = "new_vignettes"
     #: Default interval method for the gate's CI-low.
@@ -68,17 +68,18 @@ class GateResult:
 
 
 def gate_enough_clusters(n_clusters: int, thresholds: Thresholds = THRESHOLDS) -> GateResult:
-    """INCONCLUSIVE below ``min_clusters`` vignettes, WARN below ``few_clusters_warn``."""
+    """INCONCLUSIVE below ``min_clusters`` vignettes; otherwise PASS, noting when clusters are few."""
     evidence = {"n_clusters": n_clusters, "min_clusters": thresholds.min_clusters,
-                "few_clusters_warn": thresholds.few_clusters_warn}
+                "few_clusters": thresholds.few_clusters}
     if n_clusters < thresholds.min_clusters:
         return GateResult("enough_clusters", Verdict.INCONCLUSIVE,
                           f"{n_clusters} vignette(s) < {thresholds.min_clusters}: no interval on new vignettes "
                           "can be trusted; add vignettes", evidence)
-    if n_clusters < thresholds.few_clusters_warn:
-        return GateResult("enough_clusters", Verdict.WARN,
-                          f"{n_clusters} vignettes: few-cluster intervals are only approximately nominal "
-                          f"(>= {thresholds.few_clusters_warn} recommended)", evidence)
+    if n_clusters < thresholds.few_clusters:
+        return GateResult("enough_clusters", Verdict.PASS,
+                          f"{n_clusters} vignettes: enough for CR2/wild-bootstrap intervals, but few "
+                          f"(coverage is only approximately nominal below {thresholds.few_clusters})",
+                          evidence)
     return GateResult("enough_clusters", Verdict.PASS, f"{n_clusters} vignettes", evidence)
 
 
