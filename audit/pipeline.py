@@ -51,8 +51,10 @@ class AuditResult:
         return worst(g.verdict for g in self.gates)
 
     def exit_code(self, allow_inconclusive: bool = False) -> int:
+        """0 only when every gate passes (or, with ``allow_inconclusive``, when the worst is
+        INCONCLUSIVE); a WARN from a gate blocks like any other non-PASS."""
         verdict = self.verdict
-        if verdict <= Verdict.WARN or (verdict == Verdict.INCONCLUSIVE and allow_inconclusive):
+        if verdict == Verdict.PASS or (verdict == Verdict.INCONCLUSIVE and allow_inconclusive):
             return EXIT_PASS
         return EXIT_BLOCKED
 
