@@ -256,7 +256,8 @@ def _check_value(column: Column, value: Any) -> str | None:
 def _fix_for(column: Column) -> str:
     if column.allowed:
         return f"use one of: {', '.join(column.allowed)}"
-    return f"give {TYPE_WORDS[column.type]}: {column.doc}"
+    non_empty = "a non-empty string" if column.non_empty else TYPE_WORDS[column.type]
+    return f"give {non_empty}: {column.doc}"
 
 
 def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable:
@@ -292,7 +293,7 @@ def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable
     lines = np.array([line for line, _ in raw.records], dtype=np.int64)
     problems += _distinct_problems(spec, values, lines, file) + _unique_problems(spec, values, lines, file)
     if not raw.records and not raw.problems:
-        problems.append(Problem(file, None, None, "has no rows", f"write at least one {spec.name} row ({_SEE_DOCS})"))
+        problems.append(Problem(file, None, None, "has no rows", f"write at least one {spec.name} row; {_SEE_DOCS}"))
     if problems:
         problems.sort(key=lambda problem: problem.line or 0)
         raise SchemaError(f"{file}: {len(problems)} problem(s) in the {spec.name} table", problems, fix=f"correct the rows listed above ({_SEE_DOCS})")
