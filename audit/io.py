@@ -260,36 +260,36 @@ def _fix_for(column: Column) -> str:
     return f"give {non_empty}: {column.doc}"
 
 
+def _cell(column: Column, value: Any, from_text: bool) -> tuple[Any, str | None]:
+    """The validated value of one cell and the problem with it, if any."""
+    coerced, message = _coerce(column, value, from_text)
+    if message is None and coerced is None and column.required:
+        message = "required value is " + ("empty" if from_text else "null" if value is None else "NaN")
+    if message is None and coerced is not None and column.type == "str":
+        message = _check_value(column, coerced)
+    return coerced, message
+
+
 def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable:
     problems = list(raw.problems)
-    absent = set()
+    absent: set[str] = set()
     if raw.header is not None:
         absent = {c.name for c in spec.columns if c.name not in raw.header}
         for column in spec.columns:
             if column.required and column.name in absent:
                 problems.append(Problem(file, raw.header_line, column.name, "required column is missing", f"add the column: {column.doc}"))
     values: dict[str, list[Any]] = {name: [] for name in spec.names}
-    extras: dict[str, list[Any]] = {}
-    for row, (line, record) in enumerate(raw.records):
+    for line, record in raw.records:
         for column in spec.columns:
-            if column.name not in record:
+            if column.name in record:
+                value, message = _cell(column, record[column.name], raw.from_text)
+            else:
+                value, message = None, None
                 if column.required and column.name not in absent:
-                    problems.append(Problem(file, line, column.name, "required field is missing", _fix_for(column)))
-                values[column.name].append(None)
-                continue
-            value, message = _coerce(column, record[column.name], raw.from_text)
-            if message is None and value is None and column.required:
-                message = "required value is " + ("empty" if raw.from_text else "null" if record[column.name] is None else "NaN")
-            if message is None and value is not None and column.type == "str":
-                message = _check_value(column, value)
+                    message = "required field is missing"
             if message:
                 problems.append(Problem(file, line, column.name, message, _fix_for(column)))
             values[column.name].append(value)
-        for name, value in record.items():
-            if name not in values:
-                extras.setdefault(name, [None] * row).append(value)
-        for column in extras.values():
-            column.extend([None] * (row + 1 - len(column)))
     lines = np.array([line for line, _ in raw.records], dtype=np.int64)
     problems += _distinct_problems(spec, values, lines, file) + _unique_problems(spec, values, lines, file)
     if not raw.records and not raw.problems:
@@ -299,8 +299,9 @@ def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable
         raise SchemaError(f"{file}: {len(problems)} problem(s) in the {spec.name} table", problems, fix=f"correct the rows listed above ({_SEE_DOCS})")
     pandas_types = {"str": "str", "int": "Int64", "float": "float64"}
     frame = pd.DataFrame({c.name: pd.Series(values[c.name], dtype=pandas_types[c.type]) for c in spec.columns})
-    for name, column in extras.items():
-        frame[name] = pd.Series(column, dtype=object)
+    extras = dict.fromkeys(name for _, record in raw.records for name in record if name not in values)
+    for name in extras:
+        frame[name] = pd.Series([record.get(name) for _, record in raw.records], dtype=object)
     return LoadedTable(spec.name, file, sha256, frame, lines, dict(raw.dropped))
 
 
@@ -353,9 +354,22 @@ def _extension(path: Path) -> str:
 
 
 def load_table(path: str | Path, table: str) -> LoadedTable:
-    """Load and validate one table of ``table`` kind from ``path`` (format from the extension).
+    """Load and validate one table from ``path``.
 
-    Raises :class:`SchemaError` listing every problem found, with file, line and field.
+    Parameters
+    ----------
+    path
+        A ``.jsonl``, ``.jsonl.gz``, ``.csv`` or ``.parquet`` file; the extension picks the format.
+    table
+        The table's kind: ``vignettes``, ``responses``, ``human_ratings``, ``human_pairs``,
+        ``judgments`` or ``corpus`` (see :data:`audit.schema.TABLES`).
+
+    Raises
+    ------
+    SchemaError
+        Listing every problem in the file, each with file, line and field.
+    InputError
+        The file cannot be read, or its extension is not one of the above.
     """
     spec = table_spec(table)
     path = Path(path)
