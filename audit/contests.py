@@ -124,6 +124,7 @@ class ContestTable:
         return ((self.frame["outcome_policy_first"] == "invalid") | (self.frame["outcome_policy_second"] == "invalid")).to_numpy()
 
     def to_frame(self) -> pd.DataFrame:
+        """One row per contest (a copy of :attr:`frame`)."""
         return self.frame.copy()
 
     def scores(self, rule: str = "both_orders") -> ContestScores:

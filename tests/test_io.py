@@ -7,7 +7,6 @@ import gzip
 import hashlib
 import json
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -247,8 +246,9 @@ def test_every_problem_is_reported_not_only_the_first(tmp_path):
 
 def test_csv_lines_count_physical_lines_of_quoted_fields(tmp_path):
     path = tmp_path / "v.csv"
-    path.write_text('vignette_id,text\nv1,"three\nline\ntext"\nv2,\nv3,a,b\n')
+    path.write_text('vignette_id,text\n,"three\nline\ntext"\nv2,\nv3,a,b\n')
     error = problems_of(path, "vignettes")
+    assert_problem(error, path, 2, "vignette_id", "is empty")  # a record is named by its first line
     assert_problem(error, path, 5, "text", "is empty")
     assert_problem(error, path, 6, None, "has 3 fields but the header has 2")
 
