@@ -122,7 +122,8 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> N
     study = load_study(loaded.data_paths)
     contests = build_contests(study, policy=loaded.spec.policy, opponent=loaded.spec.opponent,
                               judge=loaded.spec.judge, allow_single_order=loaded.spec.allow_single_order)
-    scores, clusters = contests.scores("both_orders")
+    scored = contests.scores("both_orders")
+    scores, clusters = scored.values, scored.clusters
     for m in methods:
         if m not in ALL_METHODS:
             raise InputError(f"Unknown method {m!r}.", fix=f"use one of {list(ALL_METHODS)}")

@@ -89,6 +89,11 @@ class ContestScores:
     def values(self) -> np.ndarray:
         return self.frame["score"].to_numpy(dtype=float)
 
+    @property
+    def clusters(self) -> np.ndarray:
+        """The vignette of each scored contest (the cluster of every clustered interval)."""
+        return self.frame["vignette_id"].to_numpy()
+
     def to_frame(self) -> pd.DataFrame:
         """One row per valid contest: contest_id, vignette_id, run, score."""
         return self.frame.copy()

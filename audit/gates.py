@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 
 class Verdict(enum.IntEnum):
@@ -99,3 +99,52 @@ def gate_ci_low_clears_bar(ci_low: float | None, bar: float, method: str, popula
                           f"{method} CI-low {ci_low:.3f} >= bar {bar:.3f} ({population})", evidence)
     return GateResult("ci_low_clears_bar", Verdict.FAIL,
                       f"{method} CI-low {ci_low:.3f} < bar {bar:.3f} ({population})", evidence)
+
+
+# --- registry -------------------------------------------------------------------------------
+# A gate is a function of the audit context (claim, study, contests, intervals, check results)
+# returning a GateResult. Check modules register theirs with @register_gate; a gate whose check
+# has not landed reports INCONCLUSIVE ("not run: needs …"), never PASS.
+
+GATE_ORDER = (
+    "enough_clusters", "ci_low_clears_bar", "sampler_converged", "comparison_valid",
+    "claimed_figures_reproduce", "judge_calibrated", "position_bias", "winners_curse", "leakage",
+    "training_healthy",
+)
+DEFAULT_REQUIRED_GATES = ("enough_clusters", "ci_low_clears_bar", "sampler_converged", "comparison_valid",
+                          "claimed_figures_reproduce")
+NOT_YET_IMPLEMENTED = {
+    "judge_calibrated": "the judge-calibration check (human preference labels vs the judge)",
+    "position_bias": "the position-bias check on both-order verdicts",
+    "winners_curse": "the winner's-curse check on selection and held-out pools",
+    "leakage": "the n-gram leakage scan of the training corpus",
+    "training_healthy": "the training-health check of the trainer's logs",
+}
+_REGISTRY: dict[str, Callable] = {}
+
+
+def register_gate(name: str) -> Callable[[Callable], Callable]:
+    """Register ``function(context) -> GateResult`` as the gate ``name``."""
+    if name not in GATE_ORDER:
+        raise ValueError(f"unknown gate {name!r}; add it to GATE_ORDER first")
+
+    def decorator(function: Callable) -> Callable:
+        _REGISTRY[name] = function
+        return function
+
+    return decorator
+
+
+def run_gate(name: str, context) -> GateResult:
+    """Run one gate; a gate with no registered check is INCONCLUSIVE."""
+    function = _REGISTRY.get(name)
+    if function is None:
+        needs = NOT_YET_IMPLEMENTED.get(name, "a check that is not registered")
+        return GateResult(name, Verdict.INCONCLUSIVE, f"not run: needs {needs}")
+    return function(context)
+
+
+def overall_verdict(results: Iterable[GateResult], required: Iterable[str]) -> Verdict:
+    """The worst verdict among the required gates (gates not required inform but never block)."""
+    required = set(required)
+    return worst(r.verdict for r in results if r.name in required)

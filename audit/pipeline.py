@@ -112,7 +112,8 @@ def run_audit(claim_path: str | Path, *, methods=DEFAULT_METHODS, bayes: bool = 
     progress("assembling both-order contests")
     contests = build_contests(study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge,
                               allow_single_order=spec.allow_single_order)
-    scores, clusters = contests.scores("both_orders")
+    scored = contests.scores("both_orders")
+    scores, clusters = scored.values, scored.clusters
 
     progress("computing intervals")
     rows = list(winrate_table(scores, clusters, methods=methods, level=thresholds.confidence_level,
@@ -125,7 +126,7 @@ def run_audit(claim_path: str | Path, *, methods=DEFAULT_METHODS, bayes: bool = 
     gate_method = spec.method or GATE_METHOD_FOR_POPULATION[spec.population]
     gates = _gates(intervals, gate_method, spec.population, spec.bar, thresholds)
 
-    hashes = {table: loaded.sha256 for table, loaded in study.tables.items()}
+    hashes = dict(study.sha256)
     hashes["__claim__"] = hashlib.sha256(claim.path.read_bytes()).hexdigest()
     return AuditResult(
         claim_name=spec.name, claim_path=str(claim.path), policy=spec.policy, opponent=spec.opponent,
