@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from audit.errors import EstimationError, InputError
 
@@ -489,6 +489,8 @@ def _t_inference(estimate, se, dof, level):
         t_abs = np.abs(estimate / se)
     finite = np.isfinite(dof)
     safe_dof = np.where(finite, dof, 1.0)
-    p_val = np.where(finite, 2 * stats.t.sf(t_abs, safe_dof), 2 * stats.norm.sf(t_abs))
-    crit = np.where(finite, stats.t.isf((1 - level) / 2, safe_dof), stats.norm.isf((1 - level) / 2))
+    # scipy.special's t CDF and quantile directly: scipy.stats' generic wrappers cost ~0.3 ms.
+    p_val = np.where(finite, 2 * special.stdtr(safe_dof, -t_abs), 2 * special.ndtr(-t_abs))
+    upper_tail = 1 - (1 - level) / 2
+    crit = np.where(finite, special.stdtrit(safe_dof, upper_tail), special.ndtri(upper_tail))
     return p_val, estimate - crit * se, estimate + crit * se
