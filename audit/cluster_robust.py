@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
+from audit.design_effect import cluster_codes
 from audit.errors import EstimationError, InputError
 
 VCOV_TYPES = ("CR0", "CR1", "CR1S", "CR2")
@@ -406,8 +407,7 @@ def _validate(X, y, clusters, vcov, level, df, coef_names):
             "Some cluster labels are missing (NaN).",
             fix="give every row the id of its cluster (e.g. its vignette)",
         )
-    _, cluster_index = np.unique(cluster_arr, return_inverse=True)
-    cluster_index = cluster_index.reshape(-1)
+    cluster_index = cluster_codes(cluster_arr)
     n_clusters = int(cluster_index.max()) + 1
     if n_clusters < 2:
         raise EstimationError(

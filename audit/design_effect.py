@@ -66,7 +66,7 @@ def icc_oneway(y: Any, clusters: Any) -> float:
     Returns
     -------
     float
-        The ICC estimate in [0, 1).
+        The ICC estimate in [0, 1].
 
     Raises
     ------
@@ -206,9 +206,20 @@ def _validate_clustered(y, clusters):
             "non-empty, with finite outcomes.",
             fix="pass one finite outcome and one cluster label per observation",
         )
-    _, cluster_index = np.unique(cluster_arr, return_inverse=True)
-    cluster_index = cluster_index.reshape(-1)
+    cluster_index = cluster_codes(cluster_arr)
     sizes = np.bincount(cluster_index).astype(float)
     if sizes.size < 2:
         raise EstimationError("Only one cluster: between-cluster variation cannot be estimated.")
     return y_arr, cluster_index, sizes
+
+
+def cluster_codes(cluster_arr: np.ndarray) -> np.ndarray:
+    """0-based cluster index of each row (labels sorted)."""
+    try:
+        _, codes = np.unique(cluster_arr, return_inverse=True)
+    except TypeError as error:
+        raise InputError(
+            "Cluster labels of mixed types cannot be ordered.",
+            fix="give every cluster label the same type (e.g. all strings)",
+        ) from error
+    return codes.reshape(-1)

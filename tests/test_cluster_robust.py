@@ -65,6 +65,13 @@ def reference_designs() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, l
             c.cluster.to_numpy(),
             ["(Intercept)", "x", "z"],
         ),
+        # Cluster 0 has full leverage on its dummy: CR2's generalised inverse square root.
+        "cluster_dummy": (
+            np.column_stack([ones(len(c)), c.x, (c.cluster == 0).astype(float)]),
+            c.y.to_numpy(),
+            c.cluster.to_numpy(),
+            ["(Intercept)", "x", "first"],
+        ),
     }
 
 
@@ -83,7 +90,9 @@ def _fit_row(fit: ClusterRobustFit, name: str) -> np.ndarray:
 
 @pytest.mark.reference
 @pytest.mark.parametrize("vcov", VCOV_TYPES)
-@pytest.mark.parametrize("analysis", ["winrate_order", "paired_diff", "paired_stacked", "unequal_clusters"])
+@pytest.mark.parametrize(
+    "analysis", ["winrate_order", "paired_diff", "paired_stacked", "unequal_clusters", "cluster_dummy"]
+)
 def test_coefficients_match_clubsandwich(analysis, vcov):
     reference = _read("cluster_robust_reference.csv")
     X, y, clusters, names = reference_designs()[analysis]
@@ -259,6 +268,8 @@ def test_errors():
         cluster_robust_ols(np.ones(20), np.r_[y[:-1], np.nan], clusters)
     with pytest.raises(InputError):
         cluster_robust_ols(np.ones(20), y, np.r_[clusters[:-1], np.nan].astype(float))
+    with pytest.raises(InputError, match="mixed types"):
+        cluster_robust_ols(np.ones(20), y, np.array([1, "a"] * 10, dtype=object))
     with pytest.raises(EstimationError, match="exactly"):
         cluster_robust_ols(np.ones(20), np.ones(20), clusters)
     fit = cluster_robust_ols(np.ones(20), y, clusters, coef_names=["mean"])

@@ -49,6 +49,10 @@ fit_b_stacked <- lm(y ~ system, data = stacked)
 cc <- read.csv("input_unequal_clusters.csv")
 fit_c <- lm(y ~ x + z, data = cc)
 xz_contrast <- rbind(x_minus_z = c(0, 1, -1))
+# (c') the same data with a dummy for cluster 0: that cluster has full leverage on the dummy,
+# so I - H_gg is singular and CR2 uses the generalised inverse square root.
+cc$first <- as.numeric(cc$cluster == 0)
+fit_c_dummy <- lm(y ~ x + first, data = cc)
 
 out <- rbind(
   coef_rows("winrate_order", fit_a, a$vignette),
@@ -56,7 +60,8 @@ out <- rbind(
   coef_rows("paired_diff", fit_b_diff, b$vignette),
   coef_rows("paired_stacked", fit_b_stacked, stacked$vignette),
   coef_rows("unequal_clusters", fit_c, cc$cluster),
-  contrast_rows("unequal_clusters_contrast", fit_c, cc$cluster, xz_contrast)
+  contrast_rows("unequal_clusters_contrast", fit_c, cc$cluster, xz_contrast),
+  coef_rows("cluster_dummy", fit_c_dummy, cc$cluster)
 )
 write.csv(out, "cluster_robust_reference.csv", row.names = FALSE)
 
