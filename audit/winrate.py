@@ -55,6 +55,9 @@ class _Clustering:
 
 
 def _clustering(scores: np.ndarray, clusters: np.ndarray) -> _Clustering:
+    if np.ptp(scores) == 0:  # no variation: ICC and design effect are undefined, not zero
+        n_clusters = np.unique(clusters).size
+        return _Clustering(scores.size, n_clusters, math.nan, math.nan, math.nan)
     summary = clustering_summary(scores, clusters)
     return _Clustering(summary.n, summary.n_clusters, summary.icc, summary.design_effect, summary.n_effective)
 
@@ -128,7 +131,7 @@ def winrate_ci(scores, clusters, method: str = "cr2", level: float = 0.95, *,
         return IntervalResult(method, label, "new_vignettes", estimate, None, None, verdict=Verdict.INCONCLUSIVE,
                               note=f"only {info.n_clusters} vignette(s); at least {thresholds.min_clusters} are needed "
                                    "for any interval on new vignettes", **common)
-    if np.ptp(_cluster_means(scores, clusters)) == 0 and np.ptp(scores) == 0:
+    if np.ptp(scores) == 0:
         return IntervalResult(method, label, "new_vignettes", estimate, None, None, verdict=Verdict.INCONCLUSIVE,
                               note="every contest has the same score: no variance can be estimated", **common)
     try:
@@ -136,11 +139,6 @@ def winrate_ci(scores, clusters, method: str = "cr2", level: float = 0.95, *,
     except EstimationError as exc:
         return IntervalResult(method, label, "new_vignettes", estimate, None, None,
                               verdict=Verdict.INCONCLUSIVE, note=str(exc), **common)
-
-
-def _cluster_means(scores: np.ndarray, clusters: np.ndarray) -> np.ndarray:
-    _, codes = np.unique(clusters, return_inverse=True)
-    return np.bincount(codes, weights=scores) / np.bincount(codes)
 
 
 def _stratified(scores, clusters, common) -> IntervalResult:
