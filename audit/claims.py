@@ -27,12 +27,23 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from audit.errors import ClaimError, Problem
-from audit.gates import THRESHOLDS, Thresholds
+from audit.gates import GATE_ORDER, THRESHOLDS, Thresholds
 
 SUPPORTED_VERSIONS = (1,)
 DATA_TABLES = ("vignettes", "responses", "judgments", "human_ratings", "human_pairs", "corpus")
 REQUIRED_TABLES = ("vignettes", "responses", "judgments")
 POPULATIONS = ("new_vignettes", "these_vignettes")
+
+
+class ClaimedComparison(BaseModel):
+    """A comparison the model card made between the policy and another system."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    against: str = Field(min_length=1)
+    kind: Literal["paired_difference", "ci_low_vs_point", "point_vs_point"]
+    against_point: float | None = Field(None, ge=0, le=1)
+    statement: str | None = None
 
 
 class ClaimedFigures(BaseModel):
@@ -46,6 +57,7 @@ class ClaimedFigures(BaseModel):
     ci_high: float | None = Field(None, ge=0, le=1)
     method: str | None = None
     level: float = Field(0.95, gt=0, lt=1)
+    comparisons: tuple[ClaimedComparison, ...] = ()
 
 
 class ClaimSpec(BaseModel):
@@ -65,6 +77,7 @@ class ClaimSpec(BaseModel):
     data: dict[str, str]
     claimed: ClaimedFigures | None = None
     allow_single_order: bool = False
+    required_gates: tuple[str, ...] | None = None
     thresholds: dict[str, float | int | str] = Field(default_factory=dict)
 
     @field_validator("version")
@@ -83,6 +96,15 @@ class ClaimSpec(BaseModel):
         missing = [t for t in REQUIRED_TABLES if t not in value]
         if missing:
             raise ValueError(f"missing required table(s) {missing}")
+        return value
+
+    @field_validator("required_gates")
+    @classmethod
+    def _known_gates(cls, value):
+        if value is not None:
+            unknown = sorted(set(value) - set(GATE_ORDER))
+            if unknown:
+                raise ValueError(f"unknown gate(s) {unknown}; known gates: {list(GATE_ORDER)}")
         return value
 
     @field_validator("thresholds")

@@ -60,7 +60,8 @@ def simulate(out_dir: Path, seed: int | None) -> None:
 def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_outside_data: bool):
     from audit.pipeline import run_audit, write_outputs
 
-    result = run_audit(claim, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=_progress)
+    result = run_audit(claim, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data,
+                       progress=_progress)
     paths = write_outputs(result, out_dir)
     click.echo(str(result.intervals))
     click.echo("")

@@ -1,29 +1,60 @@
 """The audit: from a claim file to gate verdicts, a report and an exit code.
 
 Steps: load and validate the claim and its data → assemble both-order contests → every win-rate
-interval side by side (+ the Bayesian hierarchical model) → gates → report files.
+interval side by side (+ the Bayesian hierarchical model) → claimed-figure audit and comparisons →
+gates (see :mod:`audit.gates`) → report files.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from audit import __version__
+from audit.claimed import ClaimedFigureAudit, audit_claimed_figures
 from audit.claims import Claim, load_claim
-from audit.contests import build_contests
-from audit.gates import GateResult, Thresholds, Verdict, gate_ci_low_clears_bar, gate_enough_clusters, worst
+from audit.compare import PairedDifference, paired_difference
+from audit.contests import ContestTable, build_contests
+from audit.gates import (DEFAULT_REQUIRED_GATES, GATE_ORDER, GateResult, Verdict, gate_ci_low_clears_bar,
+                         gate_enough_clusters, overall_verdict, register_gate, run_gate)
 from audit.intervals import IntervalResult, IntervalTable
-from audit.io import load_study
-from audit.winrate import DEFAULT_METHODS, winrate_table
+from audit.io import Study, load_study
+from audit.winrate import ALL_METHODS, winrate_table
 
 #: Exit codes of ``honestci audit``.
 EXIT_PASS, EXIT_BLOCKED, EXIT_BAD_INPUT = 0, 1, 2
 GATE_METHOD_FOR_POPULATION = {"new_vignettes": "cr2", "these_vignettes": "stratified"}
+
+
+@dataclass(frozen=True)
+class ComparisonCheck:
+    """One comparison the card made, and the honest test of it."""
+
+    against: str
+    kind: str
+    statement: str | None
+    against_point: float | None
+    paired: PairedDifference | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditContext:
+    """What the gates read: the claim, its data and every check's result."""
+
+    claim: Claim
+    study: Study
+    contests: ContestTable
+    intervals: IntervalTable
+    gate_method: str
+    bayes: Any | None
+    claimed_audit: ClaimedFigureAudit | None
+    comparisons: tuple[ComparisonCheck, ...]
 
 
 @dataclass(frozen=True)
@@ -43,16 +74,20 @@ class AuditResult:
     n_invalid: int
     dropped: dict
     gates: tuple[GateResult, ...]
+    required_gates: tuple[str, ...]
     claimed: dict | None
+    claimed_audit: ClaimedFigureAudit | None
+    comparisons: tuple[ComparisonCheck, ...]
+    bayes_summary: dict | None
     provenance: dict = field(compare=False)
 
     @property
     def verdict(self) -> Verdict:
-        return worst(g.verdict for g in self.gates)
+        return overall_verdict(self.gates, self.required_gates)
 
     def exit_code(self, allow_inconclusive: bool = False) -> int:
-        """0 only when every gate passes (or, with ``allow_inconclusive``, when the worst is
-        INCONCLUSIVE); a WARN from a gate blocks like any other non-PASS."""
+        """0 only when every required gate passes (or, with ``allow_inconclusive``, when the
+        worst required verdict is INCONCLUSIVE); a WARN on a required gate blocks."""
         verdict = self.verdict
         if verdict == Verdict.PASS or (verdict == Verdict.INCONCLUSIVE and allow_inconclusive):
             return EXIT_PASS
@@ -70,12 +105,84 @@ class AuditResult:
             "verdict": str(self.verdict),
             "exit_code": self.exit_code(),
             "gate_method": self.gate_method,
-            "gates": [g.as_row() | {"evidence": g.evidence} for g in self.gates],
+            "required_gates": list(self.required_gates),
+            "gates": [g.as_row() | {"required": g.name in self.required_gates, "evidence": g.evidence}
+                      for g in self.gates],
             "contests": {"n": self.n_contests, "n_invalid": self.n_invalid, "dropped": self.dropped},
             "intervals": [r.as_row() for r in self.intervals.rows],
+            "bayes": self.bayes_summary,
+            "claimed_audit": None if self.claimed_audit is None else {
+                "reproducing_methods": list(self.claimed_audit.reproducing_methods),
+                "flags": list(self.claimed_audit.flags),
+                "checks": self.claimed_audit.to_frame().to_dict(orient="records")},
+            "comparisons": [{"against": c.against, "kind": c.kind, "statement": c.statement,
+                             "against_point": c.against_point, "error": c.error,
+                             "paired_difference": None if c.paired is None else
+                             c.paired.to_frame().to_dict(orient="records")[0]} for c in self.comparisons],
             "provenance": self.provenance,
         }
 
+
+# --- gates on the win rate --------------------------------------------------------------------
+
+@register_gate("enough_clusters")
+def _enough_clusters(ctx: AuditContext) -> GateResult:
+    return gate_enough_clusters(ctx.intervals.rows[0].n_clusters, ctx.claim.thresholds)
+
+
+@register_gate("ci_low_clears_bar")
+def _ci_low_clears_bar(ctx: AuditContext) -> GateResult:
+    spec = ctx.claim.spec
+    try:
+        row = ctx.intervals.get(ctx.gate_method, spec.population)
+    except KeyError:
+        return gate_ci_low_clears_bar(None, spec.bar, ctx.gate_method, spec.population,
+                                      reason_if_missing=f"method {ctx.gate_method} gives no {spec.population} interval")
+    return gate_ci_low_clears_bar(row.ci_low if row.reportable else None, spec.bar, ctx.gate_method,
+                                  spec.population, reason_if_missing=row.note)
+
+
+@register_gate("sampler_converged")
+def _sampler_converged(ctx: AuditContext) -> GateResult:
+    if ctx.bayes is None:
+        return GateResult("sampler_converged", Verdict.INCONCLUSIVE, "not run: the Bayesian model was disabled")
+    return ctx.bayes.gate()
+
+
+@register_gate("comparison_valid")
+def _comparison_valid(ctx: AuditContext) -> GateResult:
+    if not ctx.comparisons:
+        return GateResult("comparison_valid", Verdict.PASS, "no comparison with another system is claimed")
+    verdicts, reasons = [], []
+    for check in ctx.comparisons:
+        honest = ("" if check.paired is None else
+                  f"the honest test, a vignette-clustered difference, gives {check.paired.estimate:+.3f} "
+                  f"[{check.paired.ci_low:+.3f}, {check.paired.ci_high:+.3f}]")
+        if check.error:
+            verdicts.append(Verdict.INCONCLUSIVE)
+            reasons.append(f"vs {check.against}: {check.error}")
+        elif check.kind != "paired_difference":
+            verdicts.append(Verdict.FAIL)
+            reasons.append(f"vs {check.against}: invalid comparison ({check.kind.replace('_', ' ')} is not a test); "
+                           + honest)
+        elif check.paired.ci_low > 0:
+            verdicts.append(Verdict.PASS)
+            reasons.append(f"vs {check.against}: {honest}, which excludes 0")
+        else:
+            verdicts.append(Verdict.FAIL)
+            reasons.append(f"vs {check.against}: {honest}, which does not exclude 0")
+    return GateResult("comparison_valid", max(verdicts), "; ".join(reasons),
+                      {"comparisons": [c.against for c in ctx.comparisons]})
+
+
+@register_gate("claimed_figures_reproduce")
+def _claimed_figures_reproduce(ctx: AuditContext) -> GateResult:
+    if ctx.claimed_audit is None:
+        return GateResult("claimed_figures_reproduce", Verdict.PASS, "no figures are claimed")
+    return ctx.claimed_audit.gate()
+
+
+# --- the run --------------------------------------------------------------------------------
 
 def _git_commit() -> str | None:
     try:
@@ -83,10 +190,10 @@ def _git_commit() -> str | None:
                              cwd=Path(__file__).resolve().parent)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
-def _provenance(claim: Claim, input_hashes: dict, seed: int) -> dict:
+def _provenance(claim: Claim, study: Study, seed: int) -> dict:
     import numpy, pandas, scipy, statsmodels  # noqa: E401 - versions only
 
     return {
@@ -95,16 +202,36 @@ def _provenance(claim: Claim, input_hashes: dict, seed: int) -> dict:
         "python": platform.python_version(),
         "packages": {m.__name__: m.__version__ for m in (numpy, scipy, pandas, statsmodels)},
         "seed": seed,
-        "claim_sha256": input_hashes.pop("__claim__", None),
-        "inputs_sha256": input_hashes,
+        "claim_sha256": hashlib.sha256(claim.path.read_bytes()).hexdigest(),
+        "inputs_sha256": dict(study.sha256),
     }
 
 
-def run_audit(claim_path: str | Path, *, methods=DEFAULT_METHODS, bayes: bool = True, seed: int = 20261129,
-              allow_outside_data: bool = False, progress: Callable[[str], None] = lambda _: None) -> AuditResult:
-    """Run the audit of one claim. Raises :class:`audit.errors.InputError` on bad input."""
-    import hashlib
+def _comparisons(claim: Claim, study: Study, contests: ContestTable, level: float) -> tuple[ComparisonCheck, ...]:
+    from audit.errors import InputError
 
+    spec, checks = claim.spec, []
+    if spec.claimed is None:
+        return ()
+    policy_scores = contests.scores("both_orders")
+    for comparison in spec.claimed.comparisons:
+        try:
+            other = build_contests(study, policy=comparison.against, opponent=spec.opponent, judge=contests.judge,
+                                   allow_single_order=spec.allow_single_order).scores("both_orders")
+            paired = paired_difference(policy_scores.values, policy_scores.clusters, other.values, other.clusters,
+                                       system_a=spec.policy, system_b=comparison.against, opponent=spec.opponent,
+                                       level=level)
+            checks.append(ComparisonCheck(comparison.against, comparison.kind, comparison.statement,
+                                          comparison.against_point, paired))
+        except InputError as exc:
+            checks.append(ComparisonCheck(comparison.against, comparison.kind, comparison.statement,
+                                          comparison.against_point, None, error=exc.message))
+    return tuple(checks)
+
+
+def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = 20261129, allow_outside_data: bool = False,
+              progress: Callable[[str], None] = lambda _: None) -> AuditResult:
+    """Run the audit of one claim. Raises :class:`audit.errors.InputError` on bad input."""
     progress("loading claim and data")
     claim = load_claim(claim_path, allow_outside=allow_outside_data)
     spec, thresholds = claim.spec, claim.thresholds
@@ -113,48 +240,43 @@ def run_audit(claim_path: str | Path, *, methods=DEFAULT_METHODS, bayes: bool = 
     contests = build_contests(study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge,
                               allow_single_order=spec.allow_single_order)
     scored = contests.scores("both_orders")
-    scores, clusters = scored.values, scored.clusters
+    level = spec.claimed.level if spec.claimed else thresholds.confidence_level
 
-    progress("computing intervals")
-    rows = list(winrate_table(scores, clusters, methods=methods, level=thresholds.confidence_level,
-                              seed=seed, thresholds=thresholds).rows)
+    progress("computing every interval")
+    rows = list(winrate_table(scored.values, scored.clusters, methods=ALL_METHODS, level=level, seed=seed,
+                              thresholds=thresholds).rows)
+    bayes_result = None
     if bayes:
         progress("fitting the Bayesian hierarchical model")
-        rows.extend(_bayes_rows(contests, spec.bar, thresholds, seed, rows[0]))
+        bayes_result = _fit_bayes(contests, spec.bar, level, seed, rows[0])
+        rows.extend(bayes_result.interval_rows)
     intervals = IntervalTable("win rate", tuple(rows))
-
     gate_method = spec.method or GATE_METHOD_FOR_POPULATION[spec.population]
-    gates = _gates(intervals, gate_method, spec.population, spec.bar, thresholds)
 
-    hashes = dict(study.sha256)
-    hashes["__claim__"] = hashlib.sha256(claim.path.read_bytes()).hexdigest()
+    claimed_audit = None
+    if spec.claimed is not None:
+        claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons"}), intervals)
+    context = AuditContext(claim, study, contests, intervals, gate_method, bayes_result, claimed_audit,
+                           _comparisons(claim, study, contests, level))
+
+    required = spec.required_gates or tuple(g for g in DEFAULT_REQUIRED_GATES
+                                            if bayes or g != "sampler_converged")
+    gates = tuple(run_gate(name, context) for name in GATE_ORDER)
     return AuditResult(
         claim_name=spec.name, claim_path=str(claim.path), policy=spec.policy, opponent=spec.opponent,
         judge=contests.judge, bar=spec.bar, population=spec.population, gate_method=gate_method,
-        intervals=intervals, n_contests=int(len(scores)), n_invalid=int(contests.n_invalid),
-        dropped=dict(contests.dropped), gates=gates,
-        claimed=spec.claimed.model_dump() if spec.claimed else None,
-        provenance=_provenance(claim, hashes, seed))
+        intervals=intervals, n_contests=int(len(scored.values)), n_invalid=int(contests.n_invalid),
+        dropped=dict(contests.dropped), gates=gates, required_gates=tuple(required),
+        claimed=spec.claimed.model_dump() if spec.claimed else None, claimed_audit=claimed_audit,
+        comparisons=context.comparisons,
+        bayes_summary=None if bayes_result is None else bayes_result.summary(),
+        provenance=_provenance(claim, study, seed))
 
 
-def _gates(intervals: IntervalTable, method: str, population: str, bar: float,
-           thresholds: Thresholds) -> tuple[GateResult, ...]:
-    any_row = intervals.rows[0]
-    try:
-        row = intervals.get(method, population)
-    except KeyError:
-        row = None
-    ci_gate = gate_ci_low_clears_bar(row.ci_low if row and row.reportable else None, bar, method, population,
-                                     reason_if_missing=row.note if row else "method not computed")
-    return (gate_enough_clusters(any_row.n_clusters, thresholds), ci_gate)
+def _fit_bayes(contests: ContestTable, bar: float, level: float, seed: int, reference: IntervalResult):
+    from audit.bayes_adapter import fit_claim_bayes
 
-
-def _bayes_rows(contests, bar, thresholds, seed, reference: IntervalResult) -> list[IntervalResult]:
-    from audit.bayes import fit_winrate_from_frame
-
-    result = fit_winrate_from_frame(contests.per_order_outcomes(), bar=bar, seed=seed,
-                                    level=thresholds.confidence_level)
-    return list(result.interval_rows(reference))
+    return fit_claim_bayes(contests, bar=bar, level=level, seed=seed, reference=reference)
 
 
 def write_outputs(result: AuditResult, out_dir: str | Path) -> dict[str, Path]:
