@@ -70,8 +70,9 @@ def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_ou
     click.echo("")
     colour = "green" if result.verdict.name in ("PASS", "WARN") else "red"
     click.secho(f"verdict: {result.verdict}", fg=colour, bold=True)
-    click.echo(f"report:  {paths['report']}")
-    click.echo(f"verdict: {paths['verdict']}")
+    click.echo(f"report:  {paths['md']}")
+    click.echo(f"         {paths['html']}")
+    click.echo(f"verdict: {paths['json']}")
     return result
 
 
@@ -104,6 +105,26 @@ def demo(out_dir: Path, bayes: bool) -> None:
     click.echo(f"Auditing the embedded fixture claim {claim}", err=True)
     result = _run_and_report(claim, out_dir, bayes, 20261129, False)
     click.echo(f"(`honestci audit` on this claim would exit {result.exit_code()})")
+
+
+@main.command()
+@click.argument("result", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True)
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write to this file (atomically) instead of standard output.")
+@_fail_cleanly
+def report(result: Path, fmt: str, out_file: Path | None) -> None:
+    """Render RESULT (a verdict.json from `honestci audit`) as Markdown, HTML or JSON."""
+    from reports.model import Report
+    from reports.render import render
+    from reports.writing import atomic_write_text
+
+    text = render(Report.from_json(result), fmt)
+    if out_file is None:
+        click.echo(text, nl=False)
+    else:
+        atomic_write_text(out_file, text)
+        click.echo(str(out_file))
 
 
 @main.command()

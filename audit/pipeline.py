@@ -79,6 +79,7 @@ class AuditResult:
     claimed_audit: ClaimedFigureAudit | None
     comparisons: tuple[ComparisonCheck, ...]
     bayes_summary: dict | None
+    per_vignette: tuple[dict, ...]
     provenance: dict = field(compare=False)
 
     @property
@@ -111,6 +112,7 @@ class AuditResult:
             "contests": {"n": self.n_contests, "n_invalid": self.n_invalid, "dropped": self.dropped},
             "intervals": [r.as_row() for r in self.intervals.rows],
             "bayes": self.bayes_summary,
+            "per_vignette": list(self.per_vignette),
             "claimed_audit": None if self.claimed_audit is None else {
                 "reproducing_methods": list(self.claimed_audit.reproducing_methods),
                 "flags": list(self.claimed_audit.flags),
@@ -207,6 +209,23 @@ def _provenance(claim: Claim, study: Study, seed: int) -> dict:
     }
 
 
+def _per_vignette(scored, study: Study, level: float) -> tuple[dict, ...]:
+    """Per-vignette win rate with a within-vignette t interval (for the forest plot)."""
+    import numpy as np
+    from scipy import stats
+
+    texts = dict(zip(study.vignettes.frame["vignette_id"], study.vignettes.frame["text"]))
+    rows = []
+    for vignette, group in scored.frame.groupby("vignette_id", sort=True):
+        values = group["score"].to_numpy(float)
+        mean, n = float(values.mean()), len(values)
+        half = (float(stats.t.ppf(0.5 + level / 2, n - 1) * values.std(ddof=1) / np.sqrt(n))
+                if n > 1 else float("nan"))
+        rows.append({"vignette_id": str(vignette), "text": texts.get(vignette, ""), "n": n, "estimate": mean,
+                     "ci_low": max(0.0, mean - half), "ci_high": min(1.0, mean + half)})
+    return tuple(rows)
+
+
 def _comparisons(claim: Claim, study: Study, contests: ContestTable, level: float) -> tuple[ComparisonCheck, ...]:
     from audit.errors import InputError
 
@@ -270,6 +289,7 @@ def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = 2026112
         claimed=spec.claimed.model_dump() if spec.claimed else None, claimed_audit=claimed_audit,
         comparisons=context.comparisons,
         bayes_summary=None if bayes_result is None else bayes_result.summary(),
+        per_vignette=_per_vignette(scored, study, level),
         provenance=_provenance(claim, study, seed))
 
 
@@ -280,12 +300,25 @@ def _fit_bayes(contests: ContestTable, bar: float, level: float, seed: int, refe
 
 
 def write_outputs(result: AuditResult, out_dir: str | Path) -> dict[str, Path]:
-    """Write ``report.md`` and ``verdict.json`` atomically into ``out_dir``."""
-    from reports.markdown import render_markdown
-    from reports.writing import atomic_write_text
+    """Write ``verdict.json``, ``report.md`` and ``report.html`` atomically into ``out_dir``."""
+    from reports.model import Report
+    from reports.render import write_report
 
-    out = Path(out_dir)
-    paths = {"report": out / "report.md", "verdict": out / "verdict.json"}
-    atomic_write_text(paths["verdict"], json.dumps(result.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
-    atomic_write_text(paths["report"], render_markdown(result))
-    return paths
+    return write_report(Report.from_dict(_json_safe(result.to_dict())), out_dir)
+
+
+def _json_safe(value):
+    """JSON-compatible copy: NaN/inf become null (JSON has no NaN), other objects their str."""
+    import math
+
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if hasattr(value, "item"):  # numpy scalars
+        return _json_safe(value.item())
+    return str(value)

@@ -1,11 +1,13 @@
-"""The honest-CI report as Markdown, rendered from an :class:`audit.pipeline.AuditResult`."""
+"""The honest-CI report as Markdown (model-card ready), rendered from a :class:`reports.model.Report`."""
 
 from __future__ import annotations
 
 from audit.intervals import POPULATION_LABELS
+from reports.model import Report
 
 
-def _fmt(value, digits: int = 3) -> str:
+def fmt(value, digits: int = 3) -> str:
+    """A figure for a table cell; missing values show as an en dash."""
     if value is None:
         return "–"
     if isinstance(value, float):
@@ -13,59 +15,134 @@ def _fmt(value, digits: int = 3) -> str:
     return str(value)
 
 
-def _ci(row) -> str:
-    return f"[{row.ci_low:.3f}, {row.ci_high:.3f}]" if row.reportable else "INCONCLUSIVE"
+def interval_text(row: dict) -> str:
+    if row.get("ci_low") is None or row.get("ci_high") is None or row.get("verdict") == "INCONCLUSIVE":
+        return "INCONCLUSIVE"
+    return f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
 
 
-def render_markdown(result) -> str:
-    """Render the report. Figures come only from ``result``; nothing is recomputed here."""
-    gate_row = None
-    try:
-        gate_row = result.gate_interval()
-    except KeyError:
-        pass
+def gate_interval(data: dict) -> dict | None:
+    for row in data["intervals"]:
+        if row["method"] == data["gate_method"] and row["population"] == data["claim"]["population"]:
+            return row
+    return None
+
+
+def model_card_section(data: dict) -> str:
+    """A model-card table with correctly labelled columns, and Hugging Face ``model-index`` YAML."""
+    claim = data["claim"]
+    honest = gate_interval(data)
+    naive = next((r for r in data["intervals"] if r["method"] == "wilson"), None)
+    level = int(round(100 * (honest or naive or {"level": 0.95})["level"]))
     lines = [
-        f"# honestci audit: {result.claim_name}",
+        f"| model | win rate vs {claim['opponent']} | contests (n) | vignettes (G) | n_effective | "
+        f"{level}% CI, {data['gate_method'].upper()} ({claim['population'].replace('_', ' ')}) | "
+        f"{level}% CI, iid Wilson (optimistic) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    if honest:
+        lines.append(f"| {claim['policy']} | {fmt(honest['estimate'])} | {honest['n']} | {honest['n_clusters']} | "
+                     f"{fmt(honest['n_effective'], 1)} | {interval_text(honest)} | "
+                     f"{interval_text(naive) if naive else '–'} |")
+    value = honest["estimate"] if honest else None
+    yaml_lines = [
+        "```yaml",
+        "model-index:",
+        f"- name: {claim['policy']}",
+        "  results:",
+        "  - task:",
+        "      type: text-generation",
+        "      name: pairwise win rate (LLM judge, both orders)",
+        "    dataset:",
+        f"      name: {claim['name']}",
+        "      type: custom",
+        "    metrics:",
+        "    - type: win_rate",
+        f"      name: win rate vs {claim['opponent']} ({claim['population'].replace('_', ' ')}, "
+        f"{data['gate_method'].upper()} {level}% CI {interval_text(honest) if honest else 'n/a'})",
+        f"      value: {fmt(value, 4)}",
+        "      verified: false",
+        "```",
+    ]
+    return "\n".join(lines + [""] + yaml_lines)
+
+
+def render_markdown(report: Report) -> str:
+    """Render the report. Figures come only from the report; nothing is recomputed here."""
+    data = report.data
+    claim, contests = data["claim"], data["contests"]
+    honest = gate_interval(data)
+    lines = [
+        f"# honestci audit: {claim['name']}",
         "",
-        f"**Verdict: {result.verdict}** (exit code {result.exit_code()})",
+        f"**Verdict: {data['verdict']}** (exit code {data['exit_code']})",
         "",
-        f"- Policy `{result.policy}` vs opponent `{result.opponent}`, judge `{result.judge}`",
-        f"- Bar: {result.bar:.3f} on the win rate for **{POPULATION_LABELS[result.population]}**",
-        f"- Gate interval: `{result.gate_method}`"
-        + (f" → {_ci(gate_row)}" if gate_row is not None else ""),
-        f"- Contests scored: {result.n_contests} (contests with an invalid verdict left out: {result.n_invalid};"
-        f" other drops: {result.dropped or 'none'})",
+        f"- Policy `{claim['policy']}` vs opponent `{claim['opponent']}`, judge `{claim['judge']}`",
+        f"- Bar: {claim['bar']:.3f} on the win rate for **{POPULATION_LABELS[claim['population']]}**",
+        f"- Gate interval: `{data['gate_method']}`" + (f" → {interval_text(honest)}" if honest else ""),
+        f"- Contests scored: {contests['n']} (left out for an invalid verdict: {contests['n_invalid']}; "
+        f"other drops: {contests['dropped'] or 'none'})",
         "",
         "## Gates",
         "",
-        "| gate | verdict | why |",
-        "|---|---|---|",
+        "| gate | required | verdict | why |",
+        "|---|---|---|---|",
     ]
-    lines += [f"| {g.name} | {g.verdict} | {g.message} |" for g in result.gates]
+    lines += [f"| {g['gate']} | {'yes' if g['required'] else 'no'} | {g['verdict']} | {g['message']} |"
+              for g in data["gates"]]
     lines += [
         "",
         "## Win rate, every interval side by side",
         "",
-        "Per contest: 1 if the policy wins both judged orders, 0 if it loses both, ½ otherwise. "
-        "Rows labelled *iid* treat contests as independent and are optimistic when contests share "
+        "Per contest: 1 if the policy wins both judged orders, 0 if it loses both, ½ otherwise. Rows "
+        "with population *iid* treat contests as independent and are optimistic when contests share "
         "vignettes; the population column says which win rate each interval is for.",
         "",
-        "| method | population | estimate | 95% CI | SE | df | n | G | ICC | DEFF | n_eff | note |",
+        "| method | population | estimate | CI | SE | df | n | G | ICC | DEFF | n_eff | note |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in result.intervals.rows:
+    for r in data["intervals"]:
         lines.append(
-            f"| {r.label} | {r.population} | {_fmt(r.estimate)} | {_ci(r)} | {_fmt(r.se, 4)} | {_fmt(r.df, 1)} | "
-            f"{r.n} | {r.n_clusters} | {r.icc:.3f} | {r.design_effect:.1f} | {r.n_effective:.1f} | {r.note} |")
-    if result.claimed:
-        c = result.claimed
-        lines += ["", "## As claimed", "",
-                  f"point {_fmt(c.get('point'))}, n {_fmt(c.get('n'))}, CI-low {_fmt(c.get('ci_low'))} "
-                  f"(stated method: {c.get('method') or 'not stated'})"]
-    prov = result.provenance
+            f"| {r['label']} | {r['population']} | {fmt(r['estimate'])} | {interval_text(r)} | {fmt(r['se'], 4)} | "
+            f"{fmt(r['df'], 1)} | {r['n']} | {r['n_clusters']} | {fmt(r['icc'])} | {fmt(r['design_effect'], 1)} | "
+            f"{fmt(r['n_effective'], 1)} | {r['note']} |")
+    bayes = data.get("bayes")
+    if bayes:
+        lines += ["", "## Bayesian hierarchical model", ""] + [f"- {k}: {fmt(v)}" for k, v in bayes.items()
+                                                                 if not isinstance(v, (list, dict))]
+    lines += _claimed_section(data)
+    lines += ["", "## Per vignette", "", "| vignette | n | win rate | within-vignette CI |", "|---|---|---|---|"]
+    lines += [f"| {v['vignette_id']} | {v['n']} | {fmt(v['estimate'])} | {interval_text(v)} |"
+              for v in data.get("per_vignette", [])]
+    lines += ["", "## Model-card section", "", model_card_section(data)]
+    prov = data["provenance"]
     lines += ["", "## Provenance", "",
               f"honestci {prov['honestci']}, git commit {prov['git_commit'] or 'unknown'}, seed {prov['seed']}, "
-              f"Python {prov['python']}", "", "| input | sha256 |", "|---|---|"]
+              f"Python {prov['python']}, " + ", ".join(f"{k} {v}" for k, v in sorted(prov["packages"].items())),
+              "", "| input | sha256 |", "|---|---|"]
     lines += [f"| {name} | `{digest}` |" for name, digest in sorted(prov["inputs_sha256"].items())]
     lines.append(f"| claim | `{prov['claim_sha256']}` |")
     return "\n".join(lines) + "\n"
+
+
+def _claimed_section(data: dict) -> list[str]:
+    claimed, audit = data["claim"].get("claimed"), data.get("claimed_audit")
+    if not claimed:
+        return []
+    lines = ["", "## As claimed", "",
+             f"Stated: point {fmt(claimed.get('point'))}, n {fmt(claimed.get('n'))}, CI-low {fmt(claimed.get('ci_low'))}"
+             f", CI-high {fmt(claimed.get('ci_high'))} (method: {claimed.get('method') or 'not stated'})."]
+    if audit:
+        methods = ", ".join(audit["reproducing_methods"]) or "none"
+        lines += ["", f"Methods that reproduce the stated interval: {methods}."]
+        lines += [f"- {flag}" for flag in audit["flags"]]
+    for comparison in data.get("comparisons", []):
+        pd_ = comparison.get("paired_difference")
+        lines += ["", f"Comparison with `{comparison['against']}` ({comparison['kind']}): "
+                      f"{comparison.get('statement') or ''}"]
+        if pd_:
+            lines.append(f"- honest test: difference {pd_['estimate']:+.3f} [{pd_['ci_low']:+.3f}, "
+                         f"{pd_['ci_high']:+.3f}] ({pd_['method']}, G = {pd_['n_clusters']})")
+        if comparison.get("error"):
+            lines.append(f"- not computed: {comparison['error']}")
+    return lines
