@@ -122,8 +122,12 @@ def audit_claimed_figures(stated: dict, intervals: IntervalTable) -> ClaimedFigu
         flags.append(f"WARN: an unlabelled iid interval ({', '.join(dict.fromkeys(matched))}) is presented while "
                      f"contests cluster on {reference.n_clusters} vignettes (design effect "
                      f"{reference.design_effect:.1f}, n_effective {reference.n_effective:.1f} of n {n})")
-    if stated.get("n") is not None and stated_method not in IID_METHODS and reference.design_effect >= UNLABELLED_IID_DEFF \
-            and n_ok:
-        flags.append(f"WARN: n is counted in contests ({n}) although n_effective is {reference.n_effective:.1f}")
+    if stated.get("n") is not None and n_ok and reference.design_effect >= UNLABELLED_IID_DEFF:
+        # n counted in contests misleads only when the interval beside it does not account for
+        # clustering; beside a clustered interval it is a note.
+        severity = "NOTE" if stated_method and stated_method not in IID_METHODS else "WARN"
+        if severity == "NOTE" or not stated_method:
+            flags.append(f"{severity}: n is counted in contests ({n}) although n_effective is "
+                         f"{reference.n_effective:.1f}")
     return ClaimedFigureAudit(dict(stated), point, n, float(reference.n_effective), float(reference.design_effect),
                               point_ok, n_ok, tuple(checks), tuple(flags))

@@ -86,7 +86,7 @@ def test_same_seed_writes_identical_bytes(tmp_path):
     first = write_study(tmp_path / "a", seed=7)
     second = write_study(tmp_path / "b", seed=7)
     assert [p.name for p in first] == [p.name for p in second] == sorted(
-        list(sim.TABLE_FILES.values()) + ["claim.yaml", "truth.json"])
+        list(sim.TABLE_FILES.values()) + ["claim.yaml", "truth.json", *sim.OTHER_CLAIM_FILES])
     for a, b in zip(first, second):
         assert a.read_bytes() == b.read_bytes(), a.name
 
