@@ -1,0 +1,141 @@
+"""The command line end to end: exit codes 0 (pass), 1 (blocked), 2 (bad input)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fixtures.simulate import DEFAULT_STUDY_DIR
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def honestci(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "audit.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd or REPO_ROOT, timeout=600)
+
+
+def _claim_beside_fixture(tmp_path: Path, **changes) -> Path:
+    """A copy of the headline claim in tmp_path whose data paths point at the embedded study."""
+    claim = yaml.safe_load((DEFAULT_STUDY_DIR / "claim.yaml").read_text())
+    claim["data"] = {table: str(DEFAULT_STUDY_DIR / name) for table, name in claim["data"].items()}
+    claim.update(changes)
+    path = tmp_path / "claim.yaml"
+    path.write_text(yaml.safe_dump(claim, sort_keys=False))
+    return path
+
+
+def test_help_lists_every_command():
+    result = honestci("--help")
+    assert result.returncode == 0
+    for command in ("audit", "demo", "simulate", "winrate", "report"):
+        assert command in result.stdout
+        assert honestci(command, "--help").returncode == 0
+
+
+def test_headline_claim_passes_and_writes_reports(tmp_path):
+    result = honestci("audit", DEFAULT_STUDY_DIR / "claim.yaml", "--out", tmp_path, "--no-bayes")
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    assert verdict["verdict"] == "PASS" and verdict["exit_code"] == 0
+    assert (tmp_path / "report.md").read_text().startswith("# honestci audit")
+    assert "<html" in (tmp_path / "report.html").read_text()
+
+
+def test_bar_above_the_honest_ci_low_is_blocked(tmp_path):
+    # The CR2 (new-vignette) CI-low of the fixture is about 0.78 while the iid Wilson CI-low is
+    # about 0.815: a bar between them passes the naive interval but must be blocked.
+    claim = _claim_beside_fixture(tmp_path, bar=0.80)
+    result = honestci("audit", claim, "--out", tmp_path / "out", "--no-bayes", "--allow-outside-data")
+    assert result.returncode == 1, result.stdout + result.stderr
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    wilson = next(r for r in verdict["intervals"] if r["method"] == "wilson")
+    assert wilson["ci_low"] > 0.80  # the naive interval would have let it through
+    gate = next(g for g in verdict["gates"] if g["gate"] == "ci_low_clears_bar")
+    assert gate["verdict"] == "FAIL"
+
+
+def test_data_outside_the_claim_folder_needs_the_flag(tmp_path):
+    claim = _claim_beside_fixture(tmp_path)
+    result = honestci("audit", claim, "--out", tmp_path / "out", "--no-bayes")
+    assert result.returncode == 2
+    assert "outside the claim's folder" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_malformed_judgments_exit_2_with_file_line_and_field(tmp_path):
+    study = tmp_path / "study"
+    study.mkdir()
+    for name in ("vignettes.jsonl", "responses.jsonl", "judgments.jsonl"):
+        (study / name).write_bytes((DEFAULT_STUDY_DIR / name).read_bytes())
+    lines = (study / "judgments.jsonl").read_text().splitlines()
+    row = json.loads(lines[41])
+    row["verdict"] = "A"
+    lines[41] = json.dumps(row)
+    lines[99] = lines[99][:30]  # truncated JSON
+    (study / "judgments.jsonl").write_text("\n".join(lines) + "\n")
+    claim = yaml.safe_load((DEFAULT_STUDY_DIR / "claim.yaml").read_text())
+    claim["data"] = {"vignettes": "vignettes.jsonl", "responses": "responses.jsonl", "judgments": "judgments.jsonl"}
+    (study / "claim.yaml").write_text(yaml.safe_dump(claim))
+    result = honestci("audit", study / "claim.yaml", "--out", tmp_path / "out", "--no-bayes")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "judgments.jsonl, line 42, field 'verdict'" in result.stderr
+    assert "judgments.jsonl, line 100" in result.stderr
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_too_few_vignettes_is_inconclusive_unless_allowed(tmp_path):
+    claim = _claim_beside_fixture(tmp_path, thresholds={"min_clusters": 7})
+    blocked = honestci("audit", claim, "--out", tmp_path / "a", "--no-bayes", "--allow-outside-data")
+    assert blocked.returncode == 1
+    assert json.loads((tmp_path / "a" / "verdict.json").read_text())["verdict"] == "INCONCLUSIVE"
+    allowed = honestci("audit", claim, "--out", tmp_path / "b", "--no-bayes", "--allow-outside-data",
+                       "--allow-inconclusive")
+    assert allowed.returncode == 0
+
+
+def test_invalid_comparison_claim_is_blocked_with_that_reason(tmp_path):
+    result = honestci("audit", DEFAULT_STUDY_DIR / "claim-r1-comparison.yaml", "--out", tmp_path, "--no-bayes")
+    assert result.returncode == 1
+    gate = next(g for g in json.loads((tmp_path / "verdict.json").read_text())["gates"]
+                if g["gate"] == "comparison_valid")
+    assert gate["verdict"] == "FAIL" and "invalid comparison" in gate["message"]
+
+
+def test_report_rerenders_a_verdict_file(tmp_path):
+    assert honestci("audit", DEFAULT_STUDY_DIR / "claim.yaml", "--out", tmp_path, "--no-bayes").returncode == 0
+    for fmt in ("md", "html", "json"):
+        result = honestci("report", tmp_path / "verdict.json", "--format", fmt, "--out", tmp_path / f"again.{fmt}")
+        assert result.returncode == 0, result.stderr
+    assert (tmp_path / "again.md").read_text() == (tmp_path / "report.md").read_text()
+    assert json.loads((tmp_path / "again.json").read_text()) == json.loads((tmp_path / "verdict.json").read_text())
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    result = honestci("report", bad)
+    assert result.returncode == 2 and "not valid JSON" in result.stderr
+
+
+def test_simulate_regenerates_the_embedded_study_byte_identically(tmp_path):
+    result = honestci("simulate", "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    for path in DEFAULT_STUDY_DIR.iterdir():
+        if path.is_file():
+            assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_winrate_prints_the_side_by_side_table():
+    result = honestci("winrate", DEFAULT_STUDY_DIR / "claim.yaml", "--method", "wilson", "--method", "cr2")
+    assert result.returncode == 0, result.stderr
+    assert "Wilson" in result.stdout and "CR2" in result.stdout and "n_effective" in result.stdout
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_with_the_bayesian_model(tmp_path):
+    result = honestci("demo", "--out", tmp_path / "demo")
+    assert result.returncode == 0, result.stderr
+    assert str(tmp_path / "demo" / "report.md") in result.stdout
+    verdict = json.loads((tmp_path / "demo" / "verdict.json").read_text())
+    assert any(r["method"].startswith("bayes") for r in verdict["intervals"])

@@ -1,0 +1,132 @@
+"""Report rendering: snapshots of Markdown and JSON, and the HTML in headless Chromium."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from audit.pipeline import run_audit, write_outputs, _json_safe
+from fixtures.simulate import DEFAULT_STUDY_DIR
+from reports.model import Report
+from reports.render import render
+
+SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+#: Provenance fields that change with the machine or the commit, not with the audit.
+VOLATILE = ("git_commit", "python", "packages")
+
+
+@pytest.fixture(scope="module")
+def headline_report() -> Report:
+    result = run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False)
+    data = _json_safe(result.to_dict())
+    for key in VOLATILE:
+        data["provenance"][key] = "<volatile>"
+    data["claim"]["path"] = "<claim path>"
+    return Report.from_dict(data)
+
+
+@pytest.mark.parametrize("fmt, name", [("md", "headline_report.md"), ("json", "headline_verdict.json")])
+def test_snapshot(headline_report, fmt, name):
+    text = render(headline_report, fmt)
+    path = SNAPSHOTS / name
+    if os.environ.get("UPDATE_SNAPSHOTS") == "1":
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} changed; review the diff, then UPDATE_SNAPSHOTS=1 to accept"
+
+
+def test_markdown_has_every_gate_and_the_model_card_section(headline_report):
+    text = render(headline_report, "md")
+    for gate in ("enough_clusters", "ci_low_clears_bar", "comparison_valid", "claimed_figures_reproduce",
+                 "judge_calibrated", "position_bias", "winners_curse", "leakage", "training_healthy"):
+        assert f"| {gate} |" in text
+    assert "model-index:" in text and "iid Wilson (optimistic)" in text
+
+
+def test_report_model_rejects_other_documents():
+    from audit.errors import InputError
+
+    with pytest.raises(InputError, match="missing"):
+        Report.from_dict({"schema_version": 1})
+    with pytest.raises(InputError, match="schema version 99"):
+        Report.from_dict({k: {} for k in ("claim", "verdict", "gates", "intervals", "contests", "provenance")}
+                         | {"schema_version": 99})
+
+
+def test_written_files_are_complete_and_atomic(tmp_path, headline_report):
+    from reports.render import write_report
+
+    paths = write_report(headline_report, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.md", "verdict.json"]
+    assert json.loads(paths["json"].read_text())["verdict"] == headline_report.data["verdict"]
+
+
+def test_read_only_output_folder_is_a_clear_error(tmp_path, headline_report):
+    from audit.errors import InputError
+    from reports.render import write_report
+
+    if os.geteuid() == 0:
+        pytest.skip("root ignores directory permissions")
+    tmp_path.chmod(0o500)
+    try:
+        with pytest.raises(InputError, match="Cannot write"):
+            write_report(headline_report, tmp_path / "out")
+    finally:
+        tmp_path.chmod(0o700)
+
+
+# --- HTML in a real browser -------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class _RecordingProxy:
+    """A TCP listener the browser is told to use as its proxy: any connection is a request."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+
+def _dump_dom(html_path: Path, proxy_port: int, tmp_path: Path) -> str:
+    result = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", f"--proxy-server=http://127.0.0.1:{proxy_port}",
+         "--proxy-bypass-list=<-loopback>", "--dump-dom", html_path.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (.ci/run installs Debian's chromium)")
+def test_html_renders_offline_and_shows_script_as_text(tmp_path, headline_report):
+    data = headline_report.data
+    data["per_vignette"][0]["text"] = "<script>document.title='pwned'</script> a scenario"
+    data["gates"][0]["message"] = "<img src='https://example.invalid/x.png'>"
+    html_path = tmp_path / "report.html"
+    html_path.write_text(render(Report.from_dict(data), "html"))
+    proxy = _RecordingProxy()
+    dom = _dump_dom(html_path, proxy.port, tmp_path)
+    assert "<title>honestci audit:" in dom and "pwned" not in dom.split("</title>")[0]
+    assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in dom
+    assert "<img" not in dom
+    assert dom.count("<svg") >= 2  # the inline plots rendered
+    assert proxy.connections == 0, "the report made a network request"
