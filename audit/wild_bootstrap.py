@@ -192,12 +192,12 @@ def _draw_count(weights: str, n_clusters: int) -> int:
 
 
 def _enumerated_draws(values: np.ndarray, n_clusters: int, start: int, stop: int) -> np.ndarray:
-    """Draws start..stop-1 of all len(values)^G, in itertools.product order (cluster 0 slowest)."""
+    """Draws start..stop-1 of all len(values)^G as columns (G x draws), in itertools.product
+    order (cluster 0 varies slowest)."""
     base = len(values)
     index = np.arange(start, stop, dtype=np.int64)
     powers = base ** np.arange(n_clusters - 1, -1, -1, dtype=np.int64)
-    digits = (index[:, None] // powers[None, :]) % base
-    return values[digits]
+    return values[(index[None, :] // powers[:, None]) % base]
 
 
 def _setup(
@@ -277,19 +277,20 @@ def _setup(
     kept = np.empty((n_draws, G)) if keep_draws else None
     for start in range(0, n_draws, _DRAWS_PER_CHUNK):
         stop = min(start + _DRAWS_PER_CHUNK, n_draws)
+        # Draws are columns (G x chunk): the G x G products then run along contiguous rows.
         if enumerated:
-            V = _enumerated_draws(values, G, start, stop)
+            W = _enumerated_draws(values, G, start, stop)
         else:
-            V = values[sampled_index[:, start:stop].T]
-        Z0 = V * C0 - V @ H0.T
-        Z1 = V * C1 - V @ H1.T
-        out["numer0"][start:stop] = V @ C0
-        out["numer1"][start:stop] = V @ C1
-        out["denom0"][start:stop] = np.einsum("bg,bg->b", Z0, Z0)
-        out["denom1"][start:stop] = np.einsum("bg,bg->b", Z0, Z1)
-        out["denom2"][start:stop] = np.einsum("bg,bg->b", Z1, Z1)
+            W = values[sampled_index[:, start:stop]]
+        Z0 = W * C0[:, None] - H0 @ W
+        Z1 = W * C1[:, None] - H1 @ W
+        out["numer0"][start:stop] = C0 @ W
+        out["numer1"][start:stop] = C1 @ W
+        out["denom0"][start:stop] = np.einsum("gb,gb->b", Z0, Z0)
+        out["denom1"][start:stop] = np.einsum("gb,gb->b", Z0, Z1)
+        out["denom2"][start:stop] = np.einsum("gb,gb->b", Z1, Z1)
         if kept is not None:
-            kept[start:stop] = V
+            kept[start:stop] = W.T
 
     return _Setup(
         estimate=estimate,
