@@ -40,6 +40,8 @@ CLUSTER_METHODS = {
     "cluster_bootstrap_percentile": "cluster bootstrap, percentile (under-covers at small G)",
     "cluster_bootstrap_bca": "cluster bootstrap, BCa (under-covers at small G)",
 }
+#: Up to this many distinct wild-bootstrap draws are enumerated exactly rather than sampled.
+MAX_ENUMERATED_DRAWS = 100_000
 STRATIFIED_LABEL = "stratified within-vignette, Welch df"
 ALL_METHODS = tuple(IID_METHODS) + ("stratified",) + tuple(CLUSTER_METHODS)
 DEFAULT_METHODS = ("wilson", "stratified", "cr1", "cr2", "wild_webb", "cluster_bootstrap_bca")
@@ -178,7 +180,10 @@ def _clustered(method, label, scores, clusters, seed, common) -> IntervalResult:
         from audit.wild_bootstrap import wild_cluster_ci
 
         weights = method.removeprefix("wild_")
-        result = wild_cluster_ci(design, scores, clusters, coef=0, level=level, weights=weights, rng=seed)
+        distinct_draws = (6 if weights == "webb" else 2) ** common["n_clusters"]
+        # Enumerate every draw when there are few (6^6 = 46,656 Webb draws at G = 6): exact, no seed.
+        draws = None if distinct_draws <= MAX_ENUMERATED_DRAWS else 9999
+        result = wild_cluster_ci(design, scores, clusters, coef=0, level=level, weights=weights, B=draws, rng=seed)
         note = "all draws enumerated" if result.enumerated else f"B = {result.B} draws"
         return IntervalResult(method, label, "new_vignettes", float(result.estimate), float(result.ci_low),
                               float(result.ci_high), note=note, seed=seed, **common)
