@@ -43,6 +43,13 @@ CLUSTER_METHODS = {
 #: Up to this many distinct wild-bootstrap draws are enumerated exactly rather than sampled.
 MAX_ENUMERATED_DRAWS = 100_000
 STRATIFIED_LABEL = "stratified within-vignette, Welch df"
+
+
+def method_label(method: str) -> str:
+    """The label a method's intervals carry in tables and reports."""
+    return {**IID_METHODS, "stratified": STRATIFIED_LABEL, **CLUSTER_METHODS}[method]
+
+
 ALL_METHODS = tuple(IID_METHODS) + ("stratified",) + tuple(CLUSTER_METHODS)
 DEFAULT_METHODS = ("wilson", "stratified", "cr1", "cr2", "wild_webb", "cluster_bootstrap_bca")
 
