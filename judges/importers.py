@@ -199,7 +199,7 @@ _PANDALM_LABEL = {0: "tie", 1: "a", 2: "b"}
 _PANDALM_RESULT = {"1": "first", "2": "second", "0": "tie", "tie": "tie", "garbage": "invalid"}
 
 
-def _pandalm_judge_name(path: Path) -> str:
+def pandalm_judge_name(path: Path) -> str:
     name = path.name
     for suffix in (".json.gz", ".json"):
         name = name.removesuffix(suffix)
@@ -245,7 +245,7 @@ def import_pandalm(testset: str | Path, judge_files: dict[str, str | Path] | Seq
             out.human_pairs.append({"vignette_id": vid, "response_a": first, "response_b": second,
                                     "label": _PANDALM_LABEL[label], "rater_id": rater})
     if not isinstance(judge_files, dict):
-        judge_files = {_pandalm_judge_name(Path(p)): p for p in judge_files}
+        judge_files = {pandalm_judge_name(Path(p)): p for p in judge_files}
     for judge, path in judge_files.items():
         path = Path(path)
         for number, rec in enumerate(_load_json(path), start=1):

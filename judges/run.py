@@ -29,7 +29,7 @@ from judges.schedule import Contest, Job, Schedule, schedule_both_orders
 from judges.tables import JUDGMENT_COLUMNS, read_rows, require_columns, write_table
 
 #: Extra judgments-table columns a judging run writes (kept and ignored by the loaders).
-RUN_EXTRA_COLUMNS = ("invalid_reason", "attempts")
+RUN_EXTRA_COLUMNS = ("invalid_reason", "attempts", "status")
 DEFAULT_SAMPLING = {"temperature": 0.0, "max_tokens": 512}
 
 
@@ -107,7 +107,8 @@ class RunSummary:
 
     Counts cover the whole output, cached judgments included: ``n_invalid`` counts every invalid
     verdict (unparseable replies plus ``n_failed`` calls that got no usable reply after every
-    retry); ``n_retries`` counts retried calls (attempts beyond the first).
+    retry); ``n_retried_calls`` counts judgments that needed more than one attempt and
+    ``n_retries`` the attempts beyond the first, in all.
     """
 
     judge: str
@@ -121,6 +122,7 @@ class RunSummary:
     n_asked: int
     n_invalid: int
     n_failed: int
+    n_retried_calls: int
     n_retries: int
     elapsed_s: float
     out_path: str
@@ -130,7 +132,8 @@ class RunSummary:
         rows = [("judge", self.judge), ("template", f"{self.template} ({self.template_sha256[:12]})"),
                 ("seed", self.seed), ("contests", self.n_contests), ("judgments (both orders)", self.n_jobs),
                 ("from cache", self.n_from_cache), ("asked now", self.n_asked), ("invalid", self.n_invalid),
-                ("  of which failed calls", self.n_failed), ("retried calls", self.n_retries),
+                ("  of which failed calls", self.n_failed), ("retried calls", self.n_retried_calls),
+                ("  retries in all", self.n_retries),
                 ("elapsed s", round(self.elapsed_s, 2)), ("output", self.out_path)]
         rows += [(f"  invalid: {reason}", count) for reason, count in self.invalid_reasons]
         return pd.DataFrame(rows, columns=["item", "value"])
@@ -294,6 +297,7 @@ def run_judging(contests: Sequence[Contest] | str | Path, texts: Texts, backend:
                       n_from_cache=len(requests) - len(pending), n_asked=len(pending),
                       n_invalid=sum(row["verdict"] == "invalid" for row in rows),
                       n_failed=sum(row["status"] == "failed" for row in rows),
+                      n_retried_calls=sum(row["attempts"] > 1 for row in rows),
                       n_retries=sum(max(row["attempts"] - 1, 0) for row in rows), elapsed_s=time.monotonic() - started, out_path=str(out_path),
                       invalid_reasons=tuple(sorted(reasons.items(), key=lambda kv: -kv[1])))
 

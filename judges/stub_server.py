@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 FAULTS = ("timeout", "429", "500", "garbage", "garbage_json", "unparseable")
 
@@ -39,6 +40,7 @@ class StubConfig:
     always_fail_pairs: frozenset = frozenset()
     id_pattern: str = r"RID-(\d+)"
     seed: int = 0
+    scripted: tuple = ()  # outcomes of the first requests, in arrival order (then the random draws)
 
 
 @dataclass(frozen=True)
@@ -49,16 +51,29 @@ class LoggedRequest:
     outcome: str
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # the default listen backlog (5) drops connects under concurrency 32
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that hung up (timed out, or was killed) is expected here, not an error."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 class StubJudgeServer:
     """Run with ``with StubJudgeServer(config) as server: server.base_url``."""
 
     def __init__(self, config: StubConfig | None = None, port: int = 0):
         self.config = config or StubConfig()
         self.log: list[LoggedRequest] = []
+        self.authorizations: set[str | None] = set()
         self._lock = threading.Lock()
         self._rng = random.Random(self.config.seed)
+        self._scripted = list(self.config.scripted)
         self._pattern = re.compile(self.config.id_pattern)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
+        self._httpd = _Server(("127.0.0.1", port), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
@@ -79,6 +94,8 @@ class StubJudgeServer:
         if pair in self.config.always_fail_pairs:
             return "500"
         with self._lock:
+            if self._scripted:
+                return self._scripted.pop(0)
             draw = self._rng.random()
         cumulative = 0.0
         for fault in FAULTS:
@@ -108,7 +125,8 @@ class StubJudgeServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 payload = json.loads(self.rfile.read(length) or b"{}")
-                if not self.path.endswith("/chat/completions"):
+                server.authorizations.add(self.headers.get("Authorization"))
+                if self.path != "/v1/chat/completions":
                     self._send(404, b'{"error": "not found"}')
                     return
                 user = " ".join(m.get("content", "") for m in payload.get("messages", []) if m.get("role") == "user")
@@ -148,6 +166,30 @@ class StubJudgeServer:
                     self._send(200, json.dumps(body).encode())
 
         return Handler
+
+
+def write_stub_study(folder: str | Path, n_contests: int, n_vignettes: int = 5) -> dict[str, Path]:
+    """Vignettes, responses and contests whose response texts carry ``RID-<n>`` markers.
+
+    Contest ``i`` compares responses ``2i`` and ``2i + 1`` on vignette ``i % n_vignettes``.
+    Returns the three paths (``vignettes``, ``responses``, ``contests``).
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vignettes = [{"vignette_id": f"v{g}", "text": f"Scenario {g}: my friend cancelled on me again {{sigh}}."}
+                 for g in range(n_vignettes)]
+    responses, contests = [], []
+    for i in range(n_contests):
+        vid = f"v{i % n_vignettes}"
+        for rid in (2 * i, 2 * i + 1):
+            responses.append({"response_id": str(rid), "vignette_id": vid, "system": f"sys{rid % 2}",
+                              "text": f"RID-{rid}: maybe they are overwhelmed; it says little about me."})
+        contests.append({"vignette_id": vid, "response_a": str(2 * i), "response_b": str(2 * i + 1)})
+    paths = {}
+    for name, rows in (("vignettes", vignettes), ("responses", responses), ("contests", contests)):
+        paths[name] = folder / f"{name}.jsonl"
+        paths[name].write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return paths
 
 
 def main() -> None:  # pragma: no cover - manual dry runs
