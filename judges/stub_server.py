@@ -109,6 +109,7 @@ class StubJudgeServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in separate writes
 
             def log_message(self, *args) -> None:  # keep test output clean
                 return None
@@ -200,11 +201,11 @@ def main() -> None:  # pragma: no cover - manual dry runs
     parser.add_argument("--latency", type=float, default=0.05)
     args = parser.parse_args()
     with StubJudgeServer(StubConfig(latency_s=args.latency), port=args.port) as server:
-        print(f"stub judge at {server.base_url} (Ctrl-C to stop)")
+        print(f"stub judge at {server.base_url} (Ctrl-C to stop)", flush=True)
         try:
             threading.Event().wait()
         except KeyboardInterrupt:
-            pass
+            pass  # Ctrl-C is the way to stop it
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ import random
 from judges.backends.base import BackendFatalError, Completion, JudgeRequest
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+#: Connections per httpx client. httpcore's pool does bookkeeping over all of its connections on
+#: every request and release (encode/httpx#3215), so one client with 32 connections ran slower
+#: than one with 8 (bench/bench_judge_throughput.py); several small clients avoid that.
+CONNECTIONS_PER_CLIENT = 8
 FATAL_STATUS = frozenset({401, 403, 404})
 
 
@@ -61,13 +65,17 @@ class OpenAICompatibleBackend:
         self.backoff_cap_s = backoff_cap_s
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._jitter = random.Random(seed)
-        self._semaphore = asyncio.Semaphore(concurrency)
         key = os.environ.get(api_key_env) or None
         self._secret = key
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.AsyncClient(
-            headers=headers, timeout=httpx.Timeout(timeout_s),
-            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency))
+        n_clients = -(-concurrency // CONNECTIONS_PER_CLIENT)
+        per_client = -(-concurrency // n_clients)
+        self._clients = [httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s),
+                                           limits=httpx.Limits(max_connections=per_client,
+                                                               max_keepalive_connections=per_client))
+                         for _ in range(n_clients)]
+        # One slot per allowed request in flight; slot i always uses client i % n_clients.
+        self._slots: asyncio.Queue | None = None
         self._httpx = httpx
 
     def __repr__(self) -> str:  # never shows the key
@@ -86,40 +94,51 @@ class OpenAICompatibleBackend:
         return delay
 
     async def complete(self, request: JudgeRequest) -> Completion:
+        if self._slots is None:  # created inside the running event loop
+            self._slots = asyncio.Queue()
+            for slot in range(self.concurrency):
+                self._slots.put_nowait(slot)
+        slot = await self._slots.get()
+        try:
+            return await self._complete(self._clients[slot % len(self._clients)], request)
+        finally:
+            self._slots.put_nowait(slot)
+
+    async def _complete(self, client, request: JudgeRequest) -> Completion:
         payload = {"model": self.judge_name, "messages": list(request.messages), **request.sampling}
         error = "no attempt made"
-        async with self._semaphore:
-            for attempt in range(1, self.max_retries + 2):
-                retry_after = None
-                try:
-                    response = await self._client.post(self._url, json=payload)
-                except self._httpx.TimeoutException as exc:
-                    error = f"timeout ({type(exc).__name__})"
-                except self._httpx.TransportError as exc:
-                    error = f"connection error ({type(exc).__name__})"
+        for attempt in range(1, self.max_retries + 2):
+            retry_after = None
+            try:
+                response = await client.post(self._url, json=payload)
+            except self._httpx.TimeoutException as exc:
+                error = f"timeout ({type(exc).__name__})"
+            except self._httpx.TransportError as exc:
+                error = f"connection error ({type(exc).__name__})"
+            else:
+                status = response.status_code
+                if status == 200:
+                    text = _message_content(response)
+                    if text is not None:
+                        return Completion(text, attempt)
+                    error = "malformed reply (not an OpenAI chat completion)"
+                elif status in FATAL_STATUS:
+                    raise BackendFatalError(
+                        f"The judge server answered HTTP {status} for model {self.judge_name!r} at {self._url}.",
+                        fix="check --base-url, --model and the API key environment variable")
+                elif status in RETRYABLE_STATUS or status >= 500:
+                    error = f"HTTP {status}"
+                    retry_after = response.headers.get("retry-after")
                 else:
-                    status = response.status_code
-                    if status == 200:
-                        text = _message_content(response)
-                        if text is not None:
-                            return Completion(text, attempt)
-                        error = "malformed reply (not an OpenAI chat completion)"
-                    elif status in FATAL_STATUS:
-                        raise BackendFatalError(
-                            f"The judge server answered HTTP {status} for model {self.judge_name!r} at {self._url}.",
-                            fix="check --base-url, --model and the API key environment variable")
-                    elif status in RETRYABLE_STATUS or status >= 500:
-                        error = f"HTTP {status}"
-                        retry_after = response.headers.get("retry-after")
-                    else:
-                        snippet = self._scrub(response.text[:200])
-                        return Completion(None, attempt, f"HTTP {status} (not retried): {snippet}")
-                if attempt <= self.max_retries:
-                    await asyncio.sleep(self._delay(attempt, retry_after))
+                    snippet = self._scrub(response.text[:200])
+                    return Completion(None, attempt, f"HTTP {status} (not retried): {snippet}")
+            if attempt <= self.max_retries:
+                await asyncio.sleep(self._delay(attempt, retry_after))
         return Completion(None, self.max_retries + 1, f"gave up after {self.max_retries + 1} attempts; last: {error}")
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()
 
 
 def _message_content(response) -> str | None:
