@@ -313,6 +313,8 @@ def import_mtbench(path: str | Path, questions: str | Path | None = None,
 
 def _jsonl_records(path: Path, out: _Collector):
     """(line, record) of a JSON Lines file, keeping JSON types (FastChat's "judge" is a list)."""
+    if not Path(path).is_file():
+        raise InputError(f"{path}: file not found.", fix="check the path")
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -326,7 +328,10 @@ def _jsonl_records(path: Path, out: _Collector):
 
 
 def _mtbench_answers(folder: Path, out: _Collector) -> None:
-    for path in sorted(folder.glob("*.jsonl")):
+    files = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+    if not files:
+        raise InputError(f"{folder}: no model answer files (*.jsonl).", fix="pass FastChat's model_answer/ folder")
+    for path in files:
         for number, rec in _jsonl_records(path, out):
             try:
                 turns = rec["choices"][0]["turns"]

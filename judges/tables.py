@@ -127,6 +127,7 @@ def write_table(records: Sequence[dict], path: str | Path, columns: Sequence[str
     handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(handle)
     tmp = Path(tmp_name)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions of a new file
     try:
         if fmt == "parquet":
             import pyarrow as pa
@@ -151,6 +152,12 @@ def write_table(records: Sequence[dict], path: str | Path, columns: Sequence[str
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def sibling_path(out: str | Path, table: str) -> Path:

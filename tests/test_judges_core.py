@@ -123,6 +123,9 @@ def test_cli_bad_input_exits_2_with_file_line_and_field(tmp_path):
     result = CliRunner().invoke(import_command, ["generic", str(bad), "--out", str(tmp_path / "x.jsonl"),
                                                  "--map", "nonsense"])
     assert result.exit_code == 2 and "KEY=VALUE" in result.output
+    result = CliRunner().invoke(import_command, ["mtbench", str(tmp_path / "absent.jsonl"), "--out",
+                                                 str(tmp_path / "x.jsonl")])
+    assert result.exit_code == 2 and "absent.jsonl: file not found" in result.output
 
 
 def test_alpaca_eval_rejects_continuous_preferences_with_record_number(tmp_path):
