@@ -174,5 +174,14 @@ def coverage_study(reps: int, per_vignette: int, seed: int, out_file: Path) -> N
     click.echo(str(out_file))
 
 
+def _register_judge_commands() -> None:
+    from judges.cli import import_command, judge_command
+
+    main.add_command(judge_command, "judge")
+    main.add_command(import_command, "import")
+
+
+_register_judge_commands()
+
 if __name__ == "__main__":
     main()
