@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from audit import __version__
 from audit.claimed import ClaimedFigureAudit, audit_claimed_figures
+from audit.checks import run_checks
 from audit.claims import Claim, load_claim
 from audit.compare import PairedDifference, paired_difference
 from audit.contests import ContestTable, build_contests
@@ -55,6 +56,8 @@ class AuditContext:
     bayes: Any | None
     claimed_audit: ClaimedFigureAudit | None
     comparisons: tuple[ComparisonCheck, ...]
+    #: Results of the plug-in checks (audit.checks), by key; filled by run_audit.
+    checks: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class AuditResult:
     comparisons: tuple[ComparisonCheck, ...]
     bayes_summary: dict | None
     per_vignette: tuple[dict, ...]
+    sections: tuple[dict, ...]
     provenance: dict = field(compare=False)
 
     @property
@@ -113,6 +117,7 @@ class AuditResult:
             "intervals": [r.as_row() for r in self.intervals.rows],
             "bayes": self.bayes_summary,
             "per_vignette": list(self.per_vignette),
+            "sections": list(self.sections),
             "claimed_audit": None if self.claimed_audit is None else {
                 "reproducing_methods": list(self.claimed_audit.reproducing_methods),
                 "flags": list(self.claimed_audit.flags),
@@ -277,6 +282,8 @@ def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = 2026112
         claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons"}), intervals)
     context = AuditContext(claim, study, contests, intervals, gate_method, bayes_result, claimed_audit,
                            _comparisons(claim, study, contests, level))
+    progress("running the plug-in checks")
+    context.checks.update(run_checks(context))
 
     required = spec.required_gates or tuple(g for g in DEFAULT_REQUIRED_GATES
                                             if bayes or g != "sampler_converged")
@@ -290,6 +297,7 @@ def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = 2026112
         comparisons=context.comparisons,
         bayes_summary=None if bayes_result is None else bayes_result.summary(),
         per_vignette=_per_vignette(scored, study, level),
+        sections=tuple(result.report_section().to_dict() for result in context.checks.values() if result is not None),
         provenance=_provenance(claim, study, seed))
 
 

@@ -27,7 +27,7 @@ def render_html(report: Report) -> str:
         gate_interval_text=interval_text(honest) if honest else "not computed",
         provenance=data["provenance"], fmt=fmt, interval_text=interval_text,
         claimed_markdown="\n".join(_claimed_section(data)).strip() or "No figures are claimed.",
-        model_card=model_card_section(data),
+        model_card=model_card_section(data), sections=data.get("sections", []),
         intervals_svg=Markup(plots.intervals_plot(data["intervals"], claim["bar"])),
         forest_svg=Markup(plots.forest_plot(data.get("per_vignette", []), pooled, claim["bar"])),
         posterior_svg=Markup(plots.posterior_plot(quantiles, claim["bar"], claim["population"])) if quantiles else None,

@@ -111,6 +111,8 @@ def render_markdown(report: Report) -> str:
         lines += ["", "## Bayesian hierarchical model", ""] + [f"- {k}: {fmt(v)}" for k, v in bayes.items()
                                                                  if not isinstance(v, (list, dict))]
     lines += _claimed_section(data)
+    for section in data.get("sections", []):
+        lines += section_markdown(section)
     lines += ["", "## Per vignette", "", "| vignette | n | win rate | within-vignette CI |", "|---|---|---|---|"]
     lines += [f"| {v['vignette_id']} | {v['n']} | {fmt(v['estimate'])} | {interval_text(v)} |"
               for v in data.get("per_vignette", [])]
@@ -123,6 +125,17 @@ def render_markdown(report: Report) -> str:
     lines += [f"| {name} | `{digest}` |" for name, digest in sorted(prov["inputs_sha256"].items())]
     lines.append(f"| claim | `{prov['claim_sha256']}` |")
     return "\n".join(lines) + "\n"
+
+
+def section_markdown(section: dict) -> list[str]:
+    """A plug-in check's section: its lines, then its table."""
+    lines = ["", f"## {section['title']}", ""] + [f"- {line}" for line in section["lines"]]
+    table = section["table"]
+    if table:
+        columns = list(table[0])
+        lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(fmt(row.get(c)) for c in columns) + " |" for row in table]
+    return lines
 
 
 def _claimed_section(data: dict) -> list[str]:
