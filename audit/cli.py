@@ -6,31 +6,14 @@ Heavy libraries are imported inside the commands that need them, so ``--help`` s
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 
 import click
 
 from audit import __version__
+from audit.cli_support import fail_cleanly as _fail_cleanly
 from audit.errors import InputError
-
-EXIT_BAD_INPUT = 2
-
-
-def _fail_cleanly(command):
-    """Print domain input errors as a readable message (no traceback) and exit 2."""
-
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except InputError as exc:
-            click.secho("error: " + exc.render(), fg="red", err=True)
-            sys.exit(EXIT_BAD_INPUT)
-
-    return wrapper
-
 
 def _progress(message: str) -> None:
     click.echo(f"… {message}", err=True)

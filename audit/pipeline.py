@@ -8,7 +8,6 @@ gates (see :mod:`audit.gates`) → report files.
 from __future__ import annotations
 
 import hashlib
-import json
 import platform
 import subprocess
 from dataclasses import dataclass, field

@@ -7,29 +7,13 @@
 
 from __future__ import annotations
 
-import functools
-import sys
 from pathlib import Path
 
 import click
 
+from audit.cli_support import fail_cleanly as _fail_cleanly
 from audit.errors import InputError
 from judges.importers import FORMATS
-
-EXIT_BAD_INPUT = 2
-
-
-def _fail_cleanly(command):
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except InputError as exc:
-            click.secho("error: " + exc.render(), fg="red", err=True)
-            sys.exit(EXIT_BAD_INPUT)
-
-    return wrapper
-
 
 def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     out = {}

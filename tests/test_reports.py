@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.pipeline import run_audit, write_outputs, _json_safe
+from audit.pipeline import run_audit, _json_safe
 from fixtures.simulate import DEFAULT_STUDY_DIR
 from reports.model import Report
 from reports.render import render
