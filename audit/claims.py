@@ -78,6 +78,7 @@ class ClaimSpec(BaseModel):
     claimed: ClaimedFigures | None = None
     allow_single_order: bool = False
     required_gates: tuple[str, ...] | None = None
+    training_log: str | None = None
     thresholds: dict[str, float | int | str] = Field(default_factory=dict)
 
     @field_validator("version")
@@ -125,6 +126,7 @@ class Claim:
     path: Path
     data_paths: dict[str, Path]
     thresholds: Thresholds
+    training_log_path: Path | None = None
 
 
 def _problems_from_validation(path: Path, error: ValidationError) -> list[Problem]:
@@ -173,14 +175,17 @@ def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
 
     base = path.resolve().parent
     problems, data_paths = [], {}
-    for table, relative in spec.data.items():
+    entries = [(f"data.{table}", table, relative) for table, relative in spec.data.items()]
+    if spec.training_log is not None:
+        entries.append(("training_log", "training_log", spec.training_log))
+    for field_name, table, relative in entries:
         resolved = (base / relative).resolve()
         if not allow_outside and not resolved.is_relative_to(base):
-            problems.append(Problem(str(path), None, f"data.{table}",
+            problems.append(Problem(str(path), None, field_name,
                                     f"'{relative}' resolves outside the claim's folder",
                                     "move the data beside the claim or pass --allow-outside-data"))
         elif not resolved.is_file():
-            problems.append(Problem(str(path), None, f"data.{table}", f"file '{relative}' not found (looked in {base})",
+            problems.append(Problem(str(path), None, field_name, f"file '{relative}' not found (looked in {base})",
                                     "fix the path; data paths are relative to the claim file"))
         data_paths[table] = resolved
     if problems:
@@ -191,4 +196,6 @@ def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
         thresholds = Thresholds(**{**THRESHOLDS.__dict__, **overrides})
     except TypeError as exc:  # pragma: no cover - names were validated above
         raise ClaimError(f"Claim file {path}: bad thresholds block ({exc}).") from None
-    return Claim(spec=spec, path=path.resolve(), data_paths=data_paths, thresholds=thresholds)
+    training_log_path = data_paths.pop("training_log", None)
+    return Claim(spec=spec, path=path.resolve(), data_paths=data_paths, thresholds=thresholds,
+                 training_log_path=training_log_path)
