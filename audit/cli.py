@@ -143,15 +143,17 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> N
 @click.option("--reps", type=click.IntRange(10), default=1000, show_default=True, help="Replications per cell.")
 @click.option("--per-vignette", type=click.IntRange(2), default=40, show_default=True, help="Contests per vignette.")
 @click.option("--seed", type=int, default=20261129, show_default=True)
+@click.option("--processes", type=click.IntRange(1), default=1, show_default=True, help="Worker processes.")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=Path("docs/coverage.md"),
               show_default=True, help="Markdown table to write (a CSV is written beside it).")
 @_fail_cleanly
-def coverage_study(reps: int, per_vignette: int, seed: int, out_file: Path) -> None:
+def coverage_study(reps: int, per_vignette: int, seed: int, processes: int, out_file: Path) -> None:
     """Seeded simulation of every interval's coverage over G x ICC x true rate."""
     from audit.coverage_study import run_coverage_study
     from reports.writing import atomic_write_text
 
-    study = run_coverage_study(reps=reps, per_vignette=per_vignette, seed=seed, progress=_progress)
+    study = run_coverage_study(reps=reps, per_vignette=per_vignette, seed=seed, processes=processes,
+                               progress=_progress)
     atomic_write_text(out_file, study.to_markdown())
     atomic_write_text(out_file.with_suffix(".csv"), study.to_frame().to_csv(index=False))
     click.echo(str(out_file))

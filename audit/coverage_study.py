@@ -10,8 +10,8 @@ Truths: *new vignettes* μ; *these vignettes* the mean of the drawn p_g. Cluster
 scored against μ, the stratified interval against the these-vignettes truth, iid intervals against
 both (they are usually read as the former).
 
-Run: ``honestci coverage-study --reps 1000 --out docs/coverage.md`` (about 20 minutes on one core
-at 1,000 replications per cell).
+Run: ``honestci coverage-study --reps 1000 --processes 2 --out docs/coverage.md``. Resampling
+intervals use :data:`STUDY_BOOTSTRAP_DRAWS` draws here (the audit uses more).
 """
 
 from __future__ import annotations
@@ -108,38 +108,62 @@ class CoverageStudy:
         return "\n".join(lines) + "\n"
 
 
+#: Resampling draws per interval in the study (the audit itself uses more; coverage of the
+#: bootstrap intervals barely depends on B beyond a few hundred draws).
+STUDY_BOOTSTRAP_DRAWS = 999
+
+
+def _run_cell(args) -> list[dict]:
+    (n_clusters, icc, rate), child, reps, per_vignette, level, methods = args
+    rng = np.random.default_rng(child)
+    hits = {(m, t): 0 for m in methods for t in ("new_vignettes", "these_vignettes")}
+    widths = {m: 0.0 for m in methods}
+    reported = {m: 0 for m in methods}
+    for _ in range(reps):
+        scores, clusters, these_truth = simulate_scores(rng, n_clusters, per_vignette, rate, icc)
+        for method in methods:
+            row = winrate_ci(scores, clusters, method=method, level=level, seed=int(rng.integers(2**31)),
+                             bootstrap_draws=STUDY_BOOTSTRAP_DRAWS)
+            if not row.reportable:
+                continue
+            widths[method] += row.ci_high - row.ci_low
+            reported[method] += 1
+            for truth_name, truth in (("new_vignettes", rate), ("these_vignettes", these_truth)):
+                hits[(method, truth_name)] += row.ci_low <= truth <= row.ci_high
+    rows = []
+    for method in methods:
+        targets = (("new_vignettes", "these_vignettes") if method in IID_METHODS else
+                   ("these_vignettes",) if method == "stratified" else ("new_vignettes",))
+        for truth_name in targets:
+            rows.append({"n_clusters": n_clusters, "icc": icc, "rate": rate, "method": method,
+                         "label": method_label(method), "truth": truth_name,
+                         "coverage": hits[(method, truth_name)] / reps,
+                         "mean_width": widths[method] / max(reported[method], 1),
+                         "share_reported": reported[method] / reps, "reps": reps,
+                         "cell_seed": int(child.generate_state(1)[0])})
+    return rows
+
+
 def run_coverage_study(reps: int = 1000, per_vignette: int = 40, seed: int = 20261129, level: float = 0.95,
                        methods=ALL_METHODS, clusters_grid=GRID_CLUSTERS, icc_grid=GRID_ICC, rate_grid=GRID_RATE,
-                       progress=None) -> CoverageStudy:
-    """Run the study; each cell has its own child seed of ``seed`` (recorded in the rows)."""
+                       processes: int = 1, progress=None) -> CoverageStudy:
+    """Run the study; each cell has its own child seed of ``seed``, so the result does not depend
+    on ``processes``."""
     cells = list(itertools.product(clusters_grid, icc_grid, rate_grid))
     children = np.random.SeedSequence(seed).spawn(len(cells))
-    rows = []
-    for index, ((n_clusters, icc, rate), child) in enumerate(zip(cells, children)):
-        rng = np.random.default_rng(child)
-        hits = {(m, t): 0 for m in methods for t in ("new_vignettes", "these_vignettes")}
-        widths = {m: 0.0 for m in methods}
-        reported = {m: 0 for m in methods}
-        for rep in range(reps):
-            scores, clusters, these_truth = simulate_scores(rng, n_clusters, per_vignette, rate, icc)
-            for method in methods:
-                row = winrate_ci(scores, clusters, method=method, level=level, seed=int(rng.integers(2**31)))
-                if not row.reportable:
-                    continue
-                widths[method] += row.ci_high - row.ci_low
-                reported[method] += 1
-                for truth_name, truth in (("new_vignettes", rate), ("these_vignettes", these_truth)):
-                    hits[(method, truth_name)] += row.ci_low <= truth <= row.ci_high
-        for method in methods:
-            targets = (("new_vignettes", "these_vignettes") if method in IID_METHODS else
-                       ("these_vignettes",) if method == "stratified" else ("new_vignettes",))
-            label = method_label(method)
-            for truth_name in targets:
-                rows.append({"n_clusters": n_clusters, "icc": icc, "rate": rate, "method": method, "label": label,
-                             "truth": truth_name, "coverage": hits[(method, truth_name)] / reps,
-                             "mean_width": widths[method] / max(reported[method], 1),
-                             "share_reported": reported[method] / reps, "reps": reps,
-                             "cell_seed": int(child.generate_state(1)[0])})
-        if progress:
-            progress(f"cell {index + 1}/{len(cells)}: G={n_clusters}, ICC={icc}, p={rate}")
+    tasks = [(cell, child, reps, per_vignette, level, tuple(methods)) for cell, child in zip(cells, children)]
+    rows: list[dict] = []
+    if processes > 1:
+        from multiprocessing import get_context
+
+        with get_context("spawn").Pool(processes) as pool:
+            for index, cell_rows in enumerate(pool.imap(_run_cell, tasks)):
+                rows.extend(cell_rows)
+                if progress:
+                    progress(f"cell {index + 1}/{len(cells)} done")
+    else:
+        for index, task in enumerate(tasks):
+            rows.extend(_run_cell(task))
+            if progress:
+                progress(f"cell {index + 1}/{len(cells)} done")
     return CoverageStudy(tuple(rows), reps, per_vignette, seed, level)

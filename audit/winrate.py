@@ -85,7 +85,8 @@ def _check_inputs(scores, clusters) -> tuple[np.ndarray, np.ndarray]:
 
 
 def winrate_ci(scores, clusters, method: str = "cr2", level: float = 0.95, *,
-               seed: int | None = None, thresholds: Thresholds = THRESHOLDS) -> IntervalResult:
+               seed: int | None = None, thresholds: Thresholds = THRESHOLDS,
+               bootstrap_draws: int | None = None) -> IntervalResult:
     """Interval for the win rate from per-contest scores, by ``method``.
 
     Parameters
@@ -100,6 +101,9 @@ def winrate_ci(scores, clusters, method: str = "cr2", level: float = 0.95, *,
         Confidence level.
     seed
         Seed of the resampling methods (recorded in the result).
+    bootstrap_draws
+        Draws of the resampling methods; default: every wild-bootstrap draw when there are at most
+        :data:`MAX_ENUMERATED_DRAWS` of them (else 9,999), and 4,999 cluster-bootstrap draws.
 
     Returns
     -------
@@ -144,7 +148,7 @@ def winrate_ci(scores, clusters, method: str = "cr2", level: float = 0.95, *,
         return IntervalResult(method, label, "new_vignettes", estimate, None, None, verdict=Verdict.INCONCLUSIVE,
                               note="every contest has the same score: no variance can be estimated", **common)
     try:
-        return _clustered(method, label, scores, clusters, seed, common)
+        return _clustered(method, label, scores, clusters, seed, common, bootstrap_draws)
     except EstimationError as exc:
         return IntervalResult(method, label, "new_vignettes", estimate, None, None,
                               verdict=Verdict.INCONCLUSIVE, note=str(exc), **common)
@@ -175,7 +179,7 @@ def _stratified(scores, clusters, common) -> IntervalResult:
                           note="between-vignette spread treated as fixed", **common)
 
 
-def _clustered(method, label, scores, clusters, seed, common) -> IntervalResult:
+def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -> IntervalResult:
     level = common["level"]
     design = np.ones((scores.size, 1))
     if method in ("cr0", "cr1", "cr2"):
@@ -189,7 +193,7 @@ def _clustered(method, label, scores, clusters, seed, common) -> IntervalResult:
         weights = method.removeprefix("wild_")
         distinct_draws = (6 if weights == "webb" else 2) ** common["n_clusters"]
         # Enumerate every draw when there are few (6^6 = 46,656 Webb draws at G = 6): exact, no seed.
-        draws = None if distinct_draws <= MAX_ENUMERATED_DRAWS else 9999
+        draws = bootstrap_draws or (None if distinct_draws <= MAX_ENUMERATED_DRAWS else 9999)
         result = wild_cluster_ci(design, scores, clusters, coef=0, level=level, weights=weights, B=draws, rng=seed)
         note = "all draws enumerated" if result.enumerated else f"B = {result.B} draws"
         return IntervalResult(method, label, "new_vignettes", float(result.estimate), float(result.ci_low),
@@ -197,7 +201,7 @@ def _clustered(method, label, scores, clusters, seed, common) -> IntervalResult:
     from audit.cluster_bootstrap import cluster_bootstrap_ci
 
     kind = method.removeprefix("cluster_bootstrap_")
-    result = cluster_bootstrap_ci(scores, clusters, method=kind, level=level, rng=seed)
+    result = cluster_bootstrap_ci(scores, clusters, method=kind, level=level, rng=seed, B=bootstrap_draws or 4999)
     return IntervalResult(method, label, "new_vignettes", float(result.estimate), float(result.ci_low),
                           float(result.ci_high), note=f"B = {result.B}", seed=seed, **common)
 

@@ -37,3 +37,8 @@ def test_honest_intervals_cover_at_twelve_or_more_vignettes():
     assert ((honest["coverage"] - 0.95).abs() < mc_tolerance).all(), honest
     wilson_new = frame[(frame["method"] == "wilson") & (frame["truth"] == "new_vignettes")]
     assert (wilson_new["coverage"] < 0.85).all()
+
+
+def test_result_does_not_depend_on_the_number_of_processes():
+    kwargs = dict(reps=5, methods=("wilson", "cr2"), clusters_grid=(6, 12), icc_grid=(0.1,), rate_grid=(0.8,), seed=9)
+    assert run_coverage_study(**kwargs).to_frame().equals(run_coverage_study(processes=2, **kwargs).to_frame())
