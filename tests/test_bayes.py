@@ -192,7 +192,8 @@ def test_result_table_ppc_and_saved_idata(fitted):
 
 def test_unconverged_run_reports_no_estimate(simulated):
     (vignette, order, outcome, _), _, _ = simulated
-    result = fit_winrate_hierarchical(vignette, order, outcome, bar=0.5, chains=2, draws=20, tune=5, seed=1)
+    result = fit_winrate_hierarchical(vignette, order, outcome, bar=0.5, chains=2, draws=20, tune=5, seed=1,
+                                      parameterization="centred")  # no automatic refit
     assert not result.converged
     assert result.verdict == Verdict.INCONCLUSIVE
     assert result.winrate_new is None and result.winrate_these is None and result.ppc is None
@@ -220,7 +221,7 @@ def test_frame_wrapper_matches_arrays(simulated):
 
     (vignette, order, outcome, run), _, _ = simulated
     frame = pd.DataFrame({"vignette_id": vignette, "policy_first": order > 0, "value": outcome, "run": run})
-    result = fit_winrate_hierarchical_frame(frame, chains=2, draws=20, tune=5, seed=1)
+    result = fit_winrate_hierarchical_frame(frame, chains=2, draws=20, tune=5, seed=1, parameterization="centred")
     assert result.n_verdicts == len(frame) and result.n_runs == 1 and result.n_vignettes == 6
     with pytest.raises(InputError, match="lacks column"):
         fit_winrate_hierarchical_frame(frame.drop(columns="value"))
@@ -229,7 +230,7 @@ def test_frame_wrapper_matches_arrays(simulated):
 def test_seed_generator_is_recorded(simulated):
     (vignette, order, outcome, _), _, _ = simulated
     result = fit_winrate_hierarchical(vignette, order, outcome, chains=2, draws=20, tune=5,
-                                      seed=np.random.default_rng(7))
+                                      seed=np.random.default_rng(7), parameterization="centred")
     assert result.seed == int(np.random.default_rng(7).integers(0, 2**31 - 1))
 
 
@@ -251,13 +252,18 @@ def test_runs_and_pymc_sampler_agree_with_nutpie():
 @pytest.mark.coverage
 def test_interval_coverage_small_study():
     """20 seeded replications; each 95% interval should miss about once."""
-    covered_these = covered_new = 0
+    covered_these = covered_new = unconverged = 0
     replications = 20
     for replication in range(replications):
         data, true_these, true_new = simulate_verdicts(np.random.default_rng(1000 + replication))
-        result = fit_winrate_hierarchical(*data[:3], seed=replication, **TEST_SAMPLING)
-        assert result.converged, result.diagnostics.problems
+        result = fit_winrate_hierarchical(*data[:3], seed=replication)  # default 4 x (1000 + 1000)
+        if not result.converged:  # reported INCONCLUSIVE, never an interval: count it as a miss
+            unconverged += 1
+            continue
         covered_these += result.winrate_these.lower <= true_these <= result.winrate_these.upper
         covered_new += result.winrate_new.lower <= true_new <= result.winrate_new.upper
     # Binomial(20, 0.95): P(X <= 15) = 0.016; nominal coverage passes with probability 0.98
-    assert covered_these >= 16 and covered_new >= 16, (covered_these, covered_new)
+    print(f"coverage: these {covered_these}/{replications}, new {covered_new}/{replications}, "
+          f"unconverged {unconverged}")
+    assert unconverged <= 2, unconverged
+    assert covered_these >= 16 and covered_new >= 16, (covered_these, covered_new, unconverged)
