@@ -49,6 +49,14 @@ class Thresholds:
     #: Rounding tolerance when matching a claimed figure (half a unit in the last stated digit
     #: is added on top of this).
     claimed_figure_tolerance: float = 0.0005
+    #: Sampler diagnostics a Bayesian posterior must meet before any number from it is reported
+    #: (Vehtari, Gelman, Simpson, Carpenter & Bürkner 2021: rank-normalised split R-hat <= 1.01,
+    #: bulk and tail ESS >= 400, i.e. 100 per chain for 4 chains); divergent transitions signal
+    #: regions the sampler could not explore, so none are allowed.
+    rhat_max: float = 1.01
+    ess_bulk_min: float = 400.0
+    ess_tail_min: float = 400.0
+    divergences_max: int = 0
 
 
 THRESHOLDS = Thresholds()

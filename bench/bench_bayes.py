@@ -1,0 +1,188 @@
+"""Benchmark of the Bayesian hierarchical win-rate fit on a fixture-like problem.
+
+Problem: 6 vignettes x 2 orders x 3 runs, 1,440 verdicts (no ties, so that a per-row Bernoulli
+model is the same model), 4 chains x (1000 tune + 1000 draws).
+
+Contenders, each timed as a cold process (imports + compile + sample, a fresh interpreter) and,
+where it makes sense, warm (a second fit on new data of the same shape in the same process):
+
+* ``honestci``        audit.bayes.fit_winrate_hierarchical, sampler="auto" (nutpie), 12-36 cells
+* ``honestci-pymc``   the same model with PyMC's default NUTS (C backend)
+* ``bernoulli-pymc``  one Bernoulli row per verdict, PyMC default NUTS, same priors and terms
+* ``bambi``           bambi ``y ~ order + (1|vignette)`` (no run term), same priors, if the
+                      interpreter given by --bambi-python can import bambi
+
+Posterior agreement: every contender's draws go through the same estimand code
+(audit.bayes.winrate_estimand_draws); the table reports posterior mean and 95% interval of both
+win rates. Run from the repository root:
+
+    PYTHONPATH=$PWD /work/main/.venv/bin/python bench/bench_bayes.py [--bambi-python PATH]
+
+The machine's cores are shared: report the load average beside the timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+N_VIGNETTES, N_RUNS, PER_CELL = 6, 3, 40
+SETTINGS = dict(chains=4, draws=1000, tune=1000)
+
+
+def simulate(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    u = rng.normal(0.0, 0.5, N_VIGNETTES)
+    run_offsets = rng.normal(0.0, 0.1, N_RUNS)
+    vignette, order, run, outcome = [], [], [], []
+    for v in range(N_VIGNETTES):
+        for o in (0.5, -0.5):
+            for r in range(N_RUNS):
+                p = 1.0 / (1.0 + np.exp(-(0.3 + u[v] + 0.4 * o + run_offsets[r])))
+                outcome.append(rng.binomial(1, p, PER_CELL).astype(float))
+                vignette += [v] * PER_CELL
+                order += [o] * PER_CELL
+                run += [r] * PER_CELL
+    return {"vignette": np.array(vignette), "order": np.array(order), "run": np.array(run),
+            "outcome": np.concatenate(outcome)}
+
+
+def summarise(estimands: dict[str, np.ndarray]) -> dict[str, list[float]]:
+    return {name: [float(np.mean(d)), float(np.quantile(d, 0.025)), float(np.quantile(d, 0.975))]
+            for name, d in estimands.items() if name.startswith("winrate")}
+
+
+# ------------------------------------------------------------------ contenders (child side)
+def fit_honestci(data, seed, sampler):
+    from audit.bayes import fit_winrate_hierarchical
+
+    result = fit_winrate_hierarchical(data["vignette"], data["order"], data["outcome"], run=data["run"],
+                                      sampler=sampler, seed=seed, **SETTINGS)
+    d = result.diagnostics
+    return {
+        "winrate_these": [result.winrate_these.mean, result.winrate_these.lower, result.winrate_these.upper],
+        "winrate_new": [result.winrate_new.mean, result.winrate_new.lower, result.winrate_new.upper],
+    }, {"divergences": d.divergences, "rhat_max": d.rhat_max, "ess_bulk_min": d.ess_bulk_min,
+        "ess_tail_min": d.ess_tail_min, "sampler": result.sampler, "parameterization": result.parameterization}
+
+
+def fit_bernoulli_pymc(data, seed):
+    import logging
+
+    import pymc as pm
+
+    from audit.bayes import winrate_estimand_draws
+
+    logging.getLogger("pymc").setLevel(logging.WARNING)
+    with pm.Model(coords={"vignette": range(N_VIGNETTES), "run": range(N_RUNS)}) as model:
+        mu = pm.Normal("mu", 0.0, 1.5)
+        beta = pm.Normal("beta", 0.0, 1.0)
+        sigma = pm.HalfNormal("sigma", 1.0)
+        u = pm.Normal("u", 0.0, sigma, dims="vignette")
+        run_raw = pm.Normal("run_raw", 0.0, 1.0, dims="run")
+        run_effect = pm.Deterministic("run_effect", run_raw - run_raw.mean(), dims="run")
+        eta = mu + u[data["vignette"]] + beta * data["order"] + run_effect[data["run"]]
+        pm.Bernoulli("y", logit_p=eta, observed=data["outcome"].astype(int))
+        idata = pm.sample(random_seed=seed, progressbar=False, compute_convergence_checks=False,
+                          cores=min(4, os.cpu_count() or 1), **SETTINGS)
+    post = idata.posterior.stack(sample=("chain", "draw"))
+    offsets = post["run_effect"].values.T
+    estimands = winrate_estimand_draws(post["mu"].values, post["beta"].values, post["sigma"].values,
+                                       post["u"].values.T, offsets)
+    return summarise(estimands), {"divergences": int(idata.sample_stats["diverging"].sum())}
+
+
+def fit_bambi(data, seed):
+    import bambi as bmb
+    import pandas as pd
+
+    from audit.bayes import winrate_estimand_draws
+
+    frame = pd.DataFrame({"y": data["outcome"].astype(int), "order": data["order"],
+                          "vignette": pd.Categorical(data["vignette"])})
+    priors = {"Intercept": bmb.Prior("Normal", mu=0, sigma=1.5), "order": bmb.Prior("Normal", mu=0, sigma=1),
+              "1|vignette": bmb.Prior("Normal", mu=0, sigma=bmb.Prior("HalfNormal", sigma=1))}
+    model = bmb.Model("y ~ order + (1|vignette)", frame, family="bernoulli", priors=priors)
+    idata = model.fit(random_seed=seed, progressbar=False, **SETTINGS)
+    post = idata.posterior.stack(sample=("chain", "draw"))
+    estimands = winrate_estimand_draws(post["Intercept"].values, post["order"].values,
+                                       post["1|vignette_sigma"].values, post["1|vignette"].values.T)
+    return summarise(estimands), {"divergences": int(idata.sample_stats["diverging"].sum())}
+
+
+def child(contender: str, warm: bool) -> None:
+    started = time.perf_counter()
+    fits = {"honestci": lambda d, s: fit_honestci(d, s, "auto"),
+            "honestci-pymc": lambda d, s: fit_honestci(d, s, "pymc"),
+            "bernoulli-pymc": fit_bernoulli_pymc, "bambi": fit_bambi}[contender]
+    summary, extra = fits(simulate(1), 1)
+    first = time.perf_counter() - started
+    record = {"contender": contender, "first_fit_s": first, "summary": summary, **extra}
+    if warm:
+        t = time.perf_counter()
+        _, extra_warm = fits(simulate(2), 2)
+        record["warm_fit_s"] = time.perf_counter() - t
+        record["warm_divergences"] = extra_warm["divergences"]
+    print(json.dumps(record))
+
+
+# ------------------------------------------------------------------ driver
+def run_child(python: str, contender: str, warm: bool) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore")
+    command = [python, str(Path(__file__).resolve()), "--child", contender] + (["--warm"] if warm else [])
+    started = time.perf_counter()
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
+    wall = time.perf_counter() - started
+    if completed.returncode != 0:
+        return {"contender": contender, "error": completed.stderr.strip().splitlines()[-1:]}
+    record = json.loads(completed.stdout.strip().splitlines()[-1])
+    record["process_wall_s"] = wall
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child")
+    parser.add_argument("--warm", action="store_true")
+    parser.add_argument("--bambi-python", default=None)
+    parser.add_argument("--repeats", type=int, default=2, help="cold processes per contender")
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.warm)
+        return
+    python = sys.executable
+    plan = [(python, "honestci"), (python, "honestci-pymc"), (python, "bernoulli-pymc")]
+    if args.bambi_python:
+        plan.append((args.bambi_python, "bambi"))
+    print(f"load average before: {os.getloadavg()}")
+    records = []
+    for interpreter, contender in plan:
+        for repeat in range(args.repeats):
+            record = run_child(interpreter, contender, warm=repeat == args.repeats - 1)
+            record["load1"] = os.getloadavg()[0]
+            records.append(record)
+            print(json.dumps(record), flush=True)
+    print("\n| contender | cold process s | warm fit s | divergences | W_these mean [95%] | W_new mean [95%] | load1 |")
+    print("|---|---|---|---|---|---|---|")
+    for r in records:
+        if "error" in r:
+            print(f"| {r['contender']} | error: {r['error']} | | | | | |")
+            continue
+        s = r["summary"]
+        these, new = s["winrate_these"], s["winrate_new"]
+        warm = f"{r['warm_fit_s']:.2f}" if "warm_fit_s" in r else ""
+        print(f"| {r['contender']} | {r['process_wall_s']:.2f} | {warm} | {r['divergences']} | "
+              f"{these[0]:.4f} [{these[1]:.4f}, {these[2]:.4f}] | {new[0]:.4f} [{new[1]:.4f}, {new[2]:.4f}] | "
+              f"{r['load1']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
