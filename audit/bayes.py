@@ -76,6 +76,8 @@ NORMAL_GRID_HALF_WIDTH = 8.5
 #: 240 verdicts, 4 x 1000 + 1000, hierarchically centred) 0.9 left 5 with divergences and 0.95
 #: left 3, all but one of which the automatic non-centred refit fixed.
 TARGET_ACCEPT = 0.95
+#: Posterior quantiles of each win rate kept in the result (for the report's posterior plot).
+POSTERIOR_QUANTILES = 101
 
 #: Compiled nutpie models kept in this process, keyed by model structure (see _structure_key);
 #: a second fit of the same shape only swaps the data (the numba compile is most of a fit's time).
@@ -793,6 +795,9 @@ class BayesWinRateResult:
     has_ties: bool
     runtime_seconds: float
     idata_path: str | None
+    #: 101 posterior quantiles (0, 1%, …, 100%) of the win rate per population, for plots; None
+    #: when the chains did not converge.
+    winrate_quantiles: dict | None = None
 
     def to_frame(self) -> "pd.DataFrame":
         """One row per (estimand, population): win rate, order effect, beta and sigma."""
@@ -989,7 +994,7 @@ def fit_winrate_hierarchical(
         Verdict INCONCLUSIVE with all estimates None when R-hat, ESS or divergences miss the
         thresholds in :class:`audit.gates.Thresholds`; INCONCLUSIVE (estimates kept) below
         ``min_clusters`` vignettes; otherwise PASS/FAIL against ``bar`` (PASS without a bar),
-        at least WARN below ``few_clusters_warn`` vignettes or when another prior flips the
+        at least WARN below ``few_clusters`` vignettes or when another prior flips the
         decision.
 
     References
@@ -1036,11 +1041,16 @@ def fit_winrate_hierarchical(
          "order_effect_logit", "sigma")
     )
     ppc = None
+    quantiles = None
     messages: list[str] = [parameterization_note] if parameterization_note else []
     verdicts: list[Verdict] = []
     if fit.diagnostics.converged:
         for name in ("winrate_these", "winrate_new"):
             summaries[name] = summarise_draws(fit.estimand_draws[name], level, bar)
+        grid = np.linspace(0.0, 1.0, POSTERIOR_QUANTILES)
+        quantiles = {population_name: tuple(float(q) for q in np.quantile(fit.estimand_draws[name], grid))
+                     for population_name, name in (("these_vignettes", "winrate_these"),
+                                                   ("new_vignettes", "winrate_new"))}
         for name in ("order_effect_these", "order_effect_new"):
             summaries[name] = summarise_draws(fit.estimand_draws[name], level)
         summaries["order_effect_logit"] = summarise_draws(_stacked(idata, "beta"), level)
@@ -1070,9 +1080,9 @@ def fit_winrate_hierarchical(
             verdicts.append(Verdict.INCONCLUSIVE)
             messages.append(f"only {cells.n_vignettes} vignettes (< {thresholds.min_clusters}): "
                             "sigma and the new-vignette win rate rest mostly on the prior")
-        elif cells.n_vignettes < thresholds.few_clusters_warn:
+        elif cells.n_vignettes < thresholds.few_clusters:
             verdicts.append(Verdict.WARN)
-            messages.append(f"{cells.n_vignettes} vignettes (< {thresholds.few_clusters_warn}): "
+            messages.append(f"{cells.n_vignettes} vignettes (< {thresholds.few_clusters}): "
                             "the new-vignette interval depends on the prior of sigma")
     else:
         verdicts.append(Verdict.INCONCLUSIVE)
@@ -1108,6 +1118,7 @@ def fit_winrate_hierarchical(
         diagnostics=fit.diagnostics,
         converged=fit.diagnostics.converged,
         verdict=worst(verdicts),
+        winrate_quantiles=quantiles,
         message="; ".join(messages),
         ppc=ppc,
         prior_sensitivity=sensitivity,

@@ -49,7 +49,7 @@ def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_ou
     click.echo(str(result.intervals))
     click.echo("")
     for gate in result.gates:
-        click.echo(f"  gate {gate.name:<22} {str(gate.verdict):<13} {gate.message}")
+        click.echo(f"  gate {gate.name:<26} {str(gate.verdict):<13} {gate.message}")
     click.echo("")
     colour = "green" if result.verdict.name in ("PASS", "WARN") else "red"
     click.secho(f"verdict: {result.verdict}", fg=colour, bold=True)

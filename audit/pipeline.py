@@ -300,10 +300,60 @@ def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = 2026112
         provenance=_provenance(claim, study, seed))
 
 
-def _fit_bayes(contests: ContestTable, bar: float, level: float, seed: int, reference: IntervalResult):
-    from audit.bayes_adapter import fit_claim_bayes
+@dataclass(frozen=True)
+class BayesCheck:
+    """The Bayesian hierarchical fit of the claim's contests, as interval rows and a gate."""
 
-    return fit_claim_bayes(contests, bar=bar, level=level, seed=seed, reference=reference)
+    result: Any
+    interval_rows: tuple[IntervalResult, ...]
+
+    def gate(self) -> GateResult:
+        """``sampler_converged``: PASS when R-hat, bulk/tail ESS and divergences meet the thresholds."""
+        d = self.result.diagnostics
+        evidence = {"rhat_max": d.rhat_max, "ess_bulk_min": d.ess_bulk_min, "ess_tail_min": d.ess_tail_min,
+                    "divergences": d.divergences, "chains": d.chains, "draws": d.draws, "sampler": self.result.sampler}
+        if d.converged:
+            return GateResult("sampler_converged", Verdict.PASS,
+                              f"R-hat {d.rhat_max:.3f}, ESS bulk/tail {d.ess_bulk_min:.0f}/{d.ess_tail_min:.0f}, "
+                              f"{d.divergences} divergences ({self.result.sampler})", evidence)
+        return GateResult("sampler_converged", Verdict.INCONCLUSIVE,
+                          "chains did not converge, no posterior reported: " + "; ".join(d.problems), evidence)
+
+    def summary(self) -> dict:
+        r, d = self.result, self.result.diagnostics
+        out = {"sampler": r.sampler, "parameterization": r.parameterization, "prior_sigma": r.prior, "seed": r.seed,
+               "chains": d.chains, "draws": d.draws, "tune": d.tune, "rhat_max": d.rhat_max,
+               "ess_bulk_min": d.ess_bulk_min, "ess_tail_min": d.ess_tail_min, "divergences": d.divergences,
+               "converged": r.converged, "message": r.message, "runtime_seconds": r.runtime_seconds}
+        for population, summary in (("these_vignettes", r.winrate_these), ("new_vignettes", r.winrate_new)):
+            if summary is not None:
+                out[f"p_above_bar_{population}"] = summary.p_above_bar
+        if r.sigma is not None:
+            out["sigma_between_vignettes_mean"] = r.sigma.mean
+        if r.order_effect_new is not None:
+            out["order_effect_mean"] = r.order_effect_new.mean
+        for population, values in (r.winrate_quantiles or {}).items():
+            out[f"posterior_quantiles_{population}"] = list(values)
+        return out
+
+
+def _fit_bayes(contests: ContestTable, bar: float, level: float, seed: int, reference: IntervalResult) -> BayesCheck:
+    from audit.bayes import fit_winrate_hierarchical_frame
+
+    result = fit_winrate_hierarchical_frame(contests.per_order_outcomes(), bar=bar, level=level, seed=seed)
+    common = dict(level=level, n=reference.n, n_clusters=reference.n_clusters, icc=reference.icc,
+                  design_effect=reference.design_effect, n_effective=reference.n_effective, seed=seed)
+    rows = []
+    for population, summary in (("these_vignettes", result.winrate_these), ("new_vignettes", result.winrate_new)):
+        label = "Bayesian hierarchical (posterior median, equal-tailed)"
+        if summary is None:
+            rows.append(IntervalResult("bayes_hierarchical", label, population, None, None, None,
+                                       verdict=Verdict.INCONCLUSIVE, note=result.message, **common))
+        else:
+            rows.append(IntervalResult("bayes_hierarchical", label, population, summary.median, summary.lower,
+                                       summary.upper, note=f"P(win rate > bar) = {summary.p_above_bar:.3f}; "
+                                                           f"{result.sampler}, sigma ~ {result.prior}", **common))
+    return BayesCheck(result, tuple(rows))
 
 
 def write_outputs(result: AuditResult, out_dir: str | Path) -> dict[str, Path]:
