@@ -678,3 +678,250 @@ def judged_rows(items: CalibrationItems, judgments, judge: str, invalid_as: str 
                                             frame["response_second"].to_numpy(), item["response_a"].to_numpy(),
                                             item["response_b"].to_numpy(), invalid_as=invalid_as),
         "human": item["human"].to_numpy()})
+
+
+# --- one judge, everything -------------------------------------------------------------------
+
+#: Seed of the vignette split of judge selection and of the bootstraps inside the audit check.
+CHECK_SEED = 20261129
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """Calibration of one judge against human preferences (see the module docstring).
+
+    ``agreement`` holds one estimate per tie policy (:data:`TIE_POLICIES` order); the gate reads
+    the ``"human_decided"`` one, the human ceiling and the judge's gap to it.
+    """
+
+    judge: str
+    source: str
+    min_margin: float
+    invalid_as: str
+    n_items: int
+    n_items_human_tie: int
+    n_rows: int
+    n_invalid: int
+    n_orders_per_item: float
+    agreement: tuple[ClusteredEstimate, ...]
+    metrics: ClassificationMetrics
+    kappa: ClusteredEstimate
+    weighted_kappa: ClusteredEstimate
+    alpha: AlphaResult | None
+    ceiling: ClusteredEstimate | None
+    gap_to_ceiling: ClusteredEstimate | None
+    comparisons: tuple[tuple[str, ClusteredEstimate, ClusteredEstimate], ...]
+    selection: JudgeSelection | None
+    ppi: object | None
+    level: float
+    seed: int | None
+
+    def agreement_for(self, ties: str = GATE_TIE_POLICY) -> ClusteredEstimate:
+        return self.agreement[TIE_POLICIES.index(ties)]
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per figure: what, estimate, CR2 interval, cluster-bootstrap interval, n, G."""
+        rows = [self.agreement_for(t) for t in TIE_POLICIES] + [self.kappa, self.weighted_kappa]
+        rows += [r for r in (self.ceiling, self.gap_to_ceiling) if r is not None]
+        for other, agreement, difference in self.comparisons:
+            rows += [agreement, difference]
+        frame = pd.DataFrame([r.as_row() for r in rows])
+        frame.insert(0, "judge", self.judge)
+        return frame
+
+    def __str__(self) -> str:
+        return "\n".join(self.report_section().lines)
+
+    def report_section(self) -> ReportSection:
+        decided = self.agreement_for(GATE_TIE_POLICY)
+        lines = [
+            f"judge {self.judge} against human preferences from {self.source}"
+            + (f" (min margin {self.min_margin:g})" if self.source == "ratings" else "")
+            + f": {self.n_items} items ({self.n_items_human_tie} human ties), {self.n_rows} judged orders "
+            f"({self.n_orders_per_item:.1f} per item), {self.n_invalid} invalid verdict(s) "
+            + ("counted as ties" if self.invalid_as == "tie" else "left out"),
+            f"agreement with the human-preferred response (judge ties count against it): {decided.text()}",
+            f"3-class accuracy {self.metrics.accuracy:.3f}, macro-F1 {self.metrics.macro_f1:.3f}; "
+            f"Cohen's kappa {self.kappa.text()}; weighted kappa {self.weighted_kappa.text()}",
+        ]
+        if self.ceiling is not None:
+            lines.append(f"human-human ceiling (each rater vs the rest, leave one rater out): {self.ceiling.text()}; "
+                         f"judge minus ceiling {self.gap_to_ceiling.text()}")
+        if self.alpha is not None:
+            lines.append(f"Krippendorff's alpha across human raters: {self.alpha.text()}")
+        for other, agreement, difference in self.comparisons:
+            lines.append(f"vs judge {other} on the same items: its agreement {agreement.text()}; "
+                         f"{self.judge} minus {other} {difference.text()}")
+        if self.selection is not None:
+            lines.append("judge selection: " + self.selection.text())
+        if self.ppi is not None:
+            lines.append("judge-error-corrected (PPI++) win rate, human-preference scale: " + self.ppi.text())
+        table = tuple({k: v for k, v in row.items() if k in (
+            "judge", "name", "estimate", "ci_low", "ci_high", "boot_low", "boot_high", "df", "n", "n_clusters",
+            "verdict", "note")} for row in self.to_frame().to_dict(orient="records"))
+        return ReportSection("calibration", "Judge calibration against human preferences", tuple(lines), table)
+
+
+def _agree_series(rows: pd.DataFrame, ties: str) -> pd.Series:
+    """Agreement per judged order (NaN where the tie policy leaves the row out), keyed by (item, first)."""
+    keep, agree = agreement_indicator(rows["judge_code"], rows["human"], ties)
+    values = np.full(len(rows), np.nan)
+    values[keep] = agree
+    return pd.Series(values, index=pd.MultiIndex.from_arrays([rows["item"], rows["response_first"]]))
+
+
+def calibrate_judge(judge: str, *, judgments, human_pairs=None, human_ratings=None, source: str = "auto",
+                    min_margin: float = 0.0, split: str = "tie", invalid_as: str = "missing",
+                    other_judges: tuple[str, ...] | None = None, level: float = 0.95, seed: int = CHECK_SEED,
+                    bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+                    min_clusters: int = THRESHOLDS.min_clusters) -> CalibrationResult:
+    """Every calibration figure of ``judge``: agreement (3 tie policies), kappa, alpha, ceiling, comparisons.
+
+    ``other_judges``: judges to compare with on the same judged orders and to select among
+    (default: every other judge with verdicts on the items). Raises :class:`InputError` when the
+    judge has no verdict on any human-labelled item.
+    """
+    items = calibration_items(human_pairs=human_pairs, human_ratings=human_ratings, judgments=judgments,
+                              source=source, min_margin=min_margin, split=split)
+    rows = judged_rows(items, judgments, judge, invalid_as)
+    if rows.empty:
+        raise InputError(f"judge {judge!r} judged none of the {len(items.items)} human-labelled pairs.",
+                         fix="judge the human-labelled pairs, or label pairs the judge saw")
+    common = dict(level=level, bootstrap_draws=bootstrap_draws, min_clusters=min_clusters)
+    agreement = tuple(agreement_ci(rows["judge_code"], rows["human"], rows["vignette_id"], ties=t, rng=seed,
+                                   name=f"{judge} agreement ({t})", **common) for t in TIE_POLICIES)
+    kappa = cohen_kappa(rows["judge_code"], rows["human"], rows["vignette_id"], rng=seed, **common)
+    weighted = cohen_kappa(rows["judge_code"], rows["human"], rows["vignette_id"], weights="linear", rng=seed, **common)
+    n_raters = items.rater_codes.shape[1]
+    clusters = items.items["vignette_id"].to_numpy()
+    alpha = ceiling = gap = None
+    if n_raters >= 2:
+        alpha = krippendorff_alpha(items.rater_codes, clusters, level=level, rng=seed, bootstrap_draws=bootstrap_draws)
+        ceiling = human_ceiling(items.rater_codes, clusters, rater_differences=items.rater_differences,
+                                min_margin=items.min_margin, split=split, rng=seed, **common)
+        own, rest = leave_one_rater_out(items.rater_codes, rater_differences=items.rater_differences,
+                                        min_margin=items.min_margin, split=split)
+        keep_h, agree_h = agreement_indicator(own.ravel(), rest.ravel(), GATE_TIE_POLICY)
+        keep_j, agree_j = agreement_indicator(rows["judge_code"], rows["human"], GATE_TIE_POLICY)
+        gap = stacked_difference(agree_j, rows["vignette_id"].to_numpy()[keep_j], agree_h,
+                                 np.repeat(clusters, n_raters)[keep_h], f"{judge} minus human ceiling",
+                                 level=level, min_clusters=min_clusters)
+    frame = _frame(judgments)
+    if other_judges is None:
+        other_judges = tuple(j for j in pd.unique(frame["judge"].astype(str)) if j != judge)
+    mine = _agree_series(rows, GATE_TIE_POLICY)
+    comparisons, candidates = [], {judge: (agree_j, rows["vignette_id"].to_numpy()[keep_j])}
+    vignette_of_item = items.items["vignette_id"].to_numpy()
+    for other in other_judges:
+        other_rows = judged_rows(items, judgments, other, invalid_as)
+        if other_rows.empty:
+            continue
+        theirs = _agree_series(other_rows, GATE_TIE_POLICY)
+        common_index = mine.index.intersection(theirs.index)
+        keep_o, agree_o = agreement_indicator(other_rows["judge_code"], other_rows["human"], GATE_TIE_POLICY)
+        candidates[other] = (agree_o, other_rows["vignette_id"].to_numpy()[keep_o])
+        comparisons.append((other,
+                            agreement_ci(other_rows["judge_code"], other_rows["human"], other_rows["vignette_id"],
+                                         ties=GATE_TIE_POLICY, rng=seed, name=f"{other} agreement ({GATE_TIE_POLICY})",
+                                         **common),
+                            compare_judges(mine.loc[common_index].to_numpy(), theirs.loc[common_index].to_numpy(),
+                                           vignette_of_item[common_index.get_level_values(0)],
+                                           name=f"{judge} minus {other} (paired)", rng=seed, **common)))
+    selection = None
+    if len(candidates) >= 2:
+        selection = select_judge(candidates, level=level, rng=seed, min_clusters=min_clusters)
+    n_items_judged = rows["item"].nunique()
+    return CalibrationResult(
+        judge=judge, source=items.source, min_margin=items.min_margin, invalid_as=invalid_as,
+        n_items=int(len(items.items)), n_items_human_tie=int((items.items["human"] == TIE).sum()),
+        n_rows=int(len(rows)), n_invalid=int((rows["verdict"] == "invalid").sum()),
+        n_orders_per_item=float(len(rows) / n_items_judged), agreement=agreement,
+        metrics=classification_metrics(rows["judge_code"], rows["human"]), kappa=kappa, weighted_kappa=weighted,
+        alpha=alpha, ceiling=ceiling, gap_to_ceiling=gap, comparisons=tuple(comparisons), selection=selection,
+        ppi=None, level=level, seed=seed)
+
+
+def ppi_winrate(contests, items: CalibrationItems, *, level: float = 0.95,
+                min_clusters: int = THRESHOLDS.min_clusters):
+    """PPI++ win rate of the contests' policy on the human-preference scale (clustered by vignette).
+
+    Y = 1 when humans prefer the policy's response, ½ on a human tie, 0 otherwise (on contests
+    with a human reference); f = the judge's both-order contest score. Labelled: contests with
+    a human reference; unlabelled: the rest. None when no contest has a human reference.
+    """
+    from audit.ppi import ppi_mean_clustered
+
+    scored = contests.scores("both_orders").frame.merge(
+        contests.frame[["contest_id", "policy_response", "opponent_response"]], on="contest_id")
+    keys = _pair_key(scored["vignette_id"], scored["policy_response"], scored["opponent_response"])
+    index = pd.Index(items.items["item_key"]).get_indexer(keys)
+    labelled = index >= 0
+    if labelled.sum() < 2 or (~labelled).sum() < 1:
+        return None
+    item = items.items.iloc[index[labelled]]
+    human = item["human"].to_numpy()
+    policy_is_a = item["response_a"].to_numpy() == scored["policy_response"].to_numpy()[labelled]
+    y = np.where(policy_is_a, (human + 1) / 2, (1 - human) / 2)
+    ok = ~np.isnan(y)
+    f = scored["score"].to_numpy()
+    vignettes = scored["vignette_id"].to_numpy()
+    return ppi_mean_clustered(y[ok], f[labelled][ok], f[~labelled], vignettes[labelled][ok], vignettes[~labelled],
+                              level=level, min_clusters=min_clusters)
+
+
+# --- the audit check and gate -----------------------------------------------------------------
+
+@register_check("calibration")
+def _calibration_check(context) -> CalibrationResult | None:
+    study = context.study
+    if study.human_pairs is None and study.human_ratings is None:
+        return None
+    thresholds = context.claim.thresholds
+    level = thresholds.confidence_level
+    try:
+        result = calibrate_judge(context.contests.judge, judgments=study.judgments, human_pairs=study.human_pairs,
+                                 human_ratings=study.human_ratings, level=level, min_clusters=thresholds.min_clusters)
+        items = calibration_items(human_pairs=study.human_pairs, human_ratings=study.human_ratings,
+                                  judgments=study.judgments)
+    except InputError:
+        return None
+    from dataclasses import replace
+
+    return replace(result, ppi=ppi_winrate(context.contests, items, level=level, min_clusters=thresholds.min_clusters))
+
+
+def gate_judge_calibrated(result: CalibrationResult | None, thresholds: Thresholds = THRESHOLDS) -> GateResult:
+    """PASS when the judge's agreement CI-low clears ``min_judge_agreement`` and the judge is not
+    materially below the human ceiling; FAIL when either fails with confidence; WARN when the
+    gap's point estimate is material but its interval reaches back within tolerance;
+    INCONCLUSIVE when there is no human data or no honest interval."""
+    name = "judge_calibrated"
+    if result is None:
+        return GateResult(name, Verdict.INCONCLUSIVE,
+                          "not run: needs human preference labels (human_pairs or human_ratings) on pairs the judge judged")
+    agreement = result.agreement_for(GATE_TIE_POLICY)
+    evidence = {"agreement": agreement.as_row(), "min_judge_agreement": thresholds.min_judge_agreement,
+                "max_judge_ceiling_gap": thresholds.max_judge_ceiling_gap,
+                "gap_to_ceiling": None if result.gap_to_ceiling is None else result.gap_to_ceiling.as_row()}
+    if not agreement.reportable:
+        return GateResult(name, Verdict.INCONCLUSIVE, f"no honest interval for the agreement: {agreement.note}", evidence)
+    if agreement.ci_low < thresholds.min_judge_agreement:
+        return GateResult(name, Verdict.FAIL, f"agreement {agreement.text()}: CI-low below "
+                          f"{thresholds.min_judge_agreement:.2f}", evidence)
+    message = f"agreement {agreement.text()} >= {thresholds.min_judge_agreement:.2f}"
+    gap = result.gap_to_ceiling
+    if gap is None or not gap.reportable:
+        return GateResult(name, Verdict.WARN, message + "; no human ceiling to compare with (needs 2+ raters)", evidence)
+    tolerance = thresholds.max_judge_ceiling_gap
+    if gap.ci_high < -tolerance:
+        return GateResult(name, Verdict.FAIL, message + f"; but materially below the human ceiling: judge minus "
+                          f"ceiling {gap.text()} lies below -{tolerance:.2f}", evidence)
+    if gap.estimate < -tolerance:
+        return GateResult(name, Verdict.WARN, message + f"; judge minus ceiling {gap.text()}: possibly more than "
+                          f"{tolerance:.2f} below the human ceiling", evidence)
+    return GateResult(name, Verdict.PASS, message + f"; judge minus human ceiling {gap.text()}", evidence)
+
+
+@register_gate("judge_calibrated")
+def _judge_calibrated_gate(context) -> GateResult:
+    return gate_judge_calibrated(context.checks.get("calibration"), context.claim.thresholds)

@@ -49,6 +49,22 @@ class Thresholds:
     #: Rounding tolerance when matching a claimed figure (half a unit in the last stated digit
     #: is added on top of this).
     claimed_figure_tolerance: float = 0.0005
+    #: A judge is calibrated only if the CI-low of its agreement with the human-preferred response
+    #: (judge ties counted against it) reaches this. MT-Bench (Zheng et al. 2023, Table 5) measured
+    #: GPT-4 at 0.85 and humans at 0.81 on pairs without human ties, and 0.66/0.63 with ties counted;
+    #: chance is 0.50 on decided pairs: a judge that cannot be shown to beat 0.65 is nearer chance
+    #: than human level.
+    min_judge_agreement: float = 0.65
+    #: A judge may not be materially below the human-human ceiling (each rater against the rest):
+    #: FAIL when the CI of (judge minus ceiling) lies entirely below -this, WARN when only its point
+    #: does. Ten points is the gap between GPT-3.5 and GPT-4 agreement in MT-Bench's Table 5.
+    max_judge_ceiling_gap: float = 0.10
+    #: Position-bias tolerance on the order effect P(policy wins | shown first) - P(policy wins |
+    #: shown second), in probability points. An order effect d moves a single-order win rate by d/2
+    #: from the order-balanced one, so 0.10 bounds that bias at 5 points, the width honest intervals
+    #: from a few hundred contests have anyway. FAIL when the clustered CI lies entirely outside
+    #: +-tolerance, WARN when it straddles a bound, PASS when inside.
+    position_bias_tolerance: float = 0.10
 
 
 THRESHOLDS = Thresholds()
