@@ -273,7 +273,8 @@ class PositionBiasCheck:
     def report_section(self) -> ReportSection:
         lines = list(self.claim_judge.summary_lines())
         for other in self.others:
-            lines.append("other judge — " + (other.summary_lines()[1] if other.identifiable else other.summary_lines()[0]))
+            lines.append(f"other judge {other.judge}: " + (other.summary_lines()[1] if other.identifiable
+                                                             else other.summary_lines()[0]))
         lines.append(f"tolerance on the order effect: ±{self.tolerance:.2f}")
         table = []
         for result in (self.claim_judge, *self.others):
