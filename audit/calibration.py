@@ -758,7 +758,7 @@ class CalibrationResult:
             lines.append("judge-error-corrected (PPI++) win rate, human-preference scale: " + self.ppi.text())
         table = tuple({k: v for k, v in row.items() if k in (
             "judge", "name", "estimate", "ci_low", "ci_high", "boot_low", "boot_high", "df", "n", "n_clusters",
-            "verdict", "note")} for row in self.to_frame().to_dict(orient="records"))
+            "note")} for row in self.to_frame().to_dict(orient="records"))
         return ReportSection("calibration", "Judge calibration against human preferences", tuple(lines), table)
 
 
