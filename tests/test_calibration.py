@@ -290,6 +290,7 @@ def test_agreement_cr2_coverage_fast_tier():
 @pytest.mark.slow
 @pytest.mark.parametrize("n_clusters", [6, 30])
 def test_agreement_cr2_coverage_slow_tier(n_clusters):
+    # measured: G = 6 0.9315, G = 30 0.951 (2000 reps, seed 7)
     coverage = _agreement_coverage(2000, n_clusters, 20, seed=7)
     assert 0.92 <= coverage <= 0.975
 
@@ -297,6 +298,7 @@ def test_agreement_cr2_coverage_slow_tier(n_clusters):
 @pytest.mark.coverage
 def test_clustered_ppi_coverage_fast_tier():
     # clustered labels: a vignette effect shared by the human label and the judge's score
+    # measured: 0.953 (G = 20, 300 reps, seed 99)
     rng = np.random.default_rng(99)
     G, m, n_lab = 20, 30, 6
     covered, reps, truth = 0, 300, 0.5
