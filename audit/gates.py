@@ -57,6 +57,23 @@ class Thresholds:
     ess_bulk_min: float = 400.0
     ess_tail_min: float = 400.0
     divergences_max: int = 0
+    #: A judge is calibrated only if the CI-low of its agreement with the human-preferred response
+    #: (judge ties counted against it) reaches this. MT-Bench (Zheng et al. 2023, sec. 4.2) measured
+    #: GPT-4 at 0.85 and expert humans at 0.81 against each other on pairs without ties, 0.66/0.63
+    #: with ties as a class; chance is 0.50 on decided pairs, so a judge that cannot be shown to
+    #: beat 0.65 is nearer chance than human level.
+    min_judge_agreement: float = 0.65
+    #: A judge may not be materially below the human-human ceiling (each rater against the rest):
+    #: FAIL when the CI of (judge minus ceiling) lies entirely below -this, WARN when only its point
+    #: does. A judge ten points below the ceiling errs on one item in ten more often than a typical
+    #: rater does: it is then materially worse than asking one more human.
+    max_judge_ceiling_gap: float = 0.10
+    #: Position-bias tolerance on the order effect P(policy wins | shown first) - P(policy wins |
+    #: shown second), in probability points. An order effect d moves a single-order win rate by d/2
+    #: from the order-balanced one, so 0.10 bounds that bias at 5 points, the width honest intervals
+    #: from a few hundred contests have anyway. FAIL when the clustered CI lies entirely outside
+    #: +-tolerance, WARN when it straddles a bound, PASS when inside.
+    position_bias_tolerance: float = 0.10
 
 
 THRESHOLDS = Thresholds()

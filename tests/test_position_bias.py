@@ -1,0 +1,144 @@
+"""Position bias: the fixture's biased judge is flagged and its truth covered, single-order data is
+not identifiable, the sign-flip test is exact, and the order-effect interval covers by simulation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+from scipy.special import logit
+
+from audit.claims import load_claim
+from audit.gates import Verdict
+from audit.io import load_study
+from audit.position_bias import gate_position_bias, position_bias, position_bias_for_judge, sign_flip_test
+from fixtures.truth import JudgeParams, system_estimands
+
+STUDY = Path(__file__).resolve().parents[1] / "fixtures" / "study"
+POLICY, OPPONENT = "reappraisal-4b-grpo", "gpt-4-0314"
+
+
+@pytest.fixture(scope="module")
+def study():
+    return load_study(load_claim(STUDY / "claim.yaml").data_paths)
+
+
+@pytest.fixture(scope="module")
+def truth():
+    return json.loads((STUDY / "truth.json").read_text())
+
+
+@pytest.mark.parametrize("judge, verdict", [("llama-3.1-70b", Verdict.PASS), ("llama-3.1-405b", Verdict.FAIL)])
+def test_fixture_gate_flags_the_biased_judge(study, judge, verdict):
+    result = position_bias_for_judge(study, POLICY, OPPONENT, judge)
+    assert gate_position_bias(result).verdict == verdict
+
+
+@pytest.mark.parametrize("judge", ["llama-3.1-70b", "llama-3.1-405b", "small-judge"])
+def test_fixture_intervals_cover_truth(study, truth, judge):
+    # truth.json position_bias: order_effect = P(policy wins | shown first) - P(policy wins | shown
+    # second), consistency_rate = P(same response both orders, or tie both), conditional on valid
+    # verdicts, on the policy-vs-opponent contests; CR2 targets the new-vignette value.
+    result = position_bias_for_judge(study, POLICY, OPPONENT, judge)
+    for population in ("new_vignette", "these_vignettes"):
+        expected = truth["position_bias"][judge][population]
+        assert result.order_effect.ci_low <= expected["order_effect"] <= result.order_effect.ci_high
+        assert result.consistency.ci_low <= expected["consistency_rate"] <= result.consistency.ci_high
+
+
+def test_single_order_is_not_identifiable():
+    result = position_bias(["win", "loss"], ["invalid", "invalid"], ["v1", "v2"], judge="j")
+    assert not result.identifiable and result.order_effect is None and result.verdict == Verdict.INCONCLUSIVE
+    assert gate_position_bias(result).verdict == Verdict.INCONCLUSIVE
+    assert result.to_frame()["estimate"].isna().all()
+
+
+def test_single_order_contests_from_tables_are_not_identifiable(study):
+    from audit.contests import build_contests
+    from audit.position_bias import position_bias_from_contests
+
+    judgments = study.judgments.frame
+    one_order = judgments[judgments["response_first"].str.startswith("grpo")]
+    contests = build_contests({"responses": study.responses.frame, "judgments": one_order}, POLICY, OPPONENT,
+                              judge="llama-3.1-70b", allow_single_order=True)
+    result = position_bias_from_contests(contests)
+    assert not result.identifiable and result.n_single_order == 720
+    assert "one presentation order" in gate_position_bias(result).message or "not identifiable" in gate_position_bias(result).message
+
+
+def test_hand_example_and_exact_sign_flip():
+    first = ["win", "win", "win", "tie", "loss", "win", "win", "loss"]
+    second = ["loss", "loss", "win", "tie", "loss", "tie", "loss", "win"]
+    result = position_bias(first, second, [f"v{i % 5}" for i in range(8)], min_clusters=2, bootstrap_draws=99,
+                           permutation_draws=999)
+    # W1 = 5/8, W2 = 2/8; consistent: (win,win), (tie,tie), (loss,loss)
+    assert result.order_effect.estimate == pytest.approx(3 / 8)
+    assert result.consistency.estimate == pytest.approx(3 / 8)
+    assert result.order_effect_logit.estimate == pytest.approx(logit(5 / 8) - logit(2 / 8))
+    # D = W1 - W2: four +1, one -1 -> exact binomial on the five discordant contests
+    d = np.array([1, 1, 0, 0, 0, 1, 1, -1])
+    assert result.n_discordant == 5
+    assert result.exact_p == pytest.approx(stats.binomtest(4, 5, 0.5).pvalue)
+    # first-position preference among the 5 inconsistent contests: (w,l) x3, (w,t) first; (l,w) second
+    assert result.first_preference.estimate == pytest.approx(4 / 5)
+    exact, monte_carlo, m, _ = sign_flip_test(d, draws=20000, rng=3)
+    assert m == 5 and abs(exact - monte_carlo) < 0.02
+
+
+def test_cli_position_bias():
+    from audit.cli_checks import position_bias_command
+
+    out = CliRunner().invoke(position_bias_command, [str(STUDY / "claim.yaml"), "--judge", "llama-3.1-405b"])
+    assert out.exit_code == 0, out.output
+    assert "gate position_bias: FAIL" in out.output and "v6" in out.output
+
+
+# --- coverage --------------------------------------------------------------------------------------
+
+JUDGE = JudgeParams(kappa=2.5, b=0.5, t=0.15, pi=0.0)
+ALPHA_DIFF, SIGMA_U, TAU = 0.5, 0.4, 0.6
+
+
+def _simulate(rng, n_vignettes: int, per_vignette: int):
+    u = rng.normal(0, SIGMA_U, n_vignettes)
+    vignette = np.repeat(np.arange(n_vignettes), per_vignette)
+    d = ALPHA_DIFF + u[vignette] + rng.normal(0, np.sqrt(2) * TAU, vignette.size)
+    z_first = JUDGE.kappa * d + JUDGE.b + rng.logistic(size=d.size)  # policy shown first
+    z_second = -JUDGE.kappa * d + JUDGE.b + rng.logistic(size=d.size)  # opponent shown first
+    first = np.where(z_first > JUDGE.t, "win", np.where(z_first < -JUDGE.t, "loss", "tie"))
+    second = np.where(z_second < -JUDGE.t, "win", np.where(z_second > JUDGE.t, "loss", "tie"))
+    return first, second, vignette
+
+
+def _order_effect_coverage(reps: int, n_vignettes: int, per_vignette: int, seed: int) -> tuple[float, float]:
+    truth = system_estimands(ALPHA_DIFF, {"v": 0.0}, SIGMA_U, TAU, JUDGE)["new_vignette"]
+    logit_truth = logit(truth["p_win_policy_first"]) - logit(truth["p_win_policy_second"])
+    rng = np.random.default_rng(seed)
+    covered = covered_logit = 0
+    for _ in range(reps):
+        first, second, vignette = _simulate(rng, n_vignettes, per_vignette)
+        result = position_bias(first, second, vignette, rng=rng, bootstrap_draws=19, permutation_draws=19)
+        covered += result.order_effect.ci_low <= truth["order_effect"] <= result.order_effect.ci_high
+        covered_logit += result.order_effect_logit.ci_low <= logit_truth <= result.order_effect_logit.ci_high
+    return covered / reps, covered_logit / reps
+
+
+@pytest.mark.coverage
+def test_order_effect_coverage_fast_tier():
+    # measured: probability scale 0.945, logit scale 0.950 (G = 12, 200 reps, seed 4)
+    coverage, coverage_logit = _order_effect_coverage(200, 12, 30, seed=4)
+    assert 0.90 <= coverage <= 0.985
+    assert 0.88 <= coverage_logit <= 0.985
+
+
+@pytest.mark.coverage
+@pytest.mark.slow
+@pytest.mark.parametrize("n_vignettes", [6, 30])
+def test_order_effect_coverage_slow_tier(n_vignettes):
+    coverage, coverage_logit = _order_effect_coverage(2000, n_vignettes, 40, seed=40 + n_vignettes)
+    assert 0.92 <= coverage <= 0.975
+    assert 0.90 <= coverage_logit <= 0.975
