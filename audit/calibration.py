@@ -880,7 +880,8 @@ def _calibration_check(context) -> CalibrationResult | None:
     level = thresholds.confidence_level
     try:
         result = calibrate_judge(context.contests.judge, judgments=study.judgments, human_pairs=study.human_pairs,
-                                 human_ratings=study.human_ratings, level=level, min_clusters=thresholds.min_clusters)
+                                 human_ratings=study.human_ratings, level=level, min_clusters=thresholds.min_clusters,
+                                 seed=context.seed)
         items = calibration_items(human_pairs=study.human_pairs, human_ratings=study.human_ratings,
                                   judgments=study.judgments)
     except InputError:

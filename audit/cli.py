@@ -159,14 +159,17 @@ def coverage_study(reps: int, per_vignette: int, seed: int, processes: int, out_
     click.echo(str(out_file))
 
 
-def _register_judge_commands() -> None:
+def _register_commands() -> None:
+    from audit.cli_checks import calibrate_judge_command, position_bias_command
     from judges.cli import import_command, judge_command
 
     main.add_command(judge_command, "judge")
     main.add_command(import_command, "import")
+    main.add_command(calibrate_judge_command, "calibrate-judge")
+    main.add_command(position_bias_command, "position-bias")
 
 
-_register_judge_commands()
+_register_commands()
 
 if __name__ == "__main__":
     main()

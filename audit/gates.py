@@ -137,10 +137,8 @@ GATE_ORDER = (
     "training_healthy",
 )
 DEFAULT_REQUIRED_GATES = ("enough_clusters", "ci_low_clears_bar", "sampler_converged", "comparison_valid",
-                          "claimed_figures_reproduce")
+                          "claimed_figures_reproduce", "judge_calibrated", "position_bias")
 NOT_YET_IMPLEMENTED = {
-    "judge_calibrated": "the judge-calibration check (human preference labels vs the judge)",
-    "position_bias": "the position-bias check on both-order verdicts",
     "winners_curse": "the winner's-curse check on selection and held-out pools",
     "leakage": "the n-gram leakage scan of the training corpus",
     "training_healthy": "the training-health check of the trainer's logs",

@@ -55,6 +55,8 @@ class AuditContext:
     bayes: Any | None
     claimed_audit: ClaimedFigureAudit | None
     comparisons: tuple[ComparisonCheck, ...]
+    #: Seed of every resampling step of the audit (``--seed``); checks use it too.
+    seed: int = 20261129
     #: Results of the plug-in checks (audit.checks), by key; filled by run_audit.
     checks: dict = field(default_factory=dict)
 
@@ -280,7 +282,7 @@ def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = 2026112
     if spec.claimed is not None:
         claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons"}), intervals)
     context = AuditContext(claim, study, contests, intervals, gate_method, bayes_result, claimed_audit,
-                           _comparisons(claim, study, contests, level))
+                           _comparisons(claim, study, contests, level), seed=seed)
     progress("running the plug-in checks")
     context.checks.update(run_checks(context))
 

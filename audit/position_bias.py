@@ -300,7 +300,7 @@ def _position_bias_check(context) -> PositionBiasCheck | None:
     if contests is None:
         return None
     thresholds = context.claim.thresholds
-    options = dict(level=thresholds.confidence_level, min_clusters=thresholds.min_clusters)
+    options = dict(level=thresholds.confidence_level, min_clusters=thresholds.min_clusters, rng=context.seed)
     mine = position_bias_from_contests(contests, **options)
     judgments = context.study.judgments.frame
     others = []
