@@ -209,3 +209,18 @@ def test_scan_texts_equals_scan_corpus(tmp_path):
     a = scan_corpus(index, path)
     b = scan_texts(index, [d for d, _ in docs], [t for _, t in docs])
     assert a.items.drop(columns=[]).equals(b.items)
+
+
+def test_cli_leakage_exits_1_on_the_fixture_leaks_and_2_on_bad_input(tmp_path):
+    from click.testing import CliRunner
+
+    from audit.cli_selection import leakage
+
+    runner = CliRunner()
+    result = runner.invoke(leakage, ["--eval", str(FIXTURE / "responses.jsonl"), "--corpus",
+                                     str(FIXTURE / "corpus.jsonl"), "--out", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "gpt4-v3-33" in result.output and (tmp_path / "leakage_items.csv").exists()
+    bad = runner.invoke(leakage, ["--eval", str(FIXTURE / "responses.jsonl"), "--eval-id", "nope",
+                                  "--corpus", str(FIXTURE / "corpus.jsonl")])
+    assert bad.exit_code == 2 and "nope" in bad.output

@@ -256,6 +256,7 @@ def test_fixture_selection_pool_recovers_truth(fixture_study):
 
 
 def _claim_copy(tmp_path, policy):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     for path in FIXTURE.iterdir():
         shutil.copy(path, tmp_path / path.name)
     text = (FIXTURE / "claim.yaml").read_text().replace("policy: reappraisal-4b-grpo", f"policy: {policy}")
@@ -365,3 +366,15 @@ def test_alpaca_eval_best_of_n_pairs(base, selected):
     assert r.naive_estimate == pytest.approx(board.loc[selected, "published_win_rate"] / 100, abs=0.005)
     assert r.conditional_ci[0] <= r.median_unbiased <= r.naive_estimate
     assert diff.n_clusters == len(wide) and corr > 0
+
+
+def test_cli_winners_curse(tmp_path):
+    from click.testing import CliRunner
+
+    from audit.cli_selection import winners_curse
+
+    ok = CliRunner().invoke(winners_curse, [str(FIXTURE / "claim.yaml"), "--out", str(tmp_path)])
+    assert ok.exit_code == 0, ok.output
+    assert "AKM" in ok.output and (tmp_path / "winners_curse.csv").exists()
+    failing = CliRunner().invoke(winners_curse, [str(_claim_copy(tmp_path / "c", "grpo-ckpt-5"))])
+    assert failing.exit_code == 1 and "FAIL" in failing.output
