@@ -10,10 +10,11 @@ vignette-clustered interval for the difference (:func:`leak_effect`). An optiona
 pass (word-shingle Jaccard against windows of the documents) catches paraphrases that exact
 n-grams miss.
 
-Hashing is vectorised over a whole chunk: the normalised bytes of many documents sit in one
-NumPy array; token hashes are polynomial hashes mod 2⁶⁴ taken from one prefix sum
-(h(s, e) = P[e−1]·(S[e] − S[s]) with S the prefix sum of b_j·p^(−j)), mixed by splitmix64, and
-n-gram hashes are the same construction over token hashes. Nothing per token runs in Python.
+Hashing is vectorised over a whole chunk: tokens are mapped to the ids of the eval items'
+vocabulary in one C-level pass (a corpus n-gram with a token outside that vocabulary cannot
+match, so it is never hashed); n-gram hashes are polynomial rolling hashes of the token ids mod
+2⁶⁴, mixed by splitmix64, computed by n vectorised multiply-adds over the whole chunk. No Python
+code runs per token.
 
 References: Brown et al. (2020), "Language Models are Few-Shot Learners", App. C (13-gram
 overlap); datatrove ``NGramsDecontFilter``; lm-evaluation-harness ``decontamination/janitor.py``.
@@ -26,6 +27,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
+from itertools import chain, repeat
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -42,16 +44,12 @@ NEAR_SHINGLE = 1
 NEAR_THRESHOLD = 0.35
 
 _MASK = (1 << 64) - 1
-_BYTE_BASE = 0x100000001B3  # FNV-64 prime (odd, hence invertible mod 2^64)
-_BYTE_BASE_INV = pow(_BYTE_BASE, -1, 1 << 64)
 _TOKEN_BASE = 0x9E3779B97F4A7C15
-_LENGTH_SALT = 0xD6E8FEB86659FD93
 _NON_WORD = re.compile(r"[\W_]+")
 #: ASCII bytes: letters lower-cased, digits kept, everything else a space; bytes >= 128 kept.
 _ASCII_TABLE = bytes(
     (b + 32 if 65 <= b <= 90 else b) if (48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122 or b >= 128) else 32
     for b in range(256))
-_SPACE = 32
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,45 +79,17 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-class _Powers:
-    """p^j and p^(−j) mod 2⁶⁴ for j < size, grown on demand (one per process)."""
-
-    def __init__(self):
-        self.forward = np.ones(1, np.uint64)
-        self.inverse = np.ones(1, np.uint64)
-
-    def ensure(self, size: int) -> None:
-        if size <= self.forward.size:
-            return
-        size = max(size, 2 * self.forward.size)
-        self.forward = _geometric(_BYTE_BASE, size)
-        self.inverse = _geometric(_BYTE_BASE_INV, size)
-
-
-def _geometric(base: int, size: int) -> np.ndarray:
-    out = np.empty(size, np.uint64)
-    block = 1 << 12
-    head = np.empty(block, np.uint64)
-    value = 1
-    for j in range(block):
-        head[j] = value
-        value = (value * base) & _MASK
-    step = np.uint64(value)  # base^block
-    factor = np.uint64(1)
-    with np.errstate(over="ignore"):
-        for start in range(0, size, block):
-            stop = min(size, start + block)
-            out[start:stop] = head[: stop - start] * factor
-            factor = factor * step
-    return out
-
-
-_POWERS = _Powers()
+def tokenize(text: str) -> list[bytes]:
+    """Normalised word tokens (UTF-8 bytes) of ``text``: ``normalize(text).encode().split()``."""
+    return _normalized_bytes(text).translate(_ASCII_TABLE).split()
 
 
 @dataclass(frozen=True)
 class HashedChunk:
-    """The n-gram hashes of a batch of documents: hash, document index and token position."""
+    """The n-gram hashes of a batch of documents: hash, document index and token position.
+
+    Only n-grams whose every token is in the vocabulary appear (no other n-gram can match).
+    """
 
     hashes: np.ndarray
     doc: np.ndarray
@@ -127,56 +97,43 @@ class HashedChunk:
     n_tokens: np.ndarray  # per document
 
 
-def hash_documents(texts: Sequence[str], n: int = DEFAULT_NGRAM) -> HashedChunk:
-    """Hash every word n-gram of every text (after :func:`normalize`), vectorised over the batch.
+def hash_documents(texts: Sequence[str], n: int, vocabulary: Mapping[bytes, int]) -> HashedChunk:
+    """Hash every word n-gram of every text whose tokens are all in ``vocabulary``.
 
-    Token hash: polynomial hash of its bytes mod 2⁶⁴ (base the FNV-64 prime) salted with its
-    length and mixed by splitmix64; n-gram hash: the polynomial hash of its n token hashes (base
-    the golden-ratio constant), mixed again. An n-gram never spans two documents.
+    Tokens (:func:`tokenize`) become vocabulary ids in one C-level pass
+    (``map(vocabulary.get, tokens)``); the hash of the n-gram starting at token i is
+    splitmix64(Σ_m id_{i+m}·B^(n−1−m) mod 2⁶⁴) with B the golden-ratio constant, computed as n
+    vectorised multiply-adds over the whole batch. An n-gram never spans two documents.
     """
     if n < 1:
         raise InputError(f"n = {n} must be at least 1", fix="use e.g. 8, or 13 for GPT-3-style checks")
-    pieces = [_normalized_bytes(t) for t in texts]
-    lengths = np.fromiter((len(p) for p in pieces), np.int64, len(pieces))
-    buffer = b" ".join(pieces).translate(_ASCII_TABLE)
-    doc_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1])) if len(pieces) else np.zeros(0, np.int64)
-    data = np.frombuffer(buffer, np.uint8)
-    if data.size == 0:
-        empty = np.zeros(0, np.int64)
-        return HashedChunk(np.zeros(0, np.uint64), empty, empty, np.zeros(len(pieces), np.int64))
-    word = data != _SPACE
-    edges = np.diff(np.concatenate(([False], word, [False])).view(np.int8))
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1)
-    _POWERS.ensure(data.size + 1)
-    prefix = np.empty(data.size + 1, np.uint64)
-    prefix[0] = 0
-    with np.errstate(over="ignore"):
-        np.multiply(data, _POWERS.inverse[: data.size], out=prefix[1:])
-        np.cumsum(prefix[1:], out=prefix[1:])
-        raw = (prefix[ends] - prefix[starts]) * _POWERS.forward[ends - 1]
-        tokens = _splitmix64(raw + (ends - starts).astype(np.uint64) * np.uint64(_LENGTH_SALT))
-    token_doc = np.searchsorted(doc_starts, starts, side="right") - 1
-    n_tokens = np.bincount(token_doc, minlength=len(pieces)).astype(np.int64)
-    count = tokens.size - n + 1
+    token_lists = [tokenize(t) for t in texts]
+    n_tokens = np.fromiter(map(len, token_lists), np.int64, len(token_lists))
+    total = int(n_tokens.sum())
+    ids = np.fromiter(map(vocabulary.get, chain.from_iterable(token_lists), repeat(-1)), np.int64, total)
+    count = total - n + 1
     if count <= 0:
         empty = np.zeros(0, np.int64)
         return HashedChunk(np.zeros(0, np.uint64), empty, empty, n_tokens)
-    combined = tokens[:count].copy()
+    doc_start = np.concatenate(([0], np.cumsum(n_tokens)))
+    unknown = np.concatenate(([0], np.cumsum(ids < 0)))
+    starts = np.arange(count)
+    valid = unknown[starts + n] == unknown[starts]
+    token_doc = np.repeat(np.arange(len(token_lists)), n_tokens)
+    valid &= token_doc[:count] == token_doc[n - 1:]
+    starts = np.flatnonzero(valid)
+    ids = ids.astype(np.uint64)
     with np.errstate(over="ignore"):
+        combined = ids[starts]
         base = np.uint64(_TOKEN_BASE)
         for m in range(1, n):
-            combined *= base
-            combined += tokens[m: m + count]
-    same_doc = token_doc[:count] == token_doc[n - 1:]
-    doc = token_doc[:count][same_doc]
-    first_token_of_doc = np.concatenate(([0], np.cumsum(n_tokens)[:-1]))
-    position = np.flatnonzero(same_doc) - first_token_of_doc[doc]
-    return HashedChunk(_splitmix64(combined[same_doc]), doc, position, n_tokens)
+            combined = combined * base + ids[starts + m]
+    doc = token_doc[starts]
+    return HashedChunk(_splitmix64(combined), doc, starts - doc_start[doc], n_tokens)
 
 
-def reference_ngram_hashes(text: str, n: int = DEFAULT_NGRAM) -> list[int]:
-    """The same hashes as :func:`hash_documents`, one token at a time in pure Python (a test oracle)."""
+def reference_ngram_hashes(text: str, n: int, vocabulary: Mapping[bytes, int]) -> list[int]:
+    """The same hashes as :func:`hash_documents`, one n-gram at a time in pure Python (a test oracle)."""
 
     def mix(x: int) -> int:
         x = (x + 0x9E3779B97F4A7C15) & _MASK
@@ -184,18 +141,15 @@ def reference_ngram_hashes(text: str, n: int = DEFAULT_NGRAM) -> list[int]:
         x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
         return x ^ (x >> 31)
 
-    tokens = []
-    for token in normalize(text).encode("utf-8").split():
-        h = 0
-        for byte in token:
-            h = (h * _BYTE_BASE + byte) & _MASK
-        tokens.append(mix((h + len(token) * _LENGTH_SALT) & _MASK))
+    tokens = normalize(text).encode("utf-8").split()
     out = []
     for i in range(len(tokens) - n + 1):
-        h = 0
-        for t in tokens[i: i + n]:
-            h = (h * _TOKEN_BASE + t) & _MASK
-        out.append(mix(h))
+        window = tokens[i: i + n]
+        if all(t in vocabulary for t in window):
+            h = 0
+            for t in window:
+                h = (h * _TOKEN_BASE + vocabulary[t]) & _MASK
+            out.append(mix(h))
     return out
 
 
@@ -212,6 +166,7 @@ class NgramIndex:
     """
 
     n: int
+    vocabulary: dict = field(repr=False)
     item_ids: tuple[str, ...]
     item_ngrams: np.ndarray  # per item: number of n-grams
     item_tokens: np.ndarray  # per item: number of tokens
@@ -244,7 +199,12 @@ def build_index(items: Mapping[str, str], n: int = DEFAULT_NGRAM) -> NgramIndex:
     if not items:
         raise InputError("no eval items to index", fix="give at least one held-out answer")
     ids = tuple(items)
-    chunk = hash_documents([items[i] for i in ids], n)
+    texts = [items[i] for i in ids]
+    vocabulary: dict[bytes, int] = {}
+    for text in texts:
+        for token in tokenize(text):
+            vocabulary.setdefault(token, len(vocabulary))
+    chunk = hash_documents(texts, n, vocabulary)
     item_ngrams = np.bincount(chunk.doc, minlength=len(ids))
     order = np.lexsort((chunk.position, chunk.doc, chunk.hashes))
     hashes, doc, position = chunk.hashes[order], chunk.doc[order], chunk.position[order]
@@ -256,7 +216,7 @@ def build_index(items: Mapping[str, str], n: int = DEFAULT_NGRAM) -> NgramIndex:
     bitmap[keys >> np.uint64(shift)] = True
     key_of_row = np.repeat(np.arange(keys.size), np.diff(starts))
     item_keys = tuple(np.unique(key_of_row[doc == j]) for j in range(len(ids)))
-    return NgramIndex(n, ids, item_ngrams, chunk.n_tokens, keys, starts, doc.astype(np.int32),
+    return NgramIndex(n, vocabulary, ids, item_ngrams, chunk.n_tokens, keys, starts, doc.astype(np.int32),
                       position.astype(np.int32), bitmap, shift, item_keys)
 
 
@@ -411,7 +371,7 @@ def scan_batch(index: NgramIndex, ids: Sequence[str], texts: Sequence[str],
                near_index: NgramIndex | None = None, near_threshold: float = NEAR_THRESHOLD) -> _Matches:
     """Matches of one batch of documents against the index (only matching documents are kept)."""
     out = _Matches(n_docs=len(texts), n_bytes=sum(len(t) for t in texts))
-    chunk = hash_documents(texts, index.n)
+    chunk = hash_documents(texts, index.n, index.vocabulary)
     rows, keys = index.lookup(chunk.hashes)
     if rows.size:
         counts = index.occurrence_start[keys + 1] - index.occurrence_start[keys]
@@ -437,7 +397,7 @@ def _near_duplicates(index: NgramIndex, ids, texts, threshold: float) -> list[tu
     of the item's length is scored by the exact Jaccard of shingle sets (a sliding multiset, so
     O(document length)); candidates are few, so no MinHash estimate is needed.
     """
-    chunk = hash_documents(texts, index.n)
+    chunk = hash_documents(texts, index.n, index.vocabulary)
     rows, keys = index.lookup(chunk.hashes)
     found = []
     if rows.size == 0:
@@ -458,7 +418,13 @@ def _near_duplicates(index: NgramIndex, ids, texts, threshold: float) -> list[tu
         doc_hashes, scores = None, {}
         for item in candidates.tolist():
             if doc_hashes is None:
-                doc_hashes = chunk.hashes[chunk.doc == d].tolist()
+                # every shingle of the document in order; those outside the vocabulary are
+                # distinct placeholders (they count in a window's union, never in the intersection)
+                length = max(0, int(chunk.n_tokens[d]) - index.n + 1)
+                doc_hashes = [-(j + 1) for j in range(length)]
+                in_doc = chunk.doc == d
+                for position, value in zip(chunk.position[in_doc].tolist(), chunk.hashes[in_doc].tolist()):
+                    doc_hashes[position] = value
             scores[item] = _best_window_jaccard(doc_hashes, set(index.keys[index.item_keys[item]].tolist()),
                                                 int(index.item_ngrams[item]))
         # a document is attributed to its best-matching item(s): templated answers share phrases

@@ -15,7 +15,7 @@ from audit.errors import InputError
 from audit.gates import Verdict, run_gate
 from audit.io import load_study
 from audit.leakage import (build_index, check_claim_leakage, hash_documents, leak_effect, normalize,
-                           reference_ngram_hashes, scan_corpus, scan_corpus_dask, scan_texts)
+                           reference_ngram_hashes, scan_corpus, scan_corpus_dask, scan_texts, tokenize)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "study"
@@ -36,17 +36,19 @@ def test_normalize_nfkc_case_punctuation_whitespace():
 
 def test_vectorised_hashes_equal_the_pure_python_oracle():
     texts = ["Hello, World! a b c d e f g h i j", "Ünïcode ｆｕｌｌwidth ﬁ a b c d e f g h", "", "x y"]
-    chunk = hash_documents(texts, 3)
+    # a vocabulary without "e": n-grams through it cannot match and are never hashed
+    vocabulary = {t: i for i, t in enumerate(sorted({t for x in texts for t in tokenize(x)} - {b"e"}))}
+    chunk = hash_documents(texts, 3, vocabulary)
     for d, text in enumerate(texts):
-        assert chunk.hashes[chunk.doc == d].tolist() == reference_ngram_hashes(text, 3)
+        assert chunk.hashes[chunk.doc == d].tolist() == reference_ngram_hashes(text, 3, vocabulary)
     assert chunk.n_tokens.tolist() == [len(normalize(t).split()) for t in texts]
+    assert tokenize("Ünïcode ｆｕｌｌwidth") == normalize("Ünïcode ｆｕｌｌwidth").encode().split()
 
 
 def test_ngrams_never_span_documents():
-    chunk = hash_documents(["a b c", "d e f"], 4)
-    assert chunk.hashes.size == 0
-    joined = hash_documents(["a b c d e f"], 4)
-    assert joined.hashes.size == 3
+    vocabulary = {t.encode(): i for i, t in enumerate("abcdef")}
+    assert hash_documents(["a b c", "d e f"], 4, vocabulary).hashes.size == 0
+    assert hash_documents(["a b c d e f"], 4, vocabulary).hashes.size == 3
 
 
 def test_scan_against_a_set_of_ngram_tuples(tmp_path):
