@@ -728,8 +728,13 @@ class LeakageCheck:
             ci = "" if e.difference_ci is None else f" [{e.difference_ci[0]:+.3f}, {e.difference_ci[1]:+.3f}]"
             lines.append(f"Win rate on {e.n_contests - e.n_leaked} clean contests {e.clean_estimate:.3f} "
                          f"[{e.clean_ci[0]:.3f}, {e.clean_ci[1]:.3f}]; on {e.n_leaked} contests with a leaked answer "
-                         f"{e.leaked_estimate:.3f}; difference{ci} (CR2 by vignette).")
-        flagged = scan.items[(scan.items["matched_ngrams"] > 0) | scan.items["near_duplicate"]]
+                         f"{e.leaked_estimate:.3f}; difference {e.difference:+.3f}{ci} (CR2 by vignette).")
+        items = scan.items
+        partial = int(((items["matched_ngrams"] > 0) & ~items["leaked"]).sum())
+        lines.append(f"{partial} other answer(s) share some {scan.n}-grams with the corpus (below the leak threshold); "
+                     f"the table lists leaks, near duplicates and overlaps >= {scan.min_overlap / 2:g} (at most 25).")
+        shown = items["leaked"] | items["near_duplicate"] | (items["overlap"] >= scan.min_overlap / 2)
+        flagged = items[shown].sort_values("overlap", ascending=False).head(25)
         table = tuple({k: (None if isinstance(v, float) and np.isnan(v) else
                            (v.item() if hasattr(v, "item") else v)) for k, v in row.items()}
                       for row in flagged.to_dict(orient="records"))
