@@ -74,6 +74,14 @@ class Thresholds:
     #: from a few hundred contests have anyway. FAIL when the clustered CI lies entirely outside
     #: +-tolerance, WARN when it straddles a bound, PASS when inside.
     position_bias_tolerance: float = 0.10
+    #: Winner's curse: WARN when a selected candidate's held-out win rate falls more than this
+    #: (absolute) below its selection-pool estimate (the seed project's best-of-N fell ~0.1).
+    winners_curse_shrinkage_warn: float = 0.05
+    #: Leakage: an eval answer counts as leaked when at least this fraction of its word n-grams
+    #: occurs in the training corpus (or its whole text occurs when it is shorter than n words).
+    leakage_min_overlap: float = 0.5
+    #: Leakage: word n-gram length of the scan (8 by default; GPT-3 used 13).
+    leakage_ngram: int = 8
 
 
 THRESHOLDS = Thresholds()
