@@ -54,7 +54,14 @@ def load_check_modules() -> None:
                 raise
 
 
+def _module_rank(function: Callable) -> int:
+    module = function.__module__
+    return CHECK_MODULES.index(module) if module in CHECK_MODULES else len(CHECK_MODULES)
+
+
 def run_checks(context) -> dict[str, Any]:
-    """Run every registered check; the value is None where a check does not apply."""
+    """Run every registered check, in the order of :data:`CHECK_MODULES` whatever the import
+    order; the value is None where a check does not apply."""
     load_check_modules()
-    return {key: function(context) for key, function in _CHECKS.items()}
+    ordered = sorted(_CHECKS.items(), key=lambda item: (_module_rank(item[1]), item[0]))
+    return {key: function(context) for key, function in ordered}

@@ -161,12 +161,15 @@ def coverage_study(reps: int, per_vignette: int, seed: int, processes: int, out_
 
 def _register_commands() -> None:
     from audit.cli_checks import calibrate_judge_command, position_bias_command
+    from audit.cli_selection import leakage, winners_curse
     from judges.cli import import_command, judge_command
 
     main.add_command(judge_command, "judge")
     main.add_command(import_command, "import")
     main.add_command(calibrate_judge_command, "calibrate-judge")
     main.add_command(position_bias_command, "position-bias")
+    main.add_command(winners_curse, "winners-curse")
+    main.add_command(leakage, "leakage")
 
 
 _register_commands()

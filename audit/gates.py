@@ -146,6 +146,10 @@ GATE_ORDER = (
 )
 DEFAULT_REQUIRED_GATES = ("enough_clusters", "ci_low_clears_bar", "sampler_converged", "comparison_valid",
                           "claimed_figures_reproduce", "judge_calibrated", "position_bias")
+#: Gates required by default only when the claim supplies their evidence (their check ran): a
+#: corpus, a selection pool, a training log. Evidence given must pass.
+REQUIRED_WHEN_EVIDENCE_GIVEN = {"leakage": "leakage", "winners_curse": "winners_curse",
+                                "training_healthy": "training_health"}
 NOT_YET_IMPLEMENTED = {
     "winners_curse": "the winner's-curse check on selection and held-out pools",
     "leakage": "the n-gram leakage scan of the training corpus",

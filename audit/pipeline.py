@@ -20,7 +20,7 @@ from audit.checks import run_checks
 from audit.claims import Claim, load_claim
 from audit.compare import PairedDifference, paired_difference
 from audit.contests import ContestTable, build_contests
-from audit.gates import (DEFAULT_REQUIRED_GATES, GATE_ORDER, GateResult, Verdict, gate_ci_low_clears_bar,
+from audit.gates import (DEFAULT_REQUIRED_GATES, GATE_ORDER, REQUIRED_WHEN_EVIDENCE_GIVEN, GateResult, Verdict, gate_ci_low_clears_bar,
                          gate_enough_clusters, overall_verdict, register_gate, run_gate)
 from audit.intervals import IntervalResult, IntervalTable
 from audit.io import Study, load_study
@@ -286,8 +286,9 @@ def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = 2026112
     progress("running the plug-in checks")
     context.checks.update(run_checks(context))
 
-    required = spec.required_gates or tuple(g for g in DEFAULT_REQUIRED_GATES
-                                            if bayes or g != "sampler_converged")
+    required = spec.required_gates or (
+        tuple(g for g in DEFAULT_REQUIRED_GATES if bayes or g != "sampler_converged")
+        + tuple(gate for gate, check in REQUIRED_WHEN_EVIDENCE_GIVEN.items() if context.checks.get(check) is not None))
     gates = tuple(run_gate(name, context) for name in GATE_ORDER)
     return AuditResult(
         claim_name=spec.name, claim_path=str(claim.path), policy=spec.policy, opponent=spec.opponent,

@@ -110,7 +110,7 @@ def test_bad_corpus_line_is_an_input_error(tmp_path):
 
 @pytest.fixture(scope="module")
 def fixture_check():
-    claim = load_claim(FIXTURE / "claim.yaml")
+    claim = load_claim(FIXTURE / "claim-leakage.yaml")
     study = load_study(claim.data_paths)
     contests = build_contests(study, claim.spec.policy, claim.spec.opponent, claim.spec.judge)
     return claim, study, contests, check_claim_leakage(study, contests)
