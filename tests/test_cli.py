@@ -139,3 +139,15 @@ def test_demo_runs_end_to_end_with_the_bayesian_model(tmp_path):
     assert str(tmp_path / "demo" / "report.md") in result.stdout
     verdict = json.loads((tmp_path / "demo" / "verdict.json").read_text())
     assert any(r["method"].startswith("bayes") for r in verdict["intervals"])
+
+
+@pytest.mark.parametrize("claim, gate, reason", [
+    ("claim-leakage.yaml", "leakage", "occur in the training corpus"),
+    ("claim-best-of-n.yaml", "winners_curse", "selection pool"),
+])
+def test_fixture_claims_with_compromised_evidence_are_blocked(tmp_path, claim, gate, reason):
+    result = honestci("audit", DEFAULT_STUDY_DIR / claim, "--out", tmp_path, "--no-bayes")
+    assert result.returncode == 1, result.stdout + result.stderr
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    row = next(g for g in verdict["gates"] if g["gate"] == gate)
+    assert row["verdict"] == "FAIL" and row["required"] and reason in row["message"]
