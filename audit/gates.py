@@ -49,6 +49,24 @@ class Thresholds:
     #: Rounding tolerance when matching a claimed figure (half a unit in the last stated digit
     #: is added on top of this).
     claimed_figure_tolerance: float = 0.0005
+    # --- training health (training/health.py; read from the trainer's log_history) ---------
+    # Heuristic limits for a GRPO run, not derived from a model: override them per claim.
+    #: Fewer logged steps than this: the run's health cannot be judged (INCONCLUSIVE).
+    training_min_steps: int = 10
+    #: Share of the logged steps in the first and in the last window that are compared.
+    training_window_fraction: float = 0.2
+    #: Mean reward of the last window minus the first must exceed this ("reward rising").
+    training_min_reward_gain: float = 0.0
+    #: Largest rolling-window mean of the per-token KL to the reference policy ("KL bounded").
+    training_max_kl: float = 0.5
+    #: Last-window mean token entropy over the first window's must be at least this ("entropy alive").
+    training_min_entropy_ratio: float = 0.25
+    #: ... and the last window's mean entropy at least this many nats per token.
+    training_min_entropy: float = 0.05
+    #: Last-window mean within-group reward sd over the first window's must be at least this.
+    training_min_reward_std_ratio: float = 0.25
+    #: Last-window mean share of groups whose rewards are all equal (no GRPO signal) at most this.
+    training_max_frac_zero_std: float = 0.5
 
 
 THRESHOLDS = Thresholds()
