@@ -58,3 +58,16 @@ def run_checks(context) -> dict[str, Any]:
     """Run every registered check; the value is None where a check does not apply."""
     load_check_modules()
     return {key: function(context) for key, function in _CHECKS.items()}
+
+
+def run_check(key: str, context) -> Any:
+    """Run the one registered check ``key`` (after loading the check modules).
+
+    Raises
+    ------
+    KeyError
+        When no module registers ``key`` (its module has not landed): callers that must not
+        proceed without it fail closed.
+    """
+    load_check_modules()
+    return _CHECKS[key](context)

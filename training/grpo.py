@@ -17,6 +17,7 @@ in the GPU environment); this module never imports vLLM itself.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,7 +229,9 @@ def train_grpo(job: GRPOJob, progress: Callable[[str], None] = lambda _: None, *
     args = grpo_config(job, device)
     progress("loading the reward-model ensemble")
     if reward_function is None:
-        ensemble = RewardEnsemble(job.reward_model, device=device, ensemble_lambda=job.ensemble_lambda)
+        # Under accelerate each process scores on its own GPU.
+        reward_device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if device == "cuda" else device
+        ensemble = RewardEnsemble(job.reward_model, device=reward_device, ensemble_lambda=job.ensemble_lambda)
         reward_function = GatedEnsembleReward(ensemble, max_sentences=job.max_sentences, penalty=job.format_penalty,
                                               log_path=out / REWARD_LOG)
     tokenizer = AutoTokenizer.from_pretrained(job.model, local_files_only=True)

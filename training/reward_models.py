@@ -113,6 +113,7 @@ class RewardData:
     pairs_heldout: pd.DataFrame
     train_responses: pd.DataFrame
     n_heldout_ties: int
+    n_repeats_of_heldout: int  # training examples left out because their text equals a held-out answer
     split_seed: int
 
 
@@ -184,6 +185,12 @@ def build_reward_data(job: RewardModelJob) -> RewardData:
     else:
         ratings_train = pd.DataFrame(columns=["response_id", "vignette_id", "scenario", "answer", *job.rating_columns])
 
+    # The same text can answer under several ids: drop training examples that repeat a held-out answer.
+    heldout_texts = {text[r] for r in heldout_responses}
+    repeats = pairs_train["chosen"].isin(heldout_texts) | pairs_train["rejected"].isin(heldout_texts)
+    rating_repeats = ratings_train["answer"].isin(heldout_texts)
+    n_repeats = int(repeats.sum() + rating_repeats.sum())
+    pairs_train, ratings_train = pairs_train[~repeats], ratings_train[~rating_repeats]
     if job.kind == "bradley_terry" and pairs_train.empty:
         raise InputError("No training pairs are left after holding pairs out and dropping ties.",
                          fix="give more human pairs or lower heldout_fraction")
@@ -198,7 +205,7 @@ def build_reward_data(job: RewardModelJob) -> RewardData:
     return RewardData(pairs_train.reset_index(drop=True), ratings_train.reset_index(drop=True),
                       pd.DataFrame(heldout_rows, columns=["vignette_id", "scenario", "preferred", "other",
                                                           "preferred_id", "other_id"]),
-                      answers.reset_index(drop=True), n_ties, job.split_seed)
+                      answers.reset_index(drop=True), n_ties, n_repeats, job.split_seed)
 
 
 # --- scoring ----------------------------------------------------------------------------------
@@ -330,6 +337,7 @@ def heldout_accuracy(name: str, preferred_reward, other_reward, vignettes, *, n_
     Interval: CR2 with Satterthwaite df, clustered by vignette (:func:`audit.winrate.winrate_ci`);
     INCONCLUSIVE (no interval) with fewer vignettes than ``THRESHOLDS.min_clusters``.
     """
+    from audit import iid
     from audit.winrate import winrate_ci
 
     preferred_reward, other_reward = np.asarray(preferred_reward, float), np.asarray(other_reward, float)
@@ -337,12 +345,19 @@ def heldout_accuracy(name: str, preferred_reward, other_reward, vignettes, *, n_
     clusters = np.asarray(vignettes)
     if correct.size == 0:
         return RMAccuracy(name, None, None, None, None, None, 0, 0, n_ties_excluded, level, "no held-out pairs")
-    cr2 = winrate_ci(correct, clusters, method="cr2", level=level)
-    wilson = winrate_ci(correct, clusters, method="wilson", level=level)
-    clip = (lambda v: None if v is None else min(1.0, max(0.0, float(v))))  # an accuracy lives in [0, 1]
-    return RMAccuracy(name, float(correct.mean()), clip(cr2.ci_low), clip(cr2.ci_high), wilson.ci_low, wilson.ci_high,
-                      int(correct.size), int(cr2.n_clusters), n_ties_excluded, level,
-                      cr2.note or "CR2, clustered by vignette")
+    from audit.errors import EstimationError
+
+    n_clusters = int(np.unique(clusters).size)
+    wilson = iid.proportion_ci(float(correct.sum()), int(correct.size), method="wilson", level=level)
+    try:
+        cr2 = winrate_ci(correct, clusters, method="cr2", level=level)
+    except EstimationError as exc:  # e.g. one pair per vignette: no within-vignette variation to measure
+        low, high, note = None, None, f"no CR2 interval: {exc}"
+    else:
+        clip = (lambda v: None if v is None else min(1.0, max(0.0, float(v))))  # an accuracy lives in [0, 1]
+        low, high, note = clip(cr2.ci_low), clip(cr2.ci_high), cr2.note or "CR2, clustered by vignette"
+    return RMAccuracy(name, float(correct.mean()), low, high, float(wilson[0]), float(wilson[1]),
+                      int(correct.size), n_clusters, n_ties_excluded, level, note)
 
 
 # --- training ---------------------------------------------------------------------------------
@@ -358,6 +373,7 @@ class MemberRun:
     seconds_per_step: float
     mean: float
     std: float
+    n_too_long: int  # training examples longer than max_length, left out (counted, never silent)
     log_history: tuple[dict, ...]
 
 
@@ -380,7 +396,9 @@ class RewardModelRun:
         lines = [f"reward-model ensemble ({self.kind}, K = {len(self.members)}) in {self.output_dir}",
                  f"training pairs {self.n_train_pairs}, rated responses {self.n_train_rated}, "
                  f"held-out pairs {self.n_heldout_pairs}"]
-        lines += [f"  member seed {m.seed}: {m.steps} steps, {m.seconds_per_step:.2f} s/step" for m in self.members]
+        lines += [f"  member seed {m.seed}: {m.steps} steps, {m.seconds_per_step:.2f} s/step"
+                  + (f", {m.n_too_long} example(s) over max_length left out" if m.n_too_long else "")
+                  for m in self.members]
         frame = self.to_frame()[["name", "estimate", "ci_low", "ci_high", "iid_low", "iid_high", "n_pairs", "n_clusters"]]
         return "\n".join(lines) + "\n" + frame.to_string(index=False, float_format=lambda v: f"{v:.3f}")
 
@@ -429,7 +447,7 @@ def _train_bradley_terry(job, data: RewardData, seed: int, out: Path, device: st
     model = AutoModelForSequenceClassification.from_pretrained(job.base_model, num_labels=1, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
-    return trainer, model, tokenizer
+    return trainer, model, tokenizer, len(rows) - len(trainer.train_dataset)
 
 
 def _train_regression(job, data: RewardData, seed: int, out: Path, device: str):
@@ -443,16 +461,17 @@ def _train_regression(job, data: RewardData, seed: int, out: Path, device: str):
     centre, scale = targets.mean(axis=0), targets.std(axis=0)
     scale[scale == 0] = 1.0  # a constant dimension carries no signal; keep it finite
     tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
-    rows = [{"input_ids": encode(tokenizer, s, a, job.max_length), "labels": list((t - centre) / scale)}
+    rows = [{"input_ids": encode(tokenizer, s, a), "labels": list((t - centre) / scale)}
             for s, a, t in zip(data.ratings_train["scenario"], data.ratings_train["answer"], targets)]
+    kept = [row for row in rows if len(row["input_ids"]) <= job.max_length]  # as RewardTrainer filters pairs
     set_seed(seed)
     model = AutoModelForSequenceClassification.from_pretrained(job.base_model, num_labels=len(columns),
                                                                problem_type="regression", local_files_only=True)
     model.config.pad_token_id = tokenizer.pad_token_id
     args = TrainingArguments(**_common_trainer_args(job, device, seed, out), remove_unused_columns=False)
-    trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
+    trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(kept),
                       data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer)
-    return trainer, model, tokenizer
+    return trainer, model, tokenizer, len(rows) - len(kept)
 
 
 def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = lambda _: None) -> RewardModelRun:
@@ -471,7 +490,13 @@ def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = l
         progress(f"training reward model member seed {seed} ({job.kind})")
         member_dir = out / f"member-seed{seed}"
         build = _train_bradley_terry if job.kind == "bradley_terry" else _train_regression
-        trainer, model, tokenizer = build(job, data, seed, member_dir / "trainer", device)
+        trainer, model, tokenizer, n_too_long = build(job, data, seed, member_dir / "trainer", device)
+        if n_too_long:
+            n_examples = len(data.pairs_train) if job.kind == "bradley_terry" else len(data.ratings_train)
+            if n_too_long == n_examples:
+                raise InputError(f"Every training example is longer than max_length = {job.max_length} tokens.",
+                                 fix="raise max_length")
+            progress(f"{n_too_long} of {n_examples} training examples are longer than max_length and were left out")
         started = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - started
@@ -489,7 +514,7 @@ def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = l
         heldout_z.append(z)
         steps = int(trainer.state.global_step)
         members.append(MemberRun(seed, member_dir.name, steps, seconds, seconds / max(steps, 1), mean, std,
-                                 tuple(trainer.state.log_history)))
+                                 n_too_long, tuple(trainer.state.log_history)))
     accuracy = [heldout_accuracy(f"member seed {m.seed}", z[0], z[1], heldout["vignette_id"],
                                  n_ties_excluded=data.n_heldout_ties) for m, z in zip(members, heldout_z)]
     preferred = ensemble_reward(np.column_stack([z[0] for z in heldout_z]), job.ensemble_lambda).reward
@@ -500,7 +525,8 @@ def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = l
                          len(data.ratings_train), len(heldout))
     manifest = {"kind": job.kind, "ensemble_lambda": job.ensemble_lambda, "max_length": job.max_length,
                 "rating_columns": list(job.rating_columns), "split_seed": job.split_seed,
-                "members": [{"seed": m.seed, "path": m.path, "mean": m.mean, "std": m.std, "steps": m.steps}
+                "members": [{"seed": m.seed, "path": m.path, "mean": m.mean, "std": m.std, "steps": m.steps,
+                             "n_too_long": m.n_too_long}
                             for m in members],
                 "heldout_accuracy": [a.__dict__ for a in accuracy], "job": to_plain(job)}
     (out / ENSEMBLE_FILE).write_text(json.dumps(manifest, indent=1, default=str), encoding="utf-8")

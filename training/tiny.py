@@ -83,3 +83,26 @@ def build_tiny_causal_lm(folder: str | Path, texts: Iterable[str] = (), *, seed:
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def fixture_texts() -> list[str]:
+    """Texts of the embedded fixture study (scenarios, answers, training corpus) for the tokenizer."""
+    import json
+
+    from training.task import SYSTEM_PROMPT, USER_TEMPLATE
+
+    study = Path(__file__).resolve().parents[1] / "fixtures" / "study"
+    texts = [SYSTEM_PROMPT, USER_TEMPLATE]
+    for name in ("vignettes.jsonl", "responses.jsonl", "corpus.jsonl"):
+        path = study / name
+        if path.is_file():
+            texts += [json.loads(line).get("text") or "" for line in path.read_text(encoding="utf-8").splitlines()[:400]]
+    return texts
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m training.tiny FOLDER  (a tiny Qwen3 model + tokenizer trained on the fixture texts)")
+    print(build_tiny_causal_lm(sys.argv[1], fixture_texts()))
