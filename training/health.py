@@ -259,10 +259,12 @@ def training_health_svg(result: TrainingHealth, thresholds: Thresholds = THRESHO
 
 
 def training_log_path(context) -> Path | None:
-    """The claim's ``training_log`` (relative to the claim file), or None when it names none.
-
-    Read with getattr: claims written before the key existed simply have no training log.
-    """
+    """The claim's ``training_log`` as :func:`audit.claims.load_claim` resolved it (relative to the
+    claim file), or None when the claim names none. Read defensively (getattr), so a context built
+    without the key simply has no training log."""
+    resolved = getattr(context.claim, "training_log_path", None)
+    if resolved is not None:
+        return Path(resolved)
     value = getattr(context.claim.spec, "training_log", None)
     if not value:
         return None

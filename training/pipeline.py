@@ -10,20 +10,20 @@ gate passes, and otherwise refuses (exit 1) with the report explaining why.
   plug-in check and gate of :mod:`audit.leakage` (``audit.checks.run_check("leakage", context)``,
   then ``audit.gates.run_gate("leakage", context)``). When that module is missing, or its gate
   does not PASS, nothing is trained.
-- The audit's claim requires the default gates plus ``leakage`` and ``training_healthy``. Until
-  the claim spec has a ``training_log`` key, the pipeline runs the training-health gate on the
-  GRPO log itself and adds its verdict to the decision.
+- The audit's claim requires the default gates plus ``leakage`` and ``training_healthy``, and names
+  the GRPO log (``training_log``, copied beside the claim) so the audit itself judges training health.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from audit.errors import HonestCIError, InputError
@@ -163,7 +163,7 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
     from audit.checks import run_check
     from audit.claims import Claim, ClaimSpec
     from audit.gates import THRESHOLDS, Thresholds, run_gate
-    from audit.io import Study, load_table, table_from_frame
+    from audit.io import LoadedTable, Study, load_table
     from audit.pipeline import AuditContext
 
     try:
@@ -180,8 +180,9 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
                                      "population": job.population, "data": data, "thresholds": job.thresholds})
     thresholds = Thresholds(**{**THRESHOLDS.__dict__, **job.thresholds})
     claim = Claim(spec, claim_path, {k: claim_path.parent / v for k, v in data.items()}, thresholds)
-    empty_judgments = table_from_frame(pd.DataFrame(columns=["judge", "vignette_id", "response_first",
-                                                             "response_second", "verdict"]), "judgments")
+    # Nothing is judged before training: an empty judgments table (the loaders refuse empty files).
+    empty_judgments = LoadedTable("judgments", "<not judged yet>", "", pd.DataFrame(
+        columns=["judge", "vignette_id", "response_first", "response_second", "verdict"]), np.zeros(0, int))
     study = Study(vignettes=load_table(paths["vignettes"], "vignettes"),
                   responses=load_table(paths["eval_answers"], "responses"), judgments=empty_judgments,
                   corpus=load_table(paths["corpus"], "corpus"))
@@ -227,23 +228,19 @@ def _judge_backend(judge: dict, seed: int):
                                    concurrency=int(judge.get("concurrency", 8)), seed=seed)
 
 
-def write_claim(job: PipelineJob, data_dir: Path, tables: dict[str, str], training_log: Path) -> tuple[Path, bool]:
-    """The audit's claim (YAML) in ``data_dir``. Returns its path and whether it names the training log."""
+def write_claim(job: PipelineJob, data_dir: Path, tables: dict[str, str], training_log: Path) -> Path:
+    """The audit's claim (YAML) in ``data_dir``, naming a copy of the training log beside it."""
     import yaml
-
-    from audit.claims import ClaimSpec
 
     required = list(job.required_gates) if job.required_gates is not None else [
         g for g in DEFAULT_REQUIRED_GATES if job.bayes or g != "sampler_converged"] + list(PIPELINE_GATES)
+    shutil.copyfile(training_log, data_dir / "training_log.jsonl")
     claim = {"version": 1, "name": job.name, "policy": job.policy, "opponent": job.opponent,
              "judge": None, "metric": "winrate", "bar": job.bar, "population": job.population, "data": tables,
-             "required_gates": required, "thresholds": dict(job.thresholds)}
-    names_log = "training_log" in ClaimSpec.model_fields
-    if names_log:
-        claim["training_log"] = os.path.relpath(training_log.resolve(), data_dir.resolve())
+             "training_log": "training_log.jsonl", "required_gates": required, "thresholds": dict(job.thresholds)}
     path = data_dir / "claim.yaml"
     path.write_text(yaml.safe_dump(claim, sort_keys=False), encoding="utf-8")
-    return path, names_log
+    return path
 
 
 def publish_figures(verdict: dict, gates: Sequence[GateResult], required: Sequence[str], model_card: Path) -> Path:
@@ -352,23 +349,16 @@ def run_pipeline(config_path: str | Path, overrides: Sequence[str] = (),
     started = time.perf_counter()
     tables = {"vignettes": "vignettes.jsonl", "responses": "responses.jsonl", "judgments": "judgments.jsonl",
               "corpus": "corpus.jsonl"} | {k: f"{k}.jsonl" for k in ("human_pairs", "human_ratings") if k in paths}
-    training_log = Path(grpo_run.training_log)
-    claim_path, names_log = write_claim(job, data_dir, tables, training_log)
+    claim_path = write_claim(job, data_dir, tables, Path(grpo_run.training_log))
     result = run_audit(claim_path, bayes=job.bayes, seed=job.seed, progress=progress)
     gates = list(result.gates)
-    health = assess_training_log(training_log, result_thresholds(job))
-    if not names_log:  # the claim cannot name the log yet: judge it here, in the same gate
-        gates = [g for g in gates if g.name != "training_healthy"] + [health.gate()]
     report_dir = out / "report"
-    verdict = result.to_dict()
-    if not names_log:
-        gate = health.gate()
-        verdict["gates"] = [g for g in verdict["gates"] if g["gate"] != "training_healthy"] + [
-            gate.as_row() | {"required": "training_healthy" in result.required_gates, "evidence": gate.evidence}]
-        verdict["sections"] = list(verdict["sections"]) + [health.report_section().to_dict()]
-    verdict = _json_safe(verdict)
+    verdict = _json_safe(result.to_dict())
     written = write_report(Report.from_dict(verdict), report_dir)
-    (report_dir / "training_health.svg").write_text(training_health_svg(health, result_thresholds(job)), encoding="utf-8")
+    # The same assessment the audit's check made, kept for the plot beside the report.
+    health = assess_training_log(data_dir / "training_log.jsonl", result_thresholds(job))
+    (report_dir / "training_health.svg").write_text(training_health_svg(health, result_thresholds(job)),
+                                                    encoding="utf-8")
     _stage(stages, "audit", started, verdict=str(result.verdict), report=str(written["md"]))
 
     published = False
