@@ -120,7 +120,7 @@ def load_config(schema: type[T], path: str | Path, overrides: Sequence[str] = ()
 def require(condition: bool, field: str, message: str, fix: str = "") -> None:
     """Raise :class:`TrainingConfigError` naming ``field`` unless ``condition`` holds."""
     if not condition:
-        raise TrainingConfigError(f"Invalid training config: {field} {message}.", [Problem("config", None, field, message, fix)],
+        raise TrainingConfigError(f"Invalid training config: {field} {message}.", [Problem("config", None, field, message)],
                                   fix=fix)
 
 

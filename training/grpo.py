@@ -232,8 +232,9 @@ def train_grpo(job: GRPOJob, progress: Callable[[str], None] = lambda _: None, *
         # Under accelerate each process scores on its own GPU.
         reward_device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if device == "cuda" else device
         ensemble = RewardEnsemble(job.reward_model, device=reward_device, ensemble_lambda=job.ensemble_lambda)
+        main_process = os.environ.get("RANK", "0") == "0"  # one reward log, not one per accelerate process
         reward_function = GatedEnsembleReward(ensemble, max_sentences=job.max_sentences, penalty=job.format_penalty,
-                                              log_path=out / REWARD_LOG)
+                                              log_path=out / REWARD_LOG if main_process else None)
     tokenizer = AutoTokenizer.from_pretrained(job.model, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(job.model, local_files_only=True)
     trainer = GRPOTrainer(model=model, reward_funcs=[reward_function], args=args,
@@ -242,14 +243,15 @@ def train_grpo(job: GRPOJob, progress: Callable[[str], None] = lambda _: None, *
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started
-    trainer.save_model(str(out))
-    tokenizer.save_pretrained(out)
-    trainer.state.save_to_json(str(out / "trainer_state.json"))
+    trainer.save_model(str(out))  # safetensors; every process must call it under DeepSpeed
     log_path = out / TRAINING_LOG
-    with open(log_path, "w", encoding="utf-8") as handle:
-        for row in trainer.state.log_history:
-            handle.write(json.dumps(row) + "\n")
-    (out / "grpo_job.json").write_text(json.dumps(to_plain(job), indent=1), encoding="utf-8")
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(out)
+        trainer.state.save_to_json(str(out / "trainer_state.json"))
+        with open(log_path, "w", encoding="utf-8") as handle:
+            for row in trainer.state.log_history:
+                handle.write(json.dumps(row) + "\n")
+        (out / "grpo_job.json").write_text(json.dumps(to_plain(job), indent=1), encoding="utf-8")
     steps = int(trainer.state.global_step)
     scored = sum(len(b.answers) for b in reward_function.history)
     gated_out = sum(r != "ok" for b in reward_function.history for r in b.gate_reasons)
