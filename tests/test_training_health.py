@@ -165,3 +165,10 @@ def test_plot_has_the_four_panels(tmp_path):
                                                     "within-group reward sd"]
     kl_line = figure.axes[1].lines[0].get_ydata()
     assert np.allclose(kl_line, result.series["kl"]) and math.isclose(max(kl_line), max(result.series["kl"]))
+
+
+def test_check_prefers_the_path_the_claim_loader_resolved(tmp_path):
+    log = write_jsonl(synthetic_log(), tmp_path / "elsewhere.jsonl")
+    context = _context(tmp_path, "ignored-when-resolved.jsonl")
+    context.claim.training_log_path = log  # audit.claims.load_claim resolves training_log like the data paths
+    assert _training_health_check(context).log_path == str(log)

@@ -45,6 +45,8 @@ class GenerationJob:
     model: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     concurrency: int = 8
+    max_retries: int = 5
+    backoff_base_s: float = 0.5
     samples_per_vignette: int = 20
     run: str = "run-1"
     pool: str = "heldout"
@@ -138,7 +140,8 @@ def _generate_http(job: GenerationJob, plan, keys) -> list[str]:
     from judges.backends.openai_http import OpenAICompatibleBackend
 
     backend = OpenAICompatibleBackend(job.base_url, job.model, api_key_env=job.api_key_env,
-                                      concurrency=job.concurrency)
+                                      concurrency=job.concurrency, max_retries=job.max_retries,
+                                      backoff_base_s=job.backoff_base_s)
 
     async def run_all():
         try:
