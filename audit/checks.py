@@ -65,3 +65,16 @@ def run_checks(context) -> dict[str, Any]:
     load_check_modules()
     ordered = sorted(_CHECKS.items(), key=lambda item: (_module_rank(item[1]), item[0]))
     return {key: function(context) for key, function in ordered}
+
+
+def run_check(key: str, context) -> Any:
+    """Run the one registered check ``key`` (after loading the check modules).
+
+    Raises
+    ------
+    KeyError
+        When no module registers ``key`` (its module has not landed): callers that must not
+        proceed without it fail closed.
+    """
+    load_check_modules()
+    return _CHECKS[key](context)

@@ -163,6 +163,7 @@ def _register_commands() -> None:
     from audit.cli_checks import calibrate_judge_command, position_bias_command
     from audit.cli_selection import leakage, winners_curse
     from judges.cli import import_command, judge_command
+    from training.cli import generate_command, pipeline_command, train_group
 
     main.add_command(judge_command, "judge")
     main.add_command(import_command, "import")
@@ -170,6 +171,9 @@ def _register_commands() -> None:
     main.add_command(position_bias_command, "position-bias")
     main.add_command(winners_curse, "winners-curse")
     main.add_command(leakage, "leakage")
+    main.add_command(train_group, "train")
+    main.add_command(generate_command, "generate")
+    main.add_command(pipeline_command, "pipeline")
 
 
 _register_commands()

@@ -82,6 +82,27 @@ class Thresholds:
     leakage_min_overlap: float = 0.5
     #: Leakage: word n-gram length of the scan (8 by default; GPT-3 used 13).
     leakage_ngram: int = 8
+    #: Leakage: word-Jaccard (over windows of each document) from which a corpus passage counts
+    #: as a near duplicate (paraphrase) of an eval answer: WARN. Above 1 switches it off.
+    leakage_near_duplicate_jaccard: float = 0.35
+    # --- training health (training/health.py; read from the trainer's log_history) ---------
+    # Heuristic limits for a GRPO run, not derived from a model: override them per claim.
+    #: Fewer logged steps than this: the run's health cannot be judged (INCONCLUSIVE).
+    training_min_steps: int = 10
+    #: Share of the logged steps in the first and in the last window that are compared.
+    training_window_fraction: float = 0.2
+    #: Mean reward of the last window minus the first must exceed this ("reward rising").
+    training_min_reward_gain: float = 0.0
+    #: Largest rolling-window mean of the per-token KL to the reference policy ("KL bounded").
+    training_max_kl: float = 0.5
+    #: Last-window mean token entropy over the first window's must be at least this ("entropy alive").
+    training_min_entropy_ratio: float = 0.25
+    #: ... and the last window's mean entropy at least this many nats per token.
+    training_min_entropy: float = 0.05
+    #: Last-window mean within-group reward sd over the first window's must be at least this.
+    training_min_reward_std_ratio: float = 0.25
+    #: Last-window mean share of groups whose rewards are all equal (no GRPO signal) at most this.
+    training_max_frac_zero_std: float = 0.5
 
 
 THRESHOLDS = Thresholds()

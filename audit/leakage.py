@@ -757,17 +757,27 @@ class LeakageCheck:
 
 
 def check_claim_leakage(study, contests, *, n: int = DEFAULT_NGRAM, min_overlap: float = 0.5,
-                        near_duplicates: bool = True, level: float = 0.95) -> LeakageCheck:
-    """Scan the study's corpus for the answers used in the claim's contests (both sides)."""
+                        near_duplicates: bool = True, near_threshold: float = NEAR_THRESHOLD,
+                        level: float = 0.95) -> LeakageCheck:
+    """Scan the study's corpus for the answers used in the claim's contests (both sides).
+
+    With ``contests=None`` (before anything is judged, e.g. the training pipeline's preflight)
+    every response of the study is an eval answer to protect, and no win-rate effect is computed.
+    """
     responses = study.responses.frame
     text = dict(zip(responses["response_id"], responses["text"]))
-    used = list(dict.fromkeys(list(contests.frame["opponent_response"]) + list(contests.frame["policy_response"])))
+    if contests is None:
+        used = list(responses["response_id"])
+    else:
+        used = list(dict.fromkeys(list(contests.frame["opponent_response"]) + list(contests.frame["policy_response"])))
     items = {rid: text[rid] for rid in used if isinstance(text.get(rid), str)}
     index = build_index(items, n)
     near_index = build_index(items, NEAR_SHINGLE) if near_duplicates else None
     corpus = study.corpus.frame
     scan = scan_texts(index, list(corpus["doc_id"].astype(str)), list(corpus["text"].fillna("")),
-                      min_overlap=min_overlap, near_index=near_index)
+                      min_overlap=min_overlap, near_index=near_index, near_threshold=near_threshold)
+    if contests is None:
+        return LeakageCheck(scan, None)
     leaked = set(scan.leaked_items)
     scored = contests.scores("both_orders")
     rows = contests.frame.set_index("contest_id").loc[scored.frame["contest_id"]]
@@ -782,7 +792,8 @@ def _check(context) -> LeakageCheck | None:
         return None
     t = context.claim.thresholds
     return check_claim_leakage(context.study, context.contests, n=t.leakage_ngram, min_overlap=t.leakage_min_overlap,
-                               level=t.confidence_level)
+                               near_duplicates=t.leakage_near_duplicate_jaccard <= 1,
+                               near_threshold=t.leakage_near_duplicate_jaccard, level=t.confidence_level)
 
 
 @register_gate("leakage")

@@ -596,6 +596,12 @@ def _check(context) -> SelectionAnalysis | None:
     responses = context.study.responses.frame
     if "pool" not in responses or not (responses["pool"] == "selection").any():
         return None
+    # A selection pool the claim's judge never judged is no evidence about this claim.
+    selection_ids = set(responses.loc[responses["pool"] == "selection", "response_id"])
+    judgments = context.study.judgments.frame
+    by_judge = judgments[judgments["judge"] == context.contests.judge]
+    if not (by_judge["response_first"].isin(selection_ids) | by_judge["response_second"].isin(selection_ids)).any():
+        return None
     spec, thresholds = context.claim.spec, context.claim.thresholds
     return analyse_selection(context.study, spec.opponent, context.contests.judge,
                              level=thresholds.confidence_level, policy=spec.policy, claim_contests=context.contests,

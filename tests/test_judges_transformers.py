@@ -9,7 +9,7 @@ pytestmark = pytest.mark.slow
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
+pytest.importorskip("tokenizers")
 
 from judges.backends.base import JudgeRequest  # noqa: E402
 from judges.backends.transformers_local import TransformersBackend  # noqa: E402
@@ -19,35 +19,15 @@ from judges.run import load_texts, run_judging  # noqa: E402
 from judges.stub_server import write_stub_study  # noqa: E402
 from judges.tables import read_rows  # noqa: E402
 
-CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
 
 @pytest.fixture(scope="module")
 def tiny_judge(tmp_path_factory):
     """Qwen3 config (hidden 64, 2 layers) + a byte-level BPE tokenizer trained here on varied text."""
-    folder = tmp_path_factory.mktemp("tiny-judge")
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>", "<pad>"])
-    bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
-    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = tokenizers.decoders.ByteLevel()
+    from training.tiny import build_tiny_causal_lm
+
     corpus = [get_template().system, get_template().user, "[[A]] [[B]] [[C]] Final verdict: Response A is better.",
-              "My friend cancelled on me again; maybe they are overwhelmed and it says little about me."] * 20
-    bpe.train_from_iterator(corpus, trainer)
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<pad>",
-                                                     bos_token=None)
-    tokenizer.chat_template = CHATML
-    config = transformers.Qwen3Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                      max_position_embeddings=2048, tie_word_embeddings=True,
-                                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+              "My friend cancelled on me again; maybe they are overwhelmed and it says little about me."]
+    return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny-judge"), corpus, vocab_size=400)
 
 
 def test_transformers_backend_judges_both_orders_and_records_raw_replies(tiny_judge, tmp_path):

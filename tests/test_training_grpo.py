@@ -1,0 +1,140 @@
+"""GRPO: a few optimizer steps of TRL's GRPOTrainer on a tiny model move the weights, and every reward
+comes from the gated ensemble (ensemble reward for gated answers, the penalty for the rest)."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trl")
+
+from training_support import changed_tensors, tiny_base, untrained_ensemble  # noqa: E402
+
+from audit.gates import Verdict  # noqa: E402
+from training.config import TrainingConfigError, load_config  # noqa: E402
+from training.grpo import REWARD_LOG, GatedEnsembleReward, GRPOJob, grpo_config, train_grpo  # noqa: E402
+from training.health import assess_training_log  # noqa: E402
+from training.reward_models import RewardEnsemble  # noqa: E402
+from training.task import SYSTEM_PROMPT, USER_TEMPLATE  # noqa: E402
+
+VIGNETTES = "fixtures/study/vignettes.jsonl"
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return tiny_base(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="module")
+def ensemble_dir(base, tmp_path_factory):
+    return untrained_ensemble(base, tmp_path_factory.mktemp("ensemble"))
+
+
+def _job(base, ensemble_dir, out, **kw):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    return GRPOJob(**{"model": base, "reward_model": ensemble_dir, "vignettes": root / VIGNETTES, "output_dir": out,
+                      "learning_rate": 1e-3, "num_generations": 4, "per_device_train_batch_size": 4, "max_steps": 3,
+                      "max_completion_length": 16, "device": "cpu", "trainer": {"save_strategy": "no"}, **kw})
+
+
+def test_gated_reward_penalises_empty_and_long_answers_and_scores_the_rest(ensemble_dir):
+    ensemble = RewardEnsemble(ensemble_dir)
+    reward = GatedEnsembleReward(ensemble, max_sentences=2, penalty=-3.0)
+    completions = [[{"role": "assistant", "content": text}] for text in (
+        "<think>Hurt, but maybe not meant.</think>\n\nMaybe your friend was swamped. You matter to them.",
+        "<think>still thinking and never closes",
+        "One. Two. Three sentences is too many.",
+        "",
+        "Perhaps they were nervous about their own standing")]
+    scenario = ["A friend forgot my birthday."] * 5
+    rewards = reward(prompts=[None] * 5, completions=completions, scenario=scenario)
+    batch = reward.history[-1]
+    assert batch.gate_reasons == ("ok", "empty", "too_long", "empty", "ok")
+    direct = ensemble.score([scenario[0]] * 2, ["Maybe your friend was swamped. You matter to them.",
+                                                 "Perhaps they were nervous about their own standing"])
+    np.testing.assert_allclose([rewards[0], rewards[4]], direct.reward)
+    assert rewards[1:4] == [-3.0, -3.0, -3.0]
+    # mean - 0.5 sd of two different heads: strictly below their mean
+    assert np.all(direct.reward < direct.mean) and np.all(direct.std > 0)
+    assert ensemble.calls == 4  # only gated answers reach the reward models (2 here, 2 in the direct call)
+
+
+def test_grpo_steps_move_the_policy_and_every_reward_comes_from_the_gated_ensemble(base, ensemble_dir, tmp_path):
+    job = _job(base, ensemble_dir, tmp_path / "policy")
+    ensemble = RewardEnsemble(ensemble_dir)
+    reward = GatedEnsembleReward(ensemble, max_sentences=2, penalty=-3.0, log_path=tmp_path / "policy" / REWARD_LOG)
+    (tmp_path / "policy").mkdir()
+    run = train_grpo(job, reward_function=reward)
+    assert run.steps == 3
+    changed, compared = changed_tensors(base / "model.safetensors", tmp_path / "policy" / "model.safetensors")
+    assert compared > 0 and changed > 0
+    assert any(row.get("grad_norm", 0) > 0 for row in run.log_history)
+    # 3 steps x 4 completions, each scored by the gate, gated ones by the ensemble.
+    assert len(reward.history) == 3 and run.n_completions_scored == 12
+    for batch in reward.history:
+        for reason, from_ensemble, value in zip(batch.gate_reasons, batch.ensemble_reward, batch.rewards):
+            assert (value == -3.0 and from_ensemble is None) if reason != "ok" else value == from_ensemble
+    assert ensemble.calls == sum(r == "ok" for b in reward.history for r in b.gate_reasons)
+    # TRL's logged mean reward per step is the mean of what the gated ensemble returned.
+    logged = [row["reward"] for row in run.log_history if "reward" in row]
+    np.testing.assert_allclose(logged, [np.mean(b.rewards) for b in reward.history], rtol=1e-5)
+    log_rows = [json.loads(line) for line in open(run.training_log)]
+    assert {"reward", "reward_std", "kl", "entropy"} <= set(log_rows[0])
+    health = assess_training_log(run.training_log)
+    assert health.verdict == Verdict.INCONCLUSIVE  # three steps cannot show a trend
+    assert len((tmp_path / "policy" / REWARD_LOG).read_text().splitlines()) == 3
+
+
+def test_beta_zero_is_refused_with_the_reason(base, ensemble_dir, tmp_path):
+    with pytest.raises(TrainingConfigError, match="beta = 0 the policy drifts"):
+        _job(base, ensemble_dir, tmp_path, beta=0.0)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_generations": 1}, "num_generations"), ({"per_device_train_batch_size": 6}, "not a multiple"),
+    ({"vllm_mode": "colocate"}, "only 'server'"), ({"temperature": 0}, "temperature"),
+    ({"learning_rate": -1}, "learning_rate")])
+def test_config_validation_names_the_field(base, ensemble_dir, tmp_path, change, message):
+    with pytest.raises(TrainingConfigError, match=message):
+        _job(base, ensemble_dir, tmp_path, **change)
+
+
+def test_cpu_refuses_bf16_and_vllm_and_unknown_trainer_keys(base, ensemble_dir, tmp_path):
+    with pytest.raises(TrainingConfigError, match="bf16"):
+        grpo_config(_job(base, ensemble_dir, tmp_path, bf16=True), "cpu")
+    with pytest.raises(TrainingConfigError, match="use_vllm"):
+        grpo_config(_job(base, ensemble_dir, tmp_path, use_vllm=True), "cpu")
+    with pytest.raises(TrainingConfigError, match="warmup_ratoi"):
+        grpo_config(_job(base, ensemble_dir, tmp_path, trainer={"warmup_ratoi": 0.1}), "cpu")
+
+
+def test_defaults_are_the_model_card_recipe_and_vllm_is_server_mode(base, ensemble_dir, tmp_path):
+    job = GRPOJob(model=base, reward_model=ensemble_dir, vignettes=tmp_path, output_dir=tmp_path)
+    assert (job.learning_rate, job.beta, job.num_generations, job.max_steps) == (8e-6, 0.04, 12, 500)
+    config = grpo_config(GRPOJob(model=base, reward_model=ensemble_dir, vignettes=tmp_path, output_dir=tmp_path,
+                                 use_vllm=True, vllm_server_port=8123, bf16=False), "cuda")
+    assert (config.use_vllm, config.vllm_mode, config.vllm_server_port) == (True, "server", 8123)
+    assert config.learning_rate == 8e-6 and config.beta == 0.04 and config.num_generations == 12
+
+
+def test_yaml_configs_load_with_overrides():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "training" / "configs"
+    recipe = load_config(GRPOJob, root / "grpo.yaml")
+    assert (recipe.learning_rate, recipe.beta, recipe.num_generations, recipe.max_steps, recipe.bf16) == \
+        (8e-6, 0.04, 12, 500, True)
+    assert recipe.model == (root / "../../models/policy-base")
+    tiny = load_config(GRPOJob, root / "grpo_cpu_tiny.yaml", ["beta=0.1", "trainer.warmup_ratio=0.5"])
+    assert tiny.beta == 0.1 and tiny.trainer == {"save_strategy": "no", "warmup_ratio": 0.5}
+    with pytest.raises(TrainingConfigError, match="beta"):
+        load_config(GRPOJob, root / "grpo.yaml", ["beta=0"])
+    with pytest.raises(TrainingConfigError, match="unknown key"):
+        load_config(GRPOJob, root / "grpo.yaml", ["betta=0.1"])
+
+
+def test_prompts_follow_the_protocol():
+    assert "two sentences" in SYSTEM_PROMPT and "\"you\"" in SYSTEM_PROMPT
+    assert "{scenario}" in USER_TEMPLATE and "two sentences" in USER_TEMPLATE

@@ -1,0 +1,126 @@
+"""Reward models: a few optimizer steps on a tiny model built from a config move the weights; the
+ensemble reward is mean − λ·sd of the standardised members; held-out accuracy is clustered by vignette."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trl")
+
+from training_support import changed_tensors, tiny_base, tiny_study  # noqa: E402
+
+from audit.winrate import winrate_ci  # noqa: E402
+from training.config import TrainingConfigError  # noqa: E402
+from training.reward_models import (RewardEnsemble, RewardModelJob, build_reward_data, ensemble_reward,  # noqa: E402
+                                    heldout_accuracy, train_reward_models)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    return tiny_study(tmp_path_factory.mktemp("rm-study"), pairs_per_vignette=4)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return tiny_base(tmp_path_factory.getbasetemp())
+
+
+def _job(base, study, out, **kw):
+    return RewardModelJob(**{"base_model": base, "output_dir": out, "vignettes": study["vignettes"],
+                             "responses": study["responses"], "human_pairs": study["human_pairs"],
+                             "human_ratings": study["human_ratings"], "seeds": (0, 1), "max_steps": 2,
+                             "learning_rate": 1e-3, "heldout_fraction": 0.5, "per_device_train_batch_size": 4,
+                             "max_length": 512, "device": "cpu", **kw})
+
+
+def test_ensemble_reward_is_mean_minus_lambda_sd():
+    z = np.array([[1.0, 3.0, 2.0], [0.0, 0.0, 0.0], [-1.0, 1.0, 0.0]])
+    scores = ensemble_reward(z, 0.5)
+    expected = z.mean(axis=1) - 0.5 * np.sqrt(((z - z.mean(axis=1, keepdims=True)) ** 2).mean(axis=1))
+    np.testing.assert_allclose(scores.reward, expected)
+    np.testing.assert_allclose(scores.reward[:2], [2.0 - 0.5 * np.sqrt(2 / 3), 0.0])
+    assert list(scores.to_frame().columns) == ["member_0", "member_1", "member_2", "mean", "std", "reward"]
+
+
+def test_heldout_split_keeps_every_heldout_answer_out_of_training(study, tmp_path):
+    data = build_reward_data(_job(tmp_path, study, tmp_path / "out"))
+    # 4 pairs per vignette, half held out: two per vignette (less pairs whose raters tie), six clusters.
+    assert len(data.pairs_heldout) + data.n_heldout_ties == 12
+    assert data.pairs_heldout["vignette_id"].value_counts().max() <= 2
+    heldout_texts = set(data.pairs_heldout["preferred"]) | set(data.pairs_heldout["other"])
+    train_texts = set(data.pairs_train["chosen"]) | set(data.pairs_train["rejected"]) | set(data.ratings_train["answer"])
+    assert not heldout_texts & train_texts
+    assert len(data.ratings_train) <= 12 * 2  # at most the answers of the 12 training pairs (rater means)
+    assert data.n_repeats_of_heldout > 0  # the fixture's templated answers repeat across ids
+
+
+def test_heldout_accuracy_with_one_pair_per_vignette_has_no_cr2_interval():
+    result = heldout_accuracy("x", np.arange(6.0) - 0.5, np.zeros(6), [f"v{i}" for i in range(6)])
+    assert result.estimate == pytest.approx(5 / 6) and result.ci_low is None and "no CR2" in result.note
+    assert result.iid_low is not None  # the optimistic iid interval is still shown beside it
+
+
+def test_heldout_accuracy_uses_cr2_clustered_by_vignette():
+    preferred = np.array([1.0, 2.0, 0.5, 3.0, 1.0, 0.0, 2.0, 1.0, 1.0, 4.0, 0.1, 2.0])
+    other = np.array([0.0, 3.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 2.0, 0.0, 0.0, 1.0])
+    vignettes = np.repeat(["v1", "v2", "v3", "v4", "v5", "v6"], 2)
+    result = heldout_accuracy("x", preferred, other, vignettes)
+    correct = np.array([1, 0, 1, 1, 0.5, 0, 1, 1, 0, 1, 1, 1])
+    cr2 = winrate_ci(correct, vignettes, method="cr2")
+    assert result.estimate == pytest.approx(correct.mean())
+    assert (result.ci_low, result.ci_high) == (pytest.approx(max(0, cr2.ci_low)), pytest.approx(min(1, cr2.ci_high)))
+    assert result.n_clusters == 6 and result.n_pairs == 12
+
+
+def test_bradley_terry_ensemble_trains_and_saves_safetensors(base, study, tmp_path):
+    run = train_reward_models(_job(base, study, tmp_path / "rm"))
+    assert [m.steps for m in run.members] == [2, 2]
+    for member in run.members:
+        folder = tmp_path / "rm" / member.path
+        assert (folder / "model.safetensors").is_file() and not list(folder.glob("*.bin"))
+        changed, compared = changed_tensors(base / "model.safetensors", folder / "model.safetensors")
+        assert compared > 0 and changed > 0, "two optimizer steps must move the backbone"
+        assert any("loss" in row and row.get("grad_norm", 0) > 0 for row in member.log_history)
+    manifest = json.loads((tmp_path / "rm" / "ensemble.json").read_text())
+    assert manifest["ensemble_lambda"] == 0.5 and len(manifest["members"]) == 2
+    ensemble_row = run.accuracy[-1]
+    assert ensemble_row.name.startswith("ensemble") and ensemble_row.n_clusters == 6
+    # The saved ensemble reproduces the held-out scores behind the reported accuracy.
+    ensemble = RewardEnsemble(tmp_path / "rm")
+    heldout = build_reward_data(_job(base, study, tmp_path / "rm")).pairs_heldout
+    preferred = ensemble.score(list(heldout["scenario"]), list(heldout["preferred"])).reward
+    other = ensemble.score(list(heldout["scenario"]), list(heldout["other"])).reward
+    again = heldout_accuracy("again", preferred, other, heldout["vignette_id"])
+    assert again.estimate == pytest.approx(ensemble_row.estimate)
+
+
+@pytest.mark.slow
+def test_regression_ensemble_regresses_the_mean_rating(base, study, tmp_path):
+    run = train_reward_models(_job(base, study, tmp_path / "reg", kind="regression"))
+    member = tmp_path / "reg" / run.members[0].path
+    changed, _ = changed_tensors(base / "model.safetensors", member / "model.safetensors")
+    assert changed > 0
+    assert json.loads((member / "config.json").read_text())["problem_type"] == "regression"
+    scores = RewardEnsemble(tmp_path / "reg").score(["a scenario"], ["Maybe they were busy."])
+    assert scores.member_z.shape == (1, 2)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"seeds": ()}, "seeds"), ({"seeds": (1, 1)}, "repeats"), ({"ensemble_lambda": -1}, "ensemble_lambda"),
+    ({"kind": "dpo"}, "kind"), ({"heldout_fraction": 1.0}, "heldout_fraction"),
+    ({"human_pairs": None}, "Bradley-Terry model trains on pairs")])
+def test_config_errors_name_the_field(study, tmp_path, change, message):
+    with pytest.raises(TrainingConfigError, match=message):
+        _job(tmp_path, study, tmp_path, **change)
+
+
+def test_ensemble_refuses_folders_without_safetensors(tmp_path):
+    from audit.errors import InputError
+
+    (tmp_path / "member").mkdir()
+    (tmp_path / "member" / "pytorch_model.bin").write_bytes(b"not loaded")
+    (tmp_path / "ensemble.json").write_text(json.dumps({"ensemble_lambda": 0.5, "members": [
+        {"path": "member", "mean": 0, "std": 1}]}))
+    with pytest.raises(InputError, match="safetensors"):
+        RewardEnsemble(tmp_path)

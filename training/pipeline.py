@@ -1,0 +1,388 @@
+"""``honestci pipeline``: training text leakage check → reward models → GRPO → generation → judging → audit.
+
+The only road from a trained checkpoint to a number in a model card. Each stage writes into the
+run folder (``output_dir``); the last one writes the model-card figures only when every required
+gate passes, and otherwise refuses (exit 1) with the report explaining why.
+
+- Leakage first, and fail closed: the training text (the task prompts, every human-rated answer
+  the reward models train on, and any extra ``corpus``) is checked against the held-out eval
+  answers (the opponent's answers that no human table references) through the ``leakage``
+  plug-in check and gate of :mod:`audit.leakage` (``audit.checks.run_check("leakage", context)``,
+  then ``audit.gates.run_gate("leakage", context)``). When that module is missing, or its gate
+  does not PASS, nothing is trained.
+- The audit's claim requires the default gates plus ``leakage`` and ``training_healthy``, and names
+  the GRPO log (``training_log``, copied beside the claim) so the audit itself judges training health.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from audit.errors import HonestCIError, InputError
+from audit.gates import DEFAULT_REQUIRED_GATES, GateResult, Verdict
+from training.config import build_config, parse_overrides, read_yaml_mapping, require, _merge
+
+CARD_START = "<!-- honestci:figures:start -->"
+CARD_END = "<!-- honestci:figures:end -->"
+PIPELINE_GATES = ("leakage", "training_healthy")
+
+
+class PipelineRefused(HonestCIError):
+    """A gate did not pass: the pipeline stops, or writes no figures into the model card (exit 1)."""
+
+    def __init__(self, message: str, gates: Sequence[GateResult] = ()):
+        self.message = message
+        self.gates = tuple(gates)
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class PipelineJob:
+    """Settings of ``honestci pipeline`` (see training/configs/pipeline_cpu_tiny.yaml)."""
+
+    name: str
+    output_dir: Path
+    base_model: Path
+    vignettes: Path
+    responses: Path
+    human_pairs: Path | None = None
+    human_ratings: Path | None = None
+    corpus: Path | None = None
+    policy: str = "policy"
+    opponent: str = "gpt-4-0314"
+    bar: float = 0.608
+    population: str = "new_vignettes"
+    reward_model: dict = field(default_factory=dict)
+    grpo: dict = field(default_factory=dict)
+    generation: dict = field(default_factory=dict)
+    judge: dict = field(default_factory=dict)
+    bayes: bool = False
+    seed: int = 20261129
+    thresholds: dict = field(default_factory=dict)
+    required_gates: tuple[str, ...] | None = None
+    model_card: Path | None = None
+
+    def __post_init__(self):
+        require(0 < self.bar < 1, "bar", f"is {self.bar}; it must be in (0, 1)")
+        require(self.policy != self.opponent, "policy", "must differ from opponent")
+        require(self.human_pairs is not None or self.human_ratings is not None, "human_pairs/human_ratings",
+                "are both missing: the reward models train on human judgements")
+        require(self.judge.get("backend") in ("transformers", "openai", "vllm"), "judge.backend",
+                f"is {self.judge.get('backend')!r}; use transformers, openai or vllm")
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """What the pipeline did: each stage's timing, the gates and whether figures were published."""
+
+    output_dir: str
+    stages: tuple[dict, ...]
+    gates: tuple[GateResult, ...]
+    required: tuple[str, ...]
+    published: bool
+    report: dict
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([g.as_row() | {"required": g.name in self.required} for g in self.gates])
+
+
+def _stage(stages: list, name: str, started: float, **extra) -> None:
+    stages.append({"stage": name, "seconds": round(time.perf_counter() - started, 2), **extra})
+
+
+def _write_jsonl(frame: pd.DataFrame, path: Path) -> Path:
+    from judges.tables import write_table
+
+    records = [{k: (None if (isinstance(v, float) and v != v) else v) for k, v in row.items()}
+               for row in frame.to_dict(orient="records")]
+    return write_table(records, path, list(frame.columns))
+
+
+def _load(path: Path | None, table: str) -> pd.DataFrame | None:
+    from audit.io import load_table
+
+    return None if path is None else load_table(path, table).frame
+
+
+def prepare_data(job: PipelineJob, data_dir: Path) -> dict[str, Path]:
+    """Copy the inputs into the run folder; write the training text (``corpus``) and the held-out
+    eval answers (the opponent's answers no human table references)."""
+    from training.task import USER_TEMPLATE
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    vignettes = _load(job.vignettes, "vignettes")
+    responses = _load(job.responses, "responses")
+    pairs, ratings, extra = (_load(job.human_pairs, "human_pairs"), _load(job.human_ratings, "human_ratings"),
+                             _load(job.corpus, "corpus"))
+    rated = set()
+    if pairs is not None:
+        rated |= set(pairs["response_a"]) | set(pairs["response_b"])
+    if ratings is not None:
+        rated |= set(ratings["response_id"])
+    opponent = responses[responses["system"] == job.opponent]
+    heldout = opponent[~opponent["response_id"].isin(rated)]
+    if heldout.empty:
+        raise InputError(f"No held-out answers of the opponent {job.opponent!r}: every one is in a human table "
+                         "(training text).", fix="give opponent answers that the reward models do not train on")
+    if job.policy in set(responses["system"]):
+        raise InputError(f"The responses table already has answers of the policy {job.policy!r}.",
+                         fix="name the policy anew: the pipeline generates its answers")
+    texts = dict(zip(responses["response_id"], responses["text"]))
+    corpus = [{"doc_id": f"prompt-{v}", "text": USER_TEMPLATE.format(scenario=t), "source": "task prompt"}
+              for v, t in zip(vignettes["vignette_id"], vignettes["text"])]
+    corpus += [{"doc_id": f"rated-{r}", "text": texts[r], "source": "reward-model training answer"} for r in sorted(rated)]
+    if extra is not None:
+        corpus += [{"doc_id": f"extra-{d}", "text": t, "source": s if isinstance(s, str) else "corpus"}
+                   for d, t, s in zip(extra["doc_id"], extra["text"], extra.get("source", [None] * len(extra)))]
+    paths = {"vignettes": _write_jsonl(vignettes, data_dir / "vignettes.jsonl"),
+             "corpus": _write_jsonl(pd.DataFrame(corpus, columns=["doc_id", "text", "source"]), data_dir / "corpus.jsonl"),
+             "eval_answers": _write_jsonl(heldout, data_dir / "eval_answers.jsonl"),
+             "source_responses": _write_jsonl(responses, data_dir / "source_responses.jsonl")}
+    for name, frame in (("human_pairs", pairs), ("human_ratings", ratings)):
+        if frame is not None:
+            paths[name] = _write_jsonl(frame, data_dir / f"{name}.jsonl")
+    return paths
+
+
+def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path) -> GateResult:
+    """Run the ``leakage`` check and gate on the training text against the held-out eval answers.
+
+    Fails closed: raises :class:`PipelineRefused` when :mod:`audit.leakage` is missing, when its
+    check cannot run on the pre-training data, or when its gate does not PASS.
+    """
+    import importlib
+
+    from audit.checks import run_check
+    from audit.claims import Claim, ClaimSpec
+    from audit.gates import THRESHOLDS, Thresholds, run_gate
+    from audit.io import LoadedTable, Study, load_table
+    from audit.pipeline import AuditContext
+
+    try:
+        importlib.import_module("audit.leakage")
+    except ModuleNotFoundError as exc:
+        if exc.name != "audit.leakage":
+            raise
+        raise PipelineRefused("Refused: the leakage check (audit/leakage.py) is not installed, so the training "
+                              "text cannot be checked against the held-out eval answers; nothing was trained.") from None
+    data = {"vignettes": "vignettes.jsonl", "responses": "eval_answers.jsonl", "judgments": "judgments.jsonl",
+            "corpus": "corpus.jsonl"}
+    spec = ClaimSpec.model_validate({"version": 1, "name": f"{job.name} (pre-training leakage check)",
+                                     "policy": job.policy, "opponent": job.opponent, "bar": job.bar,
+                                     "population": job.population, "data": data, "thresholds": job.thresholds})
+    thresholds = Thresholds(**{**THRESHOLDS.__dict__, **job.thresholds})
+    claim = Claim(spec, claim_path, {k: claim_path.parent / v for k, v in data.items()}, thresholds)
+    # Nothing is judged before training: an empty judgments table (the loaders refuse empty files).
+    empty_judgments = LoadedTable("judgments", "<not judged yet>", "", pd.DataFrame(
+        columns=["judge", "vignette_id", "response_first", "response_second", "verdict"]), np.zeros(0, int))
+    study = Study(vignettes=load_table(paths["vignettes"], "vignettes"),
+                  responses=load_table(paths["eval_answers"], "responses"), judgments=empty_judgments,
+                  corpus=load_table(paths["corpus"], "corpus"))
+    context = AuditContext(claim, study, None, None, "cr2", None, None, ())
+    try:
+        context.checks["leakage"] = run_check("leakage", context)
+    except KeyError:
+        raise PipelineRefused("Refused: audit.leakage registers no 'leakage' check; nothing was trained.") from None
+    except (AttributeError, TypeError) as exc:
+        raise PipelineRefused(f"Refused: the leakage check could not run before training ({type(exc).__name__}: "
+                              f"{exc}); nothing was trained.") from None
+    gate = run_gate("leakage", context)
+    if gate.verdict != Verdict.PASS:
+        raise PipelineRefused(f"Refused before training: leakage gate {gate.verdict}: {gate.message}", [gate])
+    return gate
+
+
+def _contests(policy_rows: pd.DataFrame, eval_answers: pd.DataFrame):
+    """Each policy answer against one held-out opponent answer of its vignette (round robin)."""
+    from judges.schedule import Contest
+
+    contests = []
+    for vid, group in policy_rows.groupby("vignette_id", sort=True):
+        opponents = sorted(eval_answers.loc[eval_answers["vignette_id"] == vid, "response_id"])
+        if not opponents:
+            raise InputError(f"Vignette {vid!r} has no held-out opponent answer to compare with.",
+                             fix="give the opponent an answer for every vignette")
+        for i, rid in enumerate(sorted(group["response_id"])):
+            contests.append(Contest(vid, rid, opponents[i % len(opponents)]))
+    return contests
+
+
+def _judge_backend(judge: dict, seed: int):
+    backend = judge["backend"]
+    if backend == "transformers":
+        from judges.backends.transformers_local import TransformersBackend
+
+        return TransformersBackend(judge["model_path"], device=judge.get("device", "cpu"),
+                                   judge_name=judge.get("name"), seed=seed)
+    from judges.backends.openai_http import OpenAICompatibleBackend
+
+    return OpenAICompatibleBackend(judge["base_url"], judge["model"], api_key_env=judge.get("api_key_env", "OPENAI_API_KEY"),
+                                   concurrency=int(judge.get("concurrency", 8)), seed=seed)
+
+
+def write_claim(job: PipelineJob, data_dir: Path, tables: dict[str, str], training_log: Path) -> Path:
+    """The audit's claim (YAML) in ``data_dir``, naming a copy of the training log beside it."""
+    import yaml
+
+    required = list(job.required_gates) if job.required_gates is not None else [
+        g for g in DEFAULT_REQUIRED_GATES if job.bayes or g != "sampler_converged"] + list(PIPELINE_GATES)
+    shutil.copyfile(training_log, data_dir / "training_log.jsonl")
+    claim = {"version": 1, "name": job.name, "policy": job.policy, "opponent": job.opponent,
+             "judge": None, "metric": "winrate", "bar": job.bar, "population": job.population, "data": tables,
+             "training_log": "training_log.jsonl", "required_gates": required, "thresholds": dict(job.thresholds)}
+    path = data_dir / "claim.yaml"
+    path.write_text(yaml.safe_dump(claim, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def publish_figures(verdict: dict, gates: Sequence[GateResult], required: Sequence[str], model_card: Path) -> Path:
+    """Write the model-card figures (between honestci markers) only when every required gate passes.
+
+    Raises :class:`PipelineRefused` (the card is left untouched) otherwise.
+    """
+    from reports.markdown import model_card_section
+    from reports.writing import atomic_write_text
+
+    required = set(required)
+    blocking = [g for g in gates if g.name in required and g.verdict != Verdict.PASS]
+    missing = sorted(required - {g.name for g in gates})
+    if blocking or missing:
+        reasons = [f"{g.name} {g.verdict}: {g.message}" for g in blocking] + [f"{m}: not run" for m in missing]
+        raise PipelineRefused("Refused: no figures were written into the model card because required gate(s) "
+                              "did not pass:\n  - " + "\n  - ".join(reasons), blocking)
+    block = f"{CARD_START}\n{model_card_section(verdict)}\n{CARD_END}"
+    text = model_card.read_text(encoding="utf-8") if model_card.is_file() else ""
+    if CARD_START in text and CARD_END in text:
+        head, rest = text.split(CARD_START, 1)
+        text = head + block + rest.split(CARD_END, 1)[1]
+    else:
+        text = text + ("\n\n" if text and not text.endswith("\n\n") else "") + block + "\n"
+    return atomic_write_text(model_card, text)
+
+
+def load_pipeline_job(path: str | Path, overrides: Sequence[str] = ()) -> tuple[PipelineJob, Path]:
+    path = Path(path)
+    values = _merge(read_yaml_mapping(path), parse_overrides(overrides))
+    base = path.resolve().parent
+    return build_config(PipelineJob, values, source=str(path), base_dir=base), base
+
+
+def _nested_path(value, base: Path) -> Path | None:
+    if value is None:
+        return None
+    value = Path(str(value)).expanduser()
+    return value if value.is_absolute() else base / value
+
+
+def run_pipeline(config_path: str | Path, overrides: Sequence[str] = (),
+                 progress: Callable[[str], None] = lambda _: None) -> PipelineResult:
+    """Run every stage; raise :class:`PipelineRefused` when a gate blocks (the report is still written)."""
+    from audit.pipeline import _json_safe, run_audit
+    from reports.model import Report
+    from reports.render import write_report
+    from judges.prompts import DEFAULT_TEMPLATE, get_template
+    from judges.run import load_texts, run_judging
+    from training.generate import GenerationJob, generate_responses
+    from training.grpo import GRPOJob, train_grpo
+    from training.health import assess_training_log, training_health_svg
+    from training.reward_models import RewardModelJob, train_reward_models
+
+    job, base = load_pipeline_job(config_path, overrides)
+    out = Path(job.output_dir)
+    data_dir = out / "data"
+    stages: list[dict] = []
+    started = time.perf_counter()
+    paths = prepare_data(job, data_dir)
+    claim_path = data_dir / "claim.yaml"
+    progress("checking the training text for leakage of held-out eval answers")
+    leakage_gate = leakage_preflight(job, paths, claim_path)
+    _stage(stages, "leakage check", started, verdict=str(leakage_gate.verdict))
+
+    started = time.perf_counter()
+    rm_job = build_config(RewardModelJob, {**job.reward_model, "base_model": job.base_model,
+                                           "output_dir": out / "reward_model", "vignettes": paths["vignettes"],
+                                           "responses": paths["source_responses"],
+                                           "human_pairs": paths.get("human_pairs"),
+                                           "human_ratings": paths.get("human_ratings")}, source=f"{config_path}: reward_model")
+    rm_run = train_reward_models(rm_job, progress)
+    _stage(stages, "reward models", started, members=len(rm_run.members),
+           seconds_per_step=[round(m.seconds_per_step, 3) for m in rm_run.members],
+           heldout_accuracy=rm_run.accuracy[-1].__dict__)
+
+    started = time.perf_counter()
+    grpo_values = {**job.grpo, "model": job.base_model, "reward_model": out / "reward_model",
+                   "vignettes": paths["vignettes"], "output_dir": out / "policy"}
+    grpo_run = train_grpo(build_config(GRPOJob, grpo_values, source=f"{config_path}: grpo"), progress)
+    _stage(stages, "GRPO", started, steps=grpo_run.steps, seconds_per_step=round(grpo_run.seconds_per_step, 3))
+
+    started = time.perf_counter()
+    generation = {"backend": "transformers", **job.generation, "system": job.policy, "vignettes": paths["vignettes"],
+                  "out": data_dir / "policy_responses.jsonl", "pool": "heldout"}
+    if generation["backend"] == "transformers":
+        generation.setdefault("model_path", out / "policy")
+    gen_run = generate_responses(build_config(GenerationJob, generation, source=f"{config_path}: generation"), progress)
+    policy_rows = _load(Path(gen_run.out), "responses")
+    source = _load(paths["source_responses"], "responses")
+    responses_path = _write_jsonl(pd.concat([source, policy_rows], ignore_index=True), data_dir / "responses.jsonl")
+    _stage(stages, "generation", started, n=gen_run.n_rows, base_seed=gen_run.base_seed, empty=gen_run.n_empty_answers)
+
+    started = time.perf_counter()
+    judge = {**job.judge}
+    if judge.get("model_path"):
+        judge["model_path"] = _nested_path(judge["model_path"], base)
+    template = get_template(judge.get("template") or DEFAULT_TEMPLATE)
+    texts = load_texts(paths["vignettes"], responses_path)
+    summary = run_judging(_contests(policy_rows, _load(paths["eval_answers"], "responses")), texts,
+                          _judge_backend(judge, job.seed), template, data_dir / "judgments.jsonl", seed=job.seed,
+                          sampling={"temperature": float(judge.get("temperature", 0.0)),
+                                    "max_tokens": int(judge.get("max_tokens", 512))}, progress=False)
+    _stage(stages, "judging", started, judgments=summary.n_jobs, invalid=summary.n_invalid)
+
+    started = time.perf_counter()
+    tables = {"vignettes": "vignettes.jsonl", "responses": "responses.jsonl", "judgments": "judgments.jsonl",
+              "corpus": "corpus.jsonl"} | {k: f"{k}.jsonl" for k in ("human_pairs", "human_ratings") if k in paths}
+    claim_path = write_claim(job, data_dir, tables, Path(grpo_run.training_log))
+    result = run_audit(claim_path, bayes=job.bayes, seed=job.seed, progress=progress)
+    gates = list(result.gates)
+    report_dir = out / "report"
+    verdict = _json_safe(result.to_dict())
+    written = write_report(Report.from_dict(verdict), report_dir)
+    # The same assessment the audit's check made, kept for the plot beside the report.
+    health = assess_training_log(data_dir / "training_log.jsonl", result_thresholds(job))
+    (report_dir / "training_health.svg").write_text(training_health_svg(health, result_thresholds(job)),
+                                                    encoding="utf-8")
+    _stage(stages, "audit", started, verdict=str(result.verdict), report=str(written["md"]))
+
+    published = False
+    summary_path = out / "pipeline.json"
+    try:
+        if job.model_card is not None:
+            publish_figures(verdict, gates, result.required_gates, job.model_card)
+            published = True
+        else:
+            blocking = [g for g in gates if g.name in result.required_gates and g.verdict != Verdict.PASS]
+            if blocking:
+                raise PipelineRefused("Refused: required gate(s) did not pass:\n  - " + "\n  - ".join(
+                    f"{g.name} {g.verdict}: {g.message}" for g in blocking), blocking)
+    finally:
+        record = {"name": job.name, "stages": stages, "published": published,
+                  "gates": [g.as_row() | {"required": g.name in result.required_gates} for g in gates],
+                  "report": {k: str(v) for k, v in written.items()}}
+        summary_path.write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
+    return PipelineResult(str(out), tuple(stages), tuple(gates), tuple(result.required_gates), published,
+                          {k: str(v) for k, v in written.items()})
+
+
+def result_thresholds(job: PipelineJob):
+    from audit.gates import THRESHOLDS, Thresholds
+
+    return Thresholds(**{**THRESHOLDS.__dict__, **job.thresholds})
+

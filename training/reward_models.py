@@ -1,0 +1,534 @@
+"""Reward models from human ratings: Bradley–Terry pairs, a regression head, and the seed ensemble.
+
+Three recipes, each trained K times with different seeds and combined as an ensemble:
+
+- ``bradley_terry``: TRL's ``RewardTrainer`` on human preference pairs (each rater's non-tie
+  label is one comparison), loss −log σ(r(chosen) − r(rejected)) (Bradley & Terry 1952;
+  Ouyang et al. 2022).
+- ``regression``: a linear head on the backbone regressing the per-response mean human rating of
+  each ``rating_columns`` dimension (standardised), MSE loss, with ``transformers.Trainer``. The
+  fixture's ratings have one dimension (``score``), so there the head regresses the mean rating.
+- the ensemble: member k's output s_k(x) is standardised on the training responses,
+  z_k = (s_k − m_k)/sd_k, and the reward is R(x) = mean_k z_k − λ · sd_k z_k (population sd over
+  the K members; λ = 0.5 by default), which discounts answers the members disagree on
+  (uncertainty-penalised ensembles: Coste et al. 2024, "Reward model ensembles help mitigate
+  overoptimization").
+
+Held-out accuracy: a share ``heldout_fraction`` of the human pairs, drawn within each vignette, is
+kept out of training together with every rating of their responses; on them the accuracy is the
+share of pairs whose majority-preferred response the ensemble scores higher, with a CR2 interval
+clustered by vignette (:func:`audit.winrate.winrate_ci`, method ``cr2``) beside the optimistic iid
+Wilson one.
+
+Weights are written with safetensors only and loaded with ``use_safetensors=True`` from local
+folders (no pickle, nothing downloaded).
+
+Validated against: the CR2 interval is :mod:`audit.cluster_robust` (pinned to R clubSandwich in
+tests/test_cluster_robust.py); the training loop is TRL's own. tests/test_training_rm.py checks
+that training moves the weights and that the ensemble formula matches a direct computation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from audit.errors import InputError
+from training.config import TrainingConfigError, require, to_plain
+from training.task import messages_for
+
+KINDS = ("bradley_terry", "regression")
+ENSEMBLE_FILE = "ensemble.json"
+
+
+@dataclass(frozen=True)
+class RewardModelJob:
+    """Settings of ``honestci train rm`` (YAML keys of the same names; see training/configs/)."""
+
+    base_model: Path
+    output_dir: Path
+    vignettes: Path
+    responses: Path
+    human_pairs: Path | None = None
+    human_ratings: Path | None = None
+    kind: str = "bradley_terry"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    ensemble_lambda: float = 0.5
+    heldout_fraction: float = 0.25
+    split_seed: int = 0
+    rating_columns: tuple[str, ...] = ("score",)
+    learning_rate: float = 1e-5
+    num_train_epochs: float = 1.0
+    max_steps: int = -1
+    per_device_train_batch_size: int = 8
+    max_length: int = 1024
+    device: str = "auto"
+    bf16: bool | None = None
+    logging_steps: int = 1
+    trainer: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        require(self.kind in KINDS, "kind", f"is {self.kind!r}; use one of {list(KINDS)}")
+        require(len(self.seeds) >= 1, "seeds", "is empty", "give at least one seed (three for the ensemble recipe)")
+        require(len(set(self.seeds)) == len(self.seeds), "seeds", f"repeats a seed {list(self.seeds)}",
+                "give distinct seeds: repeated members add no information")
+        require(self.ensemble_lambda >= 0, "ensemble_lambda", f"is {self.ensemble_lambda}; it must be >= 0",
+                "0 uses the plain mean; the recipe's default is 0.5")
+        require(0 < self.heldout_fraction < 1, "heldout_fraction", f"is {self.heldout_fraction}; it must be in (0, 1)",
+                "hold out some pairs (0.25 by default) to measure accuracy")
+        require(self.learning_rate > 0, "learning_rate", f"is {self.learning_rate}; it must be > 0")
+        require(self.max_steps == -1 or self.max_steps >= 1, "max_steps", "must be -1 (use epochs) or >= 1")
+        require(self.per_device_train_batch_size >= 1, "per_device_train_batch_size", "must be >= 1")
+        require(self.device in ("auto", "cpu", "cuda"), "device", f"is {self.device!r}; use auto, cpu or cuda")
+        require(len(self.rating_columns) >= 1, "rating_columns", "is empty")
+        if self.kind == "bradley_terry":
+            require(self.human_pairs is not None, "human_pairs", "is missing: the Bradley-Terry model trains on pairs",
+                    "give a human_pairs table, or use kind: regression with human_ratings")
+        else:
+            require(self.human_ratings is not None, "human_ratings", "is missing: the regression head trains on ratings",
+                    "give a human_ratings table")
+        if not isinstance(self.trainer, dict):
+            raise TrainingConfigError("Invalid training config: trainer must be a mapping of TRL config keys.")
+
+
+# --- data -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RewardData:
+    """Training and held-out examples built from the human tables (pandas frames).
+
+    ``pairs_train``: scenario, chosen, rejected, vignette_id (one row per rater's non-tie label).
+    ``ratings_train``: scenario, answer, vignette_id and one column per rating dimension (rater mean).
+    ``pairs_heldout``: scenario, preferred, other, vignette_id (one row per pair with a majority).
+    """
+
+    pairs_train: pd.DataFrame
+    ratings_train: pd.DataFrame
+    pairs_heldout: pd.DataFrame
+    train_responses: pd.DataFrame
+    n_heldout_ties: int
+    n_repeats_of_heldout: int  # training examples left out because their text equals a held-out answer
+    split_seed: int
+
+
+def _load(path: Path, table: str) -> pd.DataFrame:
+    from audit.io import load_table
+
+    return load_table(path, table).frame
+
+
+def build_reward_data(job: RewardModelJob) -> RewardData:
+    """Split the human pairs (within each vignette) and collect the training examples."""
+    vignettes = _load(job.vignettes, "vignettes")
+    responses = _load(job.responses, "responses")
+    scenario = dict(zip(vignettes["vignette_id"], vignettes["text"]))
+    text = dict(zip(responses["response_id"], responses["text"]))
+    vignette_of = dict(zip(responses["response_id"], responses["vignette_id"]))
+    pairs = _load(job.human_pairs, "human_pairs") if job.human_pairs else None
+    ratings = _load(job.human_ratings, "human_ratings") if job.human_ratings else None
+    for frame, name in ((pairs, "human_pairs"), (ratings, "human_ratings")):
+        if frame is not None and frame.empty:
+            raise InputError(f"The {name} table is empty.", fix=f"give a {name} table with rows")
+
+    rng = np.random.default_rng(job.split_seed)
+    heldout_responses: set[str] = set()
+    heldout_rows, n_ties = [], 0
+    if pairs is not None:
+        keys = pairs.assign(key=[tuple(sorted(p)) for p in zip(pairs["response_a"], pairs["response_b"])])
+        for vignette, group in keys.groupby("vignette_id", sort=True):
+            unique = sorted(set(group["key"]))
+            n_out = int(round(job.heldout_fraction * len(unique)))
+            chosen = [unique[i] for i in rng.permutation(len(unique))[:n_out]]
+            for key in chosen:
+                heldout_responses.update(key)
+                votes = group[group["key"] == key]
+                a_wins = int((((votes["label"] == "a") & (votes["response_a"] == key[0])) |
+                              ((votes["label"] == "b") & (votes["response_b"] == key[0]))).sum())
+                b_wins = int((votes["label"] != "tie").sum()) - a_wins
+                if a_wins == b_wins:
+                    n_ties += 1
+                    continue
+                preferred, other = (key[0], key[1]) if a_wins > b_wins else (key[1], key[0])
+                heldout_rows.append({"vignette_id": vignette, "scenario": scenario[vignette],
+                                     "preferred": text[preferred], "other": text[other],
+                                     "preferred_id": preferred, "other_id": other})
+        train_pairs = pairs[~(pairs["response_a"].isin(heldout_responses) | pairs["response_b"].isin(heldout_responses))]
+        train_pairs = train_pairs[train_pairs["label"] != "tie"]
+        won_a = train_pairs["label"] == "a"
+        pairs_train = pd.DataFrame({
+            "vignette_id": train_pairs["vignette_id"].to_numpy(),
+            "scenario": [scenario[v] for v in train_pairs["vignette_id"]],
+            "chosen": [text[a] if w else text[b] for a, b, w in zip(train_pairs["response_a"], train_pairs["response_b"], won_a)],
+            "rejected": [text[b] if w else text[a] for a, b, w in zip(train_pairs["response_a"], train_pairs["response_b"], won_a)]})
+    else:
+        pairs_train = pd.DataFrame(columns=["vignette_id", "scenario", "chosen", "rejected"])
+
+    if ratings is not None:
+        missing = [c for c in job.rating_columns if c not in ratings.columns]
+        if missing:
+            raise InputError(f"The human_ratings table has no column(s) {missing}.",
+                             fix=f"set rating_columns to columns of the table ({list(ratings.columns)})")
+        kept = ratings[~ratings["response_id"].isin(heldout_responses)]
+        means = kept.groupby("response_id", sort=True)[list(job.rating_columns)].mean()
+        ratings_train = pd.DataFrame({"response_id": means.index,
+                                      "vignette_id": [vignette_of[r] for r in means.index],
+                                      "scenario": [scenario[vignette_of[r]] for r in means.index],
+                                      "answer": [text[r] for r in means.index]})
+        for column in job.rating_columns:
+            ratings_train[column] = means[column].to_numpy(float)
+    else:
+        ratings_train = pd.DataFrame(columns=["response_id", "vignette_id", "scenario", "answer", *job.rating_columns])
+
+    # The same text can answer under several ids: drop training examples that repeat a held-out answer.
+    heldout_texts = {text[r] for r in heldout_responses}
+    repeats = pairs_train["chosen"].isin(heldout_texts) | pairs_train["rejected"].isin(heldout_texts)
+    rating_repeats = ratings_train["answer"].isin(heldout_texts)
+    n_repeats = int(repeats.sum() + rating_repeats.sum())
+    pairs_train, ratings_train = pairs_train[~repeats], ratings_train[~rating_repeats]
+    if job.kind == "bradley_terry" and pairs_train.empty:
+        raise InputError("No training pairs are left after holding pairs out and dropping ties.",
+                         fix="give more human pairs or lower heldout_fraction")
+    if job.kind == "regression" and ratings_train.empty:
+        raise InputError("No rated responses are left for training after the held-out split.",
+                         fix="give more ratings or lower heldout_fraction")
+    # Responses the members are standardised on: every training answer (pairs and ratings).
+    answers = pd.concat([
+        pairs_train[["vignette_id", "scenario", "chosen"]].rename(columns={"chosen": "answer"}),
+        pairs_train[["vignette_id", "scenario", "rejected"]].rename(columns={"rejected": "answer"}),
+        ratings_train[["vignette_id", "scenario", "answer"]]], ignore_index=True).drop_duplicates()
+    return RewardData(pairs_train.reset_index(drop=True), ratings_train.reset_index(drop=True),
+                      pd.DataFrame(heldout_rows, columns=["vignette_id", "scenario", "preferred", "other",
+                                                          "preferred_id", "other_id"]),
+                      answers.reset_index(drop=True), n_ties, n_repeats, job.split_seed)
+
+
+# --- scoring ----------------------------------------------------------------------------------
+
+def encode(tokenizer, scenario: str, answer: str, max_length: int | None = None) -> list[int]:
+    """Token ids of the chat (system, user with the scenario, assistant answer) a reward model scores.
+
+    The same rendering TRL's RewardTrainer uses for conversational pairs (``apply_chat_template``).
+    """
+    ids = tokenizer.apply_chat_template(messages_for(scenario) + [{"role": "assistant", "content": answer}],
+                                        tokenize=True, return_dict=True)["input_ids"]
+    return list(ids[-max_length:]) if max_length else list(ids)
+
+
+def raw_scores(model, tokenizer, scenarios, answers, *, batch_size: int = 16, max_length: int | None = None) -> np.ndarray:
+    """The model's head outputs (n x d) for each (scenario, answer), in inference mode."""
+    import torch
+
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    out = []
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(answers), batch_size):
+            ids = [encode(tokenizer, s, a, max_length) for s, a in
+                   zip(scenarios[start:start + batch_size], answers[start:start + batch_size])]
+            width = max(len(x) for x in ids)
+            input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(ids), width), dtype=torch.long)
+            for i, x in enumerate(ids):  # right padding: the sequence-classification head reads the last real token
+                input_ids[i, :len(x)] = torch.tensor(x)
+                mask[i, :len(x)] = 1
+            logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).logits
+            out.append(logits.float().cpu().numpy())
+    return np.concatenate(out, axis=0) if out else np.zeros((0, 1))
+
+
+@dataclass(frozen=True)
+class EnsembleScores:
+    """Scores of n answers by K members: standardised member scores and the ensemble reward."""
+
+    member_z: np.ndarray  # n x K
+    mean: np.ndarray
+    std: np.ndarray
+    reward: np.ndarray
+    ensemble_lambda: float
+
+    def to_frame(self) -> pd.DataFrame:
+        frame = pd.DataFrame(self.member_z, columns=[f"member_{k}" for k in range(self.member_z.shape[1])])
+        return frame.assign(mean=self.mean, std=self.std, reward=self.reward)
+
+
+def ensemble_reward(member_z: np.ndarray, ensemble_lambda: float) -> EnsembleScores:
+    """R = mean_k z_k − λ · sd_k z_k (population sd; 0 for a single member)."""
+    member_z = np.asarray(member_z, float)
+    mean = member_z.mean(axis=1)
+    std = member_z.std(axis=1)
+    return EnsembleScores(member_z, mean, std, mean - ensemble_lambda * std, float(ensemble_lambda))
+
+
+class RewardEnsemble:
+    """K trained reward models loaded from an ensemble folder (``ensemble.json`` + member folders).
+
+    ``score(scenarios, answers)`` gives :class:`EnsembleScores`; ``calls`` counts how many answers
+    were scored (for tests and logs).
+    """
+
+    def __init__(self, folder: str | Path, *, device: str = "cpu", ensemble_lambda: float | None = None):
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        folder = Path(folder)
+        manifest_path = folder / ENSEMBLE_FILE
+        if not manifest_path.is_file():
+            raise InputError(f"{folder} has no {ENSEMBLE_FILE}: not a reward-model ensemble folder.",
+                             fix="train one with `honestci train rm CONFIG`")
+        self.manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        self.ensemble_lambda = float(self.manifest["ensemble_lambda"] if ensemble_lambda is None else ensemble_lambda)
+        self.members = []
+        for member in self.manifest["members"]:
+            path = folder / member["path"]
+            if not (path / "model.safetensors").is_file() and not any(path.glob("model-*.safetensors")):
+                raise InputError(f"{path}: no safetensors weights.",
+                                 fix="honestci loads safetensors only (never pickled weights); re-save the member")
+            model = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True,
+                                                                       use_safetensors=True).to(device).eval()
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            self.members.append((model, tokenizer, float(member["mean"]), float(member["std"])))
+        self.max_length = self.manifest.get("max_length")
+        self.calls = 0
+
+    def score(self, scenarios, answers) -> EnsembleScores:
+        columns = []
+        for model, tokenizer, mean, std in self.members:
+            raw = raw_scores(model, tokenizer, list(scenarios), list(answers), max_length=self.max_length)
+            columns.append((raw.mean(axis=1) - mean) / std)
+        self.calls += len(answers)
+        return ensemble_reward(np.column_stack(columns), self.ensemble_lambda)
+
+
+# --- held-out accuracy ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RMAccuracy:
+    """Held-out accuracy against human majority preferences, with a vignette-clustered CR2 interval."""
+
+    name: str
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    iid_low: float | None
+    iid_high: float | None
+    n_pairs: int
+    n_clusters: int
+    n_ties_excluded: int
+    level: float
+    note: str
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([self.__dict__])
+
+    def __str__(self) -> str:
+        return self.to_frame().to_string(index=False)
+
+
+def heldout_accuracy(name: str, preferred_reward, other_reward, vignettes, *, n_ties_excluded: int = 0,
+                     level: float = 0.95) -> RMAccuracy:
+    """Share of held-out pairs whose human-preferred answer scores higher (equal scores count ½).
+
+    Interval: CR2 with Satterthwaite df, clustered by vignette (:func:`audit.winrate.winrate_ci`);
+    INCONCLUSIVE (no interval) with fewer vignettes than ``THRESHOLDS.min_clusters``.
+    """
+    from audit import iid
+    from audit.winrate import winrate_ci
+
+    preferred_reward, other_reward = np.asarray(preferred_reward, float), np.asarray(other_reward, float)
+    correct = np.where(preferred_reward > other_reward, 1.0, np.where(preferred_reward == other_reward, 0.5, 0.0))
+    clusters = np.asarray(vignettes)
+    if correct.size == 0:
+        return RMAccuracy(name, None, None, None, None, None, 0, 0, n_ties_excluded, level, "no held-out pairs")
+    from audit.errors import EstimationError
+
+    n_clusters = int(np.unique(clusters).size)
+    wilson = iid.proportion_ci(float(correct.sum()), int(correct.size), method="wilson", level=level)
+    try:
+        cr2 = winrate_ci(correct, clusters, method="cr2", level=level)
+    except EstimationError as exc:  # e.g. one pair per vignette: no within-vignette variation to measure
+        low, high, note = None, None, f"no CR2 interval: {exc}"
+    else:
+        clip = (lambda v: None if v is None else min(1.0, max(0.0, float(v))))  # an accuracy lives in [0, 1]
+        low, high, note = clip(cr2.ci_low), clip(cr2.ci_high), cr2.note or "CR2, clustered by vignette"
+    return RMAccuracy(name, float(correct.mean()), low, high, float(wilson[0]), float(wilson[1]),
+                      int(correct.size), n_clusters, n_ties_excluded, level, note)
+
+
+# --- training ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemberRun:
+    """One trained member: where it is, how long it took and what its trainer logged."""
+
+    seed: int
+    path: str
+    steps: int
+    seconds: float
+    seconds_per_step: float
+    mean: float
+    std: float
+    n_too_long: int  # training examples longer than max_length, left out (counted, never silent)
+    log_history: tuple[dict, ...]
+
+
+@dataclass(frozen=True)
+class RewardModelRun:
+    """The result of ``honestci train rm``: the ensemble folder, its members and held-out accuracy."""
+
+    output_dir: str
+    kind: str
+    members: tuple[MemberRun, ...]
+    accuracy: tuple[RMAccuracy, ...]
+    n_train_pairs: int
+    n_train_rated: int
+    n_heldout_pairs: int
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.concat([a.to_frame() for a in self.accuracy], ignore_index=True)
+
+    def __str__(self) -> str:
+        lines = [f"reward-model ensemble ({self.kind}, K = {len(self.members)}) in {self.output_dir}",
+                 f"training pairs {self.n_train_pairs}, rated responses {self.n_train_rated}, "
+                 f"held-out pairs {self.n_heldout_pairs}"]
+        lines += [f"  member seed {m.seed}: {m.steps} steps, {m.seconds_per_step:.2f} s/step"
+                  + (f", {m.n_too_long} example(s) over max_length left out" if m.n_too_long else "")
+                  for m in self.members]
+        frame = self.to_frame()[["name", "estimate", "ci_low", "ci_high", "iid_low", "iid_high", "n_pairs", "n_clusters"]]
+        return "\n".join(lines) + "\n" + frame.to_string(index=False, float_format=lambda v: f"{v:.3f}")
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when a CUDA device is visible, else ``cpu``."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _common_trainer_args(job, device: str, seed: int, out: Path) -> dict:
+    bf16 = (device == "cuda") if job.bf16 is None else job.bf16
+    if bf16 and device == "cpu":
+        raise TrainingConfigError("Invalid training config: bf16 is true on CPU.", fix="set bf16: false (or device: cuda)")
+    args = dict(output_dir=str(out), seed=seed, learning_rate=job.learning_rate, num_train_epochs=job.num_train_epochs,
+                max_steps=job.max_steps, per_device_train_batch_size=job.per_device_train_batch_size,
+                logging_steps=job.logging_steps, save_strategy="no", report_to=[], bf16=bf16,
+                use_cpu=device == "cpu", disable_tqdm=True)
+    if device == "cpu":
+        args["activation_checkpointing"] = False  # TRL turns it on by default; on CPU it only costs time
+    return {**args, **job.trainer}
+
+
+def _check_trainer_keys(config_class, keys, what: str) -> None:
+    known = set(config_class.__dataclass_fields__)
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        raise TrainingConfigError(f"Invalid training config: unknown trainer key(s) {unknown} for {what}.",
+                                  fix=f"see the fields of {config_class.__module__}.{config_class.__name__}")
+
+
+def _train_bradley_terry(job, data: RewardData, seed: int, out: Path, device: str):
+    from datasets import Dataset
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
+    from trl import RewardConfig, RewardTrainer
+
+    _check_trainer_keys(RewardConfig, job.trainer, "RewardConfig")
+    rows = [{"prompt": messages_for(s), "chosen": [{"role": "assistant", "content": c}],
+             "rejected": [{"role": "assistant", "content": r}]}
+            for s, c, r in zip(data.pairs_train["scenario"], data.pairs_train["chosen"], data.pairs_train["rejected"])]
+    args = RewardConfig(**_common_trainer_args(job, device, seed, out), max_length=job.max_length)
+    set_seed(seed)  # the score head is initialised at load time
+    model = AutoModelForSequenceClassification.from_pretrained(job.base_model, num_labels=1, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
+    trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    return trainer, model, tokenizer, len(rows) - len(trainer.train_dataset)
+
+
+def _train_regression(job, data: RewardData, seed: int, out: Path, device: str):
+    from datasets import Dataset
+    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
+                              TrainingArguments, set_seed)
+
+    _check_trainer_keys(TrainingArguments, job.trainer, "TrainingArguments")
+    columns = list(job.rating_columns)
+    targets = data.ratings_train[columns].to_numpy(float)
+    centre, scale = targets.mean(axis=0), targets.std(axis=0)
+    scale[scale == 0] = 1.0  # a constant dimension carries no signal; keep it finite
+    tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
+    rows = [{"input_ids": encode(tokenizer, s, a), "labels": list((t - centre) / scale)}
+            for s, a, t in zip(data.ratings_train["scenario"], data.ratings_train["answer"], targets)]
+    kept = [row for row in rows if len(row["input_ids"]) <= job.max_length]  # as RewardTrainer filters pairs
+    set_seed(seed)
+    model = AutoModelForSequenceClassification.from_pretrained(job.base_model, num_labels=len(columns),
+                                                               problem_type="regression", local_files_only=True)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    args = TrainingArguments(**_common_trainer_args(job, device, seed, out), remove_unused_columns=False)
+    trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(kept),
+                      data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer)
+    return trainer, model, tokenizer, len(rows) - len(kept)
+
+
+def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = lambda _: None) -> RewardModelRun:
+    """Train the K members of ``job``, save them (safetensors) with ``ensemble.json``, and measure
+    held-out accuracy of each member and of the ensemble."""
+    device = resolve_device(job.device)
+    if not (Path(job.base_model) / "config.json").is_file():
+        raise InputError(f"{job.base_model}: no config.json, not a local model folder.",
+                         fix="point base_model at a folder saved with save_pretrained (nothing is downloaded)")
+    data = build_reward_data(job)
+    out = Path(job.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    members, heldout_z = [], []
+    heldout = data.pairs_heldout
+    for seed in job.seeds:
+        progress(f"training reward model member seed {seed} ({job.kind})")
+        member_dir = out / f"member-seed{seed}"
+        build = _train_bradley_terry if job.kind == "bradley_terry" else _train_regression
+        trainer, model, tokenizer, n_too_long = build(job, data, seed, member_dir / "trainer", device)
+        if n_too_long:
+            n_examples = len(data.pairs_train) if job.kind == "bradley_terry" else len(data.ratings_train)
+            if n_too_long == n_examples:
+                raise InputError(f"Every training example is longer than max_length = {job.max_length} tokens.",
+                                 fix="raise max_length")
+            progress(f"{n_too_long} of {n_examples} training examples are longer than max_length and were left out")
+        started = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - started
+        model.save_pretrained(member_dir, safe_serialization=True)
+        tokenizer.save_pretrained(member_dir)
+        train_raw = raw_scores(model, tokenizer, list(data.train_responses["scenario"]),
+                               list(data.train_responses["answer"]), max_length=job.max_length).mean(axis=1)
+        mean, std = float(train_raw.mean()), float(train_raw.std())
+        std = std if std > 0 else 1.0
+        z = []
+        for column in ("preferred", "other"):
+            raw = raw_scores(model, tokenizer, list(heldout["scenario"]), list(heldout[column]),
+                             max_length=job.max_length).mean(axis=1)
+            z.append((raw - mean) / std)
+        heldout_z.append(z)
+        steps = int(trainer.state.global_step)
+        members.append(MemberRun(seed, member_dir.name, steps, seconds, seconds / max(steps, 1), mean, std,
+                                 n_too_long, tuple(trainer.state.log_history)))
+    accuracy = [heldout_accuracy(f"member seed {m.seed}", z[0], z[1], heldout["vignette_id"],
+                                 n_ties_excluded=data.n_heldout_ties) for m, z in zip(members, heldout_z)]
+    preferred = ensemble_reward(np.column_stack([z[0] for z in heldout_z]), job.ensemble_lambda).reward
+    other = ensemble_reward(np.column_stack([z[1] for z in heldout_z]), job.ensemble_lambda).reward
+    accuracy.append(heldout_accuracy(f"ensemble (mean - {job.ensemble_lambda:g} sd)", preferred, other,
+                                     heldout["vignette_id"], n_ties_excluded=data.n_heldout_ties))
+    run = RewardModelRun(str(out), job.kind, tuple(members), tuple(accuracy), len(data.pairs_train),
+                         len(data.ratings_train), len(heldout))
+    manifest = {"kind": job.kind, "ensemble_lambda": job.ensemble_lambda, "max_length": job.max_length,
+                "rating_columns": list(job.rating_columns), "split_seed": job.split_seed,
+                "members": [{"seed": m.seed, "path": m.path, "mean": m.mean, "std": m.std, "steps": m.steps,
+                             "n_too_long": m.n_too_long}
+                            for m in members],
+                "heldout_accuracy": [a.__dict__ for a in accuracy], "job": to_plain(job)}
+    (out / ENSEMBLE_FILE).write_text(json.dumps(manifest, indent=1, default=str), encoding="utf-8")
+    heldout.to_json(out / "heldout_pairs.jsonl", orient="records", lines=True, force_ascii=False)
+    return run
