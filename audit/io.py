@@ -147,7 +147,8 @@ def _read_csv(data: bytes, file: str) -> _Raw:
             raw.problems.append(_utf8_problem(file, line, chunk, error))
     # io.StringIO(newline="") splits lines exactly as bytes.splitlines does, so csv's line_num
     # counts physical lines.
-    reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace"), newline=""))
+    # strict: a quote that never closes is an error, not a field that swallows the rest of the file
+    reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace"), newline=""), strict=True)
     try:
         raw.header = [name.strip() for name in next(reader)]
     except StopIteration:
