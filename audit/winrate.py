@@ -67,7 +67,10 @@ def _clustering(scores: np.ndarray, clusters: np.ndarray) -> _Clustering:
     if np.ptp(scores) == 0:  # no variation: ICC and design effect are undefined, not zero
         n_clusters = np.unique(clusters).size
         return _Clustering(scores.size, n_clusters, math.nan, math.nan, math.nan)
-    summary = clustering_summary(scores, clusters)
+    try:
+        summary = clustering_summary(scores, clusters)
+    except EstimationError:  # one vignette: no between-vignette variation to estimate
+        return _Clustering(scores.size, np.unique(clusters).size, math.nan, math.nan, math.nan)
     return _Clustering(summary.n, summary.n_clusters, summary.icc, summary.design_effect, summary.n_effective)
 
 
