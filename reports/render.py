@@ -25,9 +25,14 @@ def render(report: Report, fmt: str) -> str:
 
 
 def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
-    """Write ``verdict.json``, ``report.md`` and ``report.html`` atomically into ``out_dir``."""
+    """Write ``verdict.json``, ``report.md`` and ``report.html`` atomically into ``out_dir``.
+
+    Every format is rendered before any file is touched, so a renderer that fails leaves the
+    previous report whole rather than a new verdict beside an old report.
+    """
     out = Path(out_dir)
     paths = {"json": out / "verdict.json", "md": out / "report.md", "html": out / "report.html"}
+    texts = {fmt: render(report, fmt) for fmt in paths}
     for fmt, path in paths.items():
-        atomic_write_text(path, render(report, fmt))
+        atomic_write_text(path, texts[fmt])
     return paths
