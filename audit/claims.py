@@ -1,8 +1,9 @@
 """The claim spec: what a model card asserts, and where the evidence lies.
 
 A claim file is YAML, loaded with a ``yaml.SafeLoader`` only (no Python tags; a key given twice is
-an error). Data paths are resolved relative to
-the claim file's folder and may not escape it unless the caller allows it.
+an error). Data paths are resolved relative to the claim file's folder, symbolic links included,
+and may not escape it unless the caller allows it (a link whose target lies outside the folder is
+refused like ``../x``).
 
 Example::
 
