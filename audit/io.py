@@ -447,8 +447,8 @@ def load_study(paths: Mapping[str, str | Path]) -> Study:
             tables[name] = load_table(path, name)
         except SchemaError as error:
             problems += error.problems
-        except InputError as error:
-            problems.append(Problem(str(path), None, None, error.message, error.fix))
+        except InputError as error:  # its message already starts with the file's name
+            problems.append(Problem(str(path), None, None, error.message.removeprefix(f"{path}: "), error.fix))
     if problems:
         raise SchemaError(f"{len(problems)} problem(s) in the study's files", problems, fix=f"correct the rows listed above ({_SEE_DOCS})")
     problems = check_references(tables)
