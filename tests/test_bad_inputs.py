@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -531,6 +532,7 @@ def test_bad_input_exits_2_with_a_precise_message(case: Case, tmp_path):
     for expected in case.expect:
         assert expected in result.stderr, f"{expected!r} not in:\n{result.stderr}"
     assert len(result.stderr) < 20_000, "the message repeats the input instead of pointing at it"
+    assert not re.search(r"(/\S+): \1:", result.stderr), "a file is named twice in a row"
     out = tmp_path / "out"
     assert not out.exists() or not any(out.rglob("*")), f"output left behind: {list(out.rglob('*'))}"
 
