@@ -1,7 +1,9 @@
 """The claim spec: what a model card asserts, and where the evidence lies.
 
-A claim file is YAML (loaded with ``yaml.safe_load`` only). Data paths are resolved relative to
-the claim file's folder and may not escape it unless the caller allows it.
+A claim file is YAML, loaded with a ``yaml.SafeLoader`` only (no Python tags; a key given twice is
+an error). Data paths are resolved relative to the claim file's folder, symbolic links included,
+and may not escape it unless the caller allows it (a link whose target lies outside the folder is
+refused like ``../x``).
 
 Example::
 
@@ -129,6 +131,46 @@ class Claim:
     training_log_path: Path | None = None
 
 
+class _StrictSafeLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` (no Python tags) that refuses a key given twice in one mapping: plain
+    YAML keeps the last value silently, so ``bar: 0.9`` followed by ``bar: 0.01`` would audit
+    against 0.01."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` merges; explicit keys may override merged ones
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _threshold_problem(name: str, value) -> str | None:
+    """Why ``value`` cannot override the threshold ``name`` (None if it can): it must have the
+    default's type (an integer where the default is one), and a level must lie in (0, 1)."""
+    default = getattr(THRESHOLDS, name)
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else f"{value!r} is not true or false"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else f"{value!r} is not a string"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{value!r} is not {'an integer' if isinstance(default, int) else 'a number'}"
+    if isinstance(default, int) and not isinstance(value, int):
+        return f"{value!r} is not an integer"
+    if value != value or value in (float("inf"), float("-inf")):
+        return f"{value!r} is not a finite number"
+    if name.endswith("_level") and not 0 < value < 1:
+        return f"{value!r} is not between 0 and 1"
+    if name == "min_clusters" and value < 2:
+        return f"{value!r} is below 2: no variance between vignettes can be estimated from fewer"
+    return None
+
+
 def _problems_from_validation(path: Path, error: ValidationError) -> list[Problem]:
     problems = []
     for item in error.errors():
@@ -150,10 +192,12 @@ def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
         do not exist (every problem is listed).
     """
     path = Path(path)
+    if path.is_dir():
+        raise ClaimError(f"{path} is a directory, not a claim file.", fix="pass the path of a claim YAML file")
     if not path.is_file():
         raise ClaimError(f"Claim file {path} does not exist.", fix="pass the path of a claim YAML file")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8-sig"))
+        raw = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_StrictSafeLoader)
     except UnicodeDecodeError as exc:
         raise ClaimError(f"Claim file {path} is not UTF-8 text (byte {exc.start}).",
                          fix="save the claim as UTF-8") from None
@@ -163,6 +207,8 @@ def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
         raise ClaimError(f"Claim file {path} is not valid YAML.",
                          [Problem(str(path), line, None, str(getattr(exc, "problem", exc)))],
                          fix="fix the YAML syntax at the line shown") from None
+    if raw is None:
+        raise ClaimError(f"Claim file {path} is empty.", fix="see docs/claims.md for the claim spec")
     if not isinstance(raw, dict):
         raise ClaimError(f"Claim file {path} must hold a YAML mapping (key: value pairs), not {type(raw).__name__}.",
                          fix="see docs/claims.md for the claim spec")
@@ -184,6 +230,9 @@ def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
             problems.append(Problem(str(path), None, field_name,
                                     f"'{relative}' resolves outside the claim's folder",
                                     "move the data beside the claim or pass --allow-outside-data"))
+        elif resolved.is_dir():
+            problems.append(Problem(str(path), None, field_name, f"'{relative}' is a directory, not a file",
+                                    "name the data file itself"))
         elif not resolved.is_file():
             problems.append(Problem(str(path), None, field_name, f"file '{relative}' not found (looked in {base})",
                                     "fix the path; data paths are relative to the claim file"))
@@ -191,11 +240,13 @@ def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
     if problems:
         raise ClaimError(f"Claim file {path} names data that cannot be used.", problems)
 
-    overrides = dict(spec.thresholds)
-    try:
-        thresholds = Thresholds(**{**THRESHOLDS.__dict__, **overrides})
-    except TypeError as exc:  # pragma: no cover - names were validated above
-        raise ClaimError(f"Claim file {path}: bad thresholds block ({exc}).") from None
+    problems = [Problem(str(path), None, f"thresholds.{name}", message)
+                for name, value in spec.thresholds.items()
+                if (message := _threshold_problem(name, value)) is not None]
+    if problems:
+        raise ClaimError(f"Claim file {path} overrides thresholds with values that cannot be used.", problems,
+                         fix="give each threshold a value of its default's type (see audit/gates.py)")
+    thresholds = Thresholds(**{**THRESHOLDS.__dict__, **spec.thresholds})
     training_log_path = data_paths.pop("training_log", None)
     return Claim(spec=spec, path=path.resolve(), data_paths=data_paths, thresholds=thresholds,
                  training_log_path=training_log_path)

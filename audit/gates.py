@@ -201,6 +201,11 @@ def run_gate(name: str, context) -> GateResult:
 
 
 def overall_verdict(results: Iterable[GateResult], required: Iterable[str]) -> Verdict:
-    """The worst verdict among the required gates (gates not required inform but never block)."""
+    """The worst verdict among the required gates (gates not required inform but never block).
+
+    A required gate with no result counts as INCONCLUSIVE: a gate that did not run never passes.
+    """
     required = set(required)
-    return worst(r.verdict for r in results if r.name in required)
+    results = list(results)
+    missing = required - {r.name for r in results}
+    return worst([r.verdict for r in results if r.name in required] + [Verdict.INCONCLUSIVE] * bool(missing))

@@ -147,7 +147,8 @@ def _read_csv(data: bytes, file: str) -> _Raw:
             raw.problems.append(_utf8_problem(file, line, chunk, error))
     # io.StringIO(newline="") splits lines exactly as bytes.splitlines does, so csv's line_num
     # counts physical lines.
-    reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace"), newline=""))
+    # strict: a quote that never closes is an error, not a field that swallows the rest of the file
+    reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace"), newline=""), strict=True)
     try:
         raw.header = [name.strip() for name in next(reader)]
     except StopIteration:
@@ -446,8 +447,8 @@ def load_study(paths: Mapping[str, str | Path]) -> Study:
             tables[name] = load_table(path, name)
         except SchemaError as error:
             problems += error.problems
-        except InputError as error:
-            problems.append(Problem(str(path), None, None, error.message, error.fix))
+        except InputError as error:  # its message already starts with the file's name
+            problems.append(Problem(str(path), None, None, error.message.removeprefix(f"{path}: "), error.fix))
     if problems:
         raise SchemaError(f"{len(problems)} problem(s) in the study's files", problems, fix=f"correct the rows listed above ({_SEE_DOCS})")
     problems = check_references(tables)

@@ -92,10 +92,12 @@ class AuditResult:
         return overall_verdict(self.gates, self.required_gates)
 
     def exit_code(self, allow_inconclusive: bool = False) -> int:
-        """0 only when every required gate passes (or, with ``allow_inconclusive``, when the
-        worst required verdict is INCONCLUSIVE); a WARN on a required gate blocks."""
+        """0 only when every required gate passes, or, with ``allow_inconclusive``, when every
+        required gate is PASS or INCONCLUSIVE; a WARN or FAIL on a required gate always blocks
+        (the worst verdict alone would hide a WARN behind an INCONCLUSIVE)."""
         verdict = self.verdict
-        if verdict == Verdict.PASS or (verdict == Verdict.INCONCLUSIVE and allow_inconclusive):
+        required_warns = any(g.verdict == Verdict.WARN for g in self.gates if g.name in self.required_gates)
+        if verdict == Verdict.PASS or (verdict == Verdict.INCONCLUSIVE and allow_inconclusive and not required_warns):
             return EXIT_PASS
         return EXIT_BLOCKED
 

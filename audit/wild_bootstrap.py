@@ -535,6 +535,8 @@ def _outer_crossing(setup: _Setup, alpha: float, direction: float, pvalue_type: 
     outer = float(offsets[offsets > inner][0])
     while outer - inner > xtol:
         middle = 0.5 * (inner + outer)
+        if middle in (inner, outer):  # adjacent floats far from the estimate: no finer bracket exists
+            break
         if accepted(setup.estimate + direction * middle):
             inner = middle
         else:

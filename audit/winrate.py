@@ -14,7 +14,7 @@ the optimistic baseline (Wilson is what most model cards report).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -67,7 +67,10 @@ def _clustering(scores: np.ndarray, clusters: np.ndarray) -> _Clustering:
     if np.ptp(scores) == 0:  # no variation: ICC and design effect are undefined, not zero
         n_clusters = np.unique(clusters).size
         return _Clustering(scores.size, n_clusters, math.nan, math.nan, math.nan)
-    summary = clustering_summary(scores, clusters)
+    try:
+        summary = clustering_summary(scores, clusters)
+    except EstimationError:  # one vignette: no between-vignette variation to estimate
+        return _Clustering(scores.size, np.unique(clusters).size, math.nan, math.nan, math.nan)
     return _Clustering(summary.n, summary.n_clusters, summary.icc, summary.design_effect, summary.n_effective)
 
 
@@ -126,6 +129,26 @@ def winrate_ci(scores, clusters, method: str = "cr2", level: float = 0.95, *,
     scores, clusters = _check_inputs(scores, clusters)
     if method not in ALL_METHODS:
         raise InputError(f"Unknown interval method {method!r}.", fix=f"use one of {list(ALL_METHODS)}")
+    return _refuse_degenerate(_winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_draws))
+
+
+def _refuse_degenerate(result: IntervalResult) -> IntervalResult:
+    """INCONCLUSIVE instead of an interval of zero width (SE = 0: e.g. Wald at p = 0, or CR when
+    every vignette has the same mean) or an unbounded one (a wild bootstrap whose few distinct
+    draws can never reject): neither is a statement of uncertainty a gate may read."""
+    if not result.reportable:
+        return result
+    if not (math.isfinite(result.ci_low) and math.isfinite(result.ci_high)):
+        reason = "the interval is unbounded: with so few vignettes this method can never reject any value"
+    elif result.ci_high <= result.ci_low:
+        reason = "the interval has zero width (standard error 0): no variance can be estimated from these data"
+    else:
+        return result
+    return replace(result, ci_low=None, ci_high=None, verdict=Verdict.INCONCLUSIVE,
+                   note=f"{reason}; {result.note}" if result.note else reason)
+
+
+def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_draws) -> IntervalResult:
     info = _clustering(scores, clusters)
     common = dict(level=level, n=info.n, n_clusters=info.n_clusters, icc=info.icc,
                   design_effect=info.design_effect, n_effective=info.n_effective)
@@ -192,6 +215,10 @@ def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -
 
         weights = method.removeprefix("wild_")
         distinct_draws = (6 if weights == "webb" else 2) ** common["n_clusters"]
+        if 2 / distinct_draws > 1 - level:  # a draw and its mirror give the same |t|
+            raise EstimationError(f"{weights} weights on {common['n_clusters']} vignettes give {distinct_draws} distinct "
+                                  f"draws, so no p-value falls below {2 / distinct_draws:.3f} > {1 - level:.3f}: "
+                                  "the interval would be unbounded")
         # Enumerate every draw when there are few (6^6 = 46,656 Webb draws at G = 6): exact, no seed.
         draws = bootstrap_draws or (None if distinct_draws <= MAX_ENUMERATED_DRAWS else 9999)
         result = wild_cluster_ci(design, scores, clusters, coef=0, level=level, weights=weights, B=draws, rng=seed)

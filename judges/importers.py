@@ -84,6 +84,8 @@ class _Collector:
         self.responses: dict[str, dict] = {}
         self.human_pairs: list[dict] = []
         self._ordered: dict[tuple, str] = {}
+        #: Files read, named when none of them holds a judgment.
+        self.inputs: list[Path] = []
 
     def problem(self, file, line, column, message, fix="") -> None:
         self.problems.append(Problem(str(file), line, column, message, fix))
@@ -91,13 +93,13 @@ class _Collector:
     def vignette(self, vignette_id: str, text: str, family: str | None, where) -> None:
         known = self.vignettes.get(vignette_id)
         if known is not None and known["text"] != text:
-            self.problem(*where, f"vignette {vignette_id!r} appears with two different texts")
+            self.problem(*where, None, f"vignette {vignette_id!r} appears with two different texts")
         self.vignettes.setdefault(vignette_id, {"vignette_id": vignette_id, "text": text, "family": family})
 
     def response(self, response_id: str, vignette_id: str, system: str, text: str, where) -> None:
         known = self.responses.get(response_id)
         if known is not None and known["text"] != text:
-            self.problem(*where, f"response {response_id!r} appears with two different texts",
+            self.problem(*where, None, f"response {response_id!r} appears with two different texts",
                          "import each model's annotations once")
         self.responses.setdefault(response_id, {"response_id": response_id, "vignette_id": vignette_id,
                                                 "system": system, "text": text})
@@ -105,7 +107,7 @@ class _Collector:
     def judgment(self, row: dict, where) -> None:
         key = (row["judge"], row["response_first"], row["response_second"])
         if key in self._ordered:
-            self.problem(*where, f"ordered pair {key[1:]} judged twice by {key[0]!r} (first at {self._ordered[key]})",
+            self.problem(*where, None, f"ordered pair {key[1:]} judged twice by {key[0]!r} (first at {self._ordered[key]})",
                          "import each file once; a duplicate judgment would count twice")
             return
         self._ordered[key] = f"{where[0]}:{where[1]}"
@@ -114,6 +116,9 @@ class _Collector:
     def result(self, source: str, message: str, extra=()) -> ImportedTables:
         if self.problems:
             raise InputError(message, self.problems, fix="fix the listed rows (nothing was written)")
+        if not self.judgments:
+            raise InputError(f"No judgments found in {', '.join(map(str, self.inputs))}.",
+                             fix="pass a file that holds judgments (nothing was written)")
         return ImportedTables(tuple(self.judgments), tuple(self.vignettes.values()), tuple(self.responses.values()),
                               tuple(self.human_pairs), source, tuple(extra))
 
@@ -124,8 +129,26 @@ def _load_json(path: Path):
     try:
         with opener(path, "rt", encoding="utf-8") as handle:
             return json.load(handle)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not readable JSON ({exc}).", fix="pass the unchanged file") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not readable JSON (not UTF-8 text: {exc.reason} at byte {exc.start}).",
+                         fix="re-save the file as UTF-8") from None
+    except (OSError, EOFError, json.JSONDecodeError) as exc:  # EOFError: a truncated .gz
+        raise InputError(f"{path}: not readable JSON ({exc or 'cut off'}).", fix="pass the unchanged file") from None
+
+
+def _json_records(path: Path, out: _Collector, what: str):
+    """(1-based position, record) of the JSON list of objects in ``path``; other items are problems."""
+    records = _load_json(path)
+    out.inputs.append(path)
+    if not isinstance(records, list):
+        raise InputError(f"{path}: expected a JSON list of {what}, got a JSON {type(records).__name__}.",
+                         fix="pass the unchanged file")
+    for number, record in enumerate(records, start=1):
+        if isinstance(record, dict):
+            yield number, record
+        else:
+            out.problem(path, number, None, f"is a JSON {type(record).__name__}, not an object",
+                        "pass the unchanged file")
 
 
 def _missing(value) -> bool:
@@ -157,10 +180,7 @@ def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
     """
     out = _Collector()
     for path in _alpaca_files(paths):
-        records = _load_json(path)
-        if not isinstance(records, list):
-            raise InputError(f"{path}: expected a JSON list of annotations.", fix="pass annotations.json")
-        for number, rec in enumerate(records, start=1):
+        for number, rec in _json_records(path, out, "annotations"):
             where = (path, number)
             missing = [k for k in ("instruction", "output_1", "output_2", "generator_1", "generator_2", "annotator")
                        if not isinstance(rec.get(k), str)]
@@ -213,33 +233,35 @@ def import_pandalm(testset: str | Path, judge_files: dict[str, str | Path] | Seq
     file name without ``-testset-v1.json``: ``gpt-3.5-turbo``, ``pandalm-7b``).
     """
     testset = Path(testset)
-    records = _load_json(testset)
     out = _Collector()
     items = {}
-    for number, rec in enumerate(records, start=1):
+    for number, rec in _json_records(testset, out, "test-set items"):
         where = (testset, number)
         missing = [k for k in ("idx", "instruction", "cmp_key") if _missing(rec.get(k))]
         for key in missing:
             out.problem(testset, number, key, "missing", "pass the unchanged PandaLM test set")
         if missing:
             continue
+        if not isinstance(rec["idx"], int) or isinstance(rec["idx"], bool):
+            out.problem(testset, number, "idx", f"{rec['idx']!r} is not an integer", "pass the unchanged PandaLM test set")
+            continue
         context = "" if _missing(rec.get("input")) else str(rec["input"])
-        text = rec["instruction"] + ("\n\n" + context if context else "")
+        text = str(rec["instruction"]) + ("\n\n" + context if context else "")
         vid = prompt_id(text)
         out.vignette(vid, text, rec.get("motivation_app"), where)
-        systems = rec["cmp_key"].split("_")
+        systems = str(rec["cmp_key"]).split("_")
         if len(systems) != 2:
             systems = ["response1", "response2"]
         first, second = f"pandalm-{rec['idx']}-1", f"pandalm-{rec['idx']}-2"
         # An empty (or NaN) answer is a real output of the model: keep it as "".
         out.response(first, vid, systems[0], "" if _missing(rec.get("response1")) else str(rec["response1"]), where)
         out.response(second, vid, systems[1], "" if _missing(rec.get("response2")) else str(rec["response2"]), where)
-        items[int(rec["idx"])] = (vid, first, second)
+        items[rec["idx"]] = (vid, first, second)
         for rater in ("annotator1", "annotator2", "annotator3"):
             label = rec.get(rater)
             if _missing(label):
                 continue  # an absent rating is not a rating
-            if label not in _PANDALM_LABEL:
+            if not isinstance(label, (int, float)) or label not in _PANDALM_LABEL:
                 out.problem(testset, number, rater, f"label {label!r} is not 0, 1 or 2")
                 continue
             out.human_pairs.append({"vignette_id": vid, "response_a": first, "response_b": second,
@@ -248,11 +270,11 @@ def import_pandalm(testset: str | Path, judge_files: dict[str, str | Path] | Seq
         judge_files = {pandalm_judge_name(Path(p)): p for p in judge_files}
     for judge, path in judge_files.items():
         path = Path(path)
-        for number, rec in enumerate(_load_json(path), start=1):
+        for number, rec in _json_records(path, out, "judge results"):
             result_key = next((k for k in rec if k.endswith("_result")), None)
             reason_key = next((k for k in rec if k.endswith("_reason")), None)
             idx = rec.get("idx")
-            if result_key is None or idx not in items:
+            if result_key is None or not isinstance(idx, int) or idx not in items:
                 out.problem(path, number, "idx" if result_key else "*_result",
                             "no such test-set item" if result_key else "no result field",
                             "pass a PandaLM judge result file for this test set")
@@ -287,9 +309,15 @@ def import_mtbench(path: str | Path, questions: str | Path | None = None,
             out.problem(path, number, key, "missing", "pass an unchanged FastChat *_pair.jsonl file")
         if missing:
             continue
+        if isinstance(rec["judge"], list) and not (rec["judge"] and isinstance(rec["judge"][0], str)):
+            out.problem(path, number, "judge", f"{rec['judge']!r} does not start with the judge's name")
+            continue
         judge = rec["judge"][0] if isinstance(rec["judge"], list) else str(rec["judge"])
         template = rec["judge"][1] if isinstance(rec["judge"], list) and len(rec["judge"]) > 1 else None
-        turn = int(rec.get("turn", 1))
+        turn = rec.get("turn", 1)
+        if isinstance(turn, bool) or not isinstance(turn, int):
+            out.problem(path, number, "turn", f"{turn!r} is not an integer", "FastChat numbers turns 1 and 2")
+            continue
         vid = str(rec["question_id"])
         ids = {m: f"{vid}:{rec[m]}:turn{turn}" for m in ("model_1", "model_2")}
         for game, mapping, first, second in (("g1", _G1, "model_1", "model_2"), ("g2", _G2, "model_2", "model_1")):
@@ -303,6 +331,9 @@ def import_mtbench(path: str | Path, questions: str | Path | None = None,
                           "prompt_sha256": None, "judge_template": template, "turn": turn}, where)
     if questions is not None:
         for number, rec in _jsonl_records(Path(questions), out):
+            if _missing(rec.get("question_id")):
+                out.problem(questions, number, "question_id", "missing", "pass FastChat's question.jsonl")
+                continue
             turns = rec.get("turns") or []
             text = "\n\n".join(turns) if isinstance(turns, list) else str(turns)
             out.vignette(str(rec["question_id"]), text, rec.get("category"), (questions, number))
@@ -315,14 +346,25 @@ def _jsonl_records(path: Path, out: _Collector):
     """(line, record) of a JSON Lines file, keeping JSON types (FastChat's "judge" is a list)."""
     if not Path(path).is_file():
         raise InputError(f"{path}: file not found.", fix="check the path")
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    out.inputs.append(path)
+    with open(path, "rb") as handle:
+        for number, chunk in enumerate(handle, start=1):
+            try:
+                line = chunk.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                out.problem(path, number, None, f"is not valid UTF-8: byte 0x{chunk[exc.start]:02x} at byte "
+                                                f"{exc.start + 1} of the line", "re-save the file as UTF-8")
+                continue
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 out.problem(path, number, None, f"not valid JSON ({exc.msg})")
+                continue
+            if not isinstance(record, dict):
+                out.problem(path, number, None, f"is a JSON {type(record).__name__}, not an object",
+                            "write one JSON object per line")
                 continue
             yield number, record
 
@@ -372,6 +414,7 @@ def import_generic(path: str | Path, mapping: dict[str, str], verdict_values: di
                          fix="add --map TARGET=SOURCE for each (or --judge NAME)")
     rows = read_rows(path)
     out = _Collector()
+    out.inputs.append(path)
     for row in rows:
         src = row.values
         record, ok = {}, True

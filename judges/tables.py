@@ -49,12 +49,6 @@ def table_format(path: str | Path) -> str:
                      fix="name the file .jsonl, .jsonl.gz, .csv or .parquet")
 
 
-def _open_text(path: Path):
-    if path.name.lower().endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
-
-
 def read_rows(path: str | Path) -> list[Row]:
     """Every row of a table file with its line number; raises :class:`InputError` listing all bad lines."""
     path = Path(path)
@@ -64,15 +58,24 @@ def read_rows(path: str | Path) -> list[Row]:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        records = pq.read_table(path).to_pylist()
+        try:
+            records = pq.read_table(path).to_pylist()
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise InputError(f"{path}: not a readable Parquet file ({exc}).",
+                             fix="write the file again with pandas.DataFrame.to_parquet or pyarrow") from None
         return [Row(i + 1, {k: _as_text(v) for k, v in rec.items()}) for i, rec in enumerate(records)]
     rows: list[Row] = []
     problems: list[Problem] = []
-    with _open_text(path) as handle:
+    text = _decoded_text(path)
+    with io.StringIO(text, newline="") as handle:
         if fmt == "csv":
-            reader = csv.DictReader(handle)
-            for record in reader:
-                rows.append(Row(reader.line_num, {k: _as_text(v) for k, v in record.items()}))
+            reader = csv.DictReader(handle, strict=True)
+            try:
+                for record in reader:
+                    rows.append(Row(reader.line_num, {k: _as_text(v) for k, v in record.items()}))
+            except csv.Error as exc:
+                problems.append(Problem(str(path), reader.line_num, None, f"is not valid CSV ({exc})",
+                                        "check the quoting"))
         else:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
@@ -91,6 +94,27 @@ def read_rows(path: str | Path) -> list[Row]:
     if problems:
         raise InputError(f"{path}: {len(problems)} unreadable line(s).", problems)
     return rows
+
+
+def _decoded_text(path: Path) -> str:
+    """The file's text (gunzipped if ``.gz``); every line that is not UTF-8 is reported by number."""
+    try:
+        data = gzip.decompress(path.read_bytes()) if path.name.lower().endswith(".gz") else path.read_bytes()
+    except (OSError, EOFError) as exc:
+        raise InputError(f"{path}: cannot be read ({exc}).", fix="pass the unchanged file") from None
+    try:
+        return data.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    problems = []
+    for number, chunk in enumerate(data.splitlines(), start=1):
+        try:
+            chunk.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(Problem(str(path), number, None, f"is not valid UTF-8: byte 0x{chunk[exc.start]:02x} "
+                                                            f"at byte {exc.start + 1} of the line",
+                                    "re-save the file as UTF-8"))
+    raise InputError(f"{path}: {len(problems)} line(s) are not UTF-8 text.", problems)
 
 
 def _as_text(value):
@@ -120,11 +144,25 @@ def write_table(records: Sequence[dict], path: str | Path, columns: Sequence[str
 
     The data go to a temporary file in the same folder, are flushed and fsynced, and only then
     replace ``path``: a reader sees the old file or the complete new one, never a partial one.
+
+    CSV cells are written verbatim, including ones that look like spreadsheet formulas
+    (``=HYPERLINK(...)``, ``+cmd``, ``@SUM``): these files are data for programs, and a prefix
+    that neutralised a formula would change ids and texts on the round trip. Open them in a
+    spreadsheet only through a text import (see docs/data-formats.md).
+
+    Raises
+    ------
+    InputError
+        When the folder cannot be created or the file cannot be written (read-only, disk full).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fmt = table_format(path)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise InputError(f"Cannot write into {path.parent}: {exc.strerror}.",
+                         fix="choose an output path you can write to (--out)") from None
     os.close(handle)
     tmp = Path(tmp_name)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions of a new file
@@ -149,6 +187,9 @@ def write_table(records: Sequence[dict], path: str | Path, columns: Sequence[str
         with open(tmp, "rb") as flushed:
             os.fsync(flushed.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        raise InputError(f"Cannot write {path}: {exc.strerror}.",
+                         fix="free disk space or choose another output path (--out)") from None
     finally:
         tmp.unlink(missing_ok=True)
     return path

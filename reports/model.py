@@ -15,6 +15,10 @@ from audit.errors import InputError
 
 SCHEMA_VERSION = 1
 REQUIRED_KEYS = ("schema_version", "claim", "verdict", "gates", "intervals", "contests", "provenance")
+#: JSON type of each required part (a hand-edited or foreign file fails here, not inside a renderer).
+SHAPES = {"claim": dict, "verdict": str, "gates": list, "intervals": list, "contests": dict, "provenance": dict}
+CLAIM_KEYS = ("name", "policy", "opponent", "bar", "population")
+JSON_NAMES = {dict: "an object", list: "a list", str: "a string"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,14 @@ class Report:
         if data["schema_version"] != SCHEMA_VERSION:
             raise InputError(f"{source} has report schema version {data['schema_version']}; this honestci reads "
                              f"version {SCHEMA_VERSION}.", fix="re-run `honestci audit` with this version")
+        wrong = [f"'{key}' must be {JSON_NAMES[kind]}" for key, kind in SHAPES.items() if not isinstance(data[key], kind)]
+        wrong += [f"every item of '{key}' must be an object" for key in ("gates", "intervals")
+                  if isinstance(data[key], list) and not all(isinstance(item, dict) for item in data[key])]
+        if isinstance(data["claim"], dict):
+            wrong += [f"'claim' lacks '{key}'" for key in CLAIM_KEYS if key not in data["claim"]]
+        if wrong:
+            raise InputError(f"{source} is not an honestci report: {'; '.join(wrong)}.",
+                             fix="pass the verdict.json written by `honestci audit`")
         return cls(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
 
     @classmethod

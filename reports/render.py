@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reports.model import Report
-from reports.writing import atomic_write_text
+from reports.writing import atomic_write_texts
 
 FORMATS = ("md", "html", "json")
 
@@ -25,9 +25,12 @@ def render(report: Report, fmt: str) -> str:
 
 
 def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
-    """Write ``verdict.json``, ``report.md`` and ``report.html`` atomically into ``out_dir``."""
+    """Write ``verdict.json``, ``report.md`` and ``report.html`` atomically into ``out_dir``.
+
+    Every format is rendered and staged before any file is replaced, so a renderer that fails or a
+    full disk leaves the previous report whole rather than a new verdict beside an old report.
+    """
     out = Path(out_dir)
     paths = {"json": out / "verdict.json", "md": out / "report.md", "html": out / "report.html"}
-    for fmt, path in paths.items():
-        atomic_write_text(path, render(report, fmt))
+    atomic_write_texts({path: render(report, fmt) for fmt, path in paths.items()})
     return paths
