@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all coverage-table install clean
+.PHONY: demo test test-all install clean
 
 # torch is pinned (==2.13.0, a CPU build) in the train extra; constraints.txt pins the rest to
 # the versions the suite last passed with.
