@@ -55,9 +55,13 @@ def test_heldout_split_keeps_every_heldout_answer_out_of_training(study, tmp_pat
     assert data.n_repeats_of_heldout > 0  # the fixture's templated answers repeat across ids
 
 
-def test_heldout_accuracy_with_one_pair_per_vignette_has_no_cr2_interval():
-    result = heldout_accuracy("x", np.arange(6.0) - 0.5, np.zeros(6), [f"v{i}" for i in range(6)])
-    assert result.estimate == pytest.approx(5 / 6) and result.ci_low is None and "no CR2" in result.note
+def test_heldout_accuracy_with_one_pair_per_vignette_is_the_singleton_cluster_cr2():
+    # Singleton clusters: CR2 is still defined (it reduces to HC2 with t(G-1)); no ICC is needed.
+    vignettes = [f"v{i}" for i in range(6)]
+    result = heldout_accuracy("x", np.arange(6.0) - 0.5, np.zeros(6), vignettes)
+    cr2 = winrate_ci(np.array([0.0, 1, 1, 1, 1, 1]), np.array(vignettes), method="cr2")
+    assert result.estimate == pytest.approx(5 / 6)
+    assert (result.ci_low, result.ci_high) == (pytest.approx(max(0, cr2.ci_low)), pytest.approx(min(1, cr2.ci_high)))
     assert result.iid_low is not None  # the optimistic iid interval is still shown beside it
 
 
