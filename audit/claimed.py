@@ -58,6 +58,14 @@ class ClaimedFigureAudit:
     n_reproduces: bool | None
     checks: tuple[MethodCheck, ...]
     flags: tuple[str, ...]
+    #: Other rows of the card's table, (system, audit of that row), and flags about the table.
+    table_rows: tuple = ()
+    table_flags: tuple[str, ...] = ()
+
+    def all_flags(self) -> tuple[str, ...]:
+        """This row's flags, every other row's (prefixed by its system) and the table's."""
+        rows = tuple(f"{f[:6]}{system}: {f[6:]}" for system, audit in self.table_rows for f in audit.flags)
+        return self.flags + rows + self.table_flags
 
     @property
     def reproducing_methods(self) -> tuple[str, ...]:
@@ -68,11 +76,13 @@ class ClaimedFigureAudit:
 
     def gate(self) -> GateResult:
         """``claimed_figures_reproduce``: FAIL when a figure does not reproduce or is mislabelled."""
+        flags = self.all_flags()
         evidence = {"point": self.point, "n": self.n, "n_effective": self.n_effective,
-                    "reproducing_methods": list(self.reproducing_methods), "flags": list(self.flags),
-                    "stated": self.stated}
-        failing = [f for f in self.flags if f.startswith("FAIL")]
-        warning = [f for f in self.flags if f.startswith("WARN")]
+                    "reproducing_methods": list(self.reproducing_methods), "flags": list(flags),
+                    "stated": self.stated,
+                    "table": {system: list(audit.reproducing_methods) for system, audit in self.table_rows}}
+        failing = [f for f in flags if f.startswith("FAIL")]
+        warning = [f for f in flags if f.startswith("WARN")]
         if failing:
             return GateResult("claimed_figures_reproduce", Verdict.FAIL, "; ".join(f[6:] for f in failing), evidence)
         if warning:
@@ -131,3 +141,19 @@ def audit_claimed_figures(stated: dict, intervals: IntervalTable) -> ClaimedFigu
                          f"{reference.n_effective:.1f}")
     return ClaimedFigureAudit(dict(stated), point, n, float(reference.n_effective), float(reference.design_effect),
                               point_ok, n_ok, tuple(checks), tuple(flags))
+
+
+def audit_claimed_table(headline: ClaimedFigureAudit, rows: dict[str, ClaimedFigureAudit]) -> ClaimedFigureAudit:
+    """Add the card table's other rows to the headline's audit, and flag a table whose rows can
+    only be reproduced by different interval methods (its CI column then mixes methods)."""
+    from dataclasses import replace
+
+    with_intervals = {"headline": headline, **rows}
+    method_sets = {name: set(audit.reproducing_methods) for name, audit in with_intervals.items()
+                   if audit.reproducing_methods}
+    table_flags = []
+    if len(method_sets) > 1 and not set.intersection(*method_sets.values()):
+        listed = "; ".join(f"{name}: {', '.join(sorted(methods))}" for name, methods in method_sets.items())
+        table_flags.append(f"WARN: rows of one table use different interval methods ({listed}); "
+                           "state one method per column")
+    return replace(headline, table_rows=tuple(rows.items()), table_flags=tuple(table_flags))

@@ -48,6 +48,19 @@ class ClaimedComparison(BaseModel):
     statement: str | None = None
 
 
+class ClaimedRow(BaseModel):
+    """Another row of the card's table: a system judged against the same opponent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system: str = Field(min_length=1)
+    point: float | None = Field(None, ge=0, le=1)
+    n: int | None = Field(None, ge=1)
+    ci_low: float | None = Field(None, ge=0, le=1)
+    ci_high: float | None = Field(None, ge=0, le=1)
+    method: str | None = None
+
+
 class ClaimedFigures(BaseModel):
     """The figures exactly as the model card states them."""
 
@@ -60,6 +73,7 @@ class ClaimedFigures(BaseModel):
     method: str | None = None
     level: float = Field(0.95, gt=0, lt=1)
     comparisons: tuple[ClaimedComparison, ...] = ()
+    table: tuple[ClaimedRow, ...] = ()
 
 
 class ClaimSpec(BaseModel):

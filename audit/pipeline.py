@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from audit import __version__
-from audit.claimed import ClaimedFigureAudit, audit_claimed_figures
+from audit.claimed import ClaimedFigureAudit, audit_claimed_figures, audit_claimed_table
 from audit.checks import run_checks
 from audit.claims import Claim, load_claim
 from audit.compare import PairedDifference, paired_difference
@@ -123,7 +123,7 @@ class AuditResult:
             "sections": list(self.sections),
             "claimed_audit": None if self.claimed_audit is None else {
                 "reproducing_methods": list(self.claimed_audit.reproducing_methods),
-                "flags": list(self.claimed_audit.flags),
+                "flags": list(self.claimed_audit.all_flags()),
                 "checks": self.claimed_audit.to_frame().to_dict(orient="records")},
             "comparisons": [{"against": c.against, "kind": c.kind, "statement": c.statement,
                              "against_point": c.against_point, "error": c.error,
@@ -217,6 +217,18 @@ def _provenance(claim: Claim, study: Study, seed: int) -> dict:
     }
 
 
+def _claimed_rows(claim: Claim, study: Study, judge: str, level: float, seed: int) -> dict[str, ClaimedFigureAudit]:
+    """Audit each other row of the claimed table from its own contests (same opponent and judge)."""
+    spec, audits = claim.spec, {}
+    for row in spec.claimed.table:
+        scored = build_contests(study, policy=row.system, opponent=spec.opponent, judge=judge,
+                                allow_single_order=spec.allow_single_order).scores("both_orders")
+        table = winrate_table(scored.values, scored.clusters, methods=ALL_METHODS, level=level, seed=seed,
+                              thresholds=claim.thresholds)
+        audits[row.system] = audit_claimed_figures({**row.model_dump(exclude={"system"}), "level": level}, table)
+    return audits
+
+
 def _per_vignette(scored, study: Study, level: float) -> tuple[dict, ...]:
     """Per-vignette win rate with a within-vignette t interval (for the forest plot)."""
     import numpy as np
@@ -282,7 +294,10 @@ def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = 2026112
 
     claimed_audit = None
     if spec.claimed is not None:
-        claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons"}), intervals)
+        claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons", "table"}), intervals)
+        if spec.claimed.table:
+            progress("recomputing the other rows of the claimed table")
+            claimed_audit = audit_claimed_table(claimed_audit, _claimed_rows(claim, study, contests.judge, level, seed))
     context = AuditContext(claim, study, contests, intervals, gate_method, bayes_result, claimed_audit,
                            _comparisons(claim, study, contests, level), seed=seed)
     progress("running the plug-in checks")
