@@ -41,6 +41,8 @@ class ComparisonCheck:
     against_point: float | None
     paired: PairedDifference | None
     error: str | None = None
+    #: The Bayesian joint model's posterior of the difference (None with --no-bayes).
+    bayes: Any | None = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,9 @@ class AuditResult:
             "comparisons": [{"against": c.against, "kind": c.kind, "statement": c.statement,
                              "against_point": c.against_point, "error": c.error,
                              "paired_difference": None if c.paired is None else
-                             c.paired.to_frame().to_dict(orient="records")[0]} for c in self.comparisons],
+                             c.paired.to_frame().to_dict(orient="records")[0],
+                             "bayes": None if c.bayes is None else c.bayes.to_frame().to_dict(orient="records")}
+                            for c in self.comparisons],
             "provenance": self.provenance,
         }
 
@@ -168,6 +172,9 @@ def _comparison_valid(ctx: AuditContext) -> GateResult:
         honest = ("" if check.paired is None else
                   f"the honest test, a vignette-clustered difference, gives {check.paired.estimate:+.3f} "
                   f"[{check.paired.ci_low:+.3f}, {check.paired.ci_high:+.3f}]")
+        if check.bayes is not None and check.bayes.converged:
+            honest += f" (Bayesian P({check.paired.system_a} > {check.against}) on a new vignette: " \
+                      f"{check.bayes.p_a_beats_b_new:.3f})"
         if check.error:
             verdicts.append(Verdict.INCONCLUSIVE)
             reasons.append(f"vs {check.against}: {check.error}")
@@ -246,7 +253,8 @@ def _per_vignette(scored, study: Study, level: float) -> tuple[dict, ...]:
     return tuple(rows)
 
 
-def _comparisons(claim: Claim, study: Study, contests: ContestTable, level: float) -> tuple[ComparisonCheck, ...]:
+def _comparisons(claim: Claim, study: Study, contests: ContestTable, level: float, bayes: bool,
+                 seed: int) -> tuple[ComparisonCheck, ...]:
     from audit.errors import InputError
 
     spec, checks = claim.spec, []
@@ -255,13 +263,22 @@ def _comparisons(claim: Claim, study: Study, contests: ContestTable, level: floa
     policy_scores = contests.scores("both_orders")
     for comparison in spec.claimed.comparisons:
         try:
-            other = build_contests(study, policy=comparison.against, opponent=spec.opponent, judge=contests.judge,
-                                   allow_single_order=spec.allow_single_order).scores("both_orders")
+            other_contests = build_contests(study, policy=comparison.against, opponent=spec.opponent,
+                                            judge=contests.judge, allow_single_order=spec.allow_single_order)
+            other = other_contests.scores("both_orders")
             paired = paired_difference(policy_scores.values, policy_scores.clusters, other.values, other.clusters,
                                        system_a=spec.policy, system_b=comparison.against, opponent=spec.opponent,
                                        level=level)
+            posterior = None
+            if bayes:
+                from audit.bayes_compare import fit_paired_difference_bayes
+
+                posterior = fit_paired_difference_bayes(
+                    contests.per_order_outcomes(), other_contests.per_order_outcomes(), system_a=spec.policy,
+                    system_b=comparison.against, opponent=spec.opponent, level=level, seed=seed,
+                    thresholds=claim.thresholds)
             checks.append(ComparisonCheck(comparison.against, comparison.kind, comparison.statement,
-                                          comparison.against_point, paired))
+                                          comparison.against_point, paired, bayes=posterior))
         except InputError as exc:
             checks.append(ComparisonCheck(comparison.against, comparison.kind, comparison.statement,
                                           comparison.against_point, None, error=exc.message))
@@ -299,7 +316,7 @@ def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = 2026112
             progress("recomputing the other rows of the claimed table")
             claimed_audit = audit_claimed_table(claimed_audit, _claimed_rows(claim, study, contests.judge, level, seed))
     context = AuditContext(claim, study, contests, intervals, gate_method, bayes_result, claimed_audit,
-                           _comparisons(claim, study, contests, level), seed=seed)
+                           _comparisons(claim, study, contests, level, bayes, seed), seed=seed)
     progress("running the plug-in checks")
     context.checks.update(run_checks(context))
 

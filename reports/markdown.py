@@ -156,6 +156,11 @@ def _claimed_section(data: dict) -> list[str]:
         if pd_:
             lines.append(f"- honest test: difference {pd_['estimate']:+.3f} [{pd_['ci_low']:+.3f}, "
                          f"{pd_['ci_high']:+.3f}] ({pd_['method']}, G = {pd_['n_clusters']})")
+        for row in comparison.get("bayes") or []:
+            if row.get("mean") is not None:
+                lines.append(f"- Bayesian joint model, {row['population'].replace('_', ' ')}: difference "
+                             f"{row['mean']:+.3f} [{row['lower']:+.3f}, {row['upper']:+.3f}], "
+                             f"P({comparison['against']} is beaten) = {row['p_a_beats_b']:.3f}")
         if comparison.get("error"):
             lines.append(f"- not computed: {comparison['error']}")
     return lines
