@@ -93,6 +93,7 @@ class ClaimSpec(BaseModel):
     data: dict[str, str]
     claimed: ClaimedFigures | None = None
     allow_single_order: bool = False
+    pool: Literal["selection", "heldout"] | None = None
     required_gates: tuple[str, ...] | None = None
     training_log: str | None = None
     thresholds: dict[str, float | int | str] = Field(default_factory=dict)

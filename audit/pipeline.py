@@ -224,6 +224,21 @@ def _provenance(claim: Claim, study: Study, seed: int) -> dict:
     }
 
 
+def _contests_in_pool(contests: ContestTable, study: Study, pool: str) -> ContestTable:
+    """Only the contests whose policy response belongs to ``pool`` (the claim's ``pool:`` key)."""
+    from dataclasses import replace
+
+    from audit.errors import ClaimError
+
+    pools = dict(zip(study.responses.frame["response_id"], study.responses.frame["pool"]))
+    keep = contests.frame["policy_response"].map(pools) == pool
+    if not keep.any():
+        raise ClaimError(f"No contest of {contests.policy} uses a response of pool '{pool}'.",
+                         fix="check the responses' pool column, or drop `pool:` from the claim")
+    dropped = {**contests.dropped, f"not_in_pool_{pool}": int((~keep).sum())}
+    return replace(contests, frame=contests.frame[keep.to_numpy()].reset_index(drop=True), dropped=dropped)
+
+
 def _claimed_rows(claim: Claim, study: Study, judge: str, level: float, seed: int) -> dict[str, ClaimedFigureAudit]:
     """Audit each other row of the claimed table from its own contests (same opponent and judge)."""
     spec, audits = claim.spec, {}
@@ -295,6 +310,8 @@ def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = 2026112
     progress("assembling both-order contests")
     contests = build_contests(study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge,
                               allow_single_order=spec.allow_single_order)
+    if spec.pool is not None:
+        contests = _contests_in_pool(contests, study, spec.pool)
     scored = contests.scores("both_orders")
     level = spec.claimed.level if spec.claimed else thresholds.confidence_level
 

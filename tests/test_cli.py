@@ -151,3 +151,16 @@ def test_fixture_claims_with_compromised_evidence_are_blocked(tmp_path, claim, g
     verdict = json.loads((tmp_path / "verdict.json").read_text())
     row = next(g for g in verdict["gates"] if g["gate"] == gate)
     assert row["verdict"] == "FAIL" and row["required"] and reason in row["message"]
+
+
+def test_best_of_n_claimed_on_the_heldout_pool_is_not_a_winners_curse_failure(tmp_path):
+    claim = yaml.safe_load((DEFAULT_STUDY_DIR / "claim-best-of-n.yaml").read_text())
+    claim["data"] = {table: str(DEFAULT_STUDY_DIR / name) for table, name in claim["data"].items()}
+    claim["pool"] = "heldout"
+    path = tmp_path / "claim.yaml"
+    path.write_text(yaml.safe_dump(claim, sort_keys=False))
+    honestci("audit", path, "--out", tmp_path / "out", "--no-bayes", "--allow-outside-data")
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    gate = next(g for g in verdict["gates"] if g["gate"] == "winners_curse")
+    assert gate["verdict"] in ("PASS", "WARN"), gate
+    assert verdict["contests"]["n"] == 60 and verdict["contests"]["dropped"]["not_in_pool_heldout"] == 60
