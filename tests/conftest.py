@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -12,3 +13,18 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"{SHARED_DATA} is absent (it ships beside the checkout in CI, not in a user's clone)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def study():
+    """The embedded fixture study, loaded through the headline claim (tests may override locally)."""
+    from audit.claims import load_claim
+    from audit.io import load_study
+
+    return load_study(load_claim(REPO_ROOT / "fixtures" / "study" / "claim.yaml").data_paths)
+
+
+@pytest.fixture(scope="session")
+def truth():
+    """The fixture study's ground truth (truth.json)."""
+    return json.loads((REPO_ROOT / "fixtures" / "study" / "truth.json").read_text())

@@ -3,7 +3,6 @@ fixture's truth, gates, CLI, and seeded coverage of the agreement interval."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -14,24 +13,12 @@ from click.testing import CliRunner
 from audit.calibration import (CLASSES, agreement_ci, calibrate_judge, calibration_items, classification_metrics,
                                cohen_kappa, gate_judge_calibrated, human_ceiling, judged_rows, krippendorff_alpha,
                                majority_preference, select_judge, verdict_to_preference)
-from audit.claims import load_claim
 from audit.gates import Verdict
-from audit.io import load_study
 from audit.ppi import ppi_mean, ppi_mean_clustered
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "fixtures" / "study"
 REFERENCE = REPO / "tests" / "reference"
-
-
-@pytest.fixture(scope="module")
-def study():
-    return load_study(load_claim(STUDY / "claim.yaml").data_paths)
-
-
-@pytest.fixture(scope="module")
-def truth():
-    return json.loads((STUDY / "truth.json").read_text())
 
 
 # --- mapping and references ---------------------------------------------------------------------

@@ -3,7 +3,6 @@ not identifiable, the sign-flip test is exact, and the order-effect interval cov
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,24 +11,12 @@ from click.testing import CliRunner
 from scipy import stats
 from scipy.special import logit
 
-from audit.claims import load_claim
 from audit.gates import Verdict
-from audit.io import load_study
 from audit.position_bias import gate_position_bias, position_bias, position_bias_for_judge, sign_flip_test
 from fixtures.truth import JudgeParams, system_estimands
 
 STUDY = Path(__file__).resolve().parents[1] / "fixtures" / "study"
 POLICY, OPPONENT = "reappraisal-4b-grpo", "gpt-4-0314"
-
-
-@pytest.fixture(scope="module")
-def study():
-    return load_study(load_claim(STUDY / "claim.yaml").data_paths)
-
-
-@pytest.fixture(scope="module")
-def truth():
-    return json.loads((STUDY / "truth.json").read_text())
 
 
 @pytest.mark.parametrize("judge, verdict", [("llama-3.1-70b", Verdict.PASS), ("llama-3.1-405b", Verdict.FAIL)])
