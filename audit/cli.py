@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from audit import __version__
+from audit.cli_support import DEFAULT_AUDIT_SEED
 from audit.cli_support import fail_cleanly as _fail_cleanly
 from audit.errors import InputError
 
@@ -64,7 +65,7 @@ def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_ou
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for report.md and verdict.json.")
 @click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
-@click.option("--seed", type=int, default=20261129, show_default=True, help="Seed of every resampling step.")
+@click.option("--seed", type=int, default=DEFAULT_AUDIT_SEED, show_default=True, help="Seed of every resampling step.")
 @click.option("--allow-inconclusive", is_flag=True, help="Exit 0 when the worst gate is INCONCLUSIVE.")
 @click.option("--allow-outside-data", is_flag=True, help="Let data paths resolve outside the claim's folder.")
 @_fail_cleanly
@@ -86,7 +87,7 @@ def demo(out_dir: Path, bayes: bool) -> None:
 
     claim = default_claim_path()
     click.echo(f"Auditing the embedded fixture claim {claim}", err=True)
-    result = _run_and_report(claim, out_dir, bayes, 20261129, False)
+    result = _run_and_report(claim, out_dir, bayes, DEFAULT_AUDIT_SEED, False)
     click.echo(f"(`honestci audit` on this claim would exit {result.exit_code()})")
 
 
@@ -113,7 +114,7 @@ def report(result: Path, fmt: str, out_file: Path | None) -> None:
 @main.command()
 @click.argument("claim", type=click.Path(path_type=Path))
 @click.option("--method", "methods", multiple=True, help="Interval method (repeatable); default: all.")
-@click.option("--seed", type=int, default=20261129, show_default=True, help="Seed of every resampling step.")
+@click.option("--seed", type=int, default=DEFAULT_AUDIT_SEED, show_default=True, help="Seed of every resampling step.")
 @click.option("--level", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
 @_fail_cleanly
 def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> None:
@@ -142,7 +143,7 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> N
 @main.command("coverage-study")
 @click.option("--reps", type=click.IntRange(10), default=1000, show_default=True, help="Replications per cell.")
 @click.option("--per-vignette", type=click.IntRange(2), default=40, show_default=True, help="Contests per vignette.")
-@click.option("--seed", type=int, default=20261129, show_default=True)
+@click.option("--seed", type=int, default=DEFAULT_AUDIT_SEED, show_default=True)
 @click.option("--processes", type=click.IntRange(1), default=1, show_default=True, help="Worker processes.")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=Path("docs/coverage.md"),
               show_default=True, help="Markdown table to write (a CSV is written beside it).")

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import click
 
-from audit.cli_support import fail_cleanly
+from audit.cli_support import EXIT_BLOCKED, fail_cleanly
 from audit.errors import InputError
 
-EXIT_BLOCKED = 1
 
 
 @click.command("winners-curse")

@@ -9,7 +9,10 @@ import click
 
 from audit.errors import InputError
 
-EXIT_BAD_INPUT = 2
+#: Exit codes of every command: release allowed, blocked by a gate, bad input.
+EXIT_PASS, EXIT_BLOCKED, EXIT_BAD_INPUT = 0, 1, 2
+#: Seed of every resampling step of an audit unless ``--seed`` says otherwise.
+DEFAULT_AUDIT_SEED = 20261129
 
 
 def fail_cleanly(command):

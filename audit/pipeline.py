@@ -17,6 +17,7 @@ from typing import Any, Callable
 from audit import __version__
 from audit.claimed import ClaimedFigureAudit, audit_claimed_figures, audit_claimed_table
 from audit.checks import run_checks
+from audit.cli_support import DEFAULT_AUDIT_SEED, EXIT_BLOCKED, EXIT_PASS
 from audit.claims import Claim, load_claim
 from audit.compare import PairedDifference, paired_difference
 from audit.contests import ContestTable, build_contests
@@ -26,8 +27,6 @@ from audit.intervals import IntervalResult, IntervalTable
 from audit.io import Study, load_study
 from audit.winrate import ALL_METHODS, winrate_table
 
-#: Exit codes of ``honestci audit``.
-EXIT_PASS, EXIT_BLOCKED, EXIT_BAD_INPUT = 0, 1, 2
 GATE_METHOD_FOR_POPULATION = {"new_vignettes": "cr2", "these_vignettes": "stratified"}
 
 
@@ -58,7 +57,7 @@ class AuditContext:
     claimed_audit: ClaimedFigureAudit | None
     comparisons: tuple[ComparisonCheck, ...]
     #: Seed of every resampling step of the audit (``--seed``); checks use it too.
-    seed: int = 20261129
+    seed: int = DEFAULT_AUDIT_SEED
     #: Results of the plug-in checks (audit.checks), by key; filled by run_audit.
     checks: dict = field(default_factory=dict)
 
@@ -300,7 +299,7 @@ def _comparisons(claim: Claim, study: Study, contests: ContestTable, level: floa
     return tuple(checks)
 
 
-def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = 20261129, allow_outside_data: bool = False,
+def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = DEFAULT_AUDIT_SEED, allow_outside_data: bool = False,
               progress: Callable[[str], None] = lambda _: None) -> AuditResult:
     """Run the audit of one claim. Raises :class:`audit.errors.InputError` on bad input."""
     progress("loading claim and data")

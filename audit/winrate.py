@@ -14,13 +14,13 @@ the optimistic baseline (Wilson is what most model cards report).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 from scipy import stats
 
 from audit import cluster_robust, iid
-from audit.design_effect import clustering_summary
+from audit.design_effect import ClusteringSummary, clustering_summary
 from audit.errors import EstimationError, InputError
 from audit.gates import THRESHOLDS, Thresholds, Verdict
 from audit.intervals import IntervalResult, IntervalTable
@@ -54,24 +54,15 @@ ALL_METHODS = tuple(IID_METHODS) + ("stratified",) + tuple(CLUSTER_METHODS)
 DEFAULT_METHODS = ("wilson", "stratified", "cr1", "cr2", "wild_webb", "cluster_bootstrap_bca")
 
 
-@dataclass(frozen=True)
-class _Clustering:
-    n: int
-    n_clusters: int
-    icc: float
-    design_effect: float
-    n_effective: float
-
-
-def _clustering(scores: np.ndarray, clusters: np.ndarray) -> _Clustering:
-    if np.ptp(scores) == 0:  # no variation: ICC and design effect are undefined, not zero
-        n_clusters = np.unique(clusters).size
-        return _Clustering(scores.size, n_clusters, math.nan, math.nan, math.nan)
+def _clustering(scores: np.ndarray, clusters: np.ndarray) -> ClusteringSummary:
     try:
-        summary = clustering_summary(scores, clusters)
+        if np.ptp(scores) > 0:
+            return clustering_summary(scores, clusters)
     except EstimationError:  # one vignette: no between-vignette variation to estimate
-        return _Clustering(scores.size, np.unique(clusters).size, math.nan, math.nan, math.nan)
-    return _Clustering(summary.n, summary.n_clusters, summary.icc, summary.design_effect, summary.n_effective)
+        pass
+    # No variation, or one vignette: ICC and design effect are undefined, not zero.
+    n_clusters = np.unique(clusters).size
+    return ClusteringSummary(scores.size, n_clusters, math.nan, math.nan, math.nan, scores.size / n_clusters)
 
 
 def _check_inputs(scores, clusters) -> tuple[np.ndarray, np.ndarray]:

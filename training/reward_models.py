@@ -345,17 +345,12 @@ def heldout_accuracy(name: str, preferred_reward, other_reward, vignettes, *, n_
     clusters = np.asarray(vignettes)
     if correct.size == 0:
         return RMAccuracy(name, None, None, None, None, None, 0, 0, n_ties_excluded, level, "no held-out pairs")
-    from audit.errors import EstimationError
-
     n_clusters = int(np.unique(clusters).size)
     wilson = iid.proportion_ci(float(correct.sum()), int(correct.size), method="wilson", level=level)
-    try:
-        cr2 = winrate_ci(correct, clusters, method="cr2", level=level)
-    except EstimationError as exc:  # e.g. one pair per vignette: no within-vignette variation to measure
-        low, high, note = None, None, f"no CR2 interval: {exc}"
-    else:
-        clip = (lambda v: None if v is None else min(1.0, max(0.0, float(v))))  # an accuracy lives in [0, 1]
-        low, high, note = clip(cr2.ci_low), clip(cr2.ci_high), cr2.note or "CR2, clustered by vignette"
+    # winrate_ci never raises for too few vignettes or no variance: it reports INCONCLUSIVE (no bounds).
+    cr2 = winrate_ci(correct, clusters, method="cr2", level=level)
+    clip = (lambda v: None if v is None else min(1.0, max(0.0, float(v))))  # an accuracy lives in [0, 1]
+    low, high, note = clip(cr2.ci_low), clip(cr2.ci_high), cr2.note or "CR2, clustered by vignette"
     return RMAccuracy(name, float(correct.mean()), low, high, float(wilson[0]), float(wilson[1]),
                       int(correct.size), n_clusters, n_ties_excluded, level, note)
 
