@@ -44,8 +44,6 @@ class Thresholds:
     few_clusters: int = 12
     #: Population the bar is tested on when a claim does not name one.
     default_population: str = "new_vignettes"
-    #: Default interval method for the gate's CI-low.
-    default_method: str = "cr2"
     #: Rounding tolerance when matching a claimed figure (half a unit in the last stated digit
     #: is added on top of this).
     claimed_figure_tolerance: float = 0.0005
@@ -106,6 +104,12 @@ class Thresholds:
 
 
 THRESHOLDS = Thresholds()
+
+#: Interval whose CI-low the bar gate reads when a claim names no ``method``, by population. New
+#: vignettes: CR2 carried to the logit scale, the one clustered interval within 95% ± 1.5 points on
+#: the whole coverage grid; the symmetric CR2 and wild intervals put their CI-low above the truth
+#: up to twice the nominal 2.5% when vignette win rates pile up near 1 (docs/coverage.md).
+GATE_METHOD_FOR_POPULATION = {"new_vignettes": "cr2_logit", "these_vignettes": "stratified"}
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,12 @@ from audit.cli_support import DEFAULT_AUDIT_SEED, EXIT_BLOCKED, EXIT_PASS
 from audit.claims import Claim, load_claim
 from audit.compare import PairedDifference, paired_difference
 from audit.contests import ContestTable, build_contests
-from audit.gates import (DEFAULT_REQUIRED_GATES, GATE_ORDER, REQUIRED_WHEN_EVIDENCE_GIVEN, GateResult, Verdict, gate_ci_low_clears_bar,
+from audit.gates import (DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GATE_ORDER, REQUIRED_WHEN_EVIDENCE_GIVEN, GateResult, Verdict, gate_ci_low_clears_bar,
                          gate_enough_clusters, overall_verdict, register_gate, run_gate)
 from audit.intervals import IntervalResult, IntervalTable
 from audit.io import Study, load_study
 from audit.winrate import ALL_METHODS, winrate_table
 
-GATE_METHOD_FOR_POPULATION = {"new_vignettes": "cr2", "these_vignettes": "stratified"}
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ both, 1/2 otherwise. The win rate is the expected score, named by population:
 * ``these_vignettes`` — conditional on the observed prompts: Σ_g (n_g/n) E[score | g];
 * ``new_vignettes`` — over the superpopulation of prompts the vignettes were drawn from.
 
-Clustered intervals (CR0/CR1/CR2, wild and pairs cluster bootstrap) target the new-vignette win
-rate; the stratified interval targets these vignettes; iid intervals fit neither and are shown as
+Clustered intervals (CR0/CR1/CR2, CR2 on the logit scale, wild and pairs cluster bootstrap) target
+the new-vignette win rate; the stratified interval targets these vignettes; iid intervals fit neither and are shown as
 the optimistic baseline (Wilson is what most model cards report).
 """
 
@@ -17,7 +17,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from audit import cluster_robust, iid
 from audit.design_effect import ClusteringSummary, clustering_summary
@@ -35,6 +35,7 @@ CLUSTER_METHODS = {
     "cr0": "CR0, t(G-1)",
     "cr1": "CR1, t(G-1)",
     "cr2": "CR2, Bell-McCaffrey Satterthwaite df",
+    "cr2_logit": "CR2 on the logit scale, Bell-McCaffrey Satterthwaite df",
     "wild_webb": "wild cluster bootstrap (WCR, Webb)",
     "wild_rademacher": "wild cluster bootstrap (WCR, Rademacher)",
     "cluster_bootstrap_percentile": "cluster bootstrap, percentile (under-covers at small G)",
@@ -111,11 +112,14 @@ def winrate_ci(scores, clusters, method: str = "cr2", level: float = 0.95, *,
     iid: the score total is treated as a binomial count out of n (Wilson 1927; Agresti & Coull 1998;
     Clopper & Pearson 1934). Stratified: θ̂ = Σ w_g ȳ_g, w_g = n_g/n, Var = Σ w_g² s_g²/n_g, with
     Welch–Satterthwaite df. Clustered: ``lm(score ~ 1)`` with cluster-robust variance (CR2:
-    Bell & McCaffrey 2002; Pustejovsky & Tipton 2018), restricted wild cluster bootstrap with CI by
+    Bell & McCaffrey 2002; Pustejovsky & Tipton 2018); ``cr2_logit`` is the same CR2 standard error
+    carried to the logit scale by the delta method, expit(logit θ̂ ± t_df · SE/(θ̂(1 − θ̂))) (the
+    logit interval of R survey's ``svyciprop``; Korn & Graubard 1998), restricted wild cluster bootstrap with CI by
     test inversion (Roodman et al. 2019), pairs cluster bootstrap (Efron & Tibshirani 1993).
 
     Validated against: see the validation of each core module (statsmodels, R clubSandwich,
-    wildboottest) and tests/test_winrate.py.
+    wildboottest); ``cr2_logit`` against R survey ``svyciprop(method = "logit")`` on balanced
+    clusters, where CR2 equals survey's linearisation variance (tests/test_winrate.py).
     """
     scores, clusters = _check_inputs(scores, clusters)
     if method not in ALL_METHODS:
@@ -201,6 +205,8 @@ def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -
                                                 df="satterthwaite" if method == "cr2" else "G-1")
         return IntervalResult(method, label, "new_vignettes", float(fit.coef[0]), float(fit.ci_low[0]),
                               float(fit.ci_high[0]), se=float(fit.se[0]), df=float(fit.df[0]), **common)
+    if method == "cr2_logit":
+        return _cr2_logit(label, scores, clusters, common)
     if method.startswith("wild_"):
         from audit.wild_bootstrap import wild_cluster_ci
 
@@ -222,6 +228,24 @@ def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -
     result = cluster_bootstrap_ci(scores, clusters, method=kind, level=level, rng=seed, B=bootstrap_draws or 4999)
     return IntervalResult(method, label, "new_vignettes", float(result.estimate), float(result.ci_low),
                           float(result.ci_high), note=f"B = {result.B}", seed=seed, **common)
+
+
+def _cr2_logit(label, scores, clusters, common) -> IntervalResult:
+    """CR2 SE carried to the logit scale (delta method) and the t interval mapped back by expit.
+
+    Near a bound the sampling distribution of the mean of vignette win rates is skewed (they pile
+    up against 1); a symmetric interval then misses on one side, a logit one does not.
+    """
+    fit = cluster_robust.cluster_robust_ols(np.ones((scores.size, 1)), scores, clusters, vcov="CR2",
+                                            level=common["level"], df="satterthwaite")
+    estimate, se, df = float(fit.coef[0]), float(fit.se[0]), float(fit.df[0])
+    if not 0.0 < estimate < 1.0:
+        raise EstimationError(f"the win rate is {estimate:g}: the logit scale has no interval at 0 or 1")
+    half = stats.t.ppf(0.5 + common["level"] / 2, df) * se / (estimate * (1.0 - estimate))
+    centre = math.log(estimate / (1.0 - estimate))
+    low, high = (float(special.expit(centre + side * half)) for side in (-1.0, 1.0))
+    return IntervalResult("cr2_logit", label, "new_vignettes", estimate, low, high, se=se, df=df,
+                          note="asymmetric: the CR2 interval on the logit scale, mapped back", **common)
 
 
 def winrate_table(scores, clusters, methods=DEFAULT_METHODS, level: float = 0.95, *, seed: int = 0,

@@ -36,7 +36,7 @@ def model_card_section(data: dict) -> str:
     level = int(round(100 * (honest or naive or {"level": 0.95})["level"]))
     lines = [
         f"| model | win rate vs {claim['opponent']} | contests (n) | vignettes (G) | n_effective | "
-        f"{level}% CI, {data['gate_method'].upper()} ({claim['population'].replace('_', ' ')}) | "
+        f"{level}% CI, {honest['label'] if honest else data['gate_method']} ({claim['population'].replace('_', ' ')}) | "
         f"{level}% CI, iid Wilson (optimistic) |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -59,7 +59,7 @@ def model_card_section(data: dict) -> str:
         "    metrics:",
         "    - type: win_rate",
         f"      name: win rate vs {claim['opponent']} ({claim['population'].replace('_', ' ')}, "
-        f"{data['gate_method'].upper()} {level}% CI {interval_text(honest) if honest else 'n/a'})",
+        f"{honest['label'] if honest else data['gate_method']} {level}% CI {interval_text(honest) if honest else 'n/a'})",
         f"      value: {fmt(value, 4)}",
         "      verified: false",
         "```",

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from audit.coverage_study import run_coverage_study, simulate_scores
+from audit.coverage_study import HONEST_METHODS, run_coverage_study, simulate_scores
 
 
 def test_simulated_score_icc_matches_the_design():
@@ -29,8 +29,8 @@ def test_small_tier_runs_and_is_deterministic():
 @pytest.mark.coverage
 @pytest.mark.slow
 def test_honest_intervals_cover_at_twelve_or_more_vignettes():
-    study = run_coverage_study(reps=400, methods=("stratified", "cr2", "wild_webb", "wilson"),
-                               clusters_grid=(12, 30), icc_grid=(0.1,), rate_grid=(0.6,), seed=3)
+    study = run_coverage_study(reps=400, methods=HONEST_METHODS + ("wilson",), clusters_grid=(12, 30),
+                               icc_grid=(0.1, 0.3), rate_grid=(0.6, 0.8), seed=3)
     mc_tolerance = 0.015 + 3 * np.sqrt(0.95 * 0.05 / 400)
     frame = study.to_frame()
     honest = frame[frame["method"] != "wilson"]

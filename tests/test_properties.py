@@ -22,11 +22,12 @@ from audit.winrate import ALL_METHODS, winrate_ci
 settings.register_profile("estimators", derandomize=True, max_examples=60, deadline=None)
 PROFILE = settings.get_profile("estimators")
 
-CORE_METHODS = ("wilson", "stratified", "cr1", "cr2", "wild_webb")
+CORE_METHODS = ("wilson", "stratified", "cr1", "cr2", "cr2_logit", "wild_webb")
 #: Methods whose interval for 1 - p is exactly the mirror image of the interval for p.
-SYMMETRIC_METHODS = ("wilson", "wald", "stratified", "cr0", "cr1", "cr2", "wild_webb")
-#: Methods documented to clip to [0, 1]; the regression-based ones (CR, wild bootstrap) are not.
-CLIPPED_METHODS = ("wilson", "wald", "agresti_coull", "clopper_pearson", "stratified",
+SYMMETRIC_METHODS = ("wilson", "wald", "stratified", "cr0", "cr1", "cr2", "cr2_logit", "wild_webb")
+#: Methods whose intervals stay in [0, 1] (clipped, or by construction as on the logit scale); the
+#: other regression-based ones (CR, wild bootstrap) do not.
+CLIPPED_METHODS = ("wilson", "wald", "agresti_coull", "clopper_pearson", "stratified", "cr2_logit",
                    "cluster_bootstrap_percentile", "cluster_bootstrap_bca")
 DRAWS = 199
 SEED = 20261129

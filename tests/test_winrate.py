@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 import statsmodels.api as sm
@@ -5,6 +7,8 @@ from scipy import stats
 
 from audit.gates import Verdict
 from audit.winrate import ALL_METHODS, winrate_ci, winrate_table
+
+REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
 
 
 def _clustered_scores(rng, n_clusters=6, per_cluster=40, mean_logit=1.2, sigma=0.6):
@@ -104,3 +108,76 @@ def test_stratified_interval_covers_the_these_vignettes_rate():
     coverage = hits / reps
     mc_se = np.sqrt(0.95 * 0.05 / reps)  # ≈ 0.0089
     assert abs(coverage - 0.95) < 3 * mc_se, coverage
+
+
+# --------------------------------------------------------------------------------------------
+# CR2 on the logit scale
+
+
+def _logit_reference_inputs(analysis: str) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs winrate_logit_reference.R read, shaped as that script shapes them."""
+    import pandas as pd
+
+    if analysis == "balanced_icc":
+        frame = pd.read_csv(REFERENCE_DIR / "input_balanced_icc.csv")
+        return frame["y"].to_numpy(), frame["cluster"].to_numpy()
+    frame = pd.read_csv(REFERENCE_DIR / "input_winrate_order.csv").groupby("vignette").head(236)
+    return frame["y"].to_numpy(), frame["vignette"].to_numpy()
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("row", range(4))
+def test_cr2_logit_matches_r_survey_svyciprop_logit(row):
+    # tests/reference/winrate_logit_reference.R: svyciprop(~y, svydesign(ids = ~cluster), method = "logit").
+    # R's estimate comes from IRLS (off the exact mean by ~5e-10), hence rtol 1e-8.
+    import pandas as pd
+
+    reference = pd.read_csv(REFERENCE_DIR / "winrate_logit_reference.csv").iloc[row]
+    scores, clusters = _logit_reference_inputs(reference["analysis"])
+    assert scores.size == reference["n_obs"]
+    result = winrate_ci(scores, clusters, method="cr2_logit", level=float(reference["level"]))
+    np.testing.assert_allclose([result.estimate, result.ci_low, result.ci_high],
+                               reference[["estimate", "ci_lower", "ci_upper"]].to_numpy(float), rtol=1e-8)
+    assert result.df == pytest.approx(reference["n_clusters"] - 1)
+
+
+def test_cr2_logit_is_the_cr2_interval_on_the_logit_scale():
+    rng = np.random.default_rng(3)
+    clusters = np.repeat(np.arange(9), rng.integers(10, 60, 9))
+    scores = rng.integers(0, 3, clusters.size) / 2.0
+    cr2 = winrate_ci(scores, clusters, method="cr2")
+    logit = winrate_ci(scores, clusters, method="cr2_logit")
+    assert (logit.estimate, logit.se, logit.df) == (cr2.estimate, cr2.se, cr2.df)
+    to_logit = lambda p: np.log(p / (1 - p))  # noqa: E731
+    half = stats.t.ppf(0.975, cr2.df) * cr2.se / (cr2.estimate * (1 - cr2.estimate))
+    np.testing.assert_allclose([to_logit(logit.ci_low), to_logit(logit.ci_high)],
+                               [to_logit(cr2.estimate) - half, to_logit(cr2.estimate) + half], rtol=1e-12)
+
+
+def test_cr2_logit_is_inconclusive_when_every_contest_is_won():
+    clusters = np.repeat(np.arange(6), 10)
+    scores = np.ones(clusters.size)
+    scores[0] = 0.5  # some variance, but a vignette-level estimate of exactly 1 is impossible here
+    assert winrate_ci(scores, clusters, method="cr2_logit").reportable
+    result = winrate_ci(np.ones(clusters.size), clusters, method="cr2_logit")
+    assert result.verdict is Verdict.INCONCLUSIVE and result.ci_low is None
+
+
+@pytest.mark.coverage
+@pytest.mark.parametrize("n_clusters", [6, 12])
+def test_cr2_logit_covers_where_symmetric_cr2_does_not(n_clusters):
+    # The most skewed cell of the coverage study (ICC 0.3, new-vignette rate 0.8): vignette win
+    # probabilities Beta(0.8a, 0.2a), a = 2/ICC - 2, both orders Bernoulli, 40 contests each.
+    from audit.coverage_study import simulate_scores
+
+    rng = np.random.default_rng(20261130)
+    reps, rate = 1500, 0.8
+    hits = {"cr2": 0, "cr2_logit": 0}
+    for _ in range(reps):
+        scores, clusters, _ = simulate_scores(rng, n_clusters, 40, rate, 0.3)
+        for method in hits:
+            row = winrate_ci(scores, clusters, method=method)
+            hits[method] += row.ci_low <= rate <= row.ci_high
+    mc_se = np.sqrt(0.95 * 0.05 / reps)  # ≈ 0.0056
+    assert abs(hits["cr2_logit"] / reps - 0.95) < 3 * mc_se, hits
+    assert hits["cr2"] < hits["cr2_logit"], hits
