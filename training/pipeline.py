@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from audit.errors import HonestCIError, InputError
-from audit.gates import DEFAULT_REQUIRED_GATES, GateResult, Verdict
+from audit.gates import DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GateResult, Verdict
 from training.config import build_config, parse_overrides, read_yaml_mapping, require, _merge
 
 CARD_START = "<!-- honestci:figures:start -->"
@@ -186,7 +186,7 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
     study = Study(vignettes=load_table(paths["vignettes"], "vignettes"),
                   responses=load_table(paths["eval_answers"], "responses"), judgments=empty_judgments,
                   corpus=load_table(paths["corpus"], "corpus"))
-    context = AuditContext(claim, study, None, None, "cr2", None, None, ())
+    context = AuditContext(claim, study, None, None, GATE_METHOD_FOR_POPULATION[job.population], None, None, ())
     try:
         context.checks["leakage"] = run_check("leakage", context)
     except KeyError:
