@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from audit.claims import load_claim
 from audit.contests import build_contests
@@ -15,7 +17,7 @@ from audit.errors import InputError
 from audit.gates import Verdict, run_gate
 from audit.io import load_study
 from audit.leakage import (build_index, check_claim_leakage, hash_documents, leak_effect, normalize,
-                           reference_ngram_hashes, scan_corpus, scan_corpus_dask, scan_texts, tokenize)
+                           reference_ngram_hashes, reference_token_hash, scan_corpus, scan_corpus_dask, scan_texts, tokenize)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "study"
@@ -34,21 +36,58 @@ def test_normalize_nfkc_case_punctuation_whitespace():
     assert normalize("ﬁne ｆｕｌｌ Ⅻ") == "fine full xii"  # NFKC folds ligatures, full width, numerals
 
 
-def test_vectorised_hashes_equal_the_pure_python_oracle():
-    texts = ["Hello, World! a b c d e f g h i j", "Ünïcode ｆｕｌｌwidth ﬁ a b c d e f g h", "", "x y"]
-    # a vocabulary without "e": n-grams through it cannot match and are never hashed
-    vocabulary = {t: i for i, t in enumerate(sorted({t for x in texts for t in tokenize(x)} - {b"e"}))}
-    chunk = hash_documents(texts, 3, vocabulary)
-    for d, text in enumerate(texts):
-        assert chunk.hashes[chunk.doc == d].tolist() == reference_ngram_hashes(text, 3, vocabulary)
-    assert chunk.n_tokens.tolist() == [len(normalize(t).split()) for t in texts]
+def test_kernel_hashes_equal_the_pure_python_oracle():
+    texts = ["Hello, World! a b c d e f g h i j", "Ünïcode ｆｕｌｌwidth ﬁ a b c d e f g h", "", "x y",
+             "  --__  ", "ÀÉÎ straße İstanbul ΣΊΣΥΦΟΣ 東京 タワー", "tab\tnew\nline\r\x00nul x_y"]
+    for n in (1, 2, 3, 8, 13):
+        chunk = hash_documents(texts, n)
+        for d, text in enumerate(texts):
+            expected = reference_ngram_hashes(text, n)
+            assert chunk.hashes[chunk.doc == d].tolist() == expected
+            assert chunk.position[chunk.doc == d].tolist() == list(range(len(expected)))
+        assert chunk.n_tokens.tolist() == [len(normalize(t).split()) for t in texts]
     assert tokenize("Ünïcode ｆｕｌｌwidth") == normalize("Ünïcode ｆｕｌｌwidth").encode().split()
 
 
+def test_token_hash_is_fnv1a_then_splitmix64():
+    # FNV-1a-64 of b"a" is 0xaf63dc4c8601ec8c (the FNV reference test vector); splitmix64 of it
+    # by the published constants (Steele, Lea & Flood 2014; Vigna's splitmix64.c)
+    x = (0xAF63DC4C8601EC8C + 0x9E3779B97F4A7C15) % 2**64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2**64
+    assert reference_token_hash(b"a") == x ^ (x >> 31)
+    # a unigram is the token hash mixed once more (Σ over one token, then splitmix64)
+    assert hash_documents(["A"], 1).hashes.tolist() == reference_ngram_hashes("a", 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts=st.lists(st.text(max_size=80) | st.text(alphabet="ab cD,.é", max_size=60), max_size=6),
+       n=st.sampled_from([1, 2, 3, 5, 8, 13]))
+def test_kernel_equals_the_oracle_on_arbitrary_text(texts, n):
+    chunk = hash_documents(texts, n)
+    for d, text in enumerate(texts):
+        assert chunk.hashes[chunk.doc == d].tolist() == reference_ngram_hashes(text, n)
+    assert chunk.n_tokens.tolist() == [len(normalize(t).split()) for t in texts]
+
+
+def test_prefilter_keeps_every_indexed_ngram_and_drops_most_others():
+    rng = np.random.default_rng(3)
+    vocab = [f"w{i}" for i in range(500)]
+    items = {f"e{i}": " ".join(rng.choice(vocab, 30)) for i in range(50)}
+    index = build_index(items, 4)
+    docs = [" ".join(rng.choice(vocab, 300)) for _ in range(200)] + list(items.values())
+    every, kept = hash_documents(docs, 4), hash_documents(docs, 4, index)
+    in_index = np.isin(every.hashes, index.keys)
+    assert set(zip(every.doc[in_index].tolist(), every.position[in_index].tolist())) <= \
+        set(zip(kept.doc.tolist(), kept.position.tolist()))
+    assert in_index.sum() >= 50 * 27 and kept.hashes.size < 0.05 * every.hashes.size
+
+
 def test_ngrams_never_span_documents():
-    vocabulary = {t.encode(): i for i, t in enumerate("abcdef")}
-    assert hash_documents(["a b c", "d e f"], 4, vocabulary).hashes.size == 0
-    assert hash_documents(["a b c d e f"], 4, vocabulary).hashes.size == 3
+    assert hash_documents(["a b c", "d e f"], 4).hashes.size == 0
+    assert hash_documents(["a b c d e f"], 4).hashes.size == 3
+    # the same tokens across a document boundary do not form the n-gram
+    assert hash_documents(["a b", "c d"], 4).hashes.size == 0
 
 
 def test_scan_against_a_set_of_ngram_tuples(tmp_path):
