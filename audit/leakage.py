@@ -241,7 +241,12 @@ def iter_corpus(path: str | Path, text_field: str = "text", id_field: str | None
     Formats by suffix: ``.jsonl``/``.json``/``.ndjson`` (one object per line; ``.gz`` allowed),
     ``.parquet`` (pyarrow record batches), anything else plain text with one document per line
     (``.gz`` allowed). A missing id field gives ``<file>:<line>``. ``byte_range`` (uncompressed
-    JSONL/text only) reads the lines that start inside [start, stop), for distributed scans.
+    JSONL/text only) reads the lines that start inside [start, stop), for distributed scans; ids
+    then fall back to ``<file>@<byte offset>``.
+
+    A block of whole lines is read at once; JSONL blocks are parsed by one ``orjson`` call as a
+    JSON array (lines joined by commas), and only a block that does not parse as one object per
+    line is parsed line by line, which names the bad line.
     """
     path = Path(path)
     if not path.is_file():
@@ -256,68 +261,84 @@ def iter_corpus(path: str | Path, text_field: str = "text", id_field: str | None
         raise InputError(f"{path}: a gzip file cannot be split by byte range", fix="scan it whole")
     loads = _json_loads()
     with opener(path, "rb") as handle:
-        line_number = 0
-        stop = None
+        position, stop, line_number = 0, None, 0
         if byte_range is not None:
             start, stop = byte_range
             if start > 0:
                 handle.seek(start - 1)
                 if handle.read(1) != b"\n":
                     handle.readline()  # the line that starts before `start` belongs to the previous range
-            line_number = None  # unknown in a range: ids fall back to byte offsets
-        while True:
-            offset = handle.tell() if stop is not None or line_number is None else None
-            if stop is not None and offset >= stop:
+            position, line_number = handle.tell(), None  # line numbers are unknown inside a range
+        while stop is None or position < stop:
+            block = handle.read(chunk_bytes if stop is None else min(chunk_bytes, stop - position))
+            if not block:
                 break
-            lines = handle.readlines(chunk_bytes)
-            if not lines:
-                break
-            if stop is not None:
-                lines, ends = _lines_before(lines, offset, stop)
-                if ends:
-                    handle.seek(stop)
-                    stop_now = True
-                else:
-                    stop_now = False
+            if not block.endswith(b"\n"):
+                block += handle.readline()  # finish the last line (it starts before `stop`)
+            locate = _Locator(path.name, line_number, position, block)
+            if is_json:
+                ids, texts, newlines = _parse_jsonl_block(block, locate, text_field, id_field, loads)
             else:
-                stop_now = False
-            ids, texts = [], []
-            position = offset
-            for raw in lines:
-                where = f"{path.name}:{line_number + 1}" if line_number is not None else f"{path.name}@{position}"
-                if line_number is not None:
-                    line_number += 1
-                if position is not None:
-                    position += len(raw)
-                if is_json:
-                    if not raw.strip():
-                        continue
-                    try:
-                        record = loads(raw)
-                    except ValueError as exc:
-                        raise InputError(f"{where}: not valid JSON ({exc})", fix="fix or drop the line") from exc
-                    text = record.get(text_field) if isinstance(record, dict) else None
-                    if not isinstance(text, str):
-                        raise InputError(f"{where}: no text field {text_field!r}", fix="name the text field")
-                    doc_id = record.get(id_field) if id_field else None
-                    ids.append(str(doc_id) if doc_id is not None else where)
-                    texts.append(text)
-                else:
-                    ids.append(where)
-                    texts.append(raw.decode("utf-8", errors="replace"))
+                lines = block.split(b"\n")
+                newlines = len(lines) - 1
+                if block.endswith(b"\n"):
+                    lines.pop()
+                ids, texts = [locate(k) for k in range(len(lines))], [raw.decode("utf-8", errors="replace") for raw in lines]
             yield ids, texts
-            if stop_now:
-                break
+            position += len(block)
+            if line_number is not None:
+                line_number += newlines + (not block.endswith(b"\n"))
 
 
-def _lines_before(lines: list[bytes], offset: int, stop: int) -> tuple[list[bytes], bool]:
-    kept, position = [], offset
-    for line in lines:
-        if position >= stop:
-            return kept, True
-        kept.append(line)
-        position += len(line)
-    return kept, False
+class _Locator:
+    """``<file>:<line>`` (or ``<file>@<byte offset>`` inside a byte range) of the k-th line of a block."""
+
+    def __init__(self, name: str, first_line: int | None, position: int, block: bytes):
+        self.name, self.first_line, self.position, self.block = name, first_line, position, block
+        self._line_starts = None
+
+    def __call__(self, k: int) -> str:
+        if self.first_line is not None:
+            return f"{self.name}:{self.first_line + k + 1}"
+        if self._line_starts is None:  # only when ids are missing inside a byte range
+            newlines = np.flatnonzero(np.frombuffer(self.block, np.uint8) == 10)
+            self._line_starts = np.concatenate(([0], newlines + 1)).tolist()
+        return f"{self.name}@{self.position + self._line_starts[k]}"
+
+
+def _parse_jsonl_block(block: bytes, locate: _Locator, text_field: str, id_field: str | None, loads
+                       ) -> tuple[list[str], list[str], int]:
+    """(ids, texts, newlines in the block) of a block of whole JSONL lines."""
+    from audit.ngram_kernel import jsonl_as_array
+
+    array, n_lines, newlines = jsonl_as_array(np.frombuffer(block, np.uint8))
+    try:
+        records = loads(array.data)
+    except ValueError:
+        records = None
+    if records is not None and len(records) == n_lines and all(type(r) is dict for r in records):
+        texts = [r.get(text_field) for r in records]
+        if all(type(t) is str for t in texts):
+            if not id_field:
+                return [locate(k) for k in range(n_lines)], texts, newlines
+            ids = [r.get(id_field) for r in records]
+            return [locate(k) if i is None else str(i) for k, i in enumerate(ids)], texts, newlines
+    # not one object with a text per line (blank lines, a bad line): line by line, naming the bad one
+    ids, texts = [], []
+    for k, raw in enumerate(block.split(b"\n")):
+        if not raw.strip():
+            continue
+        try:
+            record = loads(raw)
+        except ValueError as exc:
+            raise InputError(f"{locate(k)}: not valid JSON ({exc})", fix="fix or drop the line") from exc
+        text = record.get(text_field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            raise InputError(f"{locate(k)}: no text field {text_field!r}", fix="name the text field")
+        doc_id = record.get(id_field) if id_field else None
+        ids.append(str(doc_id) if doc_id is not None else locate(k))
+        texts.append(text)
+    return ids, texts, newlines
 
 
 def _iter_parquet(path: Path, text_field: str, id_field: str | None, chunk_bytes: int):

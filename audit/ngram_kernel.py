@@ -44,61 +44,83 @@ def ngram_hashes(buffer, doc_starts, table, n, bitmap, shift):
 
     ``buffer`` uint8 (the documents' bytes back to back), ``doc_starts`` int64 (n_docs + 1 offsets),
     ``table`` uint8[256], ``n`` ≥ 1, ``bitmap`` uint64 words, ``shift`` uint64 (64 − bitmap bits).
+
+    Two stages. (1) Token hashes, without a data-dependent branch per byte: the FNV state is
+    stored at every byte and the token counter advances only at the byte that ends a token, so
+    token ends never mispredict (1.3-1.5x faster than branching on separators). (2) Per
+    document, the rolling n-gram hash over the token hashes and the bitmap test.
     """
     n_docs = doc_starts.size - 1
-    n_tokens = np.zeros(n_docs, np.int64)
-    capacity = 1024
-    out_hash = np.empty(capacity, np.uint64)
-    out_doc = np.empty(capacity, np.int64)
-    out_pos = np.empty(capacity, np.int64)
+    # at most (length + 1) // 2 tokens per document, and at most one n-gram per token; the output
+    # arrays are allocated untouched (virtual memory) and only survivors are written: growing
+    # arrays inside the loop made it 4x slower
+    capacity = (buffer.size + n_docs) // 2 + 1
+    tokens = np.empty(capacity + 1, np.uint64)
+    token_end = np.zeros(n_docs + 1, np.int64)
     count = 0
-    ring = np.zeros(n, np.uint64)
+    for d in range(n_docs):
+        state = FNV_OFFSET
+        in_token = 0
+        for i in range(doc_starts[d], doc_starts[d + 1]):
+            c = table[buffer[i]]
+            separator = c == _SPACE
+            tokens[count] = state
+            count += in_token & separator
+            in_token = 1 - separator
+            state = FNV_OFFSET if separator else (state ^ np.uint64(c)) * FNV_PRIME
+        tokens[count] = state
+        count += in_token
+        token_end[d + 1] = count
+    for j in range(count):
+        tokens[j] = splitmix64(tokens[j])
+
     top = np.uint64(1)  # B^(n-1)
     for _ in range(n - 1):
         top = top * GOLDEN
+    out_hash = np.empty(capacity, np.uint64)
+    out_doc = np.empty(capacity, np.int32)
+    out_pos = np.empty(capacity, np.int32)
+    n_tokens = np.diff(token_end)
+    found = 0
     for d in range(n_docs):
-        k = 0
-        slot = 0
+        first, last = token_end[d], token_end[d + 1]
+        if last - first < n:
+            continue
         rolling = np.uint64(0)
-        token = FNV_OFFSET
-        in_token = False
-        stop = doc_starts[d + 1]
-        for i in range(doc_starts[d], stop + 1):
-            c = table[buffer[i]] if i < stop else _SPACE
-            if c != _SPACE:
-                token = (token ^ np.uint64(c)) * FNV_PRIME
-                in_token = True
-            elif in_token:
-                t = splitmix64(token)
-                if k >= n:
-                    rolling = rolling - ring[slot] * top
-                rolling = rolling * GOLDEN + t
-                ring[slot] = t
-                slot += 1
-                if slot == n:
-                    slot = 0
-                k += 1
-                if k >= n:
-                    h = splitmix64(rolling)
-                    bit = h >> shift
-                    if (bitmap[bit >> _S6] >> (bit & _LOW6)) & _ONE:
-                        if count == capacity:
-                            capacity *= 2
-                            out_hash = _grow(out_hash, capacity)
-                            out_doc = _grow(out_doc, capacity)
-                            out_pos = _grow(out_pos, capacity)
-                        out_hash[count] = h
-                        out_doc[count] = d
-                        out_pos[count] = k - n
-                        count += 1
-                token = FNV_OFFSET
-                in_token = False
-        n_tokens[d] = k
-    return out_hash[:count].copy(), out_doc[:count].copy(), out_pos[:count].copy(), n_tokens
+        for j in range(first, first + n):
+            rolling = rolling * GOLDEN + tokens[j]
+        for j in range(first + n, last + 1):  # the n-gram ending before token j
+            h = splitmix64(rolling)
+            bit = h >> shift
+            if (bitmap[bit >> _S6] >> (bit & _LOW6)) & _ONE:
+                out_hash[found] = h
+                out_doc[found] = d
+                out_pos[found] = j - n - first
+                found += 1
+            if j < last:
+                rolling = (rolling - tokens[j - n] * top) * GOLDEN + tokens[j]
+    return out_hash[:found].copy(), out_doc[:found].copy(), out_pos[:found].copy(), n_tokens
 
 
 @numba.njit(cache=True, nogil=True)
-def _grow(array, capacity):
-    bigger = np.empty(capacity, array.dtype)
-    bigger[:array.size] = array
-    return bigger
+def jsonl_as_array(block):
+    """(``[`` + the lines joined by commas + ``]``, lines in it, newlines in the block) of a uint8 JSONL block.
+
+    Trailing whitespace is dropped; one pass, so a JSONL block is parsed by a single
+    ``orjson.loads`` call instead of one call per line.
+    """
+    end = block.size
+    trailing_newlines = 0
+    while end > 0 and (block[end - 1] == 32 or block[end - 1] == 10 or block[end - 1] == 13 or block[end - 1] == 9):
+        end -= 1
+        trailing_newlines += block[end] == 10
+    out = np.empty(end + 2, np.uint8)
+    out[0] = 91  # [
+    newlines = 0
+    for i in range(end):
+        c = block[i]
+        is_newline = c == 10
+        newlines += is_newline
+        out[i + 1] = 44 if is_newline else c  # ,
+    out[end + 1] = 93  # ]
+    return out, (newlines + 1 if end > 0 else 0), newlines + trailing_newlines

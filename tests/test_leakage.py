@@ -16,7 +16,8 @@ from audit.contests import build_contests
 from audit.errors import InputError
 from audit.gates import Verdict, run_gate
 from audit.io import load_study
-from audit.leakage import (build_index, check_claim_leakage, hash_documents, leak_effect, normalize,
+from audit.leakage import (build_index, byte_ranges, check_claim_leakage, hash_documents, iter_corpus, leak_effect,
+                           normalize,
                            reference_ngram_hashes, reference_token_hash, scan_corpus, scan_corpus_dask, scan_texts, tokenize)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,6 +144,37 @@ def test_bad_corpus_line_is_an_input_error(tmp_path):
     path.write_text('{"doc_id": "x", "text": "ok"}\nnot json\n')
     with pytest.raises(InputError, match="bad.jsonl:2"):
         scan_corpus(build_index(EVAL, 8), path)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 37, 1 << 20])
+def test_iter_corpus_blocks_keep_line_numbers_blank_lines_and_missing_ids(tmp_path, chunk_bytes):
+    lines = ['{"doc_id": "a", "text": "one"}', "", '{"text": "two"}', "   ", '{"doc_id": 7, "text": "thr\\u00e9e"}',
+             '{"text": "four"}\r']
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n\n").encode())
+    ids, texts = map(lambda parts: sum(parts, []), zip(*iter_corpus(path, chunk_bytes=chunk_bytes)))
+    assert ids == ["a", "c.jsonl:3", "7", "c.jsonl:6"] and texts == ["one", "two", "thrée", "four"]
+    path.write_bytes(("\n".join(lines[:3] + ["{not json"] + lines[3:])).encode())
+    with pytest.raises(InputError, match="c.jsonl:4: not valid JSON"):
+        list(iter_corpus(path, chunk_bytes=chunk_bytes))
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".txt"])
+def test_byte_ranges_partition_the_lines_and_name_them_by_offset(tmp_path, suffix):
+    rng = np.random.default_rng(4)
+    texts = [" ".join(rng.choice(["x", "yy", "zzz"], rng.integers(0, 9))) for _ in range(60)]
+    body = ("".join(json.dumps({"text": t}) + "\n" for t in texts) if suffix == ".jsonl"
+            else "".join(t + "\n" for t in texts)).encode()
+    path = tmp_path / f"c{suffix}"
+    path.write_bytes(body)
+    whole_ids, whole = map(lambda parts: sum(parts, []), zip(*iter_corpus(path, id_field=None)))
+    assert whole == texts and whole_ids == [f"{path.name}:{i + 1}" for i in range(60)]
+    parts = [batch for r in byte_ranges(path, 53) for batch in iter_corpus(path, id_field=None, chunk_bytes=40,
+                                                                          byte_range=r)]
+    ids, ranged = sum([p[0] for p in parts], []), sum([p[1] for p in parts], [])
+    assert ranged == texts
+    line_starts = np.concatenate(([0], np.flatnonzero(np.frombuffer(body, np.uint8) == 10)[:-1] + 1))
+    assert ids == [f"{path.name}@{s}" for s in line_starts]
 
 
 # ---------------------------------------------------------------------------- the fixture
