@@ -129,9 +129,11 @@ def run_dask(limit: int | None, workers: int) -> dict:
         cpu, started = _cpu_seconds(), time.perf_counter()
         scan = scan_corpus_dask(index, CORPUS, client)
         seconds = time.perf_counter() - started
-        cpu = _cpu_seconds() - cpu + sum(client.run(_cpu_seconds).values()) - workers_cpu
+        main_cpu = _cpu_seconds() - cpu
+        workers_cpu = sum(client.run(_cpu_seconds).values()) - workers_cpu
         worker_rss = sum(client.run(_peak_rss).values())
-    return {"bytes": CORPUS.stat().st_size, "seconds": seconds, "cpu_seconds": cpu, "workers": workers,
+    return {"bytes": CORPUS.stat().st_size, "seconds": seconds, "cpu_seconds": main_cpu + workers_cpu,
+            "main_cpu_seconds": main_cpu, "workers_cpu_seconds": workers_cpu, "workers": workers,
             "workers_peak_rss": worker_rss, "planted_found": len(set(scan.leaked_items) & planted),
             "planted_in_data": len(planted), "other_leaked": len(set(scan.leaked_items) - planted)}
 
@@ -218,6 +220,8 @@ def main() -> None:
             print(name, "failed:", out.stderr[-2000:])
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
+        if "planted_in_data" not in r:  # datatrove: the planted answers in the prefix it read
+            r["planted_in_data"] = len(_planted_in_prefix(r["bytes"]))
         mb = r["bytes"] / 1e6
         print(f"{name:16s} {mb:6.0f} MB: {mb / r['cpu_seconds']:6.1f} MB per CPU-second ({r['cpu_seconds']:.1f} CPU s), "
               f"{mb / r['seconds']:6.1f} MB/s wall ({r['seconds']:.1f} s); load {load_before:.1f}->{load_after:.1f}; "
