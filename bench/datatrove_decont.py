@@ -2,7 +2,7 @@
 
 Runs in its own virtual environment (never honestci's; nothing of datatrove is committed)::
 
-    python -m venv /tmp/dt && /tmp/dt/bin/pip install datatrove 'xxhash<4' orjson spacy
+    python -m venv /tmp/dt && /tmp/dt/bin/pip install datatrove 'xxhash<4' orjson spacy regex
     /tmp/dt/bin/python bench/datatrove_decont.py --corpus C --eval E --limit-mb 150 --tokenizer spacy
 
 The index. datatrove's ``NGramsDecontIndexer`` reads eval sets from lighteval's task registry, which
