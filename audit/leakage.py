@@ -10,11 +10,19 @@ vignette-clustered interval for the difference (:func:`leak_effect`). An optiona
 pass (word-shingle Jaccard against windows of the documents) catches paraphrases that exact
 n-grams miss.
 
-Hashing is vectorised over a whole chunk: tokens are mapped to the ids of the eval items'
-vocabulary in one C-level pass (a corpus n-gram with a token outside that vocabulary cannot
-match, so it is never hashed); n-gram hashes are polynomial rolling hashes of the token ids mod
-2⁶⁴, mixed by splitmix64, computed by n vectorised multiply-adds over the whole chunk. No Python
-code runs per token.
+Hashing is one compiled pass over the bytes of a whole chunk (:mod:`audit.ngram_kernel`, numba):
+each document becomes normalised UTF-8 bytes (ASCII documents as they are, a byte table
+lower-cases letters and turns every other ASCII byte into a space; other documents through
+:func:`normalize`), the documents are joined into one buffer with their offsets, and the kernel
+walks it once: a token is a run of non-space bytes, its hash t = splitmix64(FNV-1a-64(bytes)),
+the hash of the n-gram starting at token i is splitmix64(Σ_{m<n} t_{i+m}·B^(n−1−m) mod 2⁶⁴) with
+B = 0x9E3779B97F4A7C15 (a rolling hash, restarted at every document), and only n-grams whose bit
+is set in the index's bitmap (its top hash bits) leave the kernel. They are confirmed by binary
+search in the index's sorted keys. The index is built by the same kernel, so eval items and corpus
+hash identically by construction; :func:`reference_ngram_hashes` is the pure-Python oracle.
+JSONL is read in blocks of whole lines, each parsed by one ``orjson.loads`` call (see
+:func:`iter_corpus`). Measured: 138–169 MB of JSONL per CPU-second on one core
+(bench/bench_leakage.py, docs/leakage.md).
 
 References: Brown et al. (2020), "Language Models are Few-Shot Learners", App. C (13-gram
 overlap); datatrove ``NGramsDecontFilter``; lm-evaluation-harness ``decontamination/janitor.py``.
@@ -27,7 +35,6 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from itertools import chain, repeat
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -44,12 +51,17 @@ NEAR_SHINGLE = 1
 NEAR_THRESHOLD = 0.35
 
 _MASK = (1 << 64) - 1
-_TOKEN_BASE = 0x9E3779B97F4A7C15
+_NGRAM_BASE = 0x9E3779B97F4A7C15
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
 _NON_WORD = re.compile(r"[\W_]+")
 #: ASCII bytes: letters lower-cased, digits kept, everything else a space; bytes >= 128 kept.
 _ASCII_TABLE = bytes(
     (b + 32 if 65 <= b <= 90 else b) if (48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122 or b >= 128) else 32
     for b in range(256))
+_BYTE_TABLE = np.frombuffer(_ASCII_TABLE, np.uint8)
+#: A bitmap that lets every n-gram through (1 bit of hash, both values set).
+_PASS_ALL = (np.array([3], np.uint64), 63)
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,17 +78,9 @@ def normalize(text: str) -> str:
 
 
 def _normalized_bytes(text: str) -> bytes:
-    if text.isascii():
-        return text.encode("ascii")  # the byte table does the rest
+    if text.isascii():  # O(1) in CPython; the kernel's byte table does the rest
+        return text.encode("ascii")
     return normalize(text).encode("utf-8")
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
 
 
 def tokenize(text: str) -> list[bytes]:
@@ -85,10 +89,27 @@ def tokenize(text: str) -> list[bytes]:
 
 
 @dataclass(frozen=True)
+class EncodedDocuments:
+    """Documents as one buffer of (not yet table-mapped) normalised bytes plus offsets."""
+
+    buffer: np.ndarray  # uint8
+    starts: np.ndarray  # int64, n_docs + 1
+
+
+def encode_documents(texts: Sequence[str]) -> EncodedDocuments:
+    """Join the documents' normalised bytes (:func:`_normalized_bytes`) into one buffer with offsets."""
+    parts = list(map(_normalized_bytes, texts))
+    starts = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)), out=starts[1:])
+    return EncodedDocuments(np.frombuffer(b"".join(parts), np.uint8), starts)
+
+
+@dataclass(frozen=True)
 class HashedChunk:
     """The n-gram hashes of a batch of documents: hash, document index and token position.
 
-    Only n-grams whose every token is in the vocabulary appear (no other n-gram can match).
+    With a prefilter only the n-grams that pass its bitmap appear (a superset of those in the
+    index; no other n-gram can match).
     """
 
     hashes: np.ndarray
@@ -97,59 +118,55 @@ class HashedChunk:
     n_tokens: np.ndarray  # per document
 
 
-def hash_documents(texts: Sequence[str], n: int, vocabulary: Mapping[bytes, int]) -> HashedChunk:
-    """Hash every word n-gram of every text whose tokens are all in ``vocabulary``.
+def hash_documents(texts: Sequence[str] | EncodedDocuments, n: int, prefilter: "NgramIndex | None" = None
+                   ) -> HashedChunk:
+    """Hash the word n-grams of every text in one compiled pass (see the module docstring).
 
-    Tokens (:func:`tokenize`) become vocabulary ids in one C-level pass
-    (``map(vocabulary.get, tokens)``); the hash of the n-gram starting at token i is
-    splitmix64(Σ_m id_{i+m}·B^(n−1−m) mod 2⁶⁴) with B the golden-ratio constant, computed as n
-    vectorised multiply-adds over the whole batch. An n-gram never spans two documents.
+    Token hash t = splitmix64(FNV-1a-64(token bytes)); the n-gram starting at token i hashes to
+    splitmix64(Σ_m t_{i+m}·B^(n−1−m) mod 2⁶⁴), B = 0x9E3779B97F4A7C15. An n-gram never spans two
+    documents. With ``prefilter`` (an index of the same n) only n-grams whose bit is set in its
+    bitmap are returned.
     """
+    from audit.ngram_kernel import ngram_hashes
+
     if n < 1:
         raise InputError(f"n = {n} must be at least 1", fix="use e.g. 8, or 13 for GPT-3-style checks")
-    token_lists = [tokenize(t) for t in texts]
-    n_tokens = np.fromiter(map(len, token_lists), np.int64, len(token_lists))
-    total = int(n_tokens.sum())
-    ids = np.fromiter(map(vocabulary.get, chain.from_iterable(token_lists), repeat(-1)), np.int64, total)
-    count = total - n + 1
-    if count <= 0:
-        empty = np.zeros(0, np.int64)
-        return HashedChunk(np.zeros(0, np.uint64), empty, empty, n_tokens)
-    doc_start = np.concatenate(([0], np.cumsum(n_tokens)))
-    unknown = np.concatenate(([0], np.cumsum(ids < 0)))
-    starts = np.arange(count)
-    valid = unknown[starts + n] == unknown[starts]
-    token_doc = np.repeat(np.arange(len(token_lists)), n_tokens)
-    valid &= token_doc[:count] == token_doc[n - 1:]
-    starts = np.flatnonzero(valid)
-    ids = ids.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        combined = ids[starts]
-        base = np.uint64(_TOKEN_BASE)
-        for m in range(1, n):
-            combined = combined * base + ids[starts + m]
-    doc = token_doc[starts]
-    return HashedChunk(_splitmix64(combined), doc, starts - doc_start[doc], n_tokens)
+    if prefilter is not None and prefilter.n != n:
+        raise InputError(f"prefilter index has n = {prefilter.n}, not {n}", fix="hash with the index's n")
+    encoded = texts if isinstance(texts, EncodedDocuments) else encode_documents(texts)
+    bitmap, shift = (prefilter.bitmap, prefilter.bitmap_shift) if prefilter is not None else _PASS_ALL
+    hashes, doc, position, n_tokens = ngram_hashes(encoded.buffer, encoded.starts, _BYTE_TABLE, n, bitmap,
+                                                   np.uint64(shift))
+    return HashedChunk(hashes, doc, position, n_tokens)
 
 
-def reference_ngram_hashes(text: str, n: int, vocabulary: Mapping[bytes, int]) -> list[int]:
-    """The same hashes as :func:`hash_documents`, one n-gram at a time in pure Python (a test oracle)."""
+def _mix(x: int) -> int:
+    x = (x + _NGRAM_BASE) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
 
-    def mix(x: int) -> int:
-        x = (x + 0x9E3779B97F4A7C15) & _MASK
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
-        return x ^ (x >> 31)
 
-    tokens = normalize(text).encode("utf-8").split()
+def reference_token_hash(token: bytes) -> int:
+    """splitmix64(FNV-1a-64(token)) in plain Python (the oracle of the kernel's token hash)."""
+    h = _FNV_OFFSET
+    for byte in token:
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK
+    return _mix(h)
+
+
+def reference_ngram_hashes(text: str, n: int) -> list[int]:
+    """The hashes of :func:`hash_documents`, one n-gram at a time in plain Python ints (a test oracle).
+
+    Tokens are ``normalize(text).encode("utf-8").split()`` (no byte table, no fast path).
+    """
+    tokens = [reference_token_hash(t) for t in normalize(text).encode("utf-8").split()]
     out = []
     for i in range(len(tokens) - n + 1):
-        window = tokens[i: i + n]
-        if all(t in vocabulary for t in window):
-            h = 0
-            for t in window:
-                h = (h * _TOKEN_BASE + vocabulary[t]) & _MASK
-            out.append(mix(h))
+        h = 0
+        for t in tokens[i: i + n]:
+            h = (h * _NGRAM_BASE + t) & _MASK
+        out.append(_mix(h))
     return out
 
 
@@ -161,12 +178,12 @@ def reference_ngram_hashes(text: str, n: int, vocabulary: Mapping[bytes, int]) -
 class NgramIndex:
     """Sorted distinct n-gram hashes of the eval items, each with its (item, position) occurrences.
 
-    A bitmap over the top bits of the hashes rejects almost every corpus n-gram with one gather;
-    the survivors are confirmed by binary search in ``keys``.
+    A packed bitmap over the top ``64 − bitmap_shift`` bits of the hashes (about 64 bits per key)
+    rejects almost every corpus n-gram inside the kernel; the survivors are confirmed by binary
+    search in ``keys``.
     """
 
     n: int
-    vocabulary: dict = field(repr=False)
     item_ids: tuple[str, ...]
     item_ngrams: np.ndarray  # per item: number of n-grams
     item_tokens: np.ndarray  # per item: number of tokens
@@ -174,7 +191,7 @@ class NgramIndex:
     occurrence_start: np.ndarray  # CSR into occurrence_item / occurrence_position
     occurrence_item: np.ndarray
     occurrence_position: np.ndarray
-    bitmap: np.ndarray = field(repr=False)
+    bitmap: np.ndarray = field(repr=False)  # uint64 words
     bitmap_shift: int
     item_keys: tuple = field(repr=False, default=())  # per item: its key indices (for near duplicates)
 
@@ -185,13 +202,12 @@ class NgramIndex:
 
     def lookup(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(indices into ``hashes`` that are in the index, their key indices)."""
-        candidates = np.flatnonzero(self.bitmap[hashes >> np.uint64(self.bitmap_shift)])
-        if candidates.size == 0:
-            return candidates, candidates
-        found = np.searchsorted(self.keys, hashes[candidates])
-        found = np.minimum(found, self.keys.size - 1)
-        hit = self.keys[found] == hashes[candidates]
-        return candidates[hit], found[hit]
+        if hashes.size == 0 or self.keys.size == 0:
+            empty = np.zeros(0, np.int64)
+            return empty, empty
+        found = np.minimum(np.searchsorted(self.keys, hashes), self.keys.size - 1)
+        hit = np.flatnonzero(self.keys[found] == hashes)
+        return hit, found[hit]
 
 
 def build_index(items: Mapping[str, str], n: int = DEFAULT_NGRAM) -> NgramIndex:
@@ -199,24 +215,20 @@ def build_index(items: Mapping[str, str], n: int = DEFAULT_NGRAM) -> NgramIndex:
     if not items:
         raise InputError("no eval items to index", fix="give at least one held-out answer")
     ids = tuple(items)
-    texts = [items[i] for i in ids]
-    vocabulary: dict[bytes, int] = {}
-    for text in texts:
-        for token in tokenize(text):
-            vocabulary.setdefault(token, len(vocabulary))
-    chunk = hash_documents(texts, n, vocabulary)
+    chunk = hash_documents([items[i] for i in ids], n)
     item_ngrams = np.bincount(chunk.doc, minlength=len(ids))
     order = np.lexsort((chunk.position, chunk.doc, chunk.hashes))
     hashes, doc, position = chunk.hashes[order], chunk.doc[order], chunk.position[order]
     keys, first = np.unique(hashes, return_index=True)
     starts = np.append(first, hashes.size).astype(np.int64)
-    bits = int(min(28, max(16, np.ceil(np.log2(max(1, keys.size) * 64)))))
-    bitmap = np.zeros(1 << bits, bool)
+    bits = int(min(30, max(16, np.ceil(np.log2(max(1, keys.size) * 64)))))
     shift = 64 - bits
-    bitmap[keys >> np.uint64(shift)] = True
+    bitmap = np.zeros(1 << (bits - 6), np.uint64)
+    slots = keys >> np.uint64(shift)
+    np.bitwise_or.at(bitmap, slots >> np.uint64(6), np.uint64(1) << (slots & np.uint64(63)))
     key_of_row = np.repeat(np.arange(keys.size), np.diff(starts))
     item_keys = tuple(np.unique(key_of_row[doc == j]) for j in range(len(ids)))
-    return NgramIndex(n, vocabulary, ids, item_ngrams, chunk.n_tokens, keys, starts, doc.astype(np.int32),
+    return NgramIndex(n, ids, item_ngrams, chunk.n_tokens, keys, starts, doc.astype(np.int32),
                       position.astype(np.int32), bitmap, shift, item_keys)
 
 
@@ -232,7 +244,12 @@ def iter_corpus(path: str | Path, text_field: str = "text", id_field: str | None
     Formats by suffix: ``.jsonl``/``.json``/``.ndjson`` (one object per line; ``.gz`` allowed),
     ``.parquet`` (pyarrow record batches), anything else plain text with one document per line
     (``.gz`` allowed). A missing id field gives ``<file>:<line>``. ``byte_range`` (uncompressed
-    JSONL/text only) reads the lines that start inside [start, stop), for distributed scans.
+    JSONL/text only) reads the lines that start inside [start, stop), for distributed scans; ids
+    then fall back to ``<file>@<byte offset>``.
+
+    A block of whole lines is read at once; JSONL blocks are parsed by one ``orjson`` call as a
+    JSON array (lines joined by commas), and only a block that does not parse as one object per
+    line is parsed line by line, which names the bad line.
     """
     path = Path(path)
     if not path.is_file():
@@ -247,68 +264,84 @@ def iter_corpus(path: str | Path, text_field: str = "text", id_field: str | None
         raise InputError(f"{path}: a gzip file cannot be split by byte range", fix="scan it whole")
     loads = _json_loads()
     with opener(path, "rb") as handle:
-        line_number = 0
-        stop = None
+        position, stop, line_number = 0, None, 0
         if byte_range is not None:
             start, stop = byte_range
             if start > 0:
                 handle.seek(start - 1)
                 if handle.read(1) != b"\n":
                     handle.readline()  # the line that starts before `start` belongs to the previous range
-            line_number = None  # unknown in a range: ids fall back to byte offsets
-        while True:
-            offset = handle.tell() if stop is not None or line_number is None else None
-            if stop is not None and offset >= stop:
+            position, line_number = handle.tell(), None  # line numbers are unknown inside a range
+        while stop is None or position < stop:
+            block = handle.read(chunk_bytes if stop is None else min(chunk_bytes, stop - position))
+            if not block:
                 break
-            lines = handle.readlines(chunk_bytes)
-            if not lines:
-                break
-            if stop is not None:
-                lines, ends = _lines_before(lines, offset, stop)
-                if ends:
-                    handle.seek(stop)
-                    stop_now = True
-                else:
-                    stop_now = False
+            if not block.endswith(b"\n"):
+                block += handle.readline()  # finish the last line (it starts before `stop`)
+            locate = _Locator(path.name, line_number, position, block)
+            if is_json:
+                ids, texts, newlines = _parse_jsonl_block(block, locate, text_field, id_field, loads)
             else:
-                stop_now = False
-            ids, texts = [], []
-            position = offset
-            for raw in lines:
-                where = f"{path.name}:{line_number + 1}" if line_number is not None else f"{path.name}@{position}"
-                if line_number is not None:
-                    line_number += 1
-                if position is not None:
-                    position += len(raw)
-                if is_json:
-                    if not raw.strip():
-                        continue
-                    try:
-                        record = loads(raw)
-                    except ValueError as exc:
-                        raise InputError(f"{where}: not valid JSON ({exc})", fix="fix or drop the line") from exc
-                    text = record.get(text_field) if isinstance(record, dict) else None
-                    if not isinstance(text, str):
-                        raise InputError(f"{where}: no text field {text_field!r}", fix="name the text field")
-                    doc_id = record.get(id_field) if id_field else None
-                    ids.append(str(doc_id) if doc_id is not None else where)
-                    texts.append(text)
-                else:
-                    ids.append(where)
-                    texts.append(raw.decode("utf-8", errors="replace"))
+                lines = block.split(b"\n")
+                newlines = len(lines) - 1
+                if block.endswith(b"\n"):
+                    lines.pop()
+                ids, texts = [locate(k) for k in range(len(lines))], [raw.decode("utf-8", errors="replace") for raw in lines]
             yield ids, texts
-            if stop_now:
-                break
+            position += len(block)
+            if line_number is not None:
+                line_number += newlines + (not block.endswith(b"\n"))
 
 
-def _lines_before(lines: list[bytes], offset: int, stop: int) -> tuple[list[bytes], bool]:
-    kept, position = [], offset
-    for line in lines:
-        if position >= stop:
-            return kept, True
-        kept.append(line)
-        position += len(line)
-    return kept, False
+class _Locator:
+    """``<file>:<line>`` (or ``<file>@<byte offset>`` inside a byte range) of the k-th line of a block."""
+
+    def __init__(self, name: str, first_line: int | None, position: int, block: bytes):
+        self.name, self.first_line, self.position, self.block = name, first_line, position, block
+        self._line_starts = None
+
+    def __call__(self, k: int) -> str:
+        if self.first_line is not None:
+            return f"{self.name}:{self.first_line + k + 1}"
+        if self._line_starts is None:  # only when ids are missing inside a byte range
+            newlines = np.flatnonzero(np.frombuffer(self.block, np.uint8) == 10)
+            self._line_starts = np.concatenate(([0], newlines + 1)).tolist()
+        return f"{self.name}@{self.position + self._line_starts[k]}"
+
+
+def _parse_jsonl_block(block: bytes, locate: _Locator, text_field: str, id_field: str | None, loads
+                       ) -> tuple[list[str], list[str], int]:
+    """(ids, texts, newlines in the block) of a block of whole JSONL lines."""
+    from audit.ngram_kernel import jsonl_as_array
+
+    array, n_lines, newlines = jsonl_as_array(np.frombuffer(block, np.uint8))
+    try:
+        records = loads(array.data)
+    except ValueError:
+        records = None
+    if records is not None and len(records) == n_lines and all(type(r) is dict for r in records):
+        texts = [r.get(text_field) for r in records]
+        if all(type(t) is str for t in texts):
+            if not id_field:
+                return [locate(k) for k in range(n_lines)], texts, newlines
+            ids = [r.get(id_field) for r in records]
+            return [locate(k) if i is None else str(i) for k, i in enumerate(ids)], texts, newlines
+    # not one object with a text per line (blank lines, a bad line): line by line, naming the bad one
+    ids, texts = [], []
+    for k, raw in enumerate(block.split(b"\n")):
+        if not raw.strip():
+            continue
+        try:
+            record = loads(raw)
+        except ValueError as exc:
+            raise InputError(f"{locate(k)}: not valid JSON ({exc})", fix="fix or drop the line") from exc
+        text = record.get(text_field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            raise InputError(f"{locate(k)}: no text field {text_field!r}", fix="name the text field")
+        doc_id = record.get(id_field) if id_field else None
+        ids.append(str(doc_id) if doc_id is not None else locate(k))
+        texts.append(text)
+    return ids, texts, newlines
 
 
 def _iter_parquet(path: Path, text_field: str, id_field: str | None, chunk_bytes: int):
@@ -370,8 +403,9 @@ class _Matches:
 def scan_batch(index: NgramIndex, ids: Sequence[str], texts: Sequence[str],
                near_index: NgramIndex | None = None, near_threshold: float = NEAR_THRESHOLD) -> _Matches:
     """Matches of one batch of documents against the index (only matching documents are kept)."""
-    out = _Matches(n_docs=len(texts), n_bytes=sum(len(t) for t in texts))
-    chunk = hash_documents(texts, index.n, index.vocabulary)
+    encoded = encode_documents(texts)
+    out = _Matches(n_docs=len(texts), n_bytes=sum(map(len, texts)))
+    chunk = hash_documents(encoded, index.n, index)
     rows, keys = index.lookup(chunk.hashes)
     if rows.size:
         counts = index.occurrence_start[keys + 1] - index.occurrence_start[keys]
@@ -385,11 +419,12 @@ def scan_batch(index: NgramIndex, ids: Sequence[str], texts: Sequence[str],
         out.item.append(index.occurrence_item[occurrence])
         out.item_position.append(index.occurrence_position[occurrence])
     if near_index is not None:
-        out.near = _near_duplicates(near_index, ids, texts, near_threshold)
+        out.near = _near_duplicates(near_index, ids, encoded, near_threshold)
     return out
 
 
-def _near_duplicates(index: NgramIndex, ids, texts, threshold: float) -> list[tuple[int, str, float]]:
+def _near_duplicates(index: NgramIndex, ids, encoded: EncodedDocuments, threshold: float
+                     ) -> list[tuple[int, str, float]]:
     """(item, doc id, Jaccard): per document, the item whose shingle set best matches a window.
 
     Candidates: a document holding at least ``threshold`` of an item's distinct shingles (a
@@ -397,7 +432,7 @@ def _near_duplicates(index: NgramIndex, ids, texts, threshold: float) -> list[tu
     of the item's length is scored by the exact Jaccard of shingle sets (a sliding multiset, so
     O(document length)); candidates are few, so no MinHash estimate is needed.
     """
-    chunk = hash_documents(texts, index.n, index.vocabulary)
+    chunk = hash_documents(encoded, index.n, index)
     rows, keys = index.lookup(chunk.hashes)
     found = []
     if rows.size == 0:
@@ -418,13 +453,10 @@ def _near_duplicates(index: NgramIndex, ids, texts, threshold: float) -> list[tu
         doc_hashes, scores = None, {}
         for item in candidates.tolist():
             if doc_hashes is None:
-                # every shingle of the document in order; those outside the vocabulary are
-                # distinct placeholders (they count in a window's union, never in the intersection)
-                length = max(0, int(chunk.n_tokens[d]) - index.n + 1)
-                doc_hashes = [-(j + 1) for j in range(length)]
-                in_doc = chunk.doc == d
-                for position, value in zip(chunk.position[in_doc].tolist(), chunk.hashes[in_doc].tolist()):
-                    doc_hashes[position] = value
+                # every shingle of the document in order, those outside the index included
+                start, stop = encoded.starts[d], encoded.starts[d + 1]
+                one_doc = EncodedDocuments(encoded.buffer[start:stop], np.array([0, stop - start], np.int64))
+                doc_hashes = hash_documents(one_doc, index.n).hashes.tolist()
             scores[item] = _best_window_jaccard(doc_hashes, set(index.keys[index.item_keys[item]].tolist()),
                                                 int(index.item_ngrams[item]))
         # a document is attributed to its best-matching item(s): templated answers share phrases

@@ -8,14 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from audit.claims import load_claim
 from audit.contests import build_contests
 from audit.errors import InputError
 from audit.gates import Verdict, run_gate
 from audit.io import load_study
-from audit.leakage import (build_index, check_claim_leakage, hash_documents, leak_effect, normalize,
-                           reference_ngram_hashes, scan_corpus, scan_corpus_dask, scan_texts, tokenize)
+from audit.leakage import (build_index, byte_ranges, check_claim_leakage, hash_documents, iter_corpus, leak_effect,
+                           normalize,
+                           reference_ngram_hashes, reference_token_hash, scan_corpus, scan_corpus_dask, scan_texts, tokenize)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "study"
@@ -34,21 +37,58 @@ def test_normalize_nfkc_case_punctuation_whitespace():
     assert normalize("ﬁne ｆｕｌｌ Ⅻ") == "fine full xii"  # NFKC folds ligatures, full width, numerals
 
 
-def test_vectorised_hashes_equal_the_pure_python_oracle():
-    texts = ["Hello, World! a b c d e f g h i j", "Ünïcode ｆｕｌｌwidth ﬁ a b c d e f g h", "", "x y"]
-    # a vocabulary without "e": n-grams through it cannot match and are never hashed
-    vocabulary = {t: i for i, t in enumerate(sorted({t for x in texts for t in tokenize(x)} - {b"e"}))}
-    chunk = hash_documents(texts, 3, vocabulary)
-    for d, text in enumerate(texts):
-        assert chunk.hashes[chunk.doc == d].tolist() == reference_ngram_hashes(text, 3, vocabulary)
-    assert chunk.n_tokens.tolist() == [len(normalize(t).split()) for t in texts]
+def test_kernel_hashes_equal_the_pure_python_oracle():
+    texts = ["Hello, World! a b c d e f g h i j", "Ünïcode ｆｕｌｌwidth ﬁ a b c d e f g h", "", "x y",
+             "  --__  ", "ÀÉÎ straße İstanbul ΣΊΣΥΦΟΣ 東京 タワー", "tab\tnew\nline\r\x00nul x_y"]
+    for n in (1, 2, 3, 8, 13):
+        chunk = hash_documents(texts, n)
+        for d, text in enumerate(texts):
+            expected = reference_ngram_hashes(text, n)
+            assert chunk.hashes[chunk.doc == d].tolist() == expected
+            assert chunk.position[chunk.doc == d].tolist() == list(range(len(expected)))
+        assert chunk.n_tokens.tolist() == [len(normalize(t).split()) for t in texts]
     assert tokenize("Ünïcode ｆｕｌｌwidth") == normalize("Ünïcode ｆｕｌｌwidth").encode().split()
 
 
+def test_token_hash_is_fnv1a_then_splitmix64():
+    # FNV-1a-64 of b"a" is 0xaf63dc4c8601ec8c (the FNV reference test vector); splitmix64 of it
+    # by the published constants (Steele, Lea & Flood 2014; Vigna's splitmix64.c)
+    x = (0xAF63DC4C8601EC8C + 0x9E3779B97F4A7C15) % 2**64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2**64
+    assert reference_token_hash(b"a") == x ^ (x >> 31)
+    # a unigram is the token hash mixed once more (Σ over one token, then splitmix64)
+    assert hash_documents(["A"], 1).hashes.tolist() == reference_ngram_hashes("a", 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts=st.lists(st.text(max_size=80) | st.text(alphabet="ab cD,.é", max_size=60), max_size=6),
+       n=st.sampled_from([1, 2, 3, 5, 8, 13]))
+def test_kernel_equals_the_oracle_on_arbitrary_text(texts, n):
+    chunk = hash_documents(texts, n)
+    for d, text in enumerate(texts):
+        assert chunk.hashes[chunk.doc == d].tolist() == reference_ngram_hashes(text, n)
+    assert chunk.n_tokens.tolist() == [len(normalize(t).split()) for t in texts]
+
+
+def test_prefilter_keeps_every_indexed_ngram_and_drops_most_others():
+    rng = np.random.default_rng(3)
+    vocab = [f"w{i}" for i in range(500)]
+    items = {f"e{i}": " ".join(rng.choice(vocab, 30)) for i in range(50)}
+    index = build_index(items, 4)
+    docs = [" ".join(rng.choice(vocab, 300)) for _ in range(200)] + list(items.values())
+    every, kept = hash_documents(docs, 4), hash_documents(docs, 4, index)
+    in_index = np.isin(every.hashes, index.keys)
+    assert set(zip(every.doc[in_index].tolist(), every.position[in_index].tolist())) <= \
+        set(zip(kept.doc.tolist(), kept.position.tolist()))
+    assert in_index.sum() >= 50 * 27 and kept.hashes.size < 0.05 * every.hashes.size
+
+
 def test_ngrams_never_span_documents():
-    vocabulary = {t.encode(): i for i, t in enumerate("abcdef")}
-    assert hash_documents(["a b c", "d e f"], 4, vocabulary).hashes.size == 0
-    assert hash_documents(["a b c d e f"], 4, vocabulary).hashes.size == 3
+    assert hash_documents(["a b c", "d e f"], 4).hashes.size == 0
+    assert hash_documents(["a b c d e f"], 4).hashes.size == 3
+    # the same tokens across a document boundary do not form the n-gram
+    assert hash_documents(["a b", "c d"], 4).hashes.size == 0
 
 
 def test_scan_against_a_set_of_ngram_tuples(tmp_path):
@@ -104,6 +144,37 @@ def test_bad_corpus_line_is_an_input_error(tmp_path):
     path.write_text('{"doc_id": "x", "text": "ok"}\nnot json\n')
     with pytest.raises(InputError, match="bad.jsonl:2"):
         scan_corpus(build_index(EVAL, 8), path)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 37, 1 << 20])
+def test_iter_corpus_blocks_keep_line_numbers_blank_lines_and_missing_ids(tmp_path, chunk_bytes):
+    lines = ['{"doc_id": "a", "text": "one"}', "", '{"text": "two"}', "   ", '{"doc_id": 7, "text": "thr\\u00e9e"}',
+             '{"text": "four"}\r']
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n\n").encode())
+    ids, texts = map(lambda parts: sum(parts, []), zip(*iter_corpus(path, chunk_bytes=chunk_bytes)))
+    assert ids == ["a", "c.jsonl:3", "7", "c.jsonl:6"] and texts == ["one", "two", "thrée", "four"]
+    path.write_bytes(("\n".join(lines[:3] + ["{not json"] + lines[3:])).encode())
+    with pytest.raises(InputError, match="c.jsonl:4: not valid JSON"):
+        list(iter_corpus(path, chunk_bytes=chunk_bytes))
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".txt"])
+def test_byte_ranges_partition_the_lines_and_name_them_by_offset(tmp_path, suffix):
+    rng = np.random.default_rng(4)
+    texts = [" ".join(rng.choice(["x", "yy", "zzz"], rng.integers(0, 9))) for _ in range(60)]
+    body = ("".join(json.dumps({"text": t}) + "\n" for t in texts) if suffix == ".jsonl"
+            else "".join(t + "\n" for t in texts)).encode()
+    path = tmp_path / f"c{suffix}"
+    path.write_bytes(body)
+    whole_ids, whole = map(lambda parts: sum(parts, []), zip(*iter_corpus(path, id_field=None)))
+    assert whole == texts and whole_ids == [f"{path.name}:{i + 1}" for i in range(60)]
+    parts = [batch for r in byte_ranges(path, 53) for batch in iter_corpus(path, id_field=None, chunk_bytes=40,
+                                                                          byte_range=r)]
+    ids, ranged = sum([p[0] for p in parts], []), sum([p[1] for p in parts], [])
+    assert ranged == texts
+    line_starts = np.concatenate(([0], np.flatnonzero(np.frombuffer(body, np.uint8) == 10)[:-1] + 1))
+    assert ids == [f"{path.name}@{s}" for s in line_starts]
 
 
 # ---------------------------------------------------------------------------- the fixture
