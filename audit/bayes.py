@@ -370,18 +370,23 @@ def _quiet_imports() -> None:
         import arviz  # noqa: F401
 
 
-def _sample_nutpie(build_model, structure_key, data, chains, draws, tune, seed, progress):
+def _sample_nutpie(build_model, structure_key, data, chains, draws, tune, seed, progress, density_model=None):
+    """nutpie on ``density_model()`` (a hand-written compiled density) when given, else on the
+    PyMC model compiled by nutpie (cached in this process by structure)."""
     import nutpie
 
-    compiled = _NUTPIE_CACHE.get(structure_key)
-    if compiled is None:
-        compiled = nutpie.compile_pymc_model(build_model())
-        _NUTPIE_CACHE[structure_key] = compiled
-        while len(_NUTPIE_CACHE) > _NUTPIE_CACHE_SIZE:
-            _NUTPIE_CACHE.popitem(last=False)
+    if density_model is not None:
+        compiled = density_model()
     else:
-        _NUTPIE_CACHE.move_to_end(structure_key)
-        compiled = compiled.with_data(**data)
+        compiled = _NUTPIE_CACHE.get(structure_key)
+        if compiled is None:
+            compiled = nutpie.compile_pymc_model(build_model())
+            _NUTPIE_CACHE[structure_key] = compiled
+            while len(_NUTPIE_CACHE) > _NUTPIE_CACHE_SIZE:
+                _NUTPIE_CACHE.popitem(last=False)
+        else:
+            _NUTPIE_CACHE.move_to_end(structure_key)
+            compiled = compiled.with_data(**data)
     return nutpie.sample(
         compiled,
         draws=draws,
@@ -419,8 +424,12 @@ def _sample_pymc(build_model, chains, draws, tune, seed, progress):
         pymc_logger.setLevel(previous_level)
 
 
-def _sample(build_model, structure_key, data, sampler, chains, draws, tune, seed, progress):
+def _sample(build_model, structure_key, data, sampler, chains, draws, tune, seed, progress, density_model=None):
     """Run the requested sampler; ``auto`` is nutpie with a fallback to PyMC's NUTS.
+
+    ``density_model``, when given, returns a nutpie model of the same posterior with a
+    hand-written compiled log density (:mod:`audit.bayes_density`); nutpie samples that instead
+    of compiling ``build_model()``'s PyTensor graph. PyMC's NUTS always samples ``build_model()``.
 
     Returns (idata, sampler_used, note).
     """
@@ -429,11 +438,11 @@ def _sample(build_model, structure_key, data, sampler, chains, draws, tune, seed
         raise InputError(f"Unknown sampler {sampler!r}.", fix="Use 'auto', 'nutpie' or 'pymc'.")
     if sampler == "pymc":
         return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", ""
+    arguments = (build_model, structure_key, data, chains, draws, tune, seed, progress, density_model)
     if sampler == "nutpie":
-        return _sample_nutpie(build_model, structure_key, data, chains, draws, tune, seed, progress), "nutpie", ""
+        return _sample_nutpie(*arguments), "nutpie", ""
     try:
-        idata = _sample_nutpie(build_model, structure_key, data, chains, draws, tune, seed, progress)
-        return idata, "nutpie", ""
+        return _sample_nutpie(*arguments), "nutpie", ""
     except Exception as error:  # nutpie missing or failing: PyMC's NUTS samples the same model
         note = f"nutpie unavailable or failed ({type(error).__name__}: {error}); used PyMC NUTS"
         return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", note
@@ -482,11 +491,19 @@ def _diagnose(idata, var_names: list[str], chains: int, draws: int, tune: int,
     import arviz as az
 
     posterior = idata.posterior[var_names]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # constant chains in tiny runs
-        rhat = az.rhat(posterior, method="rank")
-        ess_bulk = az.ess(posterior, method="bulk")
-        ess_tail = az.ess(posterior, method="tail")
+    numba_was_on = az.Numba.numba_flag
+    # ArviZ's numba kernels are compiled in every new process (~0.2-1 s); on 4 x 1000 draws its
+    # NumPy path is as fast and gives the same numbers (measured), so switch them off here.
+    az.Numba.disable_numba()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # constant chains in tiny runs
+            rhat = az.rhat(posterior, method="rank")
+            ess_bulk = az.ess(posterior, method="bulk")
+            ess_tail = az.ess(posterior, method="tail")
+    finally:
+        if numba_was_on:
+            az.Numba.enable_numba()
 
     def extreme(dataset, pick_max: bool) -> tuple[float, str]:
         best_value, best_name = (-math.inf if pick_max else math.inf), ""
@@ -876,6 +893,12 @@ class _Fit:
     sampler_note: str
 
 
+def _density_model(cells: WinRateCells, prior: SigmaPrior, centred: bool):
+    from audit.bayes_density import nutpie_model
+
+    return nutpie_model(cells, prior.student_t_nu, prior.scale, centred)
+
+
 def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, seed, progress,
                thresholds) -> _Fit:
     centred = parameterization == "centred"
@@ -883,6 +906,7 @@ def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, see
     idata, sampler_used, note = _sample(
         lambda: _build_hierarchical_model(cells, prior, centred),
         structure_key, _cell_data(cells, prior), sampler, chains, draws, tune, seed, progress,
+        density_model=lambda: _density_model(cells, prior, centred),
     )
     # The compiled model may come from the cache with another data set's labels.
     idata.posterior = idata.posterior.assign_coords(vignette=list(cells.vignette_labels))

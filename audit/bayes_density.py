@@ -1,0 +1,366 @@
+"""Hand-derived log density and gradient of the hierarchical win-rate model, compiled by numba.
+
+The PyMC model in :func:`audit.bayes._build_hierarchical_model` is the definition; this module
+is the same function written out by hand so that nutpie can sample it without PyTensor. PyTensor
+graphs compiled by nutpie's numba backend are not cached across processes (6-19 s of compiling in
+every new process, bench/README.md); a plain ``@numba.njit(cache=True)`` kernel is compiled once
+and loaded from numba's on-disk cache afterwards (~0.1 s).
+
+Unconstrained parameter vector ``x`` (the order of ``model.initial_point()``)::
+
+    [mu, beta, s = log(sigma), theta_1..theta_V, run_raw_1..run_raw_R, judge_raw_1..judge_raw_J]
+
+with ``theta = vignette_logit`` (centred) or ``u_std`` (non-centred), run/judge blocks present only
+with two or more levels. Log density (PyMC's ``model.logp()`` on the transformed space, with
+normalising constants and the log-transform Jacobian ``+ s`` of sigma)::
+
+    log N(mu | 0, 1.5) + log N(beta | 0, 1) + s + sigma_prior(sigma)
+      + sum_v log N(theta_v | mu, sigma)   [centred]   or   sum_v log N(theta_v | 0, 1)
+      + sum_r log N(run_raw_r | 0, 1) + sum_j log N(judge_raw_j | 0, 1)
+      + sum_cells w eta - n log(1 + e^eta),
+    eta = mu + u_v + beta o + (run_raw_r - mean run_raw) + (judge_raw_j - mean judge_raw),
+    u_v = theta_v - mu (centred) or sigma theta_v (non-centred),
+    sigma_prior = -(nu + 1)/2 log(1 + (sigma/scale)^2 / nu)  (nu > 0), -(sigma/scale)^2 / 2 (nu = 0).
+
+Gradient, with r_c = w_c - n_c expit(eta_c) (d loglik / d eta_c) and R_v, R_r, R_j its sums over
+the cells of vignette v, run r, judge j: d/dbeta = sum_c r_c o_c + prior; centred
+d/dtheta_v = R_v - z_v/sigma, d/dmu = sum_v z_v/sigma + prior, d/ds = sum_v (z_v^2 - 1) + 1 +
+d sigma_prior/ds with z_v = (theta_v - mu)/sigma; non-centred d/dtheta_v = sigma R_v - theta_v,
+d/dmu = sum_c r_c + prior, d/ds = sigma sum_v theta_v R_v + 1 + d sigma_prior/ds; zero-sum
+offsets d/draw_r = R_r - mean_r' R_r' - raw_r. d sigma_prior/ds = -(nu + 1) q / (nu + q) with
+q = (sigma/scale)^2 (nu > 0), -q (nu = 0).
+
+Validated against: PyMC's ``model.compile_logp()`` / ``model.compile_dlogp()`` of the same model
+at random points, every variant (tests/test_bayes_density.py).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numba
+import numpy as np
+
+_HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
+_LOG_MU_PRIOR_SD = math.log(1.5)
+MU_PRIOR_SD = 1.5  # must equal the PyMC model's mu ~ N(0, 1.5); beta, run_raw, judge_raw are N(0, 1)
+
+#: Positions of the model's scalars in the ``layout`` integer array passed to the kernel.
+LAYOUT_FIELDS = ("n_vignettes", "n_runs", "n_judges", "centred")
+
+
+def _jit(function):
+    """numba.njit with the on-disk cache; without a writable cache location, compile in memory."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", numba.NumbaWarning)
+        try:
+            return numba.njit(cache=True)(function)
+        except RuntimeError:  # "cannot cache function ...: no locator available" (read-only install)
+            return numba.njit(cache=False)(function)
+
+
+@_jit
+def _log1pexp(x: float) -> float:
+    if x > 0.0:
+        return x + math.log1p(math.exp(-x))
+    return math.log1p(math.exp(x))
+
+
+@_jit
+def _expit(x: float) -> float:
+    if x >= 0.0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+#: Header of the packed data buffer (float64), followed by six blocks of n_cells values:
+#: cell vignette index, order (+-1/2), run index, judge index, verdicts n, wins w.
+HEADER = ("n_vignettes", "n_runs", "n_judges", "centred", "prior_nu", "prior_scale", "n_cells")
+_HEADER_SIZE = 7
+
+
+def pack(vignette_index, order, run_index, judge_index, n, wins, n_vignettes: int, n_runs: int,
+         n_judges: int, centred: bool, prior_nu: float, prior_scale: float) -> np.ndarray:
+    """The model's data as one contiguous float64 buffer (header :data:`HEADER`, then the cells).
+
+    One buffer (not a dict of arrays) because nutpie hands the compiled C callbacks a single
+    data pointer.
+    """
+    header = [n_vignettes, n_runs, n_judges, float(centred), prior_nu, prior_scale, len(n)]
+    blocks = [vignette_index, order, run_index, judge_index, n, wins]
+    return np.ascontiguousarray(np.concatenate([np.asarray(header, float)]
+                                               + [np.asarray(b, float).ravel() for b in blocks]))
+
+
+def n_parameters(packed: np.ndarray) -> int:
+    n_vignettes, n_runs, n_judges = (int(v) for v in packed[:3])
+    return 3 + n_vignettes + (n_runs if n_runs > 1 else 0) + (n_judges if n_judges > 1 else 0)
+
+
+@_jit
+def logp_and_gradient(x, grad, packed):
+    """Write the gradient into ``grad`` and return the log density (see the module docstring)."""
+    n_vignettes, n_runs, n_judges = int(packed[0]), int(packed[1]), int(packed[2])
+    centred = packed[3] != 0.0
+    nu, scale = packed[4], packed[5]
+    n_cells = int(packed[6])
+    start = _HEADER_SIZE
+    cell_vignette = packed[start:start + n_cells]
+    cell_order = packed[start + n_cells:start + 2 * n_cells]
+    cell_run = packed[start + 2 * n_cells:start + 3 * n_cells]
+    cell_judge = packed[start + 3 * n_cells:start + 4 * n_cells]
+    cell_n = packed[start + 4 * n_cells:start + 5 * n_cells]
+    cell_wins = packed[start + 5 * n_cells:start + 6 * n_cells]
+    run_start = 3 + n_vignettes
+    judge_start = run_start + (n_runs if n_runs > 1 else 0)
+    for i in range(grad.shape[0]):
+        grad[i] = 0.0
+    mu, beta, log_sigma = x[0], x[1], x[2]
+    sigma = math.exp(log_sigma)
+
+    # priors of mu and beta, Jacobian of sigma's log transform, sigma's prior potential
+    logp = (-0.5 * (mu / 1.5) ** 2 - _LOG_MU_PRIOR_SD - _HALF_LOG_TWO_PI
+            - 0.5 * beta * beta - _HALF_LOG_TWO_PI + log_sigma)
+    grad[0] = -mu / (1.5 * 1.5)
+    grad[1] = -beta
+    grad[2] = 1.0
+    q = (sigma / scale) ** 2
+    if nu > 0.0:
+        logp += -(nu + 1.0) / 2.0 * math.log1p(q / nu)
+        grad[2] += -(nu + 1.0) * q / (nu + q)
+    else:
+        logp += -q / 2.0
+        grad[2] += -q
+
+    # vignette effects' prior
+    for v in range(n_vignettes):
+        theta = x[3 + v]
+        if centred:
+            z = (theta - mu) / sigma
+            logp += -0.5 * z * z - log_sigma - _HALF_LOG_TWO_PI
+            grad[3 + v] = -z / sigma
+            grad[0] += z / sigma
+            grad[2] += z * z - 1.0
+        else:
+            logp += -0.5 * theta * theta - _HALF_LOG_TWO_PI
+            grad[3 + v] = -theta
+
+    # zero-sum run and judge offsets
+    run_mean = 0.0
+    if n_runs > 1:
+        for r in range(n_runs):
+            run_mean += x[run_start + r]
+        run_mean /= n_runs
+    judge_mean = 0.0
+    if n_judges > 1:
+        for j in range(n_judges):
+            judge_mean += x[judge_start + j]
+        judge_mean /= n_judges
+
+    # quasi-binomial likelihood; residuals accumulated into the gradient
+    residual_total = 0.0
+    run_residual_total = 0.0
+    judge_residual_total = 0.0
+    for c in range(cell_n.shape[0]):
+        v = int(cell_vignette[c])
+        if centred:
+            eta = mu + (x[3 + v] - mu)  # written as PyMC's graph does: mu + u with u = theta - mu
+        else:
+            eta = mu + sigma * x[3 + v]
+        eta += beta * cell_order[c]
+        if n_runs > 1:
+            eta += x[run_start + int(cell_run[c])] - run_mean
+        if n_judges > 1:
+            eta += x[judge_start + int(cell_judge[c])] - judge_mean
+        logp += cell_wins[c] * eta - cell_n[c] * _log1pexp(eta)
+        residual = cell_wins[c] - cell_n[c] * _expit(eta)
+        residual_total += residual
+        grad[1] += residual * cell_order[c]
+        if centred:
+            grad[3 + v] += residual
+        else:
+            grad[3 + v] += sigma * residual
+            grad[2] += sigma * x[3 + v] * residual
+        if n_runs > 1:
+            grad[run_start + int(cell_run[c])] += residual
+            run_residual_total += residual
+        if n_judges > 1:
+            grad[judge_start + int(cell_judge[c])] += residual
+            judge_residual_total += residual
+    if not centred:
+        grad[0] += residual_total
+    if n_runs > 1:
+        for r in range(n_runs):
+            raw = x[run_start + r]
+            logp += -0.5 * raw * raw - _HALF_LOG_TWO_PI
+            grad[run_start + r] += -run_residual_total / n_runs - raw
+    if n_judges > 1:
+        for j in range(n_judges):
+            raw = x[judge_start + j]
+            logp += -0.5 * raw * raw - _HALF_LOG_TWO_PI
+            grad[judge_start + j] += -judge_residual_total / n_judges - raw
+    return logp
+
+
+
+def parameter_blocks(n_vignettes: int, n_runs: int, n_judges: int,
+                     centred: bool) -> list[tuple[str, int]]:
+    """(name, size) of each block of ``x``, named as PyMC's value variables (``initial_point()`` keys)."""
+    blocks = [("mu", 1), ("beta", 1), ("sigma_log__", 1),
+              ("vignette_logit" if centred else "u_std", n_vignettes)]
+    if n_runs > 1:
+        blocks.append(("run_raw", n_runs))
+    if n_judges > 1:
+        blocks.append(("judge_raw", n_judges))
+    return blocks
+
+
+
+def expanded_blocks(n_vignettes: int, n_runs: int, n_judges: int,
+                    centred: bool) -> list[tuple[str, int]]:
+    """(name, size) of each block written by :func:`expand`: the parameters, then sigma, u and the
+    centred offsets (the names PyMC gives its value variables and deterministics)."""
+    blocks = parameter_blocks(n_vignettes, n_runs, n_judges, centred) + [("sigma", 1), ("u", n_vignettes)]
+    if n_runs > 1:
+        blocks.append(("run_effect", n_runs))
+    if n_judges > 1:
+        blocks.append(("judge_effect", n_judges))
+    return blocks
+
+
+@_jit
+def expand(x, out, packed):
+    """Write x, sigma = exp(s), u and the zero-sum run/judge offsets into ``out`` (see expanded_blocks)."""
+    n_vignettes, n_runs, n_judges = int(packed[0]), int(packed[1]), int(packed[2])
+    centred = packed[3] != 0.0
+    n_dim = x.shape[0]
+    for i in range(n_dim):
+        out[i] = x[i]
+    sigma = math.exp(x[2])
+    out[n_dim] = sigma
+    position = n_dim + 1
+    for v in range(n_vignettes):
+        out[position + v] = x[3 + v] - x[0] if centred else sigma * x[3 + v]
+    position += n_vignettes
+    block = 3 + n_vignettes
+    for size in (n_runs, n_judges):
+        if size > 1:
+            mean = 0.0
+            for k in range(size):
+                mean += x[block + k]
+            mean /= size
+            for k in range(size):
+                out[position + k] = x[block + k] - mean
+            position += size
+            block += size
+
+
+def _cfunc(signature):
+    """numba.cfunc with the on-disk cache; without a writable cache location, compile in memory."""
+    def decorate(function):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", numba.NumbaWarning)
+            try:
+                return numba.cfunc(signature, cache=True)(function)
+            except RuntimeError:
+                return numba.cfunc(signature)(function)
+    return decorate
+
+
+# nutpie's C ABI for a compiled model, as nutpie.compile_pymc builds it for PyTensor graphs:
+# logp(dim, x*, grad*, logp*, data*) -> 0 ok, 3 / 4 non-finite gradient / log density, -1 wrong size;
+# expand(dim, n_expanded, x*, out*, data*) -> 0 ok, -1 wrong size.
+_LOGP_SIGNATURE = numba.types.int64(numba.types.uint64, numba.types.CPointer(numba.types.double),
+                                    numba.types.CPointer(numba.types.double),
+                                    numba.types.CPointer(numba.types.double), numba.types.voidptr)
+_EXPAND_SIGNATURE = numba.types.int64(numba.types.uint64, numba.types.uint64,
+                                      numba.types.CPointer(numba.types.double),
+                                      numba.types.CPointer(numba.types.double), numba.types.voidptr)
+
+
+@_cfunc(_LOGP_SIGNATURE)
+def logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
+    header = numba.carray(data_pointer, (_HEADER_SIZE,), np.float64)
+    packed = numba.carray(data_pointer, (_HEADER_SIZE + 6 * int(header[6]),), np.float64)
+    n_vignettes, n_runs, n_judges = int(header[0]), int(header[1]), int(header[2])
+    n_dim = 3 + n_vignettes + (n_runs if n_runs > 1 else 0) + (n_judges if n_judges > 1 else 0)
+    if dim != n_dim:
+        return -1
+    x = numba.carray(x_pointer, (n_dim,))
+    grad = numba.carray(grad_pointer, (n_dim,))
+    value = logp_and_gradient(x, grad, packed)
+    logp_pointer[0] = value
+    for i in range(n_dim):
+        if not math.isfinite(grad[i]):
+            return 3
+    if not math.isfinite(value):
+        return 4
+    return 0
+
+
+@_cfunc(_EXPAND_SIGNATURE)
+def expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
+    header = numba.carray(data_pointer, (_HEADER_SIZE,), np.float64)
+    packed = numba.carray(data_pointer, (_HEADER_SIZE + 6 * int(header[6]),), np.float64)
+    n_vignettes, n_runs, n_judges = int(header[0]), int(header[1]), int(header[2])
+    runs, judges = (n_runs if n_runs > 1 else 0), (n_judges if n_judges > 1 else 0)
+    n_dim = 3 + n_vignettes + runs + judges
+    if dim != n_dim or n_expanded != n_dim + 1 + n_vignettes + runs + judges:
+        return -1
+    expand(numba.carray(x_pointer, (n_dim,)), numba.carray(out_pointer, (n_expanded,)), packed)
+    return 0
+
+
+def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
+    """A nutpie model of :class:`audit.bayes.WinRateCells` that calls the compiled C callbacks.
+
+    It is nutpie's own ``CompiledPyMCModel`` (the object ``nutpie.compile_pymc_model`` returns)
+    filled with these callbacks and this data buffer instead of a compiled PyTensor graph, so
+    ``nutpie.sample`` runs it exactly as it runs a PyMC model: chains in parallel Rust threads
+    without the GIL, the same trace layout and names. Initial points are PyMC's default for this
+    model (support points, all 0 on the unconstrained space, plus U(-1, 1) jitter).
+    """
+    from nutpie.compile_pymc import CompiledPyMCModel
+
+    n_vignettes, n_runs, n_judges = cells.n_vignettes, cells.n_runs, cells.n_judges
+    packed = pack(cells.vignette_index, cells.order, cells.run_index, cells.judge_index, cells.n, cells.wins,
+                  n_vignettes, n_runs, n_judges, centred, prior_nu, prior_scale)
+    packed.flags.writeable = False
+    n_dim = n_parameters(packed)
+    blocks = expanded_blocks(n_vignettes, n_runs, n_judges, centred)
+    names = [name for name, _ in blocks]
+    scalars = {"mu", "beta", "sigma_log__", "sigma"}
+    shapes = [() if name in scalars else (size,) for name, size in blocks]
+    slices, position = [], 0
+    for _, size in blocks:
+        slices.append(slice(position, position + size))
+        position += size
+    coords = {"vignette": list(cells.vignette_labels)}
+    dims = {"vignette_logit" if centred else "u_std": ("vignette",), "u": ("vignette",)}
+    if n_runs > 1:
+        coords["run"] = list(cells.run_labels)
+        dims.update(run_raw=("run",), run_effect=("run",))
+    if n_judges > 1:
+        coords["judge"] = list(cells.judge_labels)
+        dims.update(judge_raw=("judge",), judge_effect=("judge",))
+
+    def initial_point(seed):
+        return np.random.default_rng(seed).uniform(-1.0, 1.0, n_dim)
+
+    return CompiledPyMCModel(
+        compiled_logp_func=logp_callback,
+        compiled_expand_func=expand_callback,
+        initial_point_func=initial_point,
+        shared_data={},
+        user_data=packed,
+        n_expanded=position,
+        shape_info=(names, slices, shapes),
+        logp_func=None,
+        expand_func=None,
+        _n_dim=n_dim,
+        _shapes=dict(zip(names, shapes)),
+        _coords=coords,
+        dims=dims,
+    )

@@ -1,0 +1,115 @@
+"""The hand-derived log density of audit/bayes_density.py against PyMC's model of audit/bayes.py.
+
+Outside reference: PyMC's own ``model.compile_logp()`` / ``model.compile_dlogp()`` (log density
+with normalising constants and the log-transform Jacobian, and its gradient, on the unconstrained
+space) and ``model.compile_fn`` of the deterministics, at random points, for every variant of
+``_build_hierarchical_model``: centred / non-centred x with / without run offsets x with /
+without judge offsets x every prior in SIGMA_PRIORS.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audit import bayes_density
+from audit.bayes import SIGMA_PRIORS, _build_hierarchical_model, aggregate_cells
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+POINTS_PER_VARIANT = 40
+
+
+def _cells(rng, n_runs, n_judges):
+    n = 400
+    return aggregate_cells(rng.integers(0, 5, n), rng.choice([0.5, -0.5], n),
+                           rng.choice([0.0, 0.5, 1.0], n),  # ties: fractional wins
+                           rng.integers(0, n_runs, n) if n_runs > 1 else None,
+                           rng.integers(0, n_judges, n) if n_judges > 1 else None)
+
+
+def _as_point(x, blocks):
+    point, position = {}, 0
+    for name, size in blocks:
+        value = x[position:position + size]
+        point[name] = np.array(value[0]) if name in ("mu", "beta", "sigma_log__") else value.copy()
+        position += size
+    return point
+
+
+STRUCTURES = list(itertools.product([1, 3], [1, 2], [True, False]))
+
+
+@pytest.mark.parametrize("n_runs,n_judges,centred", STRUCTURES)
+def test_logp_gradient_and_expansion_match_pymc(n_runs, n_judges, centred):
+    """Every structure, and within it every prior of SIGMA_PRIORS (the prior is model data)."""
+    rng = np.random.default_rng(100 * n_runs + 10 * n_judges + centred)
+    cells = _cells(rng, n_runs, n_judges)
+    model = _build_hierarchical_model(cells, SIGMA_PRIORS["halfnormal1"], centred)
+    fast_compile = dict(mode="FAST_COMPILE")  # Python backend: no C compile, exact same graph
+    pymc_logp, pymc_dlogp = model.compile_logp(**fast_compile), model.compile_dlogp(**fast_compile)
+    deterministics = ["sigma", "u"] + (["run_effect"] if n_runs > 1 else []) + (["judge_effect"] if n_judges > 1 else [])
+    by_name = {variable.name: variable for variable in model.unobserved_value_vars}  # in terms of value vars
+    pymc_expand = model.compile_fn([by_name[name] for name in deterministics], inputs=model.value_vars,
+                                   point_fn=True, on_unused_input="ignore", **fast_compile)
+
+    blocks = bayes_density.parameter_blocks(cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
+    assert [name for name, _ in blocks] == list(model.initial_point())  # same names, same order
+    expanded_blocks = bayes_density.expanded_blocks(cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
+    assert [name for name, _ in expanded_blocks[len(blocks):]] == deterministics
+    for prior in SIGMA_PRIORS.values():
+        model.set_data("sigma_prior_nu", np.array(prior.student_t_nu))
+        model.set_data("sigma_prior_scale", np.array(prior.scale))
+        packed = bayes_density.pack(cells.vignette_index, cells.order, cells.run_index, cells.judge_index,
+                                    cells.n, cells.wins, cells.n_vignettes, cells.n_runs, cells.n_judges,
+                                    centred, prior.student_t_nu, prior.scale)
+        n_dim = bayes_density.n_parameters(packed)
+        for _ in range(POINTS_PER_VARIANT):
+            x = rng.normal(0.0, 1.5, n_dim)
+            point = _as_point(x, blocks)
+            gradient = np.empty(n_dim)
+            logp = bayes_density.logp_and_gradient(x, gradient, packed)
+            reference_gradient = pymc_dlogp(point)
+            assert logp == pytest.approx(pymc_logp(point), rel=1e-9), prior
+            scale = max(1.0, float(np.max(np.abs(reference_gradient))))
+            np.testing.assert_allclose(gradient, reference_gradient, rtol=0, atol=1e-9 * scale, err_msg=str(prior))
+            out = np.empty(sum(size for _, size in expanded_blocks))
+            bayes_density.expand(x, out, packed)
+            np.testing.assert_array_equal(out[:n_dim], x)
+            reference = np.concatenate([np.ravel(v) for v in pymc_expand(point)])
+            np.testing.assert_allclose(out[n_dim:], reference, rtol=1e-12, atol=1e-12)
+
+
+def test_density_stays_finite_in_the_tails():
+    # eta of +-800 would overflow a naive log(1 + e^eta); the stable form keeps logp finite
+    cells = aggregate_cells(["a", "a", "b", "b"], [0.5, -0.5, 0.5, -0.5], [1, 0, 1, 1])
+    packed = bayes_density.pack(cells.vignette_index, cells.order, cells.run_index, cells.judge_index,
+                                cells.n, cells.wins, 2, 1, 1, True, 0.0, 1.0)
+    gradient = np.empty(5)
+    for value in (800.0, -800.0):
+        x = np.array([0.0, 0.0, 0.0, value, -value])
+        assert np.isfinite(bayes_density.logp_and_gradient(x, gradient, packed))
+        assert np.all(np.isfinite(gradient))
+
+
+def test_compiled_kernels_are_reused_from_the_disk_cache(tmp_path):
+    """A second process loads every kernel from numba's on-disk cache instead of compiling it."""
+    script = (
+        "import json, numpy as np, audit.bayes_density as b\n"
+        "packed = b.pack([0, 1], [.5, -.5], [0, 0], [0, 0], [1., 1.], [1., 0.], 2, 1, 1, True, 0., 1.)\n"
+        "b.logp_and_gradient(np.zeros(5), np.zeros(5), packed); b.expand(np.zeros(5), np.zeros(12), packed)\n"
+        "print(json.dumps({'jit_hits': [sum(f.stats.cache_hits.values()) for f in (b.logp_and_gradient, b.expand)],"
+        " 'jit_misses': [sum(f.stats.cache_misses.values()) for f in (b.logp_and_gradient, b.expand)],"
+        " 'cfunc_hits': [b.logp_callback.cache_hits, b.expand_callback.cache_hits]}))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                                      cwd=tmp_path, check=True).stdout) for _ in range(2)]
+    assert runs[0]["jit_misses"] == [1, 1]  # empty cache: compiled (and written) once each
+    assert runs[1] == {"jit_hits": [1, 1], "jit_misses": [0, 0], "cfunc_hits": [1, 1]}
