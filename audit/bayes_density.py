@@ -43,11 +43,8 @@ import numba
 import numpy as np
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
-_LOG_MU_PRIOR_SD = math.log(1.5)
-MU_PRIOR_SD = 1.5  # must equal the PyMC model's mu ~ N(0, 1.5); beta, run_raw, judge_raw are N(0, 1)
-
-#: Positions of the model's scalars in the ``layout`` integer array passed to the kernel.
-LAYOUT_FIELDS = ("n_vignettes", "n_runs", "n_judges", "centred")
+_LOG_MU_PRIOR_SD = math.log(1.5)  # mu ~ N(0, 1.5) in both PyMC models
+_LOG_HALF_NORMAL_CONSTANT = 0.5 * math.log(2.0 / math.pi)
 
 
 def _jit(function):
@@ -313,48 +310,33 @@ def expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
     return 0
 
 
-def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
-    """A nutpie model of :class:`audit.bayes.WinRateCells` that calls the compiled C callbacks.
+def _compiled_model(logp, expand_function, packed: np.ndarray, n_dim: int, blocks, scalars, coords, dims):
+    """nutpie's own ``CompiledPyMCModel`` (the object ``nutpie.compile_pymc_model`` returns) filled
+    with hand-written C callbacks and their data buffer instead of a compiled PyTensor graph.
 
-    It is nutpie's own ``CompiledPyMCModel`` (the object ``nutpie.compile_pymc_model`` returns)
-    filled with these callbacks and this data buffer instead of a compiled PyTensor graph, so
-    ``nutpie.sample`` runs it exactly as it runs a PyMC model: chains in parallel Rust threads
-    without the GIL, the same trace layout and names. Initial points are PyMC's default for this
-    model (support points, all 0 on the unconstrained space, plus U(-1, 1) jitter).
+    ``nutpie.sample`` then runs it exactly as it runs a PyMC model: chains in parallel Rust threads
+    without the GIL, the same trace layout and names. Initial points are PyMC's default for these
+    models (support points, all 0 on the unconstrained space, plus U(-1, 1) jitter).
     """
     from nutpie.compile_pymc import CompiledPyMCModel
 
-    n_vignettes, n_runs, n_judges = cells.n_vignettes, cells.n_runs, cells.n_judges
-    packed = pack(cells.vignette_index, cells.order, cells.run_index, cells.judge_index, cells.n, cells.wins,
-                  n_vignettes, n_runs, n_judges, centred, prior_nu, prior_scale)
     packed.flags.writeable = False
-    n_dim = n_parameters(packed)
-    blocks = expanded_blocks(n_vignettes, n_runs, n_judges, centred)
     names = [name for name, _ in blocks]
-    scalars = {"mu", "beta", "sigma_log__", "sigma"}
     shapes = [() if name in scalars else (size,) for name, size in blocks]
     slices, position = [], 0
     for _, size in blocks:
         slices.append(slice(position, position + size))
         position += size
-    coords = {"vignette": list(cells.vignette_labels)}
-    dims = {"vignette_logit" if centred else "u_std": ("vignette",), "u": ("vignette",)}
-    if n_runs > 1:
-        coords["run"] = list(cells.run_labels)
-        dims.update(run_raw=("run",), run_effect=("run",))
-    if n_judges > 1:
-        coords["judge"] = list(cells.judge_labels)
-        dims.update(judge_raw=("judge",), judge_effect=("judge",))
 
     def initial_point(seed):
         return np.random.default_rng(seed).uniform(-1.0, 1.0, n_dim)
 
     return CompiledPyMCModel(
-        compiled_logp_func=logp_callback,
-        compiled_expand_func=expand_callback,
+        compiled_logp_func=logp,
+        compiled_expand_func=expand_function,
         initial_point_func=initial_point,
         shared_data={},
-        user_data=packed,
+        user_data=packed,  # the callbacks' data pointer; the model object keeps it alive
         n_expanded=position,
         shape_info=(names, slices, shapes),
         logp_func=None,
@@ -364,3 +346,155 @@ def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
         _coords=coords,
         dims=dims,
     )
+
+
+def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
+    """The hierarchical model of :class:`audit.bayes.WinRateCells` as a nutpie model (see _compiled_model)."""
+    n_vignettes, n_runs, n_judges = cells.n_vignettes, cells.n_runs, cells.n_judges
+    packed = pack(cells.vignette_index, cells.order, cells.run_index, cells.judge_index, cells.n, cells.wins,
+                  n_vignettes, n_runs, n_judges, centred, prior_nu, prior_scale)
+    coords = {"vignette": list(cells.vignette_labels)}
+    dims = {"vignette_logit" if centred else "u_std": ("vignette",), "u": ("vignette",)}
+    if n_runs > 1:
+        coords["run"] = list(cells.run_labels)
+        dims.update(run_raw=("run",), run_effect=("run",))
+    if n_judges > 1:
+        coords["judge"] = list(cells.judge_labels)
+        dims.update(judge_raw=("judge",), judge_effect=("judge",))
+    return _compiled_model(logp_callback, expand_callback, packed, n_parameters(packed),
+                           expanded_blocks(n_vignettes, n_runs, n_judges, centred),
+                           {"mu", "beta", "sigma_log__", "sigma"}, coords, dims)
+
+
+# --------------------------------------------------------------------------------------------
+# The joint model of two systems (audit.bayes_compare._model)
+# --------------------------------------------------------------------------------------------
+# x = [mu, delta, beta, s_u = log sigma_u, s_w = log sigma_w, u_std_1..V, w_std_1..V];
+# eta = mu + sigma_u u_std_v + (delta + sigma_w w_std_v) a + beta o  (a = 1 for system A);
+# log density = log N(mu | 0, 1.5) + log N(delta | 0, 1) + log N(beta | 0, 1)
+#   + log HalfNormal(sigma_u | 1) + s_u + log HalfNormal(sigma_w | 0.5) + s_w
+#   + sum_v [log N(u_std_v | 0, 1) + log N(w_std_v | 0, 1)] + sum_cells w eta - n log(1 + e^eta).
+# Gradient with r_c = w_c - n_c expit(eta_c), R_v = sum_{c in v} r_c, A_v = sum_{c in v} a_c r_c:
+# d/ds_u = sigma_u sum_v u_std_v R_v + 1 - sigma_u^2; d/ds_w = sigma_w sum_v w_std_v A_v + 1 - (sigma_w/0.5)^2.
+PAIRED_SIGMA_U_SCALE = 1.0
+PAIRED_SIGMA_W_SCALE = 0.5
+_PAIRED_HEADER_SIZE = 2  # n_vignettes, n_cells; then cell vignette, order, system, n, wins
+
+
+def paired_pack(vignette_index, order, system, n, wins, n_vignettes: int) -> np.ndarray:
+    blocks = [vignette_index, order, system, n, wins]
+    return np.ascontiguousarray(np.concatenate([np.array([n_vignettes, len(n)], float)]
+                                               + [np.asarray(b, float).ravel() for b in blocks]))
+
+
+def paired_parameter_blocks(n_vignettes: int) -> list[tuple[str, int]]:
+    return [("mu", 1), ("delta", 1), ("beta", 1), ("sigma_u_log__", 1), ("sigma_w_log__", 1),
+            ("u_std", n_vignettes), ("w_std", n_vignettes)]
+
+
+def paired_expanded_blocks(n_vignettes: int) -> list[tuple[str, int]]:
+    return paired_parameter_blocks(n_vignettes) + [("sigma_u", 1), ("sigma_w", 1), ("u", n_vignettes),
+                                                   ("w", n_vignettes)]
+
+
+@_jit
+def _log_half_normal(value, log_value, scale):
+    return _LOG_HALF_NORMAL_CONSTANT - math.log(scale) - 0.5 * (value / scale) ** 2 + log_value
+
+
+@_jit
+def paired_logp_and_gradient(x, grad, packed):
+    n_vignettes, n_cells = int(packed[0]), int(packed[1])
+    start = _PAIRED_HEADER_SIZE
+    cell_vignette = packed[start:start + n_cells]
+    cell_order = packed[start + n_cells:start + 2 * n_cells]
+    cell_system = packed[start + 2 * n_cells:start + 3 * n_cells]
+    cell_n = packed[start + 3 * n_cells:start + 4 * n_cells]
+    cell_wins = packed[start + 4 * n_cells:start + 5 * n_cells]
+    mu, delta, beta, log_sigma_u, log_sigma_w = x[0], x[1], x[2], x[3], x[4]
+    sigma_u, sigma_w = math.exp(log_sigma_u), math.exp(log_sigma_w)
+    logp = (-0.5 * (mu / 1.5) ** 2 - _LOG_MU_PRIOR_SD - 0.5 * delta * delta - 0.5 * beta * beta
+            - 3.0 * _HALF_LOG_TWO_PI
+            + _log_half_normal(sigma_u, log_sigma_u, PAIRED_SIGMA_U_SCALE)
+            + _log_half_normal(sigma_w, log_sigma_w, PAIRED_SIGMA_W_SCALE))
+    grad[0] = -mu / (1.5 * 1.5)
+    grad[1] = -delta
+    grad[2] = -beta
+    grad[3] = 1.0 - (sigma_u / PAIRED_SIGMA_U_SCALE) ** 2
+    grad[4] = 1.0 - (sigma_w / PAIRED_SIGMA_W_SCALE) ** 2
+    u_start, w_start = 5, 5 + n_vignettes
+    for v in range(n_vignettes):
+        u_std, w_std = x[u_start + v], x[w_start + v]
+        logp += -0.5 * (u_std * u_std + w_std * w_std) - 2.0 * _HALF_LOG_TWO_PI
+        grad[u_start + v] = -u_std
+        grad[w_start + v] = -w_std
+    for c in range(n_cells):
+        v = int(cell_vignette[c])
+        system = cell_system[c]
+        u_std, w_std = x[u_start + v], x[w_start + v]
+        eta = mu + sigma_u * u_std + (delta + sigma_w * w_std) * system + beta * cell_order[c]
+        logp += cell_wins[c] * eta - cell_n[c] * _log1pexp(eta)
+        residual = cell_wins[c] - cell_n[c] * _expit(eta)
+        grad[0] += residual
+        grad[1] += residual * system
+        grad[2] += residual * cell_order[c]
+        grad[3] += sigma_u * u_std * residual
+        grad[4] += sigma_w * w_std * residual * system
+        grad[u_start + v] += sigma_u * residual
+        grad[w_start + v] += sigma_w * residual * system
+    return logp
+
+
+@_jit
+def paired_expand(x, out, packed):
+    n_vignettes = int(packed[0])
+    n_dim = x.shape[0]
+    for i in range(n_dim):
+        out[i] = x[i]
+    sigma_u, sigma_w = math.exp(x[3]), math.exp(x[4])
+    out[n_dim], out[n_dim + 1] = sigma_u, sigma_w
+    for v in range(n_vignettes):
+        out[n_dim + 2 + v] = sigma_u * x[5 + v]
+        out[n_dim + 2 + n_vignettes + v] = sigma_w * x[5 + n_vignettes + v]
+
+
+@_cfunc(_LOGP_SIGNATURE)
+def paired_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
+    header = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE,), np.float64)
+    packed = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE + 5 * int(header[1]),), np.float64)
+    n_dim = 5 + 2 * int(header[0])
+    if dim != n_dim:
+        return -1
+    grad = numba.carray(grad_pointer, (n_dim,))
+    value = paired_logp_and_gradient(numba.carray(x_pointer, (n_dim,)), grad, packed)
+    logp_pointer[0] = value
+    for i in range(n_dim):
+        if not math.isfinite(grad[i]):
+            return 3
+    if not math.isfinite(value):
+        return 4
+    return 0
+
+
+@_cfunc(_EXPAND_SIGNATURE)
+def paired_expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
+    header = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE,), np.float64)
+    packed = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE + 5 * int(header[1]),), np.float64)
+    n_vignettes = int(header[0])
+    n_dim = 5 + 2 * n_vignettes
+    if dim != n_dim or n_expanded != n_dim + 2 + 2 * n_vignettes:
+        return -1
+    paired_expand(numba.carray(x_pointer, (n_dim,)), numba.carray(out_pointer, (n_expanded,)), packed)
+    return 0
+
+
+def paired_nutpie_model(labels, data: dict[str, np.ndarray]):
+    """The joint model of :mod:`audit.bayes_compare` (its ``_cells`` output) as a nutpie model."""
+    n_vignettes = len(labels)
+    packed = paired_pack(data["cell_vignette"], data["cell_order"], data["cell_system"], data["cell_n"],
+                         data["cell_wins"], n_vignettes)
+    dims = {name: ("vignette",) for name in ("u_std", "w_std", "u", "w")}
+    return _compiled_model(paired_logp_callback, paired_expand_callback, packed, 5 + 2 * n_vignettes,
+                           paired_expanded_blocks(n_vignettes),
+                           {"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__", "sigma_u", "sigma_w"},
+                           {"vignette": list(labels)}, dims)

@@ -86,6 +86,53 @@ def test_logp_gradient_and_expansion_match_pymc(n_runs, n_judges, centred):
             np.testing.assert_allclose(out[n_dim:], reference, rtol=1e-12, atol=1e-12)
 
 
+def test_paired_model_logp_gradient_and_expansion_match_pymc():
+    """The joint two-system model of audit/bayes_compare.py against its PyMC definition."""
+    import pandas as pd
+
+    from audit.bayes_compare import _cells as paired_cells
+    from audit.bayes_compare import _model as paired_model
+
+    rng = np.random.default_rng(5)
+
+    def frame():
+        n = 300
+        return pd.DataFrame({"vignette_id": rng.choice(["a", "b", "c", "d"], n), "policy_first": rng.random(n) < 0.5,
+                             "value": rng.choice([0.0, 0.5, 1.0], n)})
+
+    labels, data = paired_cells(frame(), frame())
+    model = paired_model(labels, data)
+    fast_compile = dict(mode="FAST_COMPILE")
+    pymc_logp, pymc_dlogp = model.compile_logp(**fast_compile), model.compile_dlogp(**fast_compile)
+    by_name = {variable.name: variable for variable in model.unobserved_value_vars}
+    deterministics = ["sigma_u", "sigma_w", "u", "w"]
+    pymc_expand = model.compile_fn([by_name[name] for name in deterministics], inputs=model.value_vars,
+                                   point_fn=True, on_unused_input="ignore", **fast_compile)
+    blocks = bayes_density.paired_parameter_blocks(len(labels))
+    assert [name for name, _ in blocks] == list(model.initial_point())
+    assert [name for name, _ in bayes_density.paired_expanded_blocks(len(labels))[len(blocks):]] == deterministics
+    packed = bayes_density.paired_pack(data["cell_vignette"], data["cell_order"], data["cell_system"],
+                                       data["cell_n"], data["cell_wins"], len(labels))
+    n_dim = sum(size for _, size in blocks)
+    scalars = {"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__"}
+    for _ in range(4 * POINTS_PER_VARIANT):
+        x = rng.normal(0.0, 1.5, n_dim)
+        point, position = {}, 0
+        for name, size in blocks:
+            point[name] = np.array(x[position]) if name in scalars else x[position:position + size].copy()
+            position += size
+        gradient = np.empty(n_dim)
+        logp = bayes_density.paired_logp_and_gradient(x, gradient, packed)
+        reference_gradient = pymc_dlogp(point)
+        assert logp == pytest.approx(pymc_logp(point), rel=1e-9)
+        scale = max(1.0, float(np.max(np.abs(reference_gradient))))
+        np.testing.assert_allclose(gradient, reference_gradient, rtol=0, atol=1e-9 * scale)
+        out = np.empty(n_dim + 2 + 2 * len(labels))
+        bayes_density.paired_expand(x, out, packed)
+        reference = np.concatenate([np.ravel(v) for v in pymc_expand(point)])
+        np.testing.assert_allclose(out[n_dim:], reference, rtol=1e-12, atol=1e-12)
+
+
 def test_density_stays_finite_in_the_tails():
     # eta of +-800 would overflow a naive log(1 + e^eta); the stable form keeps logp finite
     cells = aggregate_cells(["a", "a", "b", "b"], [0.5, -0.5, 0.5, -0.5], [1, 0, 1, 1])
@@ -106,10 +153,10 @@ def test_compiled_kernels_are_reused_from_the_disk_cache(tmp_path):
         "b.logp_and_gradient(np.zeros(5), np.zeros(5), packed); b.expand(np.zeros(5), np.zeros(12), packed)\n"
         "print(json.dumps({'jit_hits': [sum(f.stats.cache_hits.values()) for f in (b.logp_and_gradient, b.expand)],"
         " 'jit_misses': [sum(f.stats.cache_misses.values()) for f in (b.logp_and_gradient, b.expand)],"
-        " 'cfunc_hits': [b.logp_callback.cache_hits, b.expand_callback.cache_hits]}))\n"
+        " 'cfunc_hits': [f.cache_hits for f in (b.logp_callback, b.expand_callback, b.paired_logp_callback, b.paired_expand_callback)]}))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
     runs = [json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                                       cwd=tmp_path, check=True).stdout) for _ in range(2)]
     assert runs[0]["jit_misses"] == [1, 1]  # empty cache: compiled (and written) once each
-    assert runs[1] == {"jit_hits": [1, 1], "jit_misses": [0, 0], "cfunc_hits": [1, 1]}
+    assert runs[1] == {"jit_hits": [1, 1], "jit_misses": [0, 0], "cfunc_hits": [1, 1, 1, 1]}
