@@ -145,18 +145,29 @@ def test_density_stays_finite_in_the_tails():
         assert np.all(np.isfinite(gradient))
 
 
-def test_compiled_kernels_are_reused_from_the_disk_cache(tmp_path):
-    """A second process loads every kernel from numba's on-disk cache instead of compiling it."""
+def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
+    """A second process loads every kernel from numba's on-disk cache instead of compiling it, and
+    the default fit (sampler="auto") runs without importing pymc or pytensor."""
     script = (
-        "import json, numpy as np, audit.bayes_density as b\n"
+        "import json, sys, numpy as np, audit.bayes_density as b\n"
         "packed = b.pack([0, 1], [.5, -.5], [0, 0], [0, 0], [1., 1.], [1., 0.], 2, 1, 1, True, 0., 1.)\n"
         "b.logp_and_gradient(np.zeros(5), np.zeros(5), packed); b.expand(np.zeros(5), np.zeros(12), packed)\n"
+        "if sys.argv[1] == 'fit':\n"
+        "    from audit.bayes import fit_winrate_hierarchical\n"
+        "    sampler = fit_winrate_hierarchical(['a', 'a', 'b', 'b'] * 20, [.5, -.5] * 40, [1., 0., 1., 1.] * 20,\n"
+        "                                       chains=2, draws=50, tune=50, seed=1).sampler\n"
+        "else:\n"
+        "    sampler = None\n"
         "print(json.dumps({'jit_hits': [sum(f.stats.cache_hits.values()) for f in (b.logp_and_gradient, b.expand)],"
         " 'jit_misses': [sum(f.stats.cache_misses.values()) for f in (b.logp_and_gradient, b.expand)],"
-        " 'cfunc_hits': [f.cache_hits for f in (b.logp_callback, b.expand_callback, b.paired_logp_callback, b.paired_expand_callback)]}))\n"
+        " 'cfunc_hits': [f.cache_hits for f in (b.logp_callback, b.expand_callback, b.paired_logp_callback,"
+        " b.paired_expand_callback)], 'sampler': sampler,"
+        " 'imported': sorted(m for m in ('pymc', 'pytensor') if m in sys.modules)}))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
-    runs = [json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                                      cwd=tmp_path, check=True).stdout) for _ in range(2)]
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, env=env,
+                                      cwd=tmp_path, check=True).stdout.splitlines()[-1])
+            for mode in ("compile", "fit")]
     assert runs[0]["jit_misses"] == [1, 1]  # empty cache: compiled (and written) once each
-    assert runs[1] == {"jit_hits": [1, 1], "jit_misses": [0, 0], "cfunc_hits": [1, 1, 1, 1]}
+    assert runs[1] == {"jit_hits": [1, 1], "jit_misses": [0, 0], "cfunc_hits": [1, 1, 1, 1],
+                       "sampler": "nutpie", "imported": []}
