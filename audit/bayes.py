@@ -1281,8 +1281,10 @@ def fit_pooled_beta_binomial(
     r"""Pooled model p ~ Beta(a, b), w | p ~ Binomial(n, p): no vignette and no order effect.
 
     The posterior is Beta(a + w, b + n - w) in closed form; sampling it with the same
-    likelihood, sampler, summary and diagnostics code as :func:`fit_winrate_hierarchical` checks
-    that path. Validated against scipy.stats.beta.
+    likelihood, sampler, summary and diagnostics code as :func:`fit_winrate_hierarchical` (by
+    default nutpie on a hand-written compiled density through the same C-callback path,
+    :func:`audit.bayes_density.pooled_nutpie_model`) checks that path. Validated against
+    scipy.stats.beta.
     """
     if n < 1 or not 0 <= wins <= n:
         raise InputError(f"wins={wins}, n={n} is not a valid count.", fix="Use 0 <= wins <= n, n >= 1.")
@@ -1302,9 +1304,14 @@ def fit_pooled_beta_binomial(
                          _quasi_binomial_loglik(pm.math.logit(p), total, successes))
         return model
 
+    def density_model():
+        from audit.bayes_density import pooled_nutpie_model
+
+        return pooled_nutpie_model(a, b, float(n), float(wins))
+
     idata, sampler_used, _ = _sample(build, ("pooled_beta", a, b), {"total": np.array(float(n)),
                                      "successes": np.array(float(wins))},
-                                     sampler, chains, draws, tune, seed_int, False)
+                                     sampler, chains, draws, tune, seed_int, False, density_model=density_model)
     diagnostics = _diagnose(idata, ["p"], chains, draws, tune, thresholds)
     from scipy import stats
 

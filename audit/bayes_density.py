@@ -498,3 +498,51 @@ def paired_nutpie_model(labels, data: dict[str, np.ndarray]):
                            paired_expanded_blocks(n_vignettes),
                            {"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__", "sigma_u", "sigma_w"},
                            {"vignette": list(labels)}, dims)
+
+
+# --------------------------------------------------------------------------------------------
+# The pooled conjugate model (audit.bayes.fit_pooled_beta_binomial): the same C-callback path,
+# checked end to end against a closed-form posterior
+# --------------------------------------------------------------------------------------------
+# x = [z = logit p]; log density = log Beta(p | a, b) + log p + log(1 - p)  (the logit transform's
+# Jacobian) + w z - n log(1 + e^z) = a log p + b log(1 - p) - log B(a, b) + w z - n log(1 + e^z),
+# with log p = -log(1 + e^-z), log(1 - p) = -log(1 + e^z); d/dz = a (1 - p) - b p + w - n p.
+@_jit
+def pooled_logp_and_gradient(x, grad, packed):
+    a, b, n, wins = packed[0], packed[1], packed[2], packed[3]
+    z = x[0]
+    p = _expit(z)
+    log_beta_function = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    grad[0] = a * (1.0 - p) - b * p + wins - n * p
+    return -a * _log1pexp(-z) - b * _log1pexp(z) - log_beta_function + wins * z - n * _log1pexp(z)
+
+
+@_cfunc(_LOGP_SIGNATURE)
+def pooled_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
+    if dim != 1:
+        return -1
+    grad = numba.carray(grad_pointer, (1,))
+    value = pooled_logp_and_gradient(numba.carray(x_pointer, (1,)), grad,
+                                     numba.carray(data_pointer, (4,), np.float64))
+    logp_pointer[0] = value
+    if not math.isfinite(grad[0]):
+        return 3
+    if not math.isfinite(value):
+        return 4
+    return 0
+
+
+@_cfunc(_EXPAND_SIGNATURE)
+def pooled_expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
+    if dim != 1 or n_expanded != 2:
+        return -1
+    out_pointer[0] = x_pointer[0]
+    out_pointer[1] = _expit(x_pointer[0])
+    return 0
+
+
+def pooled_nutpie_model(a: float, b: float, n: float, wins: float):
+    """p ~ Beta(a, b) with the quasi-binomial likelihood of ``wins`` in ``n``, as a nutpie model."""
+    packed = np.array([a, b, n, wins], dtype=np.float64)
+    return _compiled_model(pooled_logp_callback, pooled_expand_callback, packed, 1,
+                           [("p_logodds__", 1), ("p", 1)], {"p_logodds__", "p"}, {}, {})

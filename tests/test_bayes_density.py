@@ -133,6 +133,27 @@ def test_paired_model_logp_gradient_and_expansion_match_pymc():
         np.testing.assert_allclose(out[n_dim:], reference, rtol=1e-12, atol=1e-12)
 
 
+def test_pooled_model_logp_and_gradient_match_pymc():
+    """The conjugate model of audit.bayes.fit_pooled_beta_binomial against its PyMC definition."""
+    import pymc as pm
+
+    from audit.bayes import _quasi_binomial_loglik
+
+    a, b, n, wins = 2.0, 3.5, 240.0, 131.5
+    with pm.Model() as model:
+        p = pm.Beta("p", alpha=a, beta=b)
+        pm.Potential("quasi_binomial_loglik", _quasi_binomial_loglik(pm.math.logit(p), n, wins))
+    assert list(model.initial_point()) == ["p_logodds__"]
+    pymc_logp = model.compile_logp(mode="FAST_COMPILE")
+    pymc_dlogp = model.compile_dlogp(mode="FAST_COMPILE")
+    packed = np.array([a, b, n, wins])
+    for z in np.linspace(-6.0, 6.0, 41):
+        gradient = np.empty(1)
+        logp = bayes_density.pooled_logp_and_gradient(np.array([z]), gradient, packed)
+        assert logp == pytest.approx(pymc_logp({"p_logodds__": np.array(z)}), rel=1e-9)
+        assert gradient[0] == pytest.approx(pymc_dlogp({"p_logodds__": np.array(z)})[0], rel=1e-8, abs=1e-9)
+
+
 def test_density_stays_finite_in_the_tails():
     # eta of +-800 would overflow a naive log(1 + e^eta); the stable form keeps logp finite
     cells = aggregate_cells(["a", "a", "b", "b"], [0.5, -0.5, 0.5, -0.5], [1, 0, 1, 1])
@@ -161,7 +182,7 @@ def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
         "print(json.dumps({'jit_hits': [sum(f.stats.cache_hits.values()) for f in (b.logp_and_gradient, b.expand)],"
         " 'jit_misses': [sum(f.stats.cache_misses.values()) for f in (b.logp_and_gradient, b.expand)],"
         " 'cfunc_hits': [f.cache_hits for f in (b.logp_callback, b.expand_callback, b.paired_logp_callback,"
-        " b.paired_expand_callback)], 'sampler': sampler,"
+        " b.paired_expand_callback, b.pooled_logp_callback, b.pooled_expand_callback)], 'sampler': sampler,"
         " 'imported': sorted(m for m in ('pymc', 'pytensor') if m in sys.modules)}))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
@@ -169,5 +190,5 @@ def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
                                       cwd=tmp_path, check=True).stdout.splitlines()[-1])
             for mode in ("compile", "fit")]
     assert runs[0]["jit_misses"] == [1, 1]  # empty cache: compiled (and written) once each
-    assert runs[1] == {"jit_hits": [1, 1], "jit_misses": [0, 0], "cfunc_hits": [1, 1, 1, 1],
+    assert runs[1] == {"jit_hits": [1, 1], "jit_misses": [0, 0], "cfunc_hits": [1] * 6,
                        "sampler": "nutpie", "imported": []}
