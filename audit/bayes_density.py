@@ -1,10 +1,13 @@
-"""Hand-derived log density and gradient of the hierarchical win-rate model, compiled by numba.
+"""Hand-derived log densities and gradients of audit's PyMC models, compiled by numba for nutpie.
 
-The PyMC model in :func:`audit.bayes._build_hierarchical_model` is the definition; this module
-is the same function written out by hand so that nutpie can sample it without PyTensor. PyTensor
-graphs compiled by nutpie's numba backend are not cached across processes (6-19 s of compiling in
-every new process, bench/README.md); a plain ``@numba.njit(cache=True)`` kernel is compiled once
-and loaded from numba's on-disk cache afterwards (~0.1 s).
+The PyMC models are the definitions: :func:`audit.bayes._build_hierarchical_model` (the
+hierarchical win rate, documented below), :func:`audit.bayes_compare._model` (the joint model of
+two systems) and the pooled Beta-binomial of :func:`audit.bayes.fit_pooled_beta_binomial` (each
+documented beside its kernel). This module writes the same functions out by hand so that nutpie
+can sample them without PyTensor: PyTensor graphs compiled by nutpie's numba backend are not cached
+across processes (6-19 s of compiling in every new process, bench/README.md), whereas these
+``cache=True`` kernels are compiled once and then loaded from numba's on-disk cache (~0.02 s).
+nutpie calls them through its C callback ABI, so chains run in its Rust threads without the GIL.
 
 Unconstrained parameter vector ``x`` (the order of ``model.initial_point()``)::
 
@@ -30,8 +33,12 @@ d/dmu = sum_c r_c + prior, d/ds = sigma sum_v theta_v R_v + 1 + d sigma_prior/ds
 offsets d/draw_r = R_r - mean_r' R_r' - raw_r. d sigma_prior/ds = -(nu + 1) q / (nu + q) with
 q = (sigma/scale)^2 (nu > 0), -q (nu = 0).
 
-Validated against: PyMC's ``model.compile_logp()`` / ``model.compile_dlogp()`` of the same model
-at random points, every variant (tests/test_bayes_density.py).
+Validated against: PyMC's ``model.compile_logp()`` / ``model.compile_dlogp()`` (and the
+deterministics) of the same models at random points, every variant (tests/test_bayes_density.py);
+end to end, the pooled model's posterior against scipy.stats.beta (tests/test_bayes.py).
+
+References: Hoffman & Gelman (2014), "The No-U-Turn Sampler", JMLR 15 (the sampler nutpie
+implements); the models' references are in :mod:`audit.bayes` and :mod:`audit.bayes_compare`.
 """
 
 from __future__ import annotations
@@ -75,7 +82,7 @@ def _expit(x: float) -> float:
 #: Header of the packed data buffer (float64), followed by six blocks of n_cells values:
 #: cell vignette index, order (+-1/2), run index, judge index, verdicts n, wins w.
 HEADER = ("n_vignettes", "n_runs", "n_judges", "centred", "prior_nu", "prior_scale", "n_cells")
-_HEADER_SIZE = 7
+_HEADER_SIZE = len(HEADER)
 
 
 def pack(vignette_index, order, run_index, judge_index, n, wins, n_vignettes: int, n_runs: int,
