@@ -58,7 +58,6 @@ import math
 import os
 import time
 import warnings
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -92,11 +91,6 @@ TARGET_ACCEPT = 0.95
 #: Posterior quantiles of each win rate kept in the result (for the report's posterior plot).
 POSTERIOR_QUANTILES = 101
 
-#: Compiled nutpie models kept in this process, keyed by model structure (see _structure_key);
-#: a second fit of the same shape only swaps the data (the numba compile is most of a fit's time).
-_NUTPIE_CACHE_SIZE = 8
-_NUTPIE_CACHE: OrderedDict[tuple, Any] = OrderedDict()
-
 
 # --------------------------------------------------------------------------------------------
 # Priors
@@ -129,8 +123,8 @@ class SigmaPrior:
 def _sigma_with_prior(prior: SigmaPrior):
     """sigma with its prior density as a Potential whose parameters are model data.
 
-    One compiled model then serves every prior of :data:`SIGMA_PRIORS` (a prior-sensitivity
-    refit only swaps data instead of recompiling). Half-Student-t up to a constant:
+    The model's structure is then the same for every prior of :data:`SIGMA_PRIORS`, which is
+    also how :mod:`audit.bayes_density` takes the prior: as data (nu, scale). Half-Student-t up to a constant:
     log p = -(nu + 1)/2 log(1 + (s/scale)^2 / nu); nu = 1 is the half-Cauchy and nu = 0 codes
     the half-normal, log p = -(s/scale)^2 / 2. Validated against scipy.stats halfnorm/halft/halfcauchy.
     """
@@ -360,22 +354,6 @@ def _build_hierarchical_model(cells: WinRateCells, prior: SigmaPrior, centred: b
     return model
 
 
-def _cell_data(cells: WinRateCells, prior: SigmaPrior) -> dict[str, np.ndarray]:
-    data = {
-        "sigma_prior_nu": np.array(prior.student_t_nu),
-        "sigma_prior_scale": np.array(prior.scale),
-        "cell_vignette": cells.vignette_index,
-        "cell_order": cells.order,
-        "cell_n": cells.n.astype(float),
-        "cell_wins": cells.wins,
-    }
-    if cells.n_runs > 1:
-        data["cell_run"] = cells.run_index
-    if cells.n_judges > 1:
-        data["cell_judge"] = cells.judge_index
-    return data
-
-
 def _quiet_imports() -> None:
     """Import arviz once with its refactor FutureWarning silenced (it says nothing about our use)."""
     with warnings.catch_warnings():
@@ -383,25 +361,11 @@ def _quiet_imports() -> None:
         import arviz  # noqa: F401
 
 
-def _sample_nutpie(build_model, structure_key, data, chains, draws, tune, seed, progress, density_model=None):
-    """nutpie on ``density_model()`` (a hand-written compiled density) when given, else on the
-    PyMC model compiled by nutpie (cached in this process by structure)."""
+def _sample_nutpie(density_model, chains, draws, tune, seed, progress):
     import nutpie
 
-    if density_model is not None:
-        compiled = density_model()
-    else:
-        compiled = _NUTPIE_CACHE.get(structure_key)
-        if compiled is None:
-            compiled = nutpie.compile_pymc_model(build_model())
-            _NUTPIE_CACHE[structure_key] = compiled
-            while len(_NUTPIE_CACHE) > _NUTPIE_CACHE_SIZE:
-                _NUTPIE_CACHE.popitem(last=False)
-        else:
-            _NUTPIE_CACHE.move_to_end(structure_key)
-            compiled = compiled.with_data(**data)
     return nutpie.sample(
-        compiled,
+        density_model(),
         draws=draws,
         tune=tune,
         chains=chains,
@@ -437,12 +401,12 @@ def _sample_pymc(build_model, chains, draws, tune, seed, progress):
         pymc_logger.setLevel(previous_level)
 
 
-def _sample(build_model, structure_key, data, sampler, chains, draws, tune, seed, progress, density_model=None):
+def _sample(build_model, density_model, sampler, chains, draws, tune, seed, progress):
     """Run the requested sampler; ``auto`` is nutpie with a fallback to PyMC's NUTS.
 
-    ``density_model``, when given, returns a nutpie model of the same posterior with a
-    hand-written compiled log density (:mod:`audit.bayes_density`); nutpie samples that instead
-    of compiling ``build_model()``'s PyTensor graph. PyMC's NUTS always samples ``build_model()``.
+    nutpie samples ``density_model()``: the model's posterior with a hand-written compiled log
+    density (:mod:`audit.bayes_density`), pinned by tests to ``build_model()``'s PyMC logp. PyMC's
+    NUTS samples ``build_model()`` itself.
 
     Returns (idata, sampler_used, note).
     """
@@ -451,12 +415,11 @@ def _sample(build_model, structure_key, data, sampler, chains, draws, tune, seed
         raise InputError(f"Unknown sampler {sampler!r}.", fix="Use 'auto', 'nutpie' or 'pymc'.")
     if sampler == "pymc":
         return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", ""
-    arguments = (build_model, structure_key, data, chains, draws, tune, seed, progress, density_model)
     if sampler == "nutpie":
-        return _sample_nutpie(*arguments), "nutpie", ""
+        return _sample_nutpie(density_model, chains, draws, tune, seed, progress), "nutpie", ""
     try:
-        return _sample_nutpie(*arguments), "nutpie", ""
-    except Exception as error:  # nutpie missing or failing: PyMC's NUTS samples the same model
+        return _sample_nutpie(density_model, chains, draws, tune, seed, progress), "nutpie", ""
+    except Exception as error:  # nutpie or numba missing or failing: PyMC's NUTS samples the same model
         note = f"nutpie unavailable or failed ({type(error).__name__}: {error}); used PyMC NUTS"
         return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", note
 
@@ -915,14 +878,10 @@ def _density_model(cells: WinRateCells, prior: SigmaPrior, centred: bool):
 def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, seed, progress,
                thresholds) -> _Fit:
     centred = parameterization == "centred"
-    structure_key = ("hierarchical", cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
     idata, sampler_used, note = _sample(
-        lambda: _build_hierarchical_model(cells, prior, centred),
-        structure_key, _cell_data(cells, prior), sampler, chains, draws, tune, seed, progress,
-        density_model=lambda: _density_model(cells, prior, centred),
+        lambda: _build_hierarchical_model(cells, prior, centred), lambda: _density_model(cells, prior, centred),
+        sampler, chains, draws, tune, seed, progress,
     )
-    # The compiled model may come from the cache with another data set's labels.
-    idata.posterior = idata.posterior.assign_coords(vignette=list(cells.vignette_labels))
     estimands = winrate_estimand_draws(
         _stacked(idata, "mu"), _stacked(idata, "beta"), _stacked(idata, "sigma"),
         _stacked(idata, "u"), _offset_draws(idata, cells),
@@ -1309,9 +1268,7 @@ def fit_pooled_beta_binomial(
 
         return pooled_nutpie_model(a, b, float(n), float(wins))
 
-    idata, sampler_used, _ = _sample(build, ("pooled_beta", a, b), {"total": np.array(float(n)),
-                                     "successes": np.array(float(wins))},
-                                     sampler, chains, draws, tune, seed_int, False, density_model=density_model)
+    idata, sampler_used, _ = _sample(build, density_model, sampler, chains, draws, tune, seed_int, False)
     diagnostics = _diagnose(idata, ["p"], chains, draws, tune, thresholds)
     from scipy import stats
 

@@ -128,9 +128,8 @@ def fit_paired_difference_bayes(frame_a: pd.DataFrame, frame_b: pd.DataFrame, *,
     seed = _resolve_seed(seed)
     started = time.perf_counter()
     labels, data = _cells(frame_a, frame_b)
-    idata, sampler_used, _ = _sample(lambda: _model(labels, data), ("paired_difference", len(labels), len(data["cell_n"])),
-                                     data, sampler, chains, draws, tune, seed, False,
-                                     density_model=lambda: _density_model(labels, data))
+    idata, sampler_used, _ = _sample(lambda: _model(labels, data), lambda: _density_model(labels, data),
+                                     sampler, chains, draws, tune, seed, False)
     diagnostics = _diagnose(idata, ["mu", "delta", "beta", "sigma_u", "sigma_w", "u_std", "w_std"],
                             chains, draws, tune, thresholds)
     summaries: dict = {"these": None, "new": None}
