@@ -234,6 +234,21 @@ def test_seed_generator_is_recorded(simulated):
     assert result.seed == int(np.random.default_rng(7).integers(0, 2**31 - 1))
 
 
+def test_auto_sampler_falls_back_to_pymc_on_the_pymc_model_when_nutpie_fails(monkeypatch):
+    import audit.bayes as bayes
+
+    def failing_nutpie(*_):
+        raise RuntimeError("numba missing")
+
+    monkeypatch.setattr(bayes, "_sample_nutpie", failing_nutpie)
+    monkeypatch.setattr(bayes, "_sample_pymc", lambda build_model, *_: ("pymc trace of", build_model()))
+    idata, used, note = bayes._sample(lambda: "the PyMC model", lambda: "density", "auto", 2, 10, 10, 0, False)
+    assert (idata, used) == (("pymc trace of", "the PyMC model"), "pymc")
+    assert "RuntimeError: numba missing" in note
+    with pytest.raises(RuntimeError, match="numba missing"):  # an explicit "nutpie" does not fall back
+        bayes._sample(lambda: "the PyMC model", lambda: "density", "nutpie", 2, 10, 10, 0, False)
+
+
 # ---------------------------------------------------------------- slow tiers
 @pytest.mark.slow
 def test_fast_path_and_pymc_sampler_agree_within_monte_carlo_error():
