@@ -998,9 +998,11 @@ def fit_winrate_hierarchical(
     ----------
     Gelman (2006); Vehtari et al. (2021); Gelman, Meng & Stern (1996).
 
-    Validated against: scipy.stats.beta (conjugate Beta-binomial special case through the same
-    sampling, summary and diagnostic path, :func:`fit_pooled_beta_binomial`), scipy.integrate.quad
-    (the quadrature), and seeded recovery/coverage simulations from the model.
+    Validated against: PyMC's ``compile_logp``/``compile_dlogp`` of this model (the hand-derived
+    density nutpie samples, every variant, tests/test_bayes_density.py) and PyMC's NUTS on it
+    (within Monte Carlo error, slow tier), scipy.stats.beta (conjugate Beta-binomial special case
+    through the same sampling, summary and diagnostic path, :func:`fit_pooled_beta_binomial`),
+    scipy.integrate.quad (the quadrature), and seeded recovery/coverage simulations from the model.
     """
     started = time.perf_counter()
     level = thresholds.confidence_level if level is None else level
