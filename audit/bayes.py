@@ -35,7 +35,20 @@ Vehtari, Gelman, Simpson, Carpenter & Bürkner (2021), "Rank-normalization, fold
 localization: an improved R-hat", Bayesian Analysis 16(2); Gelman, Meng & Stern (1996) for
 posterior predictive p-values.
 
-Heavy libraries (pymc, pytensor, arviz, nutpie) are imported inside the functions that use them.
+Sampling. ``sampler="auto"`` runs nutpie on the model's log density and gradient written out by
+hand in :mod:`audit.bayes_density` (numba, compiled once and then loaded from numba's on-disk
+cache; pinned to PyMC's ``compile_logp``/``compile_dlogp`` of :func:`_build_hierarchical_model` for
+every variant by tests/test_bayes_density.py). The PyMC model stays the definition and is what
+``sampler="pymc"`` samples, and the fallback when nutpie fails. Why: letting nutpie compile the
+PyTensor graph costs 6-19 s of numba compiling in every new process (not cacheable), which made a
+one-fit process take 15-21 s; with the cached kernel a cold process takes about 4-6 s on 2 shared
+cores, of which ``import arviz`` (imported by nutpie itself) is 2.5-3.5 s (bench/README.md).
+4 chains x (1000 + 1000) stay the default: in 20 seeded fixture-like fits all 20 passed the gate
+(R-hat max 1.0096, min bulk/tail ESS 902/1447, 0 divergences after the automatic refit of one)
+while 4 x (500 + 500) failed it once (R-hat 1.0118).
+
+Heavy libraries (pymc, pytensor, arviz, nutpie, numba) are imported inside the functions that
+use them; the default path never imports pymc or pytensor.
 """
 
 from __future__ import annotations
@@ -45,7 +58,6 @@ import math
 import os
 import time
 import warnings
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -79,11 +91,6 @@ TARGET_ACCEPT = 0.95
 #: Posterior quantiles of each win rate kept in the result (for the report's posterior plot).
 POSTERIOR_QUANTILES = 101
 
-#: Compiled nutpie models kept in this process, keyed by model structure (see _structure_key);
-#: a second fit of the same shape only swaps the data (the numba compile is most of a fit's time).
-_NUTPIE_CACHE_SIZE = 8
-_NUTPIE_CACHE: OrderedDict[tuple, Any] = OrderedDict()
-
 
 # --------------------------------------------------------------------------------------------
 # Priors
@@ -116,8 +123,8 @@ class SigmaPrior:
 def _sigma_with_prior(prior: SigmaPrior):
     """sigma with its prior density as a Potential whose parameters are model data.
 
-    One compiled model then serves every prior of :data:`SIGMA_PRIORS` (a prior-sensitivity
-    refit only swaps data instead of recompiling). Half-Student-t up to a constant:
+    The model's structure is then the same for every prior of :data:`SIGMA_PRIORS`, which is
+    also how :mod:`audit.bayes_density` takes the prior: as data (nu, scale). Half-Student-t up to a constant:
     log p = -(nu + 1)/2 log(1 + (s/scale)^2 / nu); nu = 1 is the half-Cauchy and nu = 0 codes
     the half-normal, log p = -(s/scale)^2 / 2. Validated against scipy.stats halfnorm/halft/halfcauchy.
     """
@@ -347,22 +354,6 @@ def _build_hierarchical_model(cells: WinRateCells, prior: SigmaPrior, centred: b
     return model
 
 
-def _cell_data(cells: WinRateCells, prior: SigmaPrior) -> dict[str, np.ndarray]:
-    data = {
-        "sigma_prior_nu": np.array(prior.student_t_nu),
-        "sigma_prior_scale": np.array(prior.scale),
-        "cell_vignette": cells.vignette_index,
-        "cell_order": cells.order,
-        "cell_n": cells.n.astype(float),
-        "cell_wins": cells.wins,
-    }
-    if cells.n_runs > 1:
-        data["cell_run"] = cells.run_index
-    if cells.n_judges > 1:
-        data["cell_judge"] = cells.judge_index
-    return data
-
-
 def _quiet_imports() -> None:
     """Import arviz once with its refactor FutureWarning silenced (it says nothing about our use)."""
     with warnings.catch_warnings():
@@ -370,20 +361,11 @@ def _quiet_imports() -> None:
         import arviz  # noqa: F401
 
 
-def _sample_nutpie(build_model, structure_key, data, chains, draws, tune, seed, progress):
+def _sample_nutpie(density_model, chains, draws, tune, seed, progress):
     import nutpie
 
-    compiled = _NUTPIE_CACHE.get(structure_key)
-    if compiled is None:
-        compiled = nutpie.compile_pymc_model(build_model())
-        _NUTPIE_CACHE[structure_key] = compiled
-        while len(_NUTPIE_CACHE) > _NUTPIE_CACHE_SIZE:
-            _NUTPIE_CACHE.popitem(last=False)
-    else:
-        _NUTPIE_CACHE.move_to_end(structure_key)
-        compiled = compiled.with_data(**data)
     return nutpie.sample(
-        compiled,
+        density_model(),
         draws=draws,
         tune=tune,
         chains=chains,
@@ -419,8 +401,12 @@ def _sample_pymc(build_model, chains, draws, tune, seed, progress):
         pymc_logger.setLevel(previous_level)
 
 
-def _sample(build_model, structure_key, data, sampler, chains, draws, tune, seed, progress):
+def _sample(build_model, density_model, sampler, chains, draws, tune, seed, progress):
     """Run the requested sampler; ``auto`` is nutpie with a fallback to PyMC's NUTS.
+
+    nutpie samples ``density_model()``: the model's posterior with a hand-written compiled log
+    density (:mod:`audit.bayes_density`), pinned by tests to ``build_model()``'s PyMC logp. PyMC's
+    NUTS samples ``build_model()`` itself.
 
     Returns (idata, sampler_used, note).
     """
@@ -430,11 +416,10 @@ def _sample(build_model, structure_key, data, sampler, chains, draws, tune, seed
     if sampler == "pymc":
         return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", ""
     if sampler == "nutpie":
-        return _sample_nutpie(build_model, structure_key, data, chains, draws, tune, seed, progress), "nutpie", ""
+        return _sample_nutpie(density_model, chains, draws, tune, seed, progress), "nutpie", ""
     try:
-        idata = _sample_nutpie(build_model, structure_key, data, chains, draws, tune, seed, progress)
-        return idata, "nutpie", ""
-    except Exception as error:  # nutpie missing or failing: PyMC's NUTS samples the same model
+        return _sample_nutpie(density_model, chains, draws, tune, seed, progress), "nutpie", ""
+    except Exception as error:  # nutpie or numba missing or failing: PyMC's NUTS samples the same model
         note = f"nutpie unavailable or failed ({type(error).__name__}: {error}); used PyMC NUTS"
         return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", note
 
@@ -482,11 +467,19 @@ def _diagnose(idata, var_names: list[str], chains: int, draws: int, tune: int,
     import arviz as az
 
     posterior = idata.posterior[var_names]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # constant chains in tiny runs
-        rhat = az.rhat(posterior, method="rank")
-        ess_bulk = az.ess(posterior, method="bulk")
-        ess_tail = az.ess(posterior, method="tail")
+    numba_was_on = az.Numba.numba_flag
+    # ArviZ's numba kernels are compiled in every new process (~0.2-1 s); on 4 x 1000 draws its
+    # NumPy path is as fast and gives the same numbers (measured), so switch them off here.
+    az.Numba.disable_numba()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # constant chains in tiny runs
+            rhat = az.rhat(posterior, method="rank")
+            ess_bulk = az.ess(posterior, method="bulk")
+            ess_tail = az.ess(posterior, method="tail")
+    finally:
+        if numba_was_on:
+            az.Numba.enable_numba()
 
     def extreme(dataset, pick_max: bool) -> tuple[float, str]:
         best_value, best_name = (-math.inf if pick_max else math.inf), ""
@@ -876,16 +869,19 @@ class _Fit:
     sampler_note: str
 
 
+def _density_model(cells: WinRateCells, prior: SigmaPrior, centred: bool):
+    from audit.bayes_density import nutpie_model
+
+    return nutpie_model(cells, prior.student_t_nu, prior.scale, centred)
+
+
 def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, seed, progress,
                thresholds) -> _Fit:
     centred = parameterization == "centred"
-    structure_key = ("hierarchical", cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
     idata, sampler_used, note = _sample(
-        lambda: _build_hierarchical_model(cells, prior, centred),
-        structure_key, _cell_data(cells, prior), sampler, chains, draws, tune, seed, progress,
+        lambda: _build_hierarchical_model(cells, prior, centred), lambda: _density_model(cells, prior, centred),
+        sampler, chains, draws, tune, seed, progress,
     )
-    # The compiled model may come from the cache with another data set's labels.
-    idata.posterior = idata.posterior.assign_coords(vignette=list(cells.vignette_labels))
     estimands = winrate_estimand_draws(
         _stacked(idata, "mu"), _stacked(idata, "beta"), _stacked(idata, "sigma"),
         _stacked(idata, "u"), _offset_draws(idata, cells),
@@ -973,8 +969,9 @@ def fit_winrate_hierarchical(
         else non-centred; refitted once in the other form if the first fit has divergences; the
         message records it), ``"centred"`` or ``"non_centred"``.
     sampler
-        ``"auto"`` (nutpie, falling back to PyMC NUTS if nutpie is missing or fails), ``"nutpie"``
-        or ``"pymc"``.
+        ``"auto"`` (nutpie on the hand-derived compiled density of :mod:`audit.bayes_density`,
+        falling back to PyMC NUTS on the PyMC model if nutpie or numba is missing or fails),
+        ``"nutpie"`` (the same without the fallback) or ``"pymc"``.
     chains, draws, tune, seed
         NUTS settings; ``seed`` is an int or a Generator (an int is drawn from it and recorded).
     level, population
@@ -1001,9 +998,11 @@ def fit_winrate_hierarchical(
     ----------
     Gelman (2006); Vehtari et al. (2021); Gelman, Meng & Stern (1996).
 
-    Validated against: scipy.stats.beta (conjugate Beta-binomial special case through the same
-    sampling, summary and diagnostic path, :func:`fit_pooled_beta_binomial`), scipy.integrate.quad
-    (the quadrature), and seeded recovery/coverage simulations from the model.
+    Validated against: PyMC's ``compile_logp``/``compile_dlogp`` of this model (the hand-derived
+    density nutpie samples, every variant, tests/test_bayes_density.py) and PyMC's NUTS on it
+    (within Monte Carlo error, slow tier), scipy.stats.beta (conjugate Beta-binomial special case
+    through the same sampling, summary and diagnostic path, :func:`fit_pooled_beta_binomial`),
+    scipy.integrate.quad (the quadrature), and seeded recovery/coverage simulations from the model.
     """
     started = time.perf_counter()
     level = thresholds.confidence_level if level is None else level
@@ -1243,8 +1242,10 @@ def fit_pooled_beta_binomial(
     r"""Pooled model p ~ Beta(a, b), w | p ~ Binomial(n, p): no vignette and no order effect.
 
     The posterior is Beta(a + w, b + n - w) in closed form; sampling it with the same
-    likelihood, sampler, summary and diagnostics code as :func:`fit_winrate_hierarchical` checks
-    that path. Validated against scipy.stats.beta.
+    likelihood, sampler, summary and diagnostics code as :func:`fit_winrate_hierarchical` (by
+    default nutpie on a hand-written compiled density through the same C-callback path,
+    :func:`audit.bayes_density.pooled_nutpie_model`) checks that path. Validated against
+    scipy.stats.beta.
     """
     if n < 1 or not 0 <= wins <= n:
         raise InputError(f"wins={wins}, n={n} is not a valid count.", fix="Use 0 <= wins <= n, n >= 1.")
@@ -1264,9 +1265,12 @@ def fit_pooled_beta_binomial(
                          _quasi_binomial_loglik(pm.math.logit(p), total, successes))
         return model
 
-    idata, sampler_used, _ = _sample(build, ("pooled_beta", a, b), {"total": np.array(float(n)),
-                                     "successes": np.array(float(wins))},
-                                     sampler, chains, draws, tune, seed_int, False)
+    def density_model():
+        from audit.bayes_density import pooled_nutpie_model
+
+        return pooled_nutpie_model(a, b, float(n), float(wins))
+
+    idata, sampler_used, _ = _sample(build, density_model, sampler, chains, draws, tune, seed_int, False)
     diagnostics = _diagnose(idata, ["p"], chains, draws, tune, thresholds)
     from scipy import stats
 

@@ -96,6 +96,12 @@ def _model(labels, data):
     return model
 
 
+def _density_model(labels, data):
+    from audit.bayes_density import paired_nutpie_model
+
+    return paired_nutpie_model(labels, data)
+
+
 def _order_averaged(eta_mid: np.ndarray, beta: np.ndarray) -> np.ndarray:
     expit = lambda x: 1.0 / (1.0 + np.exp(-x))  # noqa: E731 - local shorthand
     return 0.5 * (expit(eta_mid + beta / 2) + expit(eta_mid - beta / 2))
@@ -122,8 +128,8 @@ def fit_paired_difference_bayes(frame_a: pd.DataFrame, frame_b: pd.DataFrame, *,
     seed = _resolve_seed(seed)
     started = time.perf_counter()
     labels, data = _cells(frame_a, frame_b)
-    idata, sampler_used, _ = _sample(lambda: _model(labels, data), ("paired_difference", len(labels), len(data["cell_n"])),
-                                     data, sampler, chains, draws, tune, seed, False)
+    idata, sampler_used, _ = _sample(lambda: _model(labels, data), lambda: _density_model(labels, data),
+                                     sampler, chains, draws, tune, seed, False)
     diagnostics = _diagnose(idata, ["mu", "delta", "beta", "sigma_u", "sigma_w", "u_std", "w_std"],
                             chains, draws, tune, thresholds)
     summaries: dict = {"these": None, "new": None}

@@ -6,7 +6,10 @@ model is the same model), 4 chains x (1000 tune + 1000 draws).
 Contenders, each timed as a cold process (imports + compile + sample, a fresh interpreter) and,
 where it makes sense, warm (a second fit on new data of the same shape in the same process):
 
-* ``honestci``        audit.bayes.fit_winrate_hierarchical, sampler="auto" (nutpie), 12-36 cells
+* ``honestci``        audit.bayes.fit_winrate_hierarchical, sampler="auto": nutpie on the hand-derived
+                      log density of audit/bayes_density.py (numba, cached on disk), 36 cells
+* ``nutpie-pytensor`` nutpie on the same PyMC model compiled from its PyTensor graph (what
+                      sampler="auto" did before; numba compile in every new process)
 * ``honestci-pymc``   the same model with PyMC's default NUTS (C backend)
 * ``bernoulli-pymc``  one Bernoulli row per verdict, PyMC default NUTS, same priors and terms
 * ``bambi``           bambi ``y ~ order + (1|vignette)`` (no run term), same priors, if the
@@ -18,7 +21,9 @@ win rates. Run from the repository root:
 
     PYTHONPATH=$PWD /work/main/.venv/bin/python bench/bench_bayes.py [--bambi-python PATH]
 
-The machine's cores are shared: report the load average beside the timings.
+The machine's cores are shared: the load average before each process and the process's CPU time
+(user + sys, children included, less sensitive to load than wall time) are reported beside the
+wall time.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -74,6 +80,22 @@ def fit_honestci(data, seed, sampler):
         "ess_tail_min": d.ess_tail_min, "sampler": result.sampler, "parameterization": result.parameterization}
 
 
+def fit_nutpie_pytensor(data, seed):
+    import nutpie
+
+    from audit.bayes import (TARGET_ACCEPT, _build_hierarchical_model, _resolve_prior, aggregate_cells,
+                             winrate_estimand_draws)
+
+    cells = aggregate_cells(data["vignette"], data["order"], data["outcome"], run=data["run"])
+    compiled = nutpie.compile_pymc_model(_build_hierarchical_model(cells, _resolve_prior("halfnormal1"), True))
+    idata = nutpie.sample(compiled, seed=seed, progress_bar=False, cores=min(4, os.cpu_count() or 1),
+                          target_accept=TARGET_ACCEPT, **SETTINGS)
+    post = idata.posterior.stack(sample=("chain", "draw"))
+    estimands = winrate_estimand_draws(post["mu"].values, post["beta"].values, post["sigma"].values,
+                                       post["u"].values.T, post["run_effect"].values.T)
+    return summarise(estimands), {"divergences": int(idata.sample_stats["diverging"].sum())}
+
+
 def fit_bernoulli_pymc(data, seed):
     import logging
 
@@ -82,7 +104,7 @@ def fit_bernoulli_pymc(data, seed):
     from audit.bayes import winrate_estimand_draws
 
     logging.getLogger("pymc").setLevel(logging.WARNING)
-    with pm.Model(coords={"vignette": range(N_VIGNETTES), "run": range(N_RUNS)}) as model:
+    with pm.Model(coords={"vignette": range(N_VIGNETTES), "run": range(N_RUNS)}):
         mu = pm.Normal("mu", 0.0, 1.5)
         beta = pm.Normal("beta", 0.0, 1.0)
         sigma = pm.HalfNormal("sigma", 1.0)
@@ -122,6 +144,7 @@ def child(contender: str, warm: bool) -> None:
     started = time.perf_counter()
     fits = {"honestci": lambda d, s: fit_honestci(d, s, "auto"),
             "honestci-pymc": lambda d, s: fit_honestci(d, s, "pymc"),
+            "nutpie-pytensor": fit_nutpie_pytensor,
             "bernoulli-pymc": fit_bernoulli_pymc, "bambi": fit_bambi}[contender]
     summary, extra = fits(simulate(1), 1)
     first = time.perf_counter() - started
@@ -138,13 +161,17 @@ def child(contender: str, warm: bool) -> None:
 def run_child(python: str, contender: str, warm: bool) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore")
     command = [python, str(Path(__file__).resolve()), "--child", contender] + (["--warm"] if warm else [])
+    load1 = os.getloadavg()[0]
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
     wall = time.perf_counter() - started
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     if completed.returncode != 0:
         return {"contender": contender, "error": completed.stderr.strip().splitlines()[-1:]}
     record = json.loads(completed.stdout.strip().splitlines()[-1])
-    record["process_wall_s"] = wall
+    record.update(process_wall_s=wall, process_cpu_s=cpu, load1_before=load1)
     return record
 
 
@@ -154,12 +181,14 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--bambi-python", default=None)
     parser.add_argument("--repeats", type=int, default=2, help="cold processes per contender")
+    parser.add_argument("--contenders", default="honestci,nutpie-pytensor,honestci-pymc,bernoulli-pymc",
+                        help="comma-separated subset of the contenders (bambi needs --bambi-python)")
     args = parser.parse_args()
     if args.child:
         child(args.child, args.warm)
         return
     python = sys.executable
-    plan = [(python, "honestci"), (python, "honestci-pymc"), (python, "bernoulli-pymc")]
+    plan = [(python, name) for name in args.contenders.split(",") if name != "bambi"]
     if args.bambi_python:
         plan.append((args.bambi_python, "bambi"))
     print(f"load average before: {os.getloadavg()}")
@@ -167,21 +196,20 @@ def main() -> None:
     for interpreter, contender in plan:
         for repeat in range(args.repeats):
             record = run_child(interpreter, contender, warm=repeat == args.repeats - 1)
-            record["load1"] = os.getloadavg()[0]
             records.append(record)
             print(json.dumps(record), flush=True)
-    print("\n| contender | cold process s | warm fit s | divergences | W_these mean [95%] | W_new mean [95%] | load1 |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| contender | cold process wall s | CPU s | load1 | warm fit s | divergences | W_these mean [95%] | W_new mean [95%] |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in records:
         if "error" in r:
-            print(f"| {r['contender']} | error: {r['error']} | | | | | |")
+            print(f"| {r['contender']} | error: {r['error']} | | | | | | |")
             continue
         s = r["summary"]
         these, new = s["winrate_these"], s["winrate_new"]
         warm = f"{r['warm_fit_s']:.2f}" if "warm_fit_s" in r else ""
-        print(f"| {r['contender']} | {r['process_wall_s']:.2f} | {warm} | {r['divergences']} | "
-              f"{these[0]:.4f} [{these[1]:.4f}, {these[2]:.4f}] | {new[0]:.4f} [{new[1]:.4f}, {new[2]:.4f}] | "
-              f"{r['load1']:.2f} |")
+        print(f"| {r['contender']} | {r['process_wall_s']:.2f} | {r['process_cpu_s']:.2f} | {r['load1_before']:.2f} | "
+              f"{warm} | {r['divergences']} | "
+              f"{these[0]:.4f} [{these[1]:.4f}, {these[2]:.4f}] | {new[0]:.4f} [{new[1]:.4f}, {new[2]:.4f}] |")
 
 
 if __name__ == "__main__":

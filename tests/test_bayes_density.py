@@ -1,0 +1,194 @@
+"""The hand-derived log density of audit/bayes_density.py against PyMC's model of audit/bayes.py.
+
+Outside reference: PyMC's own ``model.compile_logp()`` / ``model.compile_dlogp()`` (log density
+with normalising constants and the log-transform Jacobian, and its gradient, on the unconstrained
+space) and ``model.compile_fn`` of the deterministics, at random points, for every variant of
+``_build_hierarchical_model``: centred / non-centred x with / without run offsets x with /
+without judge offsets x every prior in SIGMA_PRIORS.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audit import bayes_density
+from audit.bayes import SIGMA_PRIORS, _build_hierarchical_model, aggregate_cells
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+POINTS_PER_VARIANT = 40
+
+
+def _cells(rng, n_runs, n_judges):
+    n = 400
+    return aggregate_cells(rng.integers(0, 5, n), rng.choice([0.5, -0.5], n),
+                           rng.choice([0.0, 0.5, 1.0], n),  # ties: fractional wins
+                           rng.integers(0, n_runs, n) if n_runs > 1 else None,
+                           rng.integers(0, n_judges, n) if n_judges > 1 else None)
+
+
+def _as_point(x, blocks):
+    point, position = {}, 0
+    for name, size in blocks:
+        value = x[position:position + size]
+        point[name] = np.array(value[0]) if name in ("mu", "beta", "sigma_log__") else value.copy()
+        position += size
+    return point
+
+
+STRUCTURES = list(itertools.product([1, 3], [1, 2], [True, False]))
+
+
+@pytest.mark.parametrize("n_runs,n_judges,centred", STRUCTURES)
+def test_logp_gradient_and_expansion_match_pymc(n_runs, n_judges, centred):
+    """Every structure, and within it every prior of SIGMA_PRIORS (the prior is model data)."""
+    rng = np.random.default_rng(100 * n_runs + 10 * n_judges + centred)
+    cells = _cells(rng, n_runs, n_judges)
+    model = _build_hierarchical_model(cells, SIGMA_PRIORS["halfnormal1"], centred)
+    fast_compile = dict(mode="FAST_COMPILE")  # Python backend: no C compile, exact same graph
+    pymc_logp, pymc_dlogp = model.compile_logp(**fast_compile), model.compile_dlogp(**fast_compile)
+    deterministics = ["sigma", "u"] + (["run_effect"] if n_runs > 1 else []) + (["judge_effect"] if n_judges > 1 else [])
+    by_name = {variable.name: variable for variable in model.unobserved_value_vars}  # in terms of value vars
+    pymc_expand = model.compile_fn([by_name[name] for name in deterministics], inputs=model.value_vars,
+                                   point_fn=True, on_unused_input="ignore", **fast_compile)
+
+    blocks = bayes_density.parameter_blocks(cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
+    assert [name for name, _ in blocks] == list(model.initial_point())  # same names, same order
+    expanded_blocks = bayes_density.expanded_blocks(cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
+    assert [name for name, _ in expanded_blocks[len(blocks):]] == deterministics
+    for prior in SIGMA_PRIORS.values():
+        model.set_data("sigma_prior_nu", np.array(prior.student_t_nu))
+        model.set_data("sigma_prior_scale", np.array(prior.scale))
+        packed = bayes_density.pack(cells.vignette_index, cells.order, cells.run_index, cells.judge_index,
+                                    cells.n, cells.wins, cells.n_vignettes, cells.n_runs, cells.n_judges,
+                                    centred, prior.student_t_nu, prior.scale)
+        n_dim = bayes_density.n_parameters(packed)
+        for _ in range(POINTS_PER_VARIANT):
+            x = rng.normal(0.0, 1.5, n_dim)
+            point = _as_point(x, blocks)
+            gradient = np.empty(n_dim)
+            logp = bayes_density.logp_and_gradient(x, gradient, packed)
+            reference_gradient = pymc_dlogp(point)
+            assert logp == pytest.approx(pymc_logp(point), rel=1e-9), prior
+            scale = max(1.0, float(np.max(np.abs(reference_gradient))))
+            np.testing.assert_allclose(gradient, reference_gradient, rtol=0, atol=1e-9 * scale, err_msg=str(prior))
+            out = np.empty(sum(size for _, size in expanded_blocks))
+            bayes_density.expand(x, out, packed)
+            np.testing.assert_array_equal(out[:n_dim], x)
+            reference = np.concatenate([np.ravel(v) for v in pymc_expand(point)])
+            np.testing.assert_allclose(out[n_dim:], reference, rtol=1e-12, atol=1e-12)
+
+
+def test_paired_model_logp_gradient_and_expansion_match_pymc():
+    """The joint two-system model of audit/bayes_compare.py against its PyMC definition."""
+    import pandas as pd
+
+    from audit.bayes_compare import _cells as paired_cells
+    from audit.bayes_compare import _model as paired_model
+
+    rng = np.random.default_rng(5)
+
+    def frame():
+        n = 300
+        return pd.DataFrame({"vignette_id": rng.choice(["a", "b", "c", "d"], n), "policy_first": rng.random(n) < 0.5,
+                             "value": rng.choice([0.0, 0.5, 1.0], n)})
+
+    labels, data = paired_cells(frame(), frame())
+    model = paired_model(labels, data)
+    fast_compile = dict(mode="FAST_COMPILE")
+    pymc_logp, pymc_dlogp = model.compile_logp(**fast_compile), model.compile_dlogp(**fast_compile)
+    by_name = {variable.name: variable for variable in model.unobserved_value_vars}
+    deterministics = ["sigma_u", "sigma_w", "u", "w"]
+    pymc_expand = model.compile_fn([by_name[name] for name in deterministics], inputs=model.value_vars,
+                                   point_fn=True, on_unused_input="ignore", **fast_compile)
+    blocks = bayes_density.paired_parameter_blocks(len(labels))
+    assert [name for name, _ in blocks] == list(model.initial_point())
+    assert [name for name, _ in bayes_density.paired_expanded_blocks(len(labels))[len(blocks):]] == deterministics
+    packed = bayes_density.paired_pack(data["cell_vignette"], data["cell_order"], data["cell_system"],
+                                       data["cell_n"], data["cell_wins"], len(labels))
+    n_dim = sum(size for _, size in blocks)
+    scalars = {"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__"}
+    for _ in range(4 * POINTS_PER_VARIANT):
+        x = rng.normal(0.0, 1.5, n_dim)
+        point, position = {}, 0
+        for name, size in blocks:
+            point[name] = np.array(x[position]) if name in scalars else x[position:position + size].copy()
+            position += size
+        gradient = np.empty(n_dim)
+        logp = bayes_density.paired_logp_and_gradient(x, gradient, packed)
+        reference_gradient = pymc_dlogp(point)
+        assert logp == pytest.approx(pymc_logp(point), rel=1e-9)
+        scale = max(1.0, float(np.max(np.abs(reference_gradient))))
+        np.testing.assert_allclose(gradient, reference_gradient, rtol=0, atol=1e-9 * scale)
+        out = np.empty(n_dim + 2 + 2 * len(labels))
+        bayes_density.paired_expand(x, out, packed)
+        reference = np.concatenate([np.ravel(v) for v in pymc_expand(point)])
+        np.testing.assert_allclose(out[n_dim:], reference, rtol=1e-12, atol=1e-12)
+
+
+def test_pooled_model_logp_and_gradient_match_pymc():
+    """The conjugate model of audit.bayes.fit_pooled_beta_binomial against its PyMC definition."""
+    import pymc as pm
+
+    from audit.bayes import _quasi_binomial_loglik
+
+    a, b, n, wins = 2.0, 3.5, 240.0, 131.5
+    with pm.Model() as model:
+        p = pm.Beta("p", alpha=a, beta=b)
+        pm.Potential("quasi_binomial_loglik", _quasi_binomial_loglik(pm.math.logit(p), n, wins))
+    assert list(model.initial_point()) == ["p_logodds__"]
+    pymc_logp = model.compile_logp(mode="FAST_COMPILE")
+    pymc_dlogp = model.compile_dlogp(mode="FAST_COMPILE")
+    packed = np.array([a, b, n, wins])
+    for z in np.linspace(-6.0, 6.0, 41):
+        gradient = np.empty(1)
+        logp = bayes_density.pooled_logp_and_gradient(np.array([z]), gradient, packed)
+        assert logp == pytest.approx(pymc_logp({"p_logodds__": np.array(z)}), rel=1e-9)
+        assert gradient[0] == pytest.approx(pymc_dlogp({"p_logodds__": np.array(z)})[0], rel=1e-8, abs=1e-9)
+
+
+def test_density_stays_finite_in_the_tails():
+    # eta of +-800 would overflow a naive log(1 + e^eta); the stable form keeps logp finite
+    cells = aggregate_cells(["a", "a", "b", "b"], [0.5, -0.5, 0.5, -0.5], [1, 0, 1, 1])
+    packed = bayes_density.pack(cells.vignette_index, cells.order, cells.run_index, cells.judge_index,
+                                cells.n, cells.wins, 2, 1, 1, True, 0.0, 1.0)
+    gradient = np.empty(5)
+    for value in (800.0, -800.0):
+        x = np.array([0.0, 0.0, 0.0, value, -value])
+        assert np.isfinite(bayes_density.logp_and_gradient(x, gradient, packed))
+        assert np.all(np.isfinite(gradient))
+
+
+def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
+    """A second process loads every kernel from numba's on-disk cache instead of compiling it, and
+    the default fit (sampler="auto") runs without importing pymc or pytensor."""
+    script = (
+        "import json, sys, numpy as np, audit.bayes_density as b\n"
+        "packed = b.pack([0, 1], [.5, -.5], [0, 0], [0, 0], [1., 1.], [1., 0.], 2, 1, 1, True, 0., 1.)\n"
+        "b.logp_and_gradient(np.zeros(5), np.zeros(5), packed); b.expand(np.zeros(5), np.zeros(12), packed)\n"
+        "if sys.argv[1] == 'fit':\n"
+        "    from audit.bayes import fit_winrate_hierarchical\n"
+        "    sampler = fit_winrate_hierarchical(['a', 'a', 'b', 'b'] * 20, [.5, -.5] * 40, [1., 0., 1., 1.] * 20,\n"
+        "                                       chains=2, draws=50, tune=50, seed=1).sampler\n"
+        "else:\n"
+        "    sampler = None\n"
+        "print(json.dumps({'jit_hits': [sum(f.stats.cache_hits.values()) for f in (b.logp_and_gradient, b.expand)],"
+        " 'jit_misses': [sum(f.stats.cache_misses.values()) for f in (b.logp_and_gradient, b.expand)],"
+        " 'cfunc_hits': [f.cache_hits for f in (b.logp_callback, b.expand_callback, b.paired_logp_callback,"
+        " b.paired_expand_callback, b.pooled_logp_callback, b.pooled_expand_callback)], 'sampler': sampler,"
+        " 'imported': sorted(m for m in ('pymc', 'pytensor') if m in sys.modules)}))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, env=env,
+                                      cwd=tmp_path, check=True).stdout.splitlines()[-1])
+            for mode in ("compile", "fit")]
+    assert runs[0]["jit_misses"] == [1, 1]  # empty cache: compiled (and written) once each
+    assert runs[1] == {"jit_hits": [1, 1], "jit_misses": [0, 0], "cfunc_hits": [1] * 6,
+                       "sampler": "nutpie", "imported": []}
