@@ -105,6 +105,19 @@ def test_invalid_comparison_claim_is_blocked_with_that_reason(tmp_path):
     assert gate["verdict"] == "FAIL" and "invalid comparison" in gate["message"]
 
 
+def test_committee_claim_is_blocked_by_the_logit_interval_not_by_its_comparison(tmp_path):
+    # Six vignettes near 0.84: the symmetric CR2 CI-low (0.779) clears the bar set at R1's point
+    # (0.773); the gate's logit-scale CR2 CI-low (0.768) does not. The paired test still passes.
+    result = honestci("audit", DEFAULT_STUDY_DIR / "claim-committee.yaml", "--out", tmp_path, "--no-bayes")
+    assert result.returncode == 1, result.stdout + result.stderr
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    gates = {g["gate"]: g for g in verdict["gates"]}
+    assert gates["ci_low_clears_bar"]["verdict"] == "FAIL" and "cr2_logit" in gates["ci_low_clears_bar"]["message"]
+    assert gates["comparison_valid"]["verdict"] == "PASS"
+    rows = {r["method"]: r for r in verdict["intervals"] if r["population"] == "new_vignettes"}
+    assert rows["cr2_logit"]["ci_low"] < verdict["claim"]["bar"] <= rows["cr2"]["ci_low"]
+
+
 def test_report_rerenders_a_verdict_file(tmp_path):
     assert honestci("audit", DEFAULT_STUDY_DIR / "claim.yaml", "--out", tmp_path, "--no-bayes").returncode == 0
     for fmt in ("md", "html", "json"):
