@@ -284,6 +284,17 @@ _EXPAND_SIGNATURE = numba.types.int64(numba.types.uint64, numba.types.uint64,
                                       numba.types.CPointer(numba.types.double), numba.types.voidptr)
 
 
+@_jit
+def _finite_status(value, grad):
+    """nutpie's status code: 0 ok, 3 a non-finite gradient, 4 a non-finite log density."""
+    for i in range(grad.shape[0]):
+        if not math.isfinite(grad[i]):
+            return 3
+    if not math.isfinite(value):
+        return 4
+    return 0
+
+
 @_cfunc(_LOGP_SIGNATURE)
 def logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
     header = numba.carray(data_pointer, (_HEADER_SIZE,), np.float64)
@@ -296,12 +307,7 @@ def logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
     grad = numba.carray(grad_pointer, (n_dim,))
     value = logp_and_gradient(x, grad, packed)
     logp_pointer[0] = value
-    for i in range(n_dim):
-        if not math.isfinite(grad[i]):
-            return 3
-    if not math.isfinite(value):
-        return 4
-    return 0
+    return _finite_status(value, grad)
 
 
 @_cfunc(_EXPAND_SIGNATURE)
@@ -475,12 +481,7 @@ def paired_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointe
     grad = numba.carray(grad_pointer, (n_dim,))
     value = paired_logp_and_gradient(numba.carray(x_pointer, (n_dim,)), grad, packed)
     logp_pointer[0] = value
-    for i in range(n_dim):
-        if not math.isfinite(grad[i]):
-            return 3
-    if not math.isfinite(value):
-        return 4
-    return 0
+    return _finite_status(value, grad)
 
 
 @_cfunc(_EXPAND_SIGNATURE)
@@ -532,11 +533,7 @@ def pooled_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointe
     value = pooled_logp_and_gradient(numba.carray(x_pointer, (1,)), grad,
                                      numba.carray(data_pointer, (4,), np.float64))
     logp_pointer[0] = value
-    if not math.isfinite(grad[0]):
-        return 3
-    if not math.isfinite(value):
-        return 4
-    return 0
+    return _finite_status(value, grad)
 
 
 @_cfunc(_EXPAND_SIGNATURE)
