@@ -58,7 +58,7 @@ import math
 import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -791,6 +791,9 @@ class BayesWinRateResult:
     #: 101 posterior quantiles (0, 1%, …, 100%) of the win rate per population, for plots; None
     #: when the chains did not converge.
     winrate_quantiles: dict | None = None
+    #: The posterior (arviz.InferenceData, the cells in its ``constant_data``) for writing to disk;
+    #: None when the chains did not converge.
+    idata: Any = field(default=None, repr=False, compare=False)
 
     def to_frame(self) -> "pd.DataFrame":
         """One row per (estimand, population): win rate, order effect, beta and sigma."""
@@ -1103,9 +1106,9 @@ def fit_winrate_hierarchical(
                 verdicts.append(Verdict.WARN)
                 messages.append(issue)
 
+    _add_cells_to_idata(idata, cells)
     saved_path = None
     if idata_path is not None:
-        _add_cells_to_idata(idata, cells)
         saved_path = str(Path(idata_path))
         idata.to_netcdf(saved_path)
 
@@ -1134,6 +1137,7 @@ def fit_winrate_hierarchical(
         has_ties=cells.has_ties,
         runtime_seconds=time.perf_counter() - started,
         idata_path=saved_path,
+        idata=idata if fit.diagnostics.converged else None,
     )
 
 

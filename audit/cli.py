@@ -57,13 +57,15 @@ def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_ou
     click.echo(f"report:  {paths['md']}")
     click.echo(f"         {paths['html']}")
     click.echo(f"verdict: {paths['json']}")
+    if "posterior" in paths:
+        click.echo(f"posterior: {paths['posterior']}")
     return result
 
 
 @main.command()
 @click.argument("claim", type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder for report.md and verdict.json.")
+              help="Folder for report.md, report.html, verdict.json (and posterior.nc with --bayes).")
 @click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
 @click.option("--seed", type=int, default=DEFAULT_AUDIT_SEED, show_default=True, help="Seed of every resampling step.")
 @click.option("--allow-inconclusive", is_flag=True, help="Exit 0 when the worst gate is INCONCLUSIVE.")

@@ -8,6 +8,7 @@ gates (see :mod:`audit.gates`) → report files.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import subprocess
 from dataclasses import dataclass, field
@@ -21,12 +22,15 @@ from audit.cli_support import DEFAULT_AUDIT_SEED, EXIT_BLOCKED, EXIT_PASS
 from audit.claims import Claim, load_claim
 from audit.compare import PairedDifference, paired_difference
 from audit.contests import ContestTable, build_contests
-from audit.gates import (DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GATE_ORDER, REQUIRED_WHEN_EVIDENCE_GIVEN, GateResult, Verdict, gate_ci_low_clears_bar,
+from audit.gates import (DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GATE_ORDER, REQUIRED_WHEN_EVIDENCE_GIVEN,
+                         GateResult, Verdict, gate_ci_low_clears_bar,
                          gate_enough_clusters, overall_verdict, register_gate, run_gate)
 from audit.intervals import IntervalResult, IntervalTable
 from audit.io import Study, load_study
 from audit.winrate import ALL_METHODS, winrate_table
 
+#: The main Bayesian fit's InferenceData, written beside the reports by :func:`write_outputs`.
+POSTERIOR_FILE = "posterior.nc"
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,9 @@ class AuditResult:
     per_vignette: tuple[dict, ...]
     sections: tuple[dict, ...]
     provenance: dict = field(compare=False)
+    #: The main Bayesian fit's posterior (arviz.InferenceData); :func:`write_outputs` saves it as
+    #: :data:`POSTERIOR_FILE`. None without a converged Bayesian fit.
+    posterior: Any = field(default=None, repr=False, compare=False)
 
     @property
     def verdict(self) -> Verdict:
@@ -349,7 +356,8 @@ def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = DEFAULT
         bayes_summary=None if bayes_result is None else bayes_result.summary(),
         per_vignette=_per_vignette(scored, study, level),
         sections=tuple(result.report_section().to_dict() for result in context.checks.values() if result is not None),
-        provenance=_provenance(claim, study, seed))
+        provenance=_provenance(claim, study, seed),
+        posterior=None if bayes_result is None else bayes_result.result.idata)
 
 
 @dataclass(frozen=True)
@@ -386,6 +394,8 @@ class BayesCheck:
             out["order_effect_mean"] = r.order_effect_new.mean
         for population, values in (r.winrate_quantiles or {}).items():
             out[f"posterior_quantiles_{population}"] = list(values)
+        if r.idata is not None:
+            out["posterior_file"] = POSTERIOR_FILE
         return out
 
 
@@ -409,11 +419,28 @@ def _fit_bayes(contests: ContestTable, bar: float, level: float, seed: int, refe
 
 
 def write_outputs(result: AuditResult, out_dir: str | Path) -> dict[str, Path]:
-    """Write ``verdict.json``, ``report.md`` and ``report.html`` atomically into ``out_dir``."""
+    """Write ``verdict.json``, ``report.md`` and ``report.html`` atomically into ``out_dir``, and the
+    posterior as ``posterior.nc`` (ArviZ InferenceData, netCDF) when a Bayesian fit converged.
+
+    The posterior is staged first and moved into place only after the reports are written, so a
+    failure leaves no new posterior beside an old report.
+    """
     from reports.model import Report
     from reports.render import write_report
 
-    return write_report(Report.from_dict(_json_safe(result.to_dict())), out_dir)
+    report = Report.from_dict(_json_safe(result.to_dict()))
+    if result.posterior is None:
+        return write_report(report, out_dir)
+    final = Path(out_dir) / POSTERIOR_FILE
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staged = final.with_name(f".{POSTERIOR_FILE}.partial")
+    try:
+        result.posterior.to_netcdf(str(staged))
+        paths = write_report(report, out_dir)
+        os.replace(staged, final)
+    finally:
+        staged.unlink(missing_ok=True)
+    return paths | {"posterior": final}
 
 
 def _json_safe(value):

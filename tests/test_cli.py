@@ -152,6 +152,37 @@ def test_demo_runs_end_to_end_with_the_bayesian_model(tmp_path):
     assert str(tmp_path / "demo" / "report.md") in result.stdout
     verdict = json.loads((tmp_path / "demo" / "verdict.json").read_text())
     assert any(r["method"].startswith("bayes") for r in verdict["intervals"])
+    import arviz as az
+
+    assert verdict["bayes"]["posterior_file"] == "posterior.nc"
+    posterior = az.from_netcdf(tmp_path / "demo" / "posterior.nc")
+    assert {"mu", "sigma", "u", "winrate_new"} <= set(posterior.posterior.data_vars)
+    assert int(posterior.sample_stats["diverging"].sum()) == verdict["bayes"]["divergences"]
+
+
+class _StubPosterior:
+    def to_netcdf(self, path):
+        Path(path).write_bytes(b"posterior")
+
+
+def test_posterior_is_written_only_together_with_the_reports(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from audit.pipeline import run_audit, write_outputs
+
+    result = replace(run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False), posterior=_StubPosterior())
+    paths = write_outputs(result, tmp_path / "ok")
+    assert paths["posterior"].read_bytes() == b"posterior" and paths["md"].exists()
+    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["posterior.nc", "report.html", "report.md",
+                                                                   "verdict.json"]
+
+    def full_disk(*_):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr("reports.render.write_report", full_disk)
+    with pytest.raises(OSError):
+        write_outputs(result, tmp_path / "failed")
+    assert list((tmp_path / "failed").iterdir()) == []
 
 
 @pytest.mark.parametrize("claim, gate, reason", [
