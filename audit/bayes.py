@@ -902,8 +902,12 @@ def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, see
 
 
 def _add_cells_to_idata(idata, cells: WinRateCells) -> None:
+    """The cells the model was fitted to, with their labels, as ``constant_data`` (replacing the
+    unlabelled model data PyMC's sampler stores there)."""
     import xarray as xr
 
+    if "constant_data" in idata.groups():
+        del idata["constant_data"]
     idata.add_groups(
         constant_data=xr.Dataset(
             {

@@ -259,6 +259,9 @@ def test_fast_path_and_pymc_sampler_agree_within_monte_carlo_error():
     by_pymc = fit_winrate_hierarchical(vignette, order, outcome, run=run, sampler="pymc", seed=2, **TEST_SAMPLING)
     for result in (by_nutpie, by_pymc):
         assert result.converged and result.diagnostics.divergences == 0 and result.n_runs == 3
+        # both samplers' posteriors carry the same labelled cells (PyMC's own model data replaced)
+        assert set(result.idata.constant_data.data_vars) == {"cell_vignette", "cell_order", "cell_run",
+                                                             "cell_judge", "cell_n", "cell_wins"}
     z_975 = stats.norm.ppf(0.975)
     for name in ("winrate_these", "winrate_new", "sigma", "order_effect_logit"):
         a, b = getattr(by_nutpie, name), getattr(by_pymc, name)
