@@ -44,34 +44,25 @@ implements); the models' references are in :mod:`audit.bayes` and :mod:`audit.ba
 from __future__ import annotations
 
 import math
-import warnings
 
 import numba
 import numpy as np
+
+from audit.numba_cache import cfunc_cached, njit_cached
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_MU_PRIOR_SD = math.log(1.5)  # mu ~ N(0, 1.5) in both PyMC models
 _LOG_HALF_NORMAL_CONSTANT = 0.5 * math.log(2.0 / math.pi)
 
 
-def _jit(function):
-    """numba.njit with the on-disk cache; without a writable cache location, compile in memory."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", numba.NumbaWarning)
-        try:
-            return numba.njit(cache=True)(function)
-        except RuntimeError:  # "cannot cache function ...: no locator available" (read-only install)
-            return numba.njit(cache=False)(function)
-
-
-@_jit
+@njit_cached()
 def _log1pexp(x: float) -> float:
     if x > 0.0:
         return x + math.log1p(math.exp(-x))
     return math.log1p(math.exp(x))
 
 
-@_jit
+@njit_cached()
 def _expit(x: float) -> float:
     if x >= 0.0:
         return 1.0 / (1.0 + math.exp(-x))
@@ -103,7 +94,7 @@ def n_parameters(packed: np.ndarray) -> int:
     return 3 + n_vignettes + (n_runs if n_runs > 1 else 0) + (n_judges if n_judges > 1 else 0)
 
 
-@_jit
+@njit_cached()
 def logp_and_gradient(x, grad, packed):
     """Write the gradient into ``grad`` and return the log density (see the module docstring)."""
     n_vignettes, n_runs, n_judges = int(packed[0]), int(packed[1]), int(packed[2])
@@ -234,7 +225,7 @@ def expanded_blocks(n_vignettes: int, n_runs: int, n_judges: int,
     return blocks
 
 
-@_jit
+@njit_cached()
 def expand(x, out, packed):
     """Write x, sigma = exp(s), u and the zero-sum run/judge offsets into ``out`` (see expanded_blocks)."""
     n_vignettes, n_runs, n_judges = int(packed[0]), int(packed[1]), int(packed[2])
@@ -261,18 +252,6 @@ def expand(x, out, packed):
             block += size
 
 
-def _cfunc(signature):
-    """numba.cfunc with the on-disk cache; without a writable cache location, compile in memory."""
-    def decorate(function):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", numba.NumbaWarning)
-            try:
-                return numba.cfunc(signature, cache=True)(function)
-            except RuntimeError:
-                return numba.cfunc(signature)(function)
-    return decorate
-
-
 # nutpie's C ABI for a compiled model, as nutpie.compile_pymc builds it for PyTensor graphs:
 # logp(dim, x*, grad*, logp*, data*) -> 0 ok, 3 / 4 non-finite gradient / log density, -1 wrong size;
 # expand(dim, n_expanded, x*, out*, data*) -> 0 ok, -1 wrong size.
@@ -284,7 +263,7 @@ _EXPAND_SIGNATURE = numba.types.int64(numba.types.uint64, numba.types.uint64,
                                       numba.types.CPointer(numba.types.double), numba.types.voidptr)
 
 
-@_jit
+@njit_cached()
 def _finite_status(value, grad):
     """nutpie's status code: 0 ok, 3 a non-finite gradient, 4 a non-finite log density."""
     for i in range(grad.shape[0]):
@@ -295,7 +274,7 @@ def _finite_status(value, grad):
     return 0
 
 
-@_cfunc(_LOGP_SIGNATURE)
+@cfunc_cached(_LOGP_SIGNATURE)
 def logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
     header = numba.carray(data_pointer, (_HEADER_SIZE,), np.float64)
     packed = numba.carray(data_pointer, (_HEADER_SIZE + 6 * int(header[6]),), np.float64)
@@ -310,7 +289,7 @@ def logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
     return _finite_status(value, grad)
 
 
-@_cfunc(_EXPAND_SIGNATURE)
+@cfunc_cached(_EXPAND_SIGNATURE)
 def expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
     header = numba.carray(data_pointer, (_HEADER_SIZE,), np.float64)
     packed = numba.carray(data_pointer, (_HEADER_SIZE + 6 * int(header[6]),), np.float64)
@@ -410,12 +389,12 @@ def paired_expanded_blocks(n_vignettes: int) -> list[tuple[str, int]]:
                                                    ("w", n_vignettes)]
 
 
-@_jit
+@njit_cached()
 def _log_half_normal(value, log_value, scale):
     return _LOG_HALF_NORMAL_CONSTANT - math.log(scale) - 0.5 * (value / scale) ** 2 + log_value
 
 
-@_jit
+@njit_cached()
 def paired_logp_and_gradient(x, grad, packed):
     n_vignettes, n_cells = int(packed[0]), int(packed[1])
     start = _PAIRED_HEADER_SIZE
@@ -458,7 +437,7 @@ def paired_logp_and_gradient(x, grad, packed):
     return logp
 
 
-@_jit
+@njit_cached()
 def paired_expand(x, out, packed):
     n_vignettes = int(packed[0])
     n_dim = x.shape[0]
@@ -471,7 +450,7 @@ def paired_expand(x, out, packed):
         out[n_dim + 2 + n_vignettes + v] = sigma_w * x[5 + n_vignettes + v]
 
 
-@_cfunc(_LOGP_SIGNATURE)
+@cfunc_cached(_LOGP_SIGNATURE)
 def paired_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
     header = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE,), np.float64)
     packed = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE + 5 * int(header[1]),), np.float64)
@@ -484,7 +463,7 @@ def paired_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointe
     return _finite_status(value, grad)
 
 
-@_cfunc(_EXPAND_SIGNATURE)
+@cfunc_cached(_EXPAND_SIGNATURE)
 def paired_expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
     header = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE,), np.float64)
     packed = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE + 5 * int(header[1]),), np.float64)
@@ -515,7 +494,7 @@ def paired_nutpie_model(labels, data: dict[str, np.ndarray]):
 # x = [z = logit p]; log density = log Beta(p | a, b) + log p + log(1 - p)  (the logit transform's
 # Jacobian) + w z - n log(1 + e^z) = a log p + b log(1 - p) - log B(a, b) + w z - n log(1 + e^z),
 # with log p = -log(1 + e^-z), log(1 - p) = -log(1 + e^z); d/dz = a (1 - p) - b p + w - n p.
-@_jit
+@njit_cached()
 def pooled_logp_and_gradient(x, grad, packed):
     a, b, n, wins = packed[0], packed[1], packed[2], packed[3]
     z = x[0]
@@ -525,7 +504,7 @@ def pooled_logp_and_gradient(x, grad, packed):
     return -a * _log1pexp(-z) - b * _log1pexp(z) - log_beta_function + wins * z - n * _log1pexp(z)
 
 
-@_cfunc(_LOGP_SIGNATURE)
+@cfunc_cached(_LOGP_SIGNATURE)
 def pooled_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
     if dim != 1:
         return -1
@@ -536,7 +515,7 @@ def pooled_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointe
     return _finite_status(value, grad)
 
 
-@_cfunc(_EXPAND_SIGNATURE)
+@cfunc_cached(_EXPAND_SIGNATURE)
 def pooled_expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
     if dim != 1 or n_expanded != 2:
         return -1

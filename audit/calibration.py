@@ -478,7 +478,9 @@ class JudgeSelection:
 
     The chosen judge's agreement on the data it was chosen on is a winner's estimate (biased
     upward); the honest figure is its agreement on the held-out vignettes, which played no part
-    in the choice. The winner's-curse correction (conditional inference) is a later addition.
+    in the choice. A conditional (Andrews-Kitagawa-McCloskey) correction of the winner's estimate
+    itself is :func:`audit.selection.winner_inference`, given the candidates' covariance
+    (:func:`audit.selection.selection_covariance`).
     """
 
     candidates: tuple[str, ...]

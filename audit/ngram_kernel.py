@@ -18,8 +18,9 @@ Definition (``audit.leakage.reference_ngram_hashes`` is the pure-Python oracle o
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from audit.numba_cache import njit_cached
 
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
@@ -31,18 +32,7 @@ _S6, _LOW6, _ONE = np.uint64(6), np.uint64(63), np.uint64(1)
 _SPACE = np.uint8(32)
 
 
-def _compiled(**options):
-    """``numba.njit(cache=True, nogil=True)``; without any writable cache directory (a read-only
-    install and a read-only home), numba refuses ``cache=True``: compile in each process instead."""
-    def decorate(function):
-        try:
-            return numba.njit(cache=True, nogil=True, **options)(function)
-        except RuntimeError:
-            return numba.njit(nogil=True, **options)(function)
-    return decorate
-
-
-@_compiled(inline="always")
+@njit_cached(nogil=True, inline="always")
 def splitmix64(x):
     z = x + GOLDEN
     z = (z ^ (z >> _S30)) * _MIX1
@@ -50,7 +40,7 @@ def splitmix64(x):
     return z ^ (z >> _S31)
 
 
-@_compiled()
+@njit_cached(nogil=True)
 def ngram_hashes(buffer, doc_starts, table, n, bitmap, shift):
     """(hashes, doc, position, n_tokens): the n-grams of every document that pass the bitmap.
 
@@ -114,7 +104,7 @@ def ngram_hashes(buffer, doc_starts, table, n, bitmap, shift):
     return out_hash[:found].copy(), out_doc[:found].copy(), out_pos[:found].copy(), n_tokens
 
 
-@_compiled()
+@njit_cached(nogil=True)
 def jsonl_as_array(block):
     """(``[`` + the lines joined by commas + ``]``, lines in it, newlines in the block) of a uint8 JSONL block.
 

@@ -200,13 +200,14 @@ def _stratified(scores, clusters, common) -> IntervalResult:
 def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -> IntervalResult:
     level = common["level"]
     design = np.ones((scores.size, 1))
-    if method in ("cr0", "cr1", "cr2"):
-        fit = cluster_robust.cluster_robust_ols(design, scores, clusters, vcov=method.upper(), level=level,
-                                                df="satterthwaite" if method == "cr2" else "G-1")
+    if method in ("cr0", "cr1", "cr2", "cr2_logit"):
+        vcov = method.removesuffix("_logit").upper()
+        fit = cluster_robust.cluster_robust_ols(design, scores, clusters, vcov=vcov, level=level,
+                                                df="satterthwaite" if vcov == "CR2" else "G-1")
+        if method == "cr2_logit":
+            return _logit_interval(method, label, fit, common)
         return IntervalResult(method, label, "new_vignettes", float(fit.coef[0]), float(fit.ci_low[0]),
                               float(fit.ci_high[0]), se=float(fit.se[0]), df=float(fit.df[0]), **common)
-    if method == "cr2_logit":
-        return _cr2_logit(label, scores, clusters, common)
     if method.startswith("wild_"):
         from audit.wild_bootstrap import wild_cluster_ci
 
@@ -230,21 +231,19 @@ def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -
                           float(result.ci_high), note=f"B = {result.B}", seed=seed, **common)
 
 
-def _cr2_logit(label, scores, clusters, common) -> IntervalResult:
-    """CR2 SE carried to the logit scale (delta method) and the t interval mapped back by expit.
+def _logit_interval(method, label, fit, common) -> IntervalResult:
+    """A cluster-robust fit's SE carried to the logit scale (delta method), the t interval mapped back by expit.
 
     Near a bound the sampling distribution of the mean of vignette win rates is skewed (they pile
-    up against 1); a symmetric interval then misses on one side, a logit one does not.
+    up against 1); a symmetric interval then puts its CI-low above the truth too often, a logit
+    one much less often (docs/coverage.md).
     """
-    fit = cluster_robust.cluster_robust_ols(np.ones((scores.size, 1)), scores, clusters, vcov="CR2",
-                                            level=common["level"], df="satterthwaite")
+    # Scores lie in [0, 1] and vary (a constant sample is INCONCLUSIVE before any fit), so 0 < estimate < 1.
     estimate, se, df = float(fit.coef[0]), float(fit.se[0]), float(fit.df[0])
-    if not 0.0 < estimate < 1.0:
-        raise EstimationError(f"the win rate is {estimate:g}: the logit scale has no interval at 0 or 1")
     half = stats.t.ppf(0.5 + common["level"] / 2, df) * se / (estimate * (1.0 - estimate))
     centre = math.log(estimate / (1.0 - estimate))
     low, high = (float(special.expit(centre + side * half)) for side in (-1.0, 1.0))
-    return IntervalResult("cr2_logit", label, "new_vignettes", estimate, low, high, se=se, df=df,
+    return IntervalResult(method, label, "new_vignettes", estimate, low, high, se=se, df=df,
                           note="asymmetric: the CR2 interval on the logit scale, mapped back", **common)
 
 

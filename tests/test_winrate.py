@@ -157,7 +157,7 @@ def test_cr2_logit_is_the_cr2_interval_on_the_logit_scale():
 def test_cr2_logit_is_inconclusive_when_every_contest_is_won():
     clusters = np.repeat(np.arange(6), 10)
     scores = np.ones(clusters.size)
-    scores[0] = 0.5  # some variance, but a vignette-level estimate of exactly 1 is impossible here
+    scores[0] = 0.5  # one tie is variance enough: the estimate is then strictly inside (0, 1)
     assert winrate_ci(scores, clusters, method="cr2_logit").reportable
     result = winrate_ci(np.ones(clusters.size), clusters, method="cr2_logit")
     assert result.verdict is Verdict.INCONCLUSIVE and result.ci_low is None
