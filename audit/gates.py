@@ -1,129 +1,13 @@
-"""Every audit threshold, and the verdict ladder PASS < WARN < INCONCLUSIVE < FAIL.
+"""Every gate rule and the one gate registry.
 
-All numbers that decide a verdict live here, so a reviewer can read the whole policy on one page
-and a claim file can override them by name (see :data:`THRESHOLDS`).
+The numbers the rules compare against live in :mod:`honestci.audit.policy`.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-
-class Verdict(enum.IntEnum):
-    """Ordered verdicts; the worst one decides a release."""
-
-    PASS = 0
-    WARN = 1
-    INCONCLUSIVE = 2
-    FAIL = 3
-
-    def __str__(self) -> str:
-        return self.name
-
-
-def worst(verdicts: Iterable[Verdict]) -> Verdict:
-    """The most severe verdict of ``verdicts`` (PASS when there are none)."""
-    return max(verdicts, default=Verdict.PASS)
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Numbers that decide verdicts. Override by name in a claim's ``thresholds:`` block."""
-
-    #: Nominal confidence level of every interval a gate reads.
-    confidence_level: float = 0.95
-    #: Below this many clusters (vignettes) a clustered interval is INCONCLUSIVE, not a number.
-    #: CR2 with Satterthwaite df and the Webb wild bootstrap are usable from about G = 5
-    #: (Pustejovsky & Tipton 2018; MacKinnon & Webb 2017); below that no variance between
-    #: clusters can be estimated with any reliability.
-    min_clusters: int = 5
-    #: Below this many clusters the report notes that coverage of the few-cluster intervals is
-    #: only approximately nominal (see docs/coverage.md).
-    few_clusters: int = 12
-    #: Population the bar is tested on when a claim does not name one.
-    default_population: str = "new_vignettes"
-    #: Rounding tolerance when matching a claimed figure (half a unit in the last stated digit
-    #: is added on top of this).
-    claimed_figure_tolerance: float = 0.0005
-    #: Sampler diagnostics a Bayesian posterior must meet before any number from it is reported
-    #: (Vehtari, Gelman, Simpson, Carpenter & Bürkner 2021: rank-normalised split R-hat <= 1.01,
-    #: bulk and tail ESS >= 400, i.e. 100 per chain for 4 chains); divergent transitions signal
-    #: regions the sampler could not explore, so none are allowed.
-    rhat_max: float = 1.01
-    ess_bulk_min: float = 400.0
-    ess_tail_min: float = 400.0
-    divergences_max: int = 0
-    #: A judge is calibrated only if the CI-low of its agreement with the human-preferred response
-    #: (judge ties counted against it) reaches this. MT-Bench (Zheng et al. 2023, sec. 4.2) measured
-    #: GPT-4 at 0.85 and expert humans at 0.81 against each other on pairs without ties, 0.66/0.63
-    #: with ties as a class; chance is 0.50 on decided pairs, so a judge that cannot be shown to
-    #: beat 0.65 is nearer chance than human level.
-    min_judge_agreement: float = 0.65
-    #: A judge may not be materially below the human-human ceiling (each rater against the rest):
-    #: FAIL when the CI of (judge minus ceiling) lies entirely below -this, WARN when only its point
-    #: does. A judge ten points below the ceiling errs on one item in ten more often than a typical
-    #: rater does: it is then materially worse than asking one more human.
-    max_judge_ceiling_gap: float = 0.10
-    #: Position-bias tolerance on the order effect P(policy wins | shown first) - P(policy wins |
-    #: shown second), in probability points. An order effect d moves a single-order win rate by d/2
-    #: from the order-balanced one, so 0.10 bounds that bias at 5 points, the width honest intervals
-    #: from a few hundred contests have anyway. FAIL when the clustered CI lies entirely outside
-    #: +-tolerance, WARN when it straddles a bound, PASS when inside.
-    position_bias_tolerance: float = 0.10
-    #: Winner's curse: WARN when a selected candidate's held-out win rate falls more than this
-    #: (absolute) below its selection-pool estimate (the seed project's best-of-N fell ~0.1).
-    winners_curse_shrinkage_warn: float = 0.05
-    #: Leakage: an eval answer counts as leaked when at least this fraction of its word n-grams
-    #: occurs in the training corpus (or its whole text occurs when it is shorter than n words).
-    leakage_min_overlap: float = 0.5
-    #: Leakage: word n-gram length of the scan (8 by default; GPT-3 used 13).
-    leakage_ngram: int = 8
-    #: Leakage: word-Jaccard (over windows of each document) from which a corpus passage counts
-    #: as a near duplicate (paraphrase) of an eval answer: WARN. Above 1 switches it off.
-    leakage_near_duplicate_jaccard: float = 0.35
-    # --- training health (training/health.py; read from the trainer's log_history) ---------
-    # Heuristic limits for a GRPO run, not derived from a model: override them per claim.
-    #: Fewer logged steps than this: the run's health cannot be judged (INCONCLUSIVE).
-    training_min_steps: int = 10
-    #: Share of the logged steps in the first and in the last window that are compared.
-    training_window_fraction: float = 0.2
-    #: Mean reward of the last window minus the first must exceed this ("reward rising").
-    training_min_reward_gain: float = 0.0
-    #: Largest rolling-window mean of the per-token KL to the reference policy ("KL bounded").
-    training_max_kl: float = 0.5
-    #: Last-window mean token entropy over the first window's must be at least this ("entropy alive").
-    training_min_entropy_ratio: float = 0.25
-    #: ... and the last window's mean entropy at least this many nats per token.
-    training_min_entropy: float = 0.05
-    #: Last-window mean within-group reward sd over the first window's must be at least this.
-    training_min_reward_std_ratio: float = 0.25
-    #: Last-window mean share of groups whose rewards are all equal (no GRPO signal) at most this.
-    training_max_frac_zero_std: float = 0.5
-
-
-THRESHOLDS = Thresholds()
-
-#: Interval whose CI-low the bar gate reads when a claim names no ``method``, by population. New
-#: vignettes: CR2 carried to the logit scale, the one clustered interval within 95% ± 1.5 points on
-#: the whole coverage grid (G = 6 included); where vignette win rates pile up near 1 the symmetric
-#: CR2 and wild intervals put their CI-low above the truth in up to 7.2% of replications against
-#: the nominal 2.5%, the logit one in at most 4.0% (docs/coverage.md).
-GATE_METHOD_FOR_POPULATION = {"new_vignettes": "cr2_logit", "these_vignettes": "stratified"}
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """The outcome of one gate: its verdict, a one-line reason and the figures behind it."""
-
-    name: str
-    verdict: Verdict
-    message: str
-    evidence: dict = field(default_factory=dict, compare=False)
-
-    def as_row(self) -> dict:
-        return {"gate": self.name, "verdict": str(self.verdict), "message": self.message}
+from honestci.audit.policy import (GATE_ORDER, THRESHOLDS, GateResult, Thresholds, Verdict, clears_bar, worst)
 
 
 def gate_enough_clusters(n_clusters: int, thresholds: Thresholds = THRESHOLDS) -> GateResult:
@@ -153,7 +37,7 @@ def gate_ci_low_clears_bar(ci_low: float | None, bar: float, method: str, popula
     if ci_low is None:
         return GateResult("ci_low_clears_bar", Verdict.INCONCLUSIVE,
                           f"no honest {method} interval for {population}: {reason_if_missing}", evidence)
-    if ci_low >= bar:
+    if clears_bar(ci_low, bar):
         return GateResult("ci_low_clears_bar", Verdict.PASS,
                           f"{method} CI-low {ci_low:.3f} >= bar {bar:.3f} ({population})", evidence)
     return GateResult("ci_low_clears_bar", Verdict.FAIL,
@@ -165,17 +49,6 @@ def gate_ci_low_clears_bar(ci_low: float | None, bar: float, method: str, popula
 # returning a GateResult. Check modules register theirs with @register_gate; a gate whose check
 # has not landed reports INCONCLUSIVE ("not run: needs …"), never PASS.
 
-GATE_ORDER = (
-    "enough_clusters", "ci_low_clears_bar", "sampler_converged", "comparison_valid",
-    "claimed_figures_reproduce", "judge_calibrated", "position_bias", "winners_curse", "leakage",
-    "training_healthy",
-)
-DEFAULT_REQUIRED_GATES = ("enough_clusters", "ci_low_clears_bar", "sampler_converged", "comparison_valid",
-                          "claimed_figures_reproduce", "judge_calibrated", "position_bias")
-#: Gates required by default only when the claim supplies their evidence (their check ran): a
-#: corpus, a selection pool, a training log. Evidence given must pass.
-REQUIRED_WHEN_EVIDENCE_GIVEN = {"leakage": "leakage", "winners_curse": "winners_curse",
-                                "training_healthy": "training_health"}
 NOT_YET_IMPLEMENTED = {
     "winners_curse": "the winner's-curse check on selection and held-out pools",
     "leakage": "the n-gram leakage scan of the training corpus",

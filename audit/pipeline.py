@@ -2,7 +2,7 @@
 
 Steps: load and validate the claim and its data → assemble both-order contests → every win-rate
 interval side by side (+ the Bayesian hierarchical model) → claimed-figure audit and comparisons →
-gates (see :mod:`audit.gates`) → report files.
+gates (see :mod:`honestci.audit.gates`) → report files.
 """
 
 from __future__ import annotations
@@ -15,19 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from audit import __version__
-from audit.claimed import ClaimedFigureAudit, audit_claimed_figures, audit_claimed_table
-from audit.checks import run_checks
-from audit.cli_support import DEFAULT_AUDIT_SEED, EXIT_BLOCKED, EXIT_PASS
-from audit.claims import Claim, load_claim
-from audit.compare import PairedDifference, paired_difference
-from audit.contests import ContestTable, build_contests
-from audit.gates import (DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GATE_ORDER, REQUIRED_WHEN_EVIDENCE_GIVEN,
-                         GateResult, Verdict, gate_ci_low_clears_bar,
-                         gate_enough_clusters, overall_verdict, register_gate, run_gate)
-from audit.intervals import IntervalResult, IntervalTable
-from audit.io import Study, load_study
-from audit.winrate import ALL_METHODS, winrate_table
+from honestci import __version__
+from honestci.audit.checks.claimed import ClaimedFigureAudit, audit_claimed_figures, audit_claimed_table
+from honestci.audit.checks.registry import run_checks
+from honestci.audit.policy import DEFAULT_SEED as DEFAULT_AUDIT_SEED, EXIT_BLOCKED, EXIT_PASS
+from honestci.audit.data.claims import Claim, load_claim
+from honestci.audit.stats.compare import PairedDifference, paired_difference
+from honestci.audit.data.contests import ContestTable, build_contests
+from honestci.audit.policy import DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GATE_ORDER, REQUIRED_WHEN_EVIDENCE_GIVEN, GateResult, Verdict
+from honestci.audit.gates import gate_ci_low_clears_bar, gate_enough_clusters, overall_verdict, register_gate, run_gate
+from honestci.audit.stats.intervals import IntervalResult, IntervalTable
+from honestci.audit.data.io import Study, load_study
+from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
 
 #: The main Bayesian fit's InferenceData, written beside the reports by :func:`write_outputs`.
 POSTERIOR_FILE = "posterior.nc"
@@ -61,7 +60,7 @@ class AuditContext:
     comparisons: tuple[ComparisonCheck, ...]
     #: Seed of every resampling step of the audit (``--seed``); checks use it too.
     seed: int = DEFAULT_AUDIT_SEED
-    #: Results of the plug-in checks (audit.checks), by key; filled by run_audit.
+    #: Results of the plug-in checks (honestci.audit.checks.registry), by key; filled by run_audit.
     checks: dict = field(default_factory=dict)
 
 
@@ -233,7 +232,7 @@ def _contests_in_pool(contests: ContestTable, study: Study, pool: str) -> Contes
     """Only the contests whose policy response belongs to ``pool`` (the claim's ``pool:`` key)."""
     from dataclasses import replace
 
-    from audit.errors import ClaimError
+    from honestci.audit.errors import ClaimError
 
     pools = dict(zip(study.responses.frame["response_id"], study.responses.frame["pool"]))
     keep = contests.frame["policy_response"].map(pools) == pool
@@ -275,7 +274,7 @@ def _per_vignette(scored, study: Study, level: float) -> tuple[dict, ...]:
 
 def _comparisons(claim: Claim, study: Study, contests: ContestTable, level: float, bayes: bool,
                  seed: int) -> tuple[ComparisonCheck, ...]:
-    from audit.errors import InputError
+    from honestci.audit.errors import InputError
 
     spec, checks = claim.spec, []
     if spec.claimed is None:
@@ -291,7 +290,7 @@ def _comparisons(claim: Claim, study: Study, contests: ContestTable, level: floa
                                        level=level)
             posterior = None
             if bayes:
-                from audit.bayes_compare import fit_paired_difference_bayes
+                from honestci.audit.stats.bayes_compare import fit_paired_difference_bayes
 
                 posterior = fit_paired_difference_bayes(
                     contests.per_order_outcomes(), other_contests.per_order_outcomes(), system_a=spec.policy,
@@ -307,7 +306,7 @@ def _comparisons(claim: Claim, study: Study, contests: ContestTable, level: floa
 
 def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = DEFAULT_AUDIT_SEED, allow_outside_data: bool = False,
               progress: Callable[[str], None] = lambda _: None) -> AuditResult:
-    """Run the audit of one claim. Raises :class:`audit.errors.InputError` on bad input."""
+    """Run the audit of one claim. Raises :class:`honestci.audit.errors.InputError` on bad input."""
     progress("loading claim and data")
     claim = load_claim(claim_path, allow_outside=allow_outside_data)
     spec, thresholds = claim.spec, claim.thresholds
@@ -400,7 +399,7 @@ class BayesCheck:
 
 
 def _fit_bayes(contests: ContestTable, bar: float, level: float, seed: int, reference: IntervalResult) -> BayesCheck:
-    from audit.bayes import fit_winrate_hierarchical_frame
+    from honestci.audit.stats.bayes import fit_winrate_hierarchical_frame
 
     result = fit_winrate_hierarchical_frame(contests.per_order_outcomes(), bar=bar, level=level, seed=seed)
     common = dict(level=level, n=reference.n, n_clusters=reference.n_clusters, icc=reference.icc,
@@ -425,8 +424,8 @@ def write_outputs(result: AuditResult, out_dir: str | Path) -> dict[str, Path]:
     The posterior is staged first and moved into place only after the reports are written, so a
     failure leaves no new posterior beside an old report.
     """
-    from reports.model import Report
-    from reports.render import write_report
+    from honestci.audit.report_model import Report
+    from honestci.reports.render import write_report
 
     report = Report.from_dict(_json_safe(result.to_dict()))
     if result.posterior is None:

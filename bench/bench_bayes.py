@@ -6,7 +6,7 @@ model is the same model), 4 chains x (1000 tune + 1000 draws).
 Contenders, each timed as a cold process (imports + compile + sample, a fresh interpreter) and,
 where it makes sense, warm (a second fit on new data of the same shape in the same process):
 
-* ``honestci``        audit.bayes.fit_winrate_hierarchical, sampler="auto": nutpie on the hand-derived
+* ``honestci``        honestci.audit.stats.bayes.fit_winrate_hierarchical, sampler="auto": nutpie on the hand-derived
                       log density of audit/bayes_density.py (numba, cached on disk), 36 cells
 * ``nutpie-pytensor`` nutpie on the same PyMC model compiled from its PyTensor graph (what
                       sampler="auto" did before; numba compile in every new process)
@@ -16,7 +16,7 @@ where it makes sense, warm (a second fit on new data of the same shape in the sa
                       interpreter given by --bambi-python can import bambi
 
 Posterior agreement: every contender's draws go through the same estimand code
-(audit.bayes.winrate_estimand_draws); the table reports posterior mean and 95% interval of both
+(honestci.audit.stats.bayes.winrate_estimand_draws); the table reports posterior mean and 95% interval of both
 win rates. Run from the repository root:
 
     PYTHONPATH=$PWD /work/main/.venv/bin/python bench/bench_bayes.py [--bambi-python PATH]
@@ -68,7 +68,7 @@ def summarise(estimands: dict[str, np.ndarray]) -> dict[str, list[float]]:
 
 # ------------------------------------------------------------------ contenders (child side)
 def fit_honestci(data, seed, sampler):
-    from audit.bayes import fit_winrate_hierarchical
+    from honestci.audit.stats.bayes import fit_winrate_hierarchical
 
     result = fit_winrate_hierarchical(data["vignette"], data["order"], data["outcome"], run=data["run"],
                                       sampler=sampler, seed=seed, **SETTINGS)
@@ -83,7 +83,7 @@ def fit_honestci(data, seed, sampler):
 def fit_nutpie_pytensor(data, seed):
     import nutpie
 
-    from audit.bayes import (TARGET_ACCEPT, _build_hierarchical_model, _resolve_prior, aggregate_cells,
+    from honestci.audit.stats.bayes import (TARGET_ACCEPT, _build_hierarchical_model, _resolve_prior, aggregate_cells,
                              winrate_estimand_draws)
 
     cells = aggregate_cells(data["vignette"], data["order"], data["outcome"], run=data["run"])
@@ -101,7 +101,7 @@ def fit_bernoulli_pymc(data, seed):
 
     import pymc as pm
 
-    from audit.bayes import winrate_estimand_draws
+    from honestci.audit.stats.bayes import winrate_estimand_draws
 
     logging.getLogger("pymc").setLevel(logging.WARNING)
     with pm.Model(coords={"vignette": range(N_VIGNETTES), "run": range(N_RUNS)}):
@@ -126,7 +126,7 @@ def fit_bambi(data, seed):
     import bambi as bmb
     import pandas as pd
 
-    from audit.bayes import winrate_estimand_draws
+    from honestci.audit.stats.bayes import winrate_estimand_draws
 
     frame = pd.DataFrame({"y": data["outcome"].astype(int), "order": data["order"],
                           "vignette": pd.Categorical(data["vignette"])})

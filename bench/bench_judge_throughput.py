@@ -19,16 +19,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from judges.backends.openai_http import OpenAICompatibleBackend
-from judges.prompts import get_template
-from judges.run import load_texts, run_judging
-from judges.stub_server import write_stub_study
+from honestci.judges.backends.openai_http import OpenAICompatibleBackend
+from honestci.judges.prompts import get_template
+from honestci.judges.run import load_texts, run_judging
+from honestci.judges.stub_server import write_stub_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def measure(concurrency: int, n_contests: int, latency_s: float) -> tuple[float, float, int]:
-    server = subprocess.Popen([sys.executable, "-m", "judges.stub_server", "--port", "0", "--latency", str(latency_s)],
+    server = subprocess.Popen([sys.executable, "-m", "honestci.judges.stub_server", "--port", "0", "--latency", str(latency_s)],
                               stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
                               env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
     try:

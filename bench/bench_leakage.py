@@ -4,9 +4,9 @@ Generates a synthetic JSONL corpus (default 1.1 GB, under /tmp, never committed)
 answers planted in a few documents, then runs each contender in its own subprocess so that its
 peak resident memory is its own:
 
-- ``honestci``: :func:`audit.leakage.scan_corpus` (one process, one core);
-- ``dask``: :func:`audit.leakage.scan_corpus_dask` on a local cluster of ``--workers`` processes;
-- ``baseline``: orjson per line, :func:`audit.leakage.normalize`, ``str.split``, and
+- ``honestci``: :func:`honestci.audit.checks.leakage.scan_corpus` (one process, one core);
+- ``dask``: :func:`honestci.audit.checks.leakage.scan_corpus_dask` on a local cluster of ``--workers`` processes;
+- ``baseline``: orjson per line, :func:`honestci.audit.checks.leakage.normalize`, ``str.split``, and
   ``hash(tuple(tokens[i:i+n])) in index`` for every n-gram (the usual decontamination loop);
 - ``datatrove-split`` / ``datatrove-spacy``: datatrove's ``NGramsDecontFilter`` with a
   ``str.split`` tokenizer / its default English tokenizer (spaCy ``blank("en")``), run by
@@ -103,7 +103,7 @@ def _planted_in_prefix(limit: int | None) -> set[str]:
 
 
 def run_honestci(limit: int | None) -> dict:
-    from audit.leakage import build_index, scan_corpus
+    from honestci.audit.checks.leakage import build_index, scan_corpus
 
     items, planted = _eval_items()
     corpus = CORPUS
@@ -125,7 +125,7 @@ def run_honestci(limit: int | None) -> dict:
 def run_dask(limit: int | None, workers: int) -> dict:
     from distributed import Client, LocalCluster
 
-    from audit.leakage import build_index, scan_corpus_dask
+    from honestci.audit.checks.leakage import build_index, scan_corpus_dask
 
     items, planted = _eval_items()
     index = build_index(items, N)
@@ -148,7 +148,7 @@ def run_dask(limit: int | None, workers: int) -> dict:
 def run_baseline(limit: int | None) -> dict:
     import orjson
 
-    from audit.leakage import normalize
+    from honestci.audit.checks.leakage import normalize
 
     items, planted = _eval_items()
     index: dict[int, set[str]] = {}

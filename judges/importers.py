@@ -20,7 +20,7 @@ Formats
 ``generic``
     Any CSV/JSONL/Parquet with a column mapping and an explicit verdict-value mapping (nothing is
     guessed; with no verdict column, a mapped raw-reply column is parsed with
-    :func:`judges.parse.parse_verdict`).
+    :func:`honestci.judges.parse.parse_verdict`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from audit.errors import InputError, Problem
-from judges.parse import parse_verdict
-from judges.tables import (HUMAN_PAIR_COLUMNS, JUDGMENT_COLUMNS, RESPONSE_COLUMNS, VERDICTS, VIGNETTE_COLUMNS,
+from honestci.audit.errors import InputError, Problem
+from honestci.judges.parse import parse_verdict
+from honestci.judges.tables import (HUMAN_PAIR_COLUMNS, JUDGMENT_COLUMNS, RESPONSE_COLUMNS, VERDICTS, VIGNETTE_COLUMNS,
                            read_rows, sibling_path, write_table)
 
 FORMATS = ("alpaca_eval", "pandalm", "mtbench", "generic")

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from audit.errors import InputError, Problem
+from honestci.audit.errors import InputError, Problem
 
 SLOTS = ("{scenario}", "{response_a}", "{response_b}")
 _SLOT_PATTERN = re.compile("|".join(re.escape(slot) for slot in SLOTS))

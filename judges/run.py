@@ -20,13 +20,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from audit.errors import InputError, Problem
-from judges.backends.base import Backend, Completion, JudgeRequest
-from judges.cache import CachedJudgment, CacheKey, JudgmentCache, canonical_json, texts_sha256
-from judges.parse import parse_verdict
-from judges.prompts import PairwiseTemplate
-from judges.schedule import Contest, Job, Schedule, schedule_both_orders
-from judges.tables import JUDGMENT_COLUMNS, read_rows, require_columns, write_table
+from honestci.audit.errors import InputError, Problem
+from honestci.judges.backends.base import Backend, Completion, JudgeRequest
+from honestci.judges.cache import CachedJudgment, CacheKey, JudgmentCache, canonical_json, texts_sha256
+from honestci.judges.parse import parse_verdict
+from honestci.judges.prompts import PairwiseTemplate
+from honestci.judges.schedule import Contest, Job, Schedule, schedule_both_orders
+from honestci.judges.tables import JUDGMENT_COLUMNS, read_rows, require_columns, write_table
 
 #: Extra judgments-table columns a judging run writes (kept and ignored by the loaders).
 RUN_EXTRA_COLUMNS = ("invalid_reason", "attempts", "status")
@@ -243,7 +243,7 @@ def run_judging(contests: Sequence[Contest] | str | Path, texts: Texts, backend:
     texts
         From :func:`load_texts`.
     backend
-        Any :class:`~judges.backends.base.Backend`.
+        Any :class:`~honestci.judges.backends.base.Backend`.
     out_path
         The judgments table (JSONL, CSV or Parquet), written atomically at the end.
     cache_path

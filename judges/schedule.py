@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from audit.errors import InputError, Problem
+from honestci.audit.errors import InputError, Problem
 
 
 @dataclass(frozen=True)

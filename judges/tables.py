@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from audit.errors import InputError, Problem
+from honestci.audit.errors import InputError, Problem
 
 JUDGMENT_COLUMNS = ("judge", "vignette_id", "response_first", "response_second", "verdict", "raw",
                     "prompt_sha256")

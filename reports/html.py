@@ -6,10 +6,10 @@ from __future__ import annotations
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from audit.intervals import POPULATION_LABELS
-from reports import plots
-from reports.markdown import _claimed_section, fmt, gate_interval, interval_text, model_card_section
-from reports.model import Report
+from honestci.audit.stats.intervals import POPULATION_LABELS
+from honestci.reports import plots
+from honestci.reports.markdown import _claimed_section, fmt, gate_interval, interval_text, model_card_section
+from honestci.audit.report_model import Report
 
 
 def render_html(report: Report) -> str:

@@ -1,9 +1,9 @@
-"""The honest-CI report as Markdown (model-card ready), rendered from a :class:`reports.model.Report`."""
+"""The honest-CI report as Markdown (model-card ready), rendered from a :class:`honestci.audit.report_model.Report`."""
 
 from __future__ import annotations
 
-from audit.intervals import POPULATION_LABELS
-from reports.model import Report
+from honestci.audit.stats.intervals import POPULATION_LABELS
+from honestci.audit.report_model import Report
 
 
 def fmt(value, digits: int = 3) -> str:

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports.model import Report
-from reports.writing import atomic_write_texts
+from honestci.audit.report_model import Report
+from honestci.reports.writing import atomic_write_texts
 
 FORMATS = ("md", "html", "json")
 
 
 def render(report: Report, fmt: str) -> str:
     if fmt == "md":
-        from reports.markdown import render_markdown
+        from honestci.reports.markdown import render_markdown
 
         return render_markdown(report)
     if fmt == "html":
-        from reports.html import render_html
+        from honestci.reports.html import render_html
 
         return render_html(report)
     if fmt == "json":

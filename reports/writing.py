@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
-from audit.errors import InputError
+from honestci.audit.errors import InputError
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

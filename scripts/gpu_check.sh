@@ -25,7 +25,7 @@ START=$(date +%s)
 "$PY" - "$WORK" <<'PY'
 import json, sys
 from pathlib import Path
-from training.tiny import build_tiny_causal_lm, fixture_texts
+from honestci.training.tiny import build_tiny_causal_lm, fixture_texts
 work = Path(sys.argv[1])
 base = build_tiny_causal_lm(work / "base", fixture_texts())
 import torch
@@ -53,7 +53,7 @@ done
 curl -sf "http://127.0.0.1:$PORT/health" > /dev/null || { echo "vLLM server not healthy after 120 s"; tail -40 "$WORK/vllm.log"; exit 1; }
 echo "vLLM server up after $(( $(date +%s) - START )) s"
 
-"$PY" -m training.cli train grpo training/configs/grpo.yaml \
+"$PY" -m honestci train grpo training/configs/grpo.yaml \
   --set model="$WORK/base" --set reward_model="$WORK/rm" --set output_dir="$WORK/policy" \
   --set max_steps=4 --set num_generations=4 --set per_device_train_batch_size=4 \
   --set max_completion_length=64 --set learning_rate=1e-4 --set vllm_server_port="$PORT" \

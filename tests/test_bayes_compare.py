@@ -2,8 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from audit.bayes_compare import fit_paired_difference_bayes
-from audit.compare import paired_difference
+from honestci.audit.stats.bayes_compare import fit_paired_difference_bayes
+from honestci.audit.stats.compare import paired_difference
 
 
 def _per_order(rng, logits, n_per_vignette):
@@ -38,7 +38,7 @@ def test_recovers_a_known_difference_and_agrees_with_the_clustered_test():
 
 
 def test_systems_on_different_vignettes_are_refused():
-    from audit.errors import InputError
+    from honestci.audit.errors import InputError
 
     rng = np.random.default_rng(1)
     frame_a, frame_b = _per_order(rng, [0.1, 0.2], 5), _per_order(rng, [0.1, 0.2, 0.3], 5)

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit import bayes_density
-from audit.bayes import SIGMA_PRIORS, _build_hierarchical_model, aggregate_cells
+from honestci.audit.stats import bayes_density
+from honestci.audit.stats.bayes import SIGMA_PRIORS, _build_hierarchical_model, aggregate_cells
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POINTS_PER_VARIANT = 40
@@ -90,8 +90,8 @@ def test_paired_model_logp_gradient_and_expansion_match_pymc():
     """The joint two-system model of audit/bayes_compare.py against its PyMC definition."""
     import pandas as pd
 
-    from audit.bayes_compare import _cells as paired_cells
-    from audit.bayes_compare import _model as paired_model
+    from honestci.audit.stats.bayes_compare import _cells as paired_cells
+    from honestci.audit.stats.bayes_compare import _model as paired_model
 
     rng = np.random.default_rng(5)
 
@@ -134,10 +134,10 @@ def test_paired_model_logp_gradient_and_expansion_match_pymc():
 
 
 def test_pooled_model_logp_and_gradient_match_pymc():
-    """The conjugate model of audit.bayes.fit_pooled_beta_binomial against its PyMC definition."""
+    """The conjugate model of honestci.audit.stats.bayes.fit_pooled_beta_binomial against its PyMC definition."""
     import pymc as pm
 
-    from audit.bayes import _quasi_binomial_loglik
+    from honestci.audit.stats.bayes import _quasi_binomial_loglik
 
     a, b, n, wins = 2.0, 3.5, 240.0, 131.5
     with pm.Model() as model:
@@ -170,11 +170,11 @@ def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
     """A second process loads every kernel from numba's on-disk cache instead of compiling it, and
     the default fit (sampler="auto") runs without importing pymc or pytensor."""
     script = (
-        "import json, sys, numpy as np, audit.bayes_density as b\n"
+        "import json, sys, numpy as np, honestci.audit.stats.bayes_density as b\n"
         "packed = b.pack([0, 1], [.5, -.5], [0, 0], [0, 0], [1., 1.], [1., 0.], 2, 1, 1, True, 0., 1.)\n"
         "b.logp_and_gradient(np.zeros(5), np.zeros(5), packed); b.expand(np.zeros(5), np.zeros(12), packed)\n"
         "if sys.argv[1] == 'fit':\n"
-        "    from audit.bayes import fit_winrate_hierarchical\n"
+        "    from honestci.audit.stats.bayes import fit_winrate_hierarchical\n"
         "    sampler = fit_winrate_hierarchical(['a', 'a', 'b', 'b'] * 20, [.5, -.5] * 40, [1., 0., 1., 1.] * 20,\n"
         "                                       chains=2, draws=50, tune=50, seed=1).sampler\n"
         "else:\n"

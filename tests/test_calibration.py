@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from audit.calibration import (CLASSES, agreement_ci, calibrate_judge, calibration_items, classification_metrics,
+from honestci.audit.checks.calibration import (CLASSES, agreement_ci, calibrate_judge, calibration_items, classification_metrics,
                                cohen_kappa, gate_judge_calibrated, human_ceiling, judged_rows, krippendorff_alpha,
                                majority_preference, select_judge, verdict_to_preference)
-from audit.gates import Verdict
-from audit.ppi import ppi_mean, ppi_mean_clustered
+from honestci.audit.policy import Verdict
+from honestci.audit.stats.ppi import ppi_mean, ppi_mean_clustered
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "fixtures" / "study"
@@ -59,7 +59,7 @@ def pandalm_rows():
     data = REPO.parent / "shared" / "data"
     if not data.is_dir():
         pytest.skip(f"{data} is absent")
-    from judges.importers import import_pandalm
+    from honestci.judges.importers import import_pandalm
 
     folder = data / "pandalm"
     imported = import_pandalm(folder / "testset-v1.json", [folder / "gpt-3.5-turbo-testset-v1.json",
@@ -118,7 +118,7 @@ def test_kappa_matches_statsmodels(weights):
     from statsmodels.stats.inter_rater import cohens_kappa
 
     judge, human = _random_codes(3)
-    from audit.calibration import confusion_table
+    from honestci.audit.checks.calibration import confusion_table
 
     ref = cohens_kappa(confusion_table(judge, human), wt=weights)
     ours = cohen_kappa(judge, human, np.arange(judge.size), weights=weights, rng=None)
@@ -222,7 +222,7 @@ def test_ceiling_and_selection_by_hand():
 
 
 def test_audit_shows_calibration_section_and_gate():
-    from audit.pipeline import run_audit
+    from honestci.audit.pipeline import run_audit
 
     result = run_audit(STUDY / "claim.yaml", bayes=False)
     gates = {g.name: g for g in result.gates}
@@ -233,7 +233,7 @@ def test_audit_shows_calibration_section_and_gate():
 
 
 def test_cli_calibrate_judge(tmp_path):
-    from audit.cli_checks import calibrate_judge_command
+    from honestci.audit.cli.checks import calibrate_judge_command
 
     runner = CliRunner()
     out = runner.invoke(calibrate_judge_command, [str(STUDY / "claim.yaml"), "--source", "ratings"])

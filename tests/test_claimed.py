@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import yaml
 
-from audit.claimed import audit_claimed_figures, audit_claimed_table, reproduces, stated_decimals
-from audit.gates import Verdict
-from audit.winrate import ALL_METHODS, winrate_table
+from honestci.audit.checks.claimed import audit_claimed_figures, audit_claimed_table, reproduces, stated_decimals
+from honestci.audit.policy import Verdict
+from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +72,8 @@ def test_a_table_mixing_methods_is_flagged(clustered_table):
 
 
 def test_the_fixture_card_table_is_audited_row_by_row(tmp_path):
-    from audit.pipeline import run_audit
-    from fixtures.simulate import DEFAULT_STUDY_DIR
+    from honestci.audit.pipeline import run_audit
+    from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
     claim = yaml.safe_load((DEFAULT_STUDY_DIR / "claim.yaml").read_text())
     claim["data"] = {table: str(DEFAULT_STUDY_DIR / name) for table, name in claim["data"].items()}

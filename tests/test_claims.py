@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.claims import load_claim
-from audit.errors import ClaimError
+from honestci.audit.data.claims import load_claim
+from honestci.audit.errors import ClaimError
 
 GOOD = """\
 version: 1

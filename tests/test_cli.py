@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixtures.simulate import DEFAULT_STUDY_DIR
+from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def honestci(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "audit.cli", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "honestci", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd or REPO_ROOT, timeout=600)
 
 
@@ -168,7 +168,7 @@ class _StubPosterior:
 def test_posterior_is_written_only_together_with_the_reports(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from audit.pipeline import run_audit, write_outputs
+    from honestci.audit.pipeline import run_audit, write_outputs
 
     result = replace(run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False), posterior=_StubPosterior())
     paths = write_outputs(result, tmp_path / "ok")
@@ -179,7 +179,7 @@ def test_posterior_is_written_only_together_with_the_reports(tmp_path, monkeypat
     def full_disk(*_):
         raise OSError("No space left on device")
 
-    monkeypatch.setattr("reports.render.write_report", full_disk)
+    monkeypatch.setattr("honestci.reports.render.write_report", full_disk)
     with pytest.raises(OSError):
         write_outputs(result, tmp_path / "failed")
     assert list((tmp_path / "failed").iterdir()) == []

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from audit.cluster_bootstrap import ClusterBootstrapResult, cluster_bootstrap_ci
-from audit.errors import EstimationError, InputError
+from honestci.audit.stats.cluster_bootstrap import ClusterBootstrapResult, cluster_bootstrap_ci
+from honestci.audit.errors import EstimationError, InputError
 
 
 @pytest.mark.reference

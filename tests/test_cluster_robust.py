@@ -15,9 +15,9 @@ import pytest
 import statsmodels.api as sm
 from scipy import stats
 
-from audit.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
-from audit.errors import EstimationError, InputError
-from audit.iid import proportion_ci
+from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
+from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.iid import proportion_ci
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = REPO_ROOT / "tests" / "reference"

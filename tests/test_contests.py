@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from audit.contests import build_contests, score_contests
-from audit.errors import InputError, SchemaError
-from audit.io import load_study
+from honestci.audit.data.contests import build_contests, score_contests
+from honestci.audit.errors import InputError, SchemaError
+from honestci.audit.data.io import load_study
 
 RESPONSES = [
     # vignette v1: policy P (run-2) vs opponent O; v2 and v3: runs left empty

@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
-from audit.coverage_study import HONEST_METHODS, run_coverage_study, simulate_scores
+from honestci.audit.stats.coverage_study import HONEST_METHODS, run_coverage_study, simulate_scores
 
 
 def test_simulated_score_icc_matches_the_design():
     # Score ICC = 2/(a + 2) with a = 2/ICC - 2 (module docstring): check by the one-way ANOVA
     # estimator over many vignettes.
-    from audit.design_effect import icc_oneway
+    from honestci.audit.stats.design_effect import icc_oneway
 
     rng = np.random.default_rng(11)
     scores, clusters, _ = simulate_scores(rng, n_clusters=3000, per_vignette=40, rate=0.7, icc=0.3)

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from audit.design_effect import ClusteringSummary, clustering_summary, design_effect, icc_oneway, n_effective
-from audit.errors import EstimationError, InputError
+from honestci.audit.stats.design_effect import ClusteringSummary, clustering_summary, design_effect, icc_oneway, n_effective
+from honestci.audit.errors import EstimationError, InputError
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "tests" / "reference"
 

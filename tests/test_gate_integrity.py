@@ -6,9 +6,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit.gates import GATE_ORDER, GateResult, Verdict, overall_verdict
-from audit.intervals import IntervalTable
-from audit.pipeline import EXIT_BLOCKED, EXIT_PASS, AuditResult
+from honestci.audit.policy import GATE_ORDER, GateResult, Verdict
+from honestci.audit.gates import overall_verdict
+from honestci.audit.stats.intervals import IntervalTable
+from honestci.audit.policy import EXIT_BLOCKED, EXIT_PASS
+from honestci.audit.pipeline import AuditResult
 
 settings.register_profile("gate-integrity", derandomize=True, max_examples=300, deadline=None)
 
@@ -83,8 +85,8 @@ def test_a_claim_cannot_require_no_gate(tmp_path):
 
     from click.testing import CliRunner
 
-    from audit.cli import main
-    from audit.gates import DEFAULT_REQUIRED_GATES
+    from honestci.audit.cli import main
+    from honestci.audit.policy import DEFAULT_REQUIRED_GATES
     from synthetic_study import claim_dict, write_study
 
     claim = write_study(tmp_path / "study", claim=claim_dict(required_gates=[], bar=0.99))

@@ -10,8 +10,8 @@ import json
 import pandas as pd
 import pytest
 
-from audit.errors import InputError, SchemaError
-from audit.io import load_study, load_table, table_from_frame
+from honestci.audit.errors import InputError, SchemaError
+from honestci.audit.data.io import load_study, load_table, table_from_frame
 
 FORMATS = ("jsonl", "csv", "parquet")
 

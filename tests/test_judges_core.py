@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from audit.errors import InputError
-from judges.cache import CachedJudgment, CacheKey, JudgmentCache, texts_sha256
-from judges.cli import import_command, judge_command
-from judges.importers import import_alpaca_eval
-from judges.prompts import DEFAULT_TEMPLATE, PairwiseTemplate, get_template
-from judges.schedule import Contest, schedule_both_orders
-from judges.stub_server import StubConfig, StubJudgeServer, preferred_position, write_stub_study
-from judges.tables import read_rows
+from honestci.audit.errors import InputError
+from honestci.judges.cache import CachedJudgment, CacheKey, JudgmentCache, texts_sha256
+from honestci.audit.cli.judges import import_command, judge_command
+from honestci.judges.importers import import_alpaca_eval
+from honestci.judges.prompts import DEFAULT_TEMPLATE, PairwiseTemplate, get_template
+from honestci.judges.schedule import Contest, schedule_both_orders
+from honestci.judges.stub_server import StubConfig, StubJudgeServer, preferred_position, write_stub_study
+from honestci.judges.tables import read_rows
 
 
 def test_default_template_asks_reappraisal_effectiveness_and_hash_is_pinned():

@@ -6,14 +6,14 @@ from collections import Counter
 
 import pytest
 
-from audit.errors import InputError
-from judges.backends.base import BackendFatalError
-from judges.backends.openai_http import OpenAICompatibleBackend
-from judges.backends.replay import ReplayBackend
-from judges.prompts import get_template
-from judges.run import load_texts, run_judging
-from judges.stub_server import FAULTS, StubConfig, StubJudgeServer, preferred_position, write_stub_study
-from judges.tables import read_rows
+from honestci.audit.errors import InputError
+from honestci.judges.backends.base import BackendFatalError
+from honestci.judges.backends.openai_http import OpenAICompatibleBackend
+from honestci.judges.backends.replay import ReplayBackend
+from honestci.judges.prompts import get_template
+from honestci.judges.run import load_texts, run_judging
+from honestci.judges.stub_server import FAULTS, StubConfig, StubJudgeServer, preferred_position, write_stub_study
+from honestci.judges.tables import read_rows
 
 
 def _backend(server, **options):

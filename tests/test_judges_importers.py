@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.errors import InputError
-from judges.importers import import_alpaca_eval, import_generic, import_mtbench, import_pandalm, prompt_id
-from judges.tables import read_rows
+from honestci.audit.errors import InputError
+from honestci.judges.importers import import_alpaca_eval, import_generic, import_mtbench, import_pandalm, prompt_id
+from honestci.judges.tables import read_rows
 
 SCORE_OF_SECOND = {"second": 1.0, "tie": 0.5, "first": 0.0}
 

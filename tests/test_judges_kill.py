@@ -10,8 +10,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from judges.stub_server import StubConfig, StubJudgeServer, preferred_position, write_stub_study
-from judges.tables import read_rows
+from honestci.judges.stub_server import StubConfig, StubJudgeServer, preferred_position, write_stub_study
+from honestci.judges.tables import read_rows
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,7 @@ def test_sigkill_at_random_points_then_resume_loses_nothing_and_reasks_nothing(t
     out, cache = tmp_path / "judgments.jsonl", tmp_path / "judgments.jsonl.cache.sqlite"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     with StubJudgeServer(StubConfig(latency_s=0.05, fault_rates={"429": 0.05}, seed=4)) as server:
-        command = [sys.executable, "-m", "judges.cli", "judge", str(study["contests"]),
+        command = [sys.executable, "-m", "honestci", "judge", str(study["contests"]),
                    "--vignettes", str(study["vignettes"]), "--responses", str(study["responses"]),
                    "--out", str(out), "--base-url", server.base_url, "--model", "stub-judge", "--concurrency", "4",
                    "--max-retries", "8", "--backoff-base", "0.01", "--backoff-cap", "0.05", "--timeout", "5",

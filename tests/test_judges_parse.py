@@ -2,7 +2,7 @@
 
 import pytest
 
-from judges.parse import parse_verdict
+from honestci.judges.parse import parse_verdict
 
 DECIDED = [
     # Bare tokens.

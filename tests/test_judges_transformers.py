@@ -11,19 +11,19 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from judges.backends.base import JudgeRequest  # noqa: E402
-from judges.backends.transformers_local import TransformersBackend  # noqa: E402
-from judges.parse import parse_verdict  # noqa: E402
-from judges.prompts import get_template  # noqa: E402
-from judges.run import load_texts, run_judging  # noqa: E402
-from judges.stub_server import write_stub_study  # noqa: E402
-from judges.tables import read_rows  # noqa: E402
+from honestci.judges.backends.base import JudgeRequest  # noqa: E402
+from honestci.judges.backends.transformers_local import TransformersBackend  # noqa: E402
+from honestci.judges.parse import parse_verdict  # noqa: E402
+from honestci.judges.prompts import get_template  # noqa: E402
+from honestci.judges.run import load_texts, run_judging  # noqa: E402
+from honestci.judges.stub_server import write_stub_study  # noqa: E402
+from honestci.judges.tables import read_rows  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny_judge(tmp_path_factory):
     """Qwen3 config (hidden 64, 2 layers) + a byte-level BPE tokenizer trained here on varied text."""
-    from training.tiny import build_tiny_causal_lm
+    from honestci.training.tiny import build_tiny_causal_lm
 
     corpus = [get_template().system, get_template().user, "[[A]] [[B]] [[C]] Final verdict: Response A is better.",
               "My friend cancelled on me again; maybe they are overwhelmed and it says little about me."]

@@ -11,12 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit.claims import load_claim
-from audit.contests import build_contests
-from audit.errors import InputError
-from audit.gates import Verdict, run_gate
-from audit.io import load_study
-from audit.leakage import (build_index, byte_ranges, check_claim_leakage, hash_documents, iter_corpus, leak_effect,
+from honestci.audit.data.claims import load_claim
+from honestci.audit.data.contests import build_contests
+from honestci.audit.errors import InputError
+from honestci.audit.policy import Verdict
+from honestci.audit.gates import run_gate
+from honestci.audit.data.io import load_study
+from honestci.audit.checks.leakage import (build_index, byte_ranges, check_claim_leakage, hash_documents, iter_corpus, leak_effect,
                            normalize,
                            reference_ngram_hashes, reference_token_hash, scan_corpus, scan_corpus_dask, scan_texts, tokenize)
 
@@ -239,7 +240,7 @@ def test_leak_effect_matches_a_two_group_ols():
 
 
 def test_check_returns_none_without_a_corpus(fixture_check):
-    from audit.leakage import _check
+    from honestci.audit.checks.leakage import _check
 
     claim, study, contests, _ = fixture_check
 
@@ -287,7 +288,7 @@ def test_scan_texts_equals_scan_corpus(tmp_path):
 def test_cli_leakage_exits_1_on_the_fixture_leaks_and_2_on_bad_input(tmp_path):
     from click.testing import CliRunner
 
-    from audit.cli_selection import leakage
+    from honestci.audit.cli.selection import leakage
 
     runner = CliRunner()
     result = runner.invoke(leakage, ["--eval", str(FIXTURE / "responses.jsonl"), "--corpus",

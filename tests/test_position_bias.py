@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from scipy import stats
 from scipy.special import logit
 
-from audit.gates import Verdict
-from audit.position_bias import gate_position_bias, position_bias, position_bias_for_judge, sign_flip_test
-from fixtures.truth import JudgeParams, system_estimands
+from honestci.audit.policy import Verdict
+from honestci.audit.checks.position_bias import gate_position_bias, position_bias, position_bias_for_judge, sign_flip_test
+from honestci.fixtures.truth import JudgeParams, system_estimands
 
 STUDY = Path(__file__).resolve().parents[1] / "fixtures" / "study"
 POLICY, OPPONENT = "reappraisal-4b-grpo", "gpt-4-0314"
@@ -45,8 +45,8 @@ def test_single_order_is_not_identifiable():
 
 
 def test_single_order_contests_from_tables_are_not_identifiable(study):
-    from audit.contests import build_contests
-    from audit.position_bias import position_bias_from_contests
+    from honestci.audit.data.contests import build_contests
+    from honestci.audit.checks.position_bias import position_bias_from_contests
 
     judgments = study.judgments.frame
     one_order = judgments[judgments["response_first"].str.startswith("grpo")]
@@ -77,7 +77,7 @@ def test_hand_example_and_exact_sign_flip():
 
 
 def test_cli_position_bias():
-    from audit.cli_checks import position_bias_command
+    from honestci.audit.cli.checks import position_bias_command
 
     out = CliRunner().invoke(position_bias_command, [str(STUDY / "claim.yaml"), "--judge", "llama-3.1-405b"])
     assert out.exit_code == 0, out.output

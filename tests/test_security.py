@@ -13,9 +13,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from audit.claims import load_claim
-from audit.cli import main
-from audit.errors import ClaimError, InputError
+from honestci.audit.data.claims import load_claim
+from honestci.audit.cli import main
+from honestci.audit.errors import ClaimError, InputError
 from synthetic_study import claim_dict, study_rows, write_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ SCANNED = ("audit", "judges", "reports", "fixtures", "training", "bench", "scrip
 
 
 def test_claim_loader_uses_a_safe_loader_and_runs_nothing(tmp_path):
-    from audit import claims
+    from honestci.audit.data import claims
 
     assert issubclass(claims._StrictSafeLoader, yaml.SafeLoader)
     marker = tmp_path / "pwned"
@@ -139,8 +139,8 @@ def _markup_counts(html: str) -> dict[str, int]:
 
 
 def test_every_model_and_user_text_is_escaped_in_html(tmp_path):
-    from reports.model import Report
-    from reports.render import render
+    from honestci.audit.report_model import Report
+    from honestci.reports.render import render
 
     result = CliRunner().invoke(main, ["audit", str(_hostile_study(tmp_path)), "--out", str(tmp_path / "out"),
                                        "--no-bayes"])
@@ -187,7 +187,7 @@ def test_api_key_is_never_in_audit_output_or_report(tmp_path, monkeypatch):
 def test_api_key_is_never_in_judge_command_logs_or_files(tmp_path, monkeypatch):
     # The library-level check (run_judging, cache, repr) is in test_judges_http.py; this one runs
     # the `honestci judge` command, so its stdout/stderr (the logs) are covered too.
-    from judges.stub_server import StubConfig, StubJudgeServer, write_stub_study
+    from honestci.judges.stub_server import StubConfig, StubJudgeServer, write_stub_study
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     study = write_stub_study(tmp_path / "in", n_contests=4)
@@ -254,7 +254,7 @@ def test_output_folder_under_a_file_is_a_clean_exit_2(tmp_path):
 
 
 def test_full_disk_is_a_clean_exit_2_and_the_previous_report_stays(tmp_path, monkeypatch):
-    from reports import writing
+    from honestci.reports import writing
 
     claim = str(write_study(tmp_path / "study"))
     out = tmp_path / "out"
@@ -273,7 +273,7 @@ def test_full_disk_is_a_clean_exit_2_and_the_previous_report_stays(tmp_path, mon
 
 
 def test_a_failure_on_the_last_file_replaces_none_of_them(tmp_path, monkeypatch):
-    from reports import writing
+    from honestci.reports import writing
 
     targets = {tmp_path / name: f"old {name}" for name in ("verdict.json", "report.md", "report.html")}
     writing.atomic_write_texts(targets)
@@ -292,8 +292,8 @@ def test_a_failure_on_the_last_file_replaces_none_of_them(tmp_path, monkeypatch)
 
 
 def test_a_renderer_that_fails_touches_no_file(tmp_path, monkeypatch):
-    from reports import render as render_module
-    from reports.model import Report
+    from honestci.reports import render as render_module
+    from honestci.audit.report_model import Report
 
     result = CliRunner().invoke(main, ["audit", str(write_study(tmp_path / "study")), "--out", str(tmp_path / "out"),
                                        "--no-bayes"])

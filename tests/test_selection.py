@@ -12,12 +12,13 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from audit.claims import load_claim
-from audit.contests import ContestTable
-from audit.errors import InputError
-from audit.gates import Verdict, run_gate
-from audit.io import load_study
-from audit.selection import (analyse_selection, selection_covariance, selection_null, selection_truncation,
+from honestci.audit.data.claims import load_claim
+from honestci.audit.data.contests import ContestTable
+from honestci.audit.errors import InputError
+from honestci.audit.policy import Verdict
+from honestci.audit.gates import run_gate
+from honestci.audit.data.io import load_study
+from honestci.audit.checks.selection import (analyse_selection, selection_covariance, selection_null, selection_truncation,
                              truncated_normal_log_cdf, winner_inference)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -271,10 +272,10 @@ class _Context:
 
 
 def test_gate_pass_when_the_policy_is_not_a_candidate(fixture_study):
-    from audit.contests import build_contests
+    from honestci.audit.data.contests import build_contests
 
     claim, study = fixture_study
-    from audit.selection import _check
+    from honestci.audit.checks.selection import _check
 
     ctx = _Context(claim, study, build_contests(study, claim.spec.policy, claim.spec.opponent, claim.spec.judge))
     ctx.checks["winners_curse"] = _check(ctx)
@@ -282,8 +283,8 @@ def test_gate_pass_when_the_policy_is_not_a_candidate(fixture_study):
 
 
 def test_gate_fails_when_the_claim_rests_on_its_selection_pool(tmp_path):
-    from audit.contests import build_contests
-    from audit.selection import _check
+    from honestci.audit.data.contests import build_contests
+    from honestci.audit.checks.selection import _check
 
     claim = load_claim(_claim_copy(tmp_path, "grpo-ckpt-5"))
     study = load_study(claim.data_paths)
@@ -297,7 +298,7 @@ def test_gate_fails_when_the_claim_rests_on_its_selection_pool(tmp_path):
 def test_gate_on_held_out_evidence_warns_on_material_shrinkage(fixture_study, policy, verdict):
     # A claim resting on the held-out pool only: ckpt-8 scores 0.800 on selection and 0.717 on
     # held-out (shrinkage 0.083 > 0.05: WARN); ckpt-5 0.800 and 0.800 (PASS).
-    from audit.contests import build_contests
+    from honestci.audit.data.contests import build_contests
 
     claim, study = fixture_study
     contests = build_contests(study, policy, "gpt-4-0314", "llama-3.1-70b")
@@ -310,9 +311,9 @@ def test_gate_on_held_out_evidence_warns_on_material_shrinkage(fixture_study, po
 
 
 def test_check_returns_none_without_a_selection_pool(fixture_study):
-    from audit.io import table_from_frame
-    from audit.selection import _check
-    from audit.contests import build_contests
+    from honestci.audit.data.io import table_from_frame
+    from honestci.audit.checks.selection import _check
+    from honestci.audit.data.contests import build_contests
 
     claim, study = fixture_study
     responses = study.responses.frame.copy()
@@ -343,7 +344,7 @@ def test_alpaca_eval_best_of_n_pairs(base, selected):
     path = ALPACA / "alpaca_eval_gpt4_preferences_long.csv"
     if not path.exists():
         pytest.skip("../shared/data/alpaca_eval is absent")
-    from audit.compare import paired_difference
+    from honestci.audit.stats.compare import paired_difference
 
     long = pd.read_csv(path)
     long = long[long["model"].isin([base, selected]) & long["preference"].notna()]
@@ -371,7 +372,7 @@ def test_alpaca_eval_best_of_n_pairs(base, selected):
 def test_cli_winners_curse(tmp_path):
     from click.testing import CliRunner
 
-    from audit.cli_selection import winners_curse
+    from honestci.audit.cli.selection import winners_curse
 
     ok = CliRunner().invoke(winners_curse, [str(FIXTURE / "claim.yaml"), "--out", str(tmp_path)])
     assert ok.exit_code == 0, ok.output

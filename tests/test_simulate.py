@@ -22,15 +22,15 @@ import yaml
 from scipy import integrate
 from statsmodels.stats.proportion import proportion_confint
 
-from audit.errors import InputError
-from fixtures import (
+from honestci.audit.errors import InputError
+from honestci.fixtures import (
     DEFAULT_SEED,
     DEFAULT_STUDY_DIR,
     default_claim_path,
     simulate_study,
     write_study,
 )
-from fixtures import simulate as sim
+from honestci.fixtures import simulate as sim
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MAIN_SYSTEMS = {sim.POLICY: 720, sim.POLICY_V1: 480, sim.BASE: 120, sim.REFERENCE: 240}
@@ -98,7 +98,7 @@ def test_committed_study_equals_fresh_generation(tmp_path):
     for path in written:
         assert (DEFAULT_STUDY_DIR / path.name).read_bytes() == path.read_bytes(), (
             f"{path.name} differs: regenerate with "
-            "`python -c 'from fixtures import write_study, DEFAULT_STUDY_DIR; "
+            "`python -c 'from honestci.fixtures import write_study, DEFAULT_STUDY_DIR; "
             "write_study(DEFAULT_STUDY_DIR)'`")
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from audit.io import load_table
-from judges.stub_server import StubConfig, StubJudgeServer
-from training.config import TrainingConfigError
-from training.generate import GenerationJob, generate_responses, sample_seeds
+from honestci.audit.data.io import load_table
+from honestci.judges.stub_server import StubConfig, StubJudgeServer
+from honestci.training.config import TrainingConfigError
+from honestci.training.generate import GenerationJob, generate_responses, sample_seeds
 
 VIGNETTES = Path(__file__).resolve().parents[1] / "fixtures" / "study" / "vignettes.jsonl"
 
@@ -41,7 +41,7 @@ def test_fresh_seeds_differ_between_runs_unless_given(tmp_path):
 
 
 def test_failed_generations_stop_the_run_and_write_nothing(tmp_path):
-    from audit.errors import InputError
+    from honestci.audit.errors import InputError
 
     with StubJudgeServer(StubConfig(fault_rates={"500": 1.0})) as server:
         job = GenerationJob(system="p", vignettes=VIGNETTES, out=tmp_path / "r.jsonl", backend="openai",

@@ -10,12 +10,12 @@ pytest.importorskip("trl")
 
 from training_support import changed_tensors, tiny_base, untrained_ensemble  # noqa: E402
 
-from audit.gates import Verdict  # noqa: E402
-from training.config import TrainingConfigError, load_config  # noqa: E402
-from training.grpo import REWARD_LOG, GatedEnsembleReward, GRPOJob, grpo_config, train_grpo  # noqa: E402
-from training.health import assess_training_log  # noqa: E402
-from training.reward_models import RewardEnsemble  # noqa: E402
-from training.task import SYSTEM_PROMPT, USER_TEMPLATE  # noqa: E402
+from honestci.audit.policy import Verdict  # noqa: E402
+from honestci.training.config import TrainingConfigError, load_config  # noqa: E402
+from honestci.training.grpo import REWARD_LOG, GatedEnsembleReward, GRPOJob, grpo_config, train_grpo  # noqa: E402
+from honestci.audit.checks.training_health import assess_training_log  # noqa: E402
+from honestci.training.reward_models import RewardEnsemble  # noqa: E402
+from honestci.training.task import SYSTEM_PROMPT, USER_TEMPLATE  # noqa: E402
 
 VIGNETTES = "fixtures/study/vignettes.jsonl"
 

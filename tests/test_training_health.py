@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from audit.checks import ReportSection
-from audit.gates import THRESHOLDS, Verdict
-from training.health import (_training_health_check, _training_healthy_gate, assess_training_log,
+from honestci.audit.checks.registry import ReportSection
+from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.audit.checks.training_health import (_training_health_check, _training_healthy_gate, assess_training_log,
                              plot_training_health, read_training_log)
 
 N_STEPS = 200
@@ -121,7 +121,7 @@ def test_thresholds_are_read_from_the_claim(tmp_path):
 
 
 def test_bad_log_files_are_input_errors(tmp_path):
-    from audit.errors import InputError
+    from honestci.audit.errors import InputError
 
     with pytest.raises(InputError, match="does not exist"):
         assess_training_log(tmp_path / "missing.jsonl")
@@ -170,5 +170,5 @@ def test_plot_has_the_four_panels(tmp_path):
 def test_check_prefers_the_path_the_claim_loader_resolved(tmp_path):
     log = write_jsonl(synthetic_log(), tmp_path / "elsewhere.jsonl")
     context = _context(tmp_path, "ignored-when-resolved.jsonl")
-    context.claim.training_log_path = log  # audit.claims.load_claim resolves training_log like the data paths
+    context.claim.training_log_path = log  # honestci.audit.data.claims.load_claim resolves training_log like the data paths
     assert _training_health_check(context).log_path == str(log)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from audit.gates import GateResult, Verdict
-from training.pipeline import CARD_END, CARD_START, PipelineRefused, publish_figures, run_pipeline
+from honestci.audit.policy import GateResult, Verdict
+from honestci.training.pipeline import CARD_END, CARD_START, PipelineRefused, publish_figures, run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "study"
@@ -29,7 +29,7 @@ def _config(tmp_path, **changes) -> Path:
 
 
 def test_pipeline_fails_closed_without_the_leakage_module(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "audit.leakage", None)  # import audit.leakage -> ModuleNotFoundError
+    monkeypatch.setitem(sys.modules, "honestci.audit.checks.leakage", None)  # import honestci.audit.checks.leakage -> ModuleNotFoundError
     with pytest.raises(PipelineRefused, match="leakage check .* is not installed"):
         run_pipeline(_config(tmp_path, base_model=str(tmp_path / "no-model")))
     assert not (tmp_path / "run" / "reward_model").exists() and not (tmp_path / "MODEL_CARD.md").exists()
@@ -42,7 +42,7 @@ def test_pipeline_fails_closed_without_the_leakage_module(tmp_path, monkeypatch)
 
 @pytest.fixture(scope="module")
 def fixture_verdict():
-    from audit.pipeline import _json_safe, run_audit
+    from honestci.audit.pipeline import _json_safe, run_audit
 
     result = run_audit(FIXTURE / "claim.yaml", bayes=False)
     return _json_safe(result.to_dict())
@@ -106,7 +106,7 @@ def test_pipeline_runs_end_to_end_on_cpu_and_is_refused_when_a_gate_fails(tmp_pa
     pytest.importorskip("trl")
     from click.testing import CliRunner
 
-    from training.cli import pipeline_command
+    from honestci.audit.cli.training import pipeline_command
     from training_support import tiny_base
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _HashJudge)

@@ -10,9 +10,9 @@ pytest.importorskip("trl")
 
 from training_support import changed_tensors, tiny_base, tiny_study  # noqa: E402
 
-from audit.winrate import winrate_ci  # noqa: E402
-from training.config import TrainingConfigError  # noqa: E402
-from training.reward_models import (RewardEnsemble, RewardModelJob, build_reward_data, ensemble_reward,  # noqa: E402
+from honestci.audit.stats.winrate import winrate_ci  # noqa: E402
+from honestci.training.config import TrainingConfigError  # noqa: E402
+from honestci.training.reward_models import (RewardEnsemble, RewardModelJob, build_reward_data, ensemble_reward,  # noqa: E402
                                     heldout_accuracy, train_reward_models)
 
 
@@ -120,7 +120,7 @@ def test_config_errors_name_the_field(study, tmp_path, change, message):
 
 
 def test_ensemble_refuses_folders_without_safetensors(tmp_path):
-    from audit.errors import InputError
+    from honestci.audit.errors import InputError
 
     (tmp_path / "member").mkdir()
     (tmp_path / "member" / "pytorch_model.bin").write_bytes(b"not loaded")

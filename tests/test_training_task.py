@@ -2,8 +2,8 @@
 
 import pytest
 
-from training.config import TrainingConfigError, parse_overrides
-from training.task import count_sentences, extract_answer, format_gate, messages_for
+from honestci.training.config import TrainingConfigError, parse_overrides
+from honestci.training.task import count_sentences, extract_answer, format_gate, messages_for
 
 
 @pytest.mark.parametrize("output, answer", [

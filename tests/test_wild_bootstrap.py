@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from audit.errors import InputError
-from audit.wild_bootstrap import (
+from honestci.audit.errors import InputError
+from honestci.audit.stats.wild_bootstrap import (
     WEIGHT_VALUES,
     WildBootstrapResult,
     wild_cluster_ci,

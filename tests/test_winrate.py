@@ -5,8 +5,8 @@ import pytest
 import statsmodels.api as sm
 from scipy import stats
 
-from audit.gates import Verdict
-from audit.winrate import ALL_METHODS, winrate_ci, winrate_table
+from honestci.audit.policy import Verdict
+from honestci.audit.stats.winrate import ALL_METHODS, winrate_ci, winrate_table
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
 
@@ -168,7 +168,7 @@ def test_cr2_logit_is_inconclusive_when_every_contest_is_won():
 def test_cr2_logit_covers_where_symmetric_cr2_does_not(n_clusters):
     # The most skewed cell of the coverage study (ICC 0.3, new-vignette rate 0.8): vignette win
     # probabilities Beta(0.8a, 0.2a), a = 2/ICC - 2, both orders Bernoulli, 40 contests each.
-    from audit.coverage_study import simulate_scores
+    from honestci.audit.stats.coverage_study import simulate_scores
 
     rng = np.random.default_rng(20261130)
     reps, rate = 1500, 0.8

@@ -32,7 +32,7 @@ def tiny_study(folder: Path, pairs_per_vignette: int = 4) -> dict[str, Path]:
 
 def tiny_base(base_temp: Path) -> Path:
     """A tiny Qwen3 causal LM with a tokenizer trained on the fixture texts (built once)."""
-    from training.tiny import build_tiny_causal_lm, fixture_texts
+    from honestci.training.tiny import build_tiny_causal_lm, fixture_texts
 
     folder = base_temp / "tiny-base"
     if not (folder / "model.safetensors").is_file():

@@ -1,7 +1,7 @@
 """YAML job configs with command-line overrides, validated into frozen dataclasses.
 
 A job is a config/trainer/script triple, as in TRL: a dataclass of the job's settings
-(:class:`training.reward_models.RewardModelJob`, :class:`training.grpo.GRPOJob`), the trainer it
+(:class:`honestci.training.reward_models.RewardModelJob`, :class:`honestci.training.grpo.GRPOJob`), the trainer it
 drives (TRL's ``RewardTrainer`` / ``GRPOTrainer``), and a click command (``honestci train …``). A
 config file is a YAML mapping (``yaml.safe_load`` only) whose keys are the dataclass's fields; the
 free-form ``trainer:`` block is passed to TRL's config class, which rejects unknown keys by name.
@@ -18,7 +18,7 @@ from typing import Any, Sequence, TypeVar
 
 import yaml
 
-from audit.errors import InputError, Problem
+from honestci.audit.errors import InputError, Problem
 
 T = TypeVar("T")
 

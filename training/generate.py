@@ -8,7 +8,7 @@ follow ``docs/data-formats.md`` (responses): ``text`` is the answer after ``</th
 whole output, ``run`` and ``pool`` tag the evaluation.
 
 Backends: a local transformers model (CPU or GPU), or an OpenAI-compatible server (vLLM's
-``vllm serve``), through the judges' HTTP client (:mod:`judges.backends.openai_http`: bounded
+``vllm serve``), through the judges' HTTP client (:mod:`honestci.judges.backends.openai_http`: bounded
 concurrency, retries with backoff). A generation that fails after every retry stops the run with
 the failures listed: it is never written as an empty answer (an empty answer is a real output).
 """
@@ -23,9 +23,9 @@ from typing import Callable
 
 import numpy as np
 
-from audit.errors import InputError, Problem
-from training.config import require
-from training.task import extract_answer, messages_for
+from honestci.audit.errors import InputError, Problem
+from honestci.training.config import require
+from honestci.training.task import extract_answer, messages_for
 
 RESPONSE_TABLE_COLUMNS = ("response_id", "vignette_id", "system", "text", "raw", "run", "pool", "seed", "sample_idx")
 BACKENDS = ("transformers", "openai")
@@ -109,7 +109,7 @@ def _generate_transformers(job: GenerationJob, plan) -> list[str]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training.reward_models import resolve_device
+    from honestci.training.reward_models import resolve_device
 
     device = resolve_device(job.device)
     tokenizer = AutoTokenizer.from_pretrained(job.model_path, local_files_only=True)
@@ -136,8 +136,8 @@ def _generate_transformers(job: GenerationJob, plan) -> list[str]:
 
 
 def _generate_http(job: GenerationJob, plan, keys) -> list[str]:
-    from judges.backends.base import JudgeRequest
-    from judges.backends.openai_http import OpenAICompatibleBackend
+    from honestci.judges.backends.base import JudgeRequest
+    from honestci.judges.backends.openai_http import OpenAICompatibleBackend
 
     backend = OpenAICompatibleBackend(job.base_url, job.model, api_key_env=job.api_key_env,
                                       concurrency=job.concurrency, max_retries=job.max_retries,
@@ -166,8 +166,8 @@ def generate_responses(job: GenerationJob, progress: Callable[[str], None] = lam
     """Generate ``samples_per_vignette`` answers per vignette and write the responses table ``job.out``."""
     import time
 
-    from audit.io import load_table
-    from judges.tables import write_table
+    from honestci.audit.data.io import load_table
+    from honestci.judges.tables import write_table
 
     vignettes = load_table(job.vignettes, "vignettes").frame
     base_seed = int(np.random.SeedSequence().entropy % 2**63) if job.seed is None else int(job.seed)

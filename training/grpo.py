@@ -1,8 +1,8 @@
 """GRPO on the reappraisal task with TRL's ``GRPOTrainer``, rewarded by the gated ensemble.
 
 The reward of a completion is the reward-model ensemble's R = mean − λ·sd (standardised member
-scores; :mod:`training.reward_models`) of its answer — the text after ``</think>`` — when the
-answer passes the format gate (non-empty, at most two sentences; :func:`training.task.format_gate`),
+scores; :mod:`honestci.training.reward_models`) of its answer — the text after ``</think>`` — when the
+answer passes the format gate (non-empty, at most two sentences; :func:`honestci.training.task.format_gate`),
 and the constant ``format_penalty`` (in the members' standard-deviation units, default −3) when it
 does not, so length cannot buy reward. GRPO standardises rewards within each prompt's group of
 ``num_generations`` completions (Shao et al. 2024, DeepSeekMath), with a KL penalty β toward the
@@ -25,9 +25,9 @@ from typing import Callable
 
 import numpy as np
 
-from audit.errors import InputError
-from training.config import TrainingConfigError, require, to_plain
-from training.task import extract_answer, format_gate, messages_for
+from honestci.audit.errors import InputError
+from honestci.training.config import TrainingConfigError, require, to_plain
+from honestci.training.task import extract_answer, format_gate, messages_for
 
 TRAINING_LOG = "training_log.jsonl"
 REWARD_LOG = "rewards.jsonl"
@@ -124,7 +124,7 @@ class GatedEnsembleReward:
     def __call__(self, prompts, completions, scenario=None, **_) -> list[float]:
         if scenario is None:
             raise InputError("The GRPO dataset has no 'scenario' column for the reward model.",
-                             fix="build the dataset with training.grpo.prompt_dataset")
+                             fix="build the dataset with honestci.training.grpo.prompt_dataset")
         answers = [extract_answer(self._text(c)) for c in completions]
         gates = [format_gate(a, self.max_sentences) for a in answers]
         passing = [i for i, g in enumerate(gates) if g.passed]
@@ -150,7 +150,7 @@ def prompt_dataset(vignettes_path: Path):
     """A ``datasets.Dataset`` of conversational prompts (system + user) with a ``scenario`` column."""
     from datasets import Dataset
 
-    from audit.io import load_table
+    from honestci.audit.data.io import load_table
 
     frame = load_table(vignettes_path, "vignettes").frame
     return Dataset.from_list([{"prompt": messages_for(text), "scenario": text, "vignette_id": vid}
@@ -213,11 +213,11 @@ class GRPORun:
 def train_grpo(job: GRPOJob, progress: Callable[[str], None] = lambda _: None, *,
                reward_function: GatedEnsembleReward | None = None) -> GRPORun:
     """Run GRPO as configured; save the policy (safetensors), ``trainer_state.json`` and the
-    trainer's log history as JSON Lines (``training_log.jsonl``, read by :mod:`training.health`)."""
+    trainer's log history as JSON Lines (``training_log.jsonl``, read by :mod:`honestci.audit.checks.training_health`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
 
-    from training.reward_models import RewardEnsemble, resolve_device
+    from honestci.training.reward_models import RewardEnsemble, resolve_device
 
     device = resolve_device(job.device)
     for label, path in (("model", job.model), ("reward_model", job.reward_model)):

@@ -7,8 +7,8 @@ gate passes, and otherwise refuses (exit 1) with the report explaining why.
 - Leakage first, and fail closed: the training text (the task prompts, every human-rated answer
   the reward models train on, and any extra ``corpus``) is checked against the held-out eval
   answers (the opponent's answers that no human table references) through the ``leakage``
-  plug-in check and gate of :mod:`audit.leakage` (``audit.checks.run_check("leakage", context)``,
-  then ``audit.gates.run_gate("leakage", context)``). When that module is missing, or its gate
+  plug-in check and gate of :mod:`honestci.audit.checks.leakage` (``honestci.audit.checks.registry.run_check("leakage", context)``,
+  then ``honestci.audit.gates.run_gate("leakage", context)``). When that module is missing, or its gate
   does not PASS, nothing is trained.
 - The audit's claim requires the default gates plus ``leakage`` and ``training_healthy``, and names
   the GRPO log (``training_log``, copied beside the claim) so the audit itself judges training health.
@@ -26,9 +26,9 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from audit.errors import HonestCIError, InputError
-from audit.gates import DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GateResult, Verdict
-from training.config import build_config, parse_overrides, read_yaml_mapping, require, _merge
+from honestci.audit.errors import HonestCIError, InputError
+from honestci.audit.policy import DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GateResult, Verdict
+from honestci.training.config import build_config, parse_overrides, read_yaml_mapping, require, _merge
 
 CARD_START = "<!-- honestci:figures:start -->"
 CARD_END = "<!-- honestci:figures:end -->"
@@ -99,7 +99,7 @@ def _stage(stages: list, name: str, started: float, **extra) -> None:
 
 
 def _write_jsonl(frame: pd.DataFrame, path: Path) -> Path:
-    from judges.tables import write_table
+    from honestci.judges.tables import write_table
 
     records = [{k: (None if (isinstance(v, float) and v != v) else v) for k, v in row.items()}
                for row in frame.to_dict(orient="records")]
@@ -107,7 +107,7 @@ def _write_jsonl(frame: pd.DataFrame, path: Path) -> Path:
 
 
 def _load(path: Path | None, table: str) -> pd.DataFrame | None:
-    from audit.io import load_table
+    from honestci.audit.data.io import load_table
 
     return None if path is None else load_table(path, table).frame
 
@@ -115,7 +115,7 @@ def _load(path: Path | None, table: str) -> pd.DataFrame | None:
 def prepare_data(job: PipelineJob, data_dir: Path) -> dict[str, Path]:
     """Copy the inputs into the run folder; write the training text (``corpus``) and the held-out
     eval answers (the opponent's answers no human table references)."""
-    from training.task import USER_TEMPLATE
+    from honestci.training.task import USER_TEMPLATE
 
     data_dir.mkdir(parents=True, exist_ok=True)
     vignettes = _load(job.vignettes, "vignettes")
@@ -155,21 +155,22 @@ def prepare_data(job: PipelineJob, data_dir: Path) -> dict[str, Path]:
 def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path) -> GateResult:
     """Run the ``leakage`` check and gate on the training text against the held-out eval answers.
 
-    Fails closed: raises :class:`PipelineRefused` when :mod:`audit.leakage` is missing, when its
+    Fails closed: raises :class:`PipelineRefused` when :mod:`honestci.audit.checks.leakage` is missing, when its
     check cannot run on the pre-training data, or when its gate does not PASS.
     """
     import importlib
 
-    from audit.checks import run_check
-    from audit.claims import Claim, ClaimSpec
-    from audit.gates import THRESHOLDS, Thresholds, run_gate
-    from audit.io import LoadedTable, Study, load_table
-    from audit.pipeline import AuditContext
+    from honestci.audit.checks.registry import run_check
+    from honestci.audit.data.claims import Claim, ClaimSpec
+    from honestci.audit.policy import THRESHOLDS, Thresholds
+    from honestci.audit.gates import run_gate
+    from honestci.audit.data.io import LoadedTable, Study, load_table
+    from honestci.audit.pipeline import AuditContext
 
     try:
-        importlib.import_module("audit.leakage")
+        importlib.import_module("honestci.audit.checks.leakage")
     except ModuleNotFoundError as exc:
-        if exc.name != "audit.leakage":
+        if exc.name != "honestci.audit.checks.leakage":
             raise
         raise PipelineRefused("Refused: the leakage check (audit/leakage.py) is not installed, so the training "
                               "text cannot be checked against the held-out eval answers; nothing was trained.") from None
@@ -190,7 +191,7 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
     try:
         context.checks["leakage"] = run_check("leakage", context)
     except KeyError:
-        raise PipelineRefused("Refused: audit.leakage registers no 'leakage' check; nothing was trained.") from None
+        raise PipelineRefused("Refused: honestci.audit.checks.leakage registers no 'leakage' check; nothing was trained.") from None
     except (AttributeError, TypeError) as exc:
         raise PipelineRefused(f"Refused: the leakage check could not run before training ({type(exc).__name__}: "
                               f"{exc}); nothing was trained.") from None
@@ -202,7 +203,7 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
 
 def _contests(policy_rows: pd.DataFrame, eval_answers: pd.DataFrame):
     """Each policy answer against one held-out opponent answer of its vignette (round robin)."""
-    from judges.schedule import Contest
+    from honestci.judges.schedule import Contest
 
     contests = []
     for vid, group in policy_rows.groupby("vignette_id", sort=True):
@@ -218,11 +219,11 @@ def _contests(policy_rows: pd.DataFrame, eval_answers: pd.DataFrame):
 def _judge_backend(judge: dict, seed: int):
     backend = judge["backend"]
     if backend == "transformers":
-        from judges.backends.transformers_local import TransformersBackend
+        from honestci.judges.backends.transformers_local import TransformersBackend
 
         return TransformersBackend(judge["model_path"], device=judge.get("device", "cpu"),
                                    judge_name=judge.get("name"), seed=seed)
-    from judges.backends.openai_http import OpenAICompatibleBackend
+    from honestci.judges.backends.openai_http import OpenAICompatibleBackend
 
     return OpenAICompatibleBackend(judge["base_url"], judge["model"], api_key_env=judge.get("api_key_env", "OPENAI_API_KEY"),
                                    concurrency=int(judge.get("concurrency", 8)), seed=seed)
@@ -248,8 +249,8 @@ def publish_figures(verdict: dict, gates: Sequence[GateResult], required: Sequen
 
     Raises :class:`PipelineRefused` (the card is left untouched) otherwise.
     """
-    from reports.markdown import model_card_section
-    from reports.writing import atomic_write_text
+    from honestci.reports.markdown import model_card_section
+    from honestci.reports.writing import atomic_write_text
 
     required = set(required)
     blocking = [g for g in gates if g.name in required and g.verdict != Verdict.PASS]
@@ -285,15 +286,15 @@ def _nested_path(value, base: Path) -> Path | None:
 def run_pipeline(config_path: str | Path, overrides: Sequence[str] = (),
                  progress: Callable[[str], None] = lambda _: None) -> PipelineResult:
     """Run every stage; raise :class:`PipelineRefused` when a gate blocks (the report is still written)."""
-    from audit.pipeline import _json_safe, run_audit
-    from reports.model import Report
-    from reports.render import write_report
-    from judges.prompts import DEFAULT_TEMPLATE, get_template
-    from judges.run import load_texts, run_judging
-    from training.generate import GenerationJob, generate_responses
-    from training.grpo import GRPOJob, train_grpo
-    from training.health import assess_training_log, training_health_svg
-    from training.reward_models import RewardModelJob, train_reward_models
+    from honestci.audit.pipeline import _json_safe, run_audit
+    from honestci.audit.report_model import Report
+    from honestci.reports.render import write_report
+    from honestci.judges.prompts import DEFAULT_TEMPLATE, get_template
+    from honestci.judges.run import load_texts, run_judging
+    from honestci.training.generate import GenerationJob, generate_responses
+    from honestci.training.grpo import GRPOJob, train_grpo
+    from honestci.audit.checks.training_health import assess_training_log, training_health_svg
+    from honestci.training.reward_models import RewardModelJob, train_reward_models
 
     job, base = load_pipeline_job(config_path, overrides)
     out = Path(job.output_dir)
@@ -382,7 +383,7 @@ def run_pipeline(config_path: str | Path, overrides: Sequence[str] = (),
 
 
 def result_thresholds(job: PipelineJob):
-    from audit.gates import THRESHOLDS, Thresholds
+    from honestci.audit.policy import THRESHOLDS, Thresholds
 
     return Thresholds(**{**THRESHOLDS.__dict__, **job.thresholds})
 

@@ -17,13 +17,13 @@ Three recipes, each trained K times with different seeds and combined as an ense
 Held-out accuracy: a share ``heldout_fraction`` of the human pairs, drawn within each vignette, is
 kept out of training together with every rating of their responses; on them the accuracy is the
 share of pairs whose majority-preferred response the ensemble scores higher, with a CR2 interval
-clustered by vignette (:func:`audit.winrate.winrate_ci`, method ``cr2``) beside the optimistic iid
+clustered by vignette (:func:`honestci.audit.stats.winrate.winrate_ci`, method ``cr2``) beside the optimistic iid
 Wilson one.
 
 Weights are written with safetensors only and loaded with ``use_safetensors=True`` from local
 folders (no pickle, nothing downloaded).
 
-Validated against: the CR2 interval is :mod:`audit.cluster_robust` (pinned to R clubSandwich in
+Validated against: the CR2 interval is :mod:`honestci.audit.stats.cluster_robust` (pinned to R clubSandwich in
 tests/test_cluster_robust.py); the training loop is TRL's own. tests/test_training_rm.py checks
 that training moves the weights and that the ensemble formula matches a direct computation.
 """
@@ -39,9 +39,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from audit.errors import InputError
-from training.config import TrainingConfigError, require, to_plain
-from training.task import messages_for
+from honestci.audit.errors import InputError
+from honestci.training.config import TrainingConfigError, require, to_plain
+from honestci.training.task import messages_for
 
 KINDS = ("bradley_terry", "regression")
 ENSEMBLE_FILE = "ensemble.json"
@@ -118,7 +118,7 @@ class RewardData:
 
 
 def _load(path: Path, table: str) -> pd.DataFrame:
-    from audit.io import load_table
+    from honestci.audit.data.io import load_table
 
     return load_table(path, table).frame
 
@@ -334,11 +334,11 @@ def heldout_accuracy(name: str, preferred_reward, other_reward, vignettes, *, n_
                      level: float = 0.95) -> RMAccuracy:
     """Share of held-out pairs whose human-preferred answer scores higher (equal scores count ½).
 
-    Interval: CR2 with Satterthwaite df, clustered by vignette (:func:`audit.winrate.winrate_ci`);
+    Interval: CR2 with Satterthwaite df, clustered by vignette (:func:`honestci.audit.stats.winrate.winrate_ci`);
     INCONCLUSIVE (no interval) with fewer vignettes than ``THRESHOLDS.min_clusters``.
     """
-    from audit import iid
-    from audit.winrate import winrate_ci
+    from honestci.audit.stats import iid
+    from honestci.audit.stats.winrate import winrate_ci
 
     preferred_reward, other_reward = np.asarray(preferred_reward, float), np.asarray(other_reward, float)
     correct = np.where(preferred_reward > other_reward, 1.0, np.where(preferred_reward == other_reward, 0.5, 0.0))

@@ -89,7 +89,7 @@ def fixture_texts() -> list[str]:
     """Texts of the embedded fixture study (scenarios, answers, training corpus) for the tokenizer."""
     import json
 
-    from training.task import SYSTEM_PROMPT, USER_TEMPLATE
+    from honestci.training.task import SYSTEM_PROMPT, USER_TEMPLATE
 
     study = Path(__file__).resolve().parents[1] / "fixtures" / "study"
     texts = [SYSTEM_PROMPT, USER_TEMPLATE]
@@ -104,5 +104,5 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m training.tiny FOLDER  (a tiny Qwen3 model + tokenizer trained on the fixture texts)")
+        sys.exit("usage: python -m honestci.training.tiny FOLDER  (a tiny Qwen3 model + tokenizer trained on the fixture texts)")
     print(build_tiny_causal_lm(sys.argv[1], fixture_texts()))

@@ -1,10 +1,10 @@
 """Judge backends: OpenAI-compatible HTTP (vLLM, TGI, hosted APIs), local transformers, replay.
 
-Every backend turns one :class:`~judges.backends.base.JudgeRequest` into a
-:class:`~judges.backends.base.Completion`; heavy libraries (httpx, torch) are imported only by the
+Every backend turns one :class:`~honestci.judges.backends.base.JudgeRequest` into a
+:class:`~honestci.judges.backends.base.Completion`; heavy libraries (httpx, torch) are imported only by the
 backend that needs them.
 """
 
-from judges.backends.base import Backend, BackendFatalError, Completion, JudgeRequest
+from honestci.judges.backends.base import Backend, BackendFatalError, Completion, JudgeRequest
 
 __all__ = ["Backend", "BackendFatalError", "Completion", "JudgeRequest"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from audit.errors import InputError
+from honestci.audit.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class BackendFatalError(InputError):
 
 
 class Backend(Protocol):
-    """What :func:`judges.run.run_judging` needs from a backend."""
+    """What :func:`honestci.judges.run.run_judging` needs from a backend."""
 
     judge_name: str
     concurrency: int

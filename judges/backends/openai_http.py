@@ -17,7 +17,7 @@ import asyncio
 import os
 import random
 
-from judges.backends.base import BackendFatalError, Completion, JudgeRequest
+from honestci.judges.backends.base import BackendFatalError, Completion, JudgeRequest
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 #: Connections per httpx client. httpcore's pool does bookkeeping over all of its connections on

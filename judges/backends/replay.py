@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from audit.errors import InputError, Problem
-from judges.backends.base import Completion, JudgeRequest
-from judges.tables import VERDICTS, read_rows, require_columns
+from honestci.audit.errors import InputError, Problem
+from honestci.judges.backends.base import Completion, JudgeRequest
+from honestci.judges.tables import VERDICTS, read_rows, require_columns
 
 
 class ReplayBackend:

@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 from pathlib import Path
 
-from judges.backends.base import BackendFatalError, Completion, JudgeRequest
+from honestci.judges.backends.base import BackendFatalError, Completion, JudgeRequest
 
 
 class TransformersBackend:

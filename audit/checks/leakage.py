@@ -1,0 +1,837 @@
+"""Leakage of held-out eval answers into training text: hashed word n-grams, streamed.
+
+Pipeline: normalise (Unicode NFKC, lower-case, punctuation → space, whitespace collapsed) → word
+n-grams (n = 8 by default; 13 reproduces GPT-3's decontamination) → 64-bit hashes → an index of
+the eval answers' n-grams (:class:`NgramIndex`) → a streaming scan of training corpora (JSONL,
+JSONL.gz, Parquet, plain text) whose memory is bounded by the index and one chunk, never by the
+corpus (:func:`scan_corpus`) → per-item evidence (overlap fraction, longest matching span, the
+documents), per-document flags, and the claim's score on clean vs leaked contests with a
+vignette-clustered interval for the difference (:func:`leak_effect`). An optional near-duplicate
+pass (word-shingle Jaccard against windows of the documents) catches paraphrases that exact
+n-grams miss.
+
+Hashing is one compiled pass over the bytes of a whole chunk (:mod:`honestci.audit.checks.ngram_kernel`, numba):
+each document becomes normalised UTF-8 bytes (ASCII documents as they are, a byte table
+lower-cases letters and turns every other ASCII byte into a space; other documents through
+:func:`normalize`), the documents are joined into one buffer with their offsets, and the kernel
+walks it once: a token is a run of non-space bytes, its hash t = splitmix64(FNV-1a-64(bytes)),
+the hash of the n-gram starting at token i is splitmix64(Σ_{m<n} t_{i+m}·B^(n−1−m) mod 2⁶⁴) with
+B = 0x9E3779B97F4A7C15 (a rolling hash, restarted at every document), and only n-grams whose bit
+is set in the index's bitmap (its top hash bits) leave the kernel. They are confirmed by binary
+search in the index's sorted keys. The index is built by the same kernel, so eval items and corpus
+hash identically by construction; :func:`reference_ngram_hashes` is the pure-Python oracle.
+JSONL is read in blocks of whole lines, each parsed by one ``orjson.loads`` call (see
+:func:`iter_corpus`). Measured: 138–169 MB of JSONL per CPU-second on one core
+(bench/bench_leakage.py, docs/leakage.md).
+
+References: Brown et al. (2020), "Language Models are Few-Shot Learners", App. C (13-gram
+overlap); datatrove ``NGramsDecontFilter``; lm-evaluation-harness ``decontamination/janitor.py``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from honestci.audit.checks.registry import ReportSection, register_check
+from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.policy import GateResult, Verdict
+from honestci.audit.gates import register_gate
+
+DEFAULT_NGRAM = 8
+GPT3_NGRAM = 13
+DEFAULT_CHUNK_BYTES = 4 << 20
+#: Near duplicates: word shingles of this length, and the window Jaccard that flags a document.
+NEAR_SHINGLE = 1
+NEAR_THRESHOLD = 0.35
+
+_MASK = (1 << 64) - 1
+_NGRAM_BASE = 0x9E3779B97F4A7C15
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_NON_WORD = re.compile(r"[\W_]+")
+#: ASCII bytes: letters lower-cased, digits kept, everything else a space; bytes >= 128 kept.
+_ASCII_TABLE = bytes(
+    (b + 32 if 65 <= b <= 90 else b) if (48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122 or b >= 128) else 32
+    for b in range(256))
+_BYTE_TABLE = np.frombuffer(_ASCII_TABLE, np.uint8)
+#: A bitmap that lets every n-gram through (1 bit of hash, both values set).
+_PASS_ALL = (np.array([3], np.uint64), 63)
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisation and hashing
+
+
+def normalize(text: str) -> str:
+    """NFKC, lower-case, every run of non-word characters (punctuation, ``_``, whitespace) → one space.
+
+    >>> normalize("It’s  FINE—really_.")
+    'it s fine really'
+    """
+    return _NON_WORD.sub(" ", unicodedata.normalize("NFKC", text).lower()).strip()
+
+
+def _normalized_bytes(text: str) -> bytes:
+    if text.isascii():  # O(1) in CPython; the kernel's byte table does the rest
+        return text.encode("ascii")
+    return normalize(text).encode("utf-8")
+
+
+def tokenize(text: str) -> list[bytes]:
+    """Normalised word tokens (UTF-8 bytes) of ``text``: ``normalize(text).encode().split()``."""
+    return _normalized_bytes(text).translate(_ASCII_TABLE).split()
+
+
+@dataclass(frozen=True)
+class EncodedDocuments:
+    """Documents as one buffer of (not yet table-mapped) normalised bytes plus offsets."""
+
+    buffer: np.ndarray  # uint8
+    starts: np.ndarray  # int64, n_docs + 1
+
+
+def encode_documents(texts: Sequence[str]) -> EncodedDocuments:
+    """Join the documents' normalised bytes (:func:`_normalized_bytes`) into one buffer with offsets."""
+    parts = list(map(_normalized_bytes, texts))
+    starts = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)), out=starts[1:])
+    return EncodedDocuments(np.frombuffer(b"".join(parts), np.uint8), starts)
+
+
+@dataclass(frozen=True)
+class HashedChunk:
+    """The n-gram hashes of a batch of documents: hash, document index and token position.
+
+    With a prefilter only the n-grams that pass its bitmap appear (a superset of those in the
+    index; no other n-gram can match).
+    """
+
+    hashes: np.ndarray
+    doc: np.ndarray
+    position: np.ndarray
+    n_tokens: np.ndarray  # per document
+
+
+def hash_documents(texts: Sequence[str] | EncodedDocuments, n: int, prefilter: "NgramIndex | None" = None
+                   ) -> HashedChunk:
+    """Hash the word n-grams of every text in one compiled pass (see the module docstring).
+
+    Token hash t = splitmix64(FNV-1a-64(token bytes)); the n-gram starting at token i hashes to
+    splitmix64(Σ_m t_{i+m}·B^(n−1−m) mod 2⁶⁴), B = 0x9E3779B97F4A7C15. An n-gram never spans two
+    documents. With ``prefilter`` (an index of the same n) only n-grams whose bit is set in its
+    bitmap are returned.
+    """
+    from honestci.audit.checks.ngram_kernel import ngram_hashes
+
+    if n < 1:
+        raise InputError(f"n = {n} must be at least 1", fix="use e.g. 8, or 13 for GPT-3-style checks")
+    if prefilter is not None and prefilter.n != n:
+        raise InputError(f"prefilter index has n = {prefilter.n}, not {n}", fix="hash with the index's n")
+    encoded = texts if isinstance(texts, EncodedDocuments) else encode_documents(texts)
+    bitmap, shift = (prefilter.bitmap, prefilter.bitmap_shift) if prefilter is not None else _PASS_ALL
+    hashes, doc, position, n_tokens = ngram_hashes(encoded.buffer, encoded.starts, _BYTE_TABLE, n, bitmap,
+                                                   np.uint64(shift))
+    return HashedChunk(hashes, doc, position, n_tokens)
+
+
+def _mix(x: int) -> int:
+    x = (x + _NGRAM_BASE) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def reference_token_hash(token: bytes) -> int:
+    """splitmix64(FNV-1a-64(token)) in plain Python (the oracle of the kernel's token hash)."""
+    h = _FNV_OFFSET
+    for byte in token:
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK
+    return _mix(h)
+
+
+def reference_ngram_hashes(text: str, n: int) -> list[int]:
+    """The hashes of :func:`hash_documents`, one n-gram at a time in plain Python ints (a test oracle).
+
+    Tokens are ``normalize(text).encode("utf-8").split()`` (no byte table, no fast path).
+    """
+    tokens = [reference_token_hash(t) for t in normalize(text).encode("utf-8").split()]
+    out = []
+    for i in range(len(tokens) - n + 1):
+        h = 0
+        for t in tokens[i: i + n]:
+            h = (h * _NGRAM_BASE + t) & _MASK
+        out.append(_mix(h))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The index of eval items
+
+
+@dataclass(frozen=True, eq=False)
+class NgramIndex:
+    """Sorted distinct n-gram hashes of the eval items, each with its (item, position) occurrences.
+
+    A packed bitmap over the top ``64 − bitmap_shift`` bits of the hashes (about 64 bits per key)
+    rejects almost every corpus n-gram inside the kernel; the survivors are confirmed by binary
+    search in ``keys``.
+    """
+
+    n: int
+    item_ids: tuple[str, ...]
+    item_ngrams: np.ndarray  # per item: number of n-grams
+    item_tokens: np.ndarray  # per item: number of tokens
+    keys: np.ndarray
+    occurrence_start: np.ndarray  # CSR into occurrence_item / occurrence_position
+    occurrence_item: np.ndarray
+    occurrence_position: np.ndarray
+    bitmap: np.ndarray = field(repr=False)  # uint64 words
+    bitmap_shift: int
+    item_keys: tuple = field(repr=False, default=())  # per item: its key indices (for near duplicates)
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in (self.keys, self.occurrence_start, self.occurrence_item,
+                                           self.occurrence_position, self.bitmap)))
+
+    def lookup(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(indices into ``hashes`` that are in the index, their key indices)."""
+        if hashes.size == 0 or self.keys.size == 0:
+            empty = np.zeros(0, np.int64)
+            return empty, empty
+        found = np.minimum(np.searchsorted(self.keys, hashes), self.keys.size - 1)
+        hit = np.flatnonzero(self.keys[found] == hashes)
+        return hit, found[hit]
+
+
+def build_index(items: Mapping[str, str], n: int = DEFAULT_NGRAM) -> NgramIndex:
+    """Index the word n-grams of eval items (id → text: held-out answers and, optionally, prompts)."""
+    if not items:
+        raise InputError("no eval items to index", fix="give at least one held-out answer")
+    ids = tuple(items)
+    chunk = hash_documents([items[i] for i in ids], n)
+    item_ngrams = np.bincount(chunk.doc, minlength=len(ids))
+    order = np.lexsort((chunk.position, chunk.doc, chunk.hashes))
+    hashes, doc, position = chunk.hashes[order], chunk.doc[order], chunk.position[order]
+    keys, first = np.unique(hashes, return_index=True)
+    starts = np.append(first, hashes.size).astype(np.int64)
+    bits = int(min(30, max(16, np.ceil(np.log2(max(1, keys.size) * 64)))))
+    shift = 64 - bits
+    bitmap = np.zeros(1 << (bits - 6), np.uint64)
+    slots = keys >> np.uint64(shift)
+    np.bitwise_or.at(bitmap, slots >> np.uint64(6), np.uint64(1) << (slots & np.uint64(63)))
+    key_of_row = np.repeat(np.arange(keys.size), np.diff(starts))
+    item_keys = tuple(np.unique(key_of_row[doc == j]) for j in range(len(ids)))
+    return NgramIndex(n, ids, item_ngrams, chunk.n_tokens, keys, starts, doc.astype(np.int32),
+                      position.astype(np.int32), bitmap, shift, item_keys)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading corpora in bounded chunks
+
+
+def iter_corpus(path: str | Path, text_field: str = "text", id_field: str | None = "doc_id",
+                chunk_bytes: int = DEFAULT_CHUNK_BYTES, byte_range: tuple[int, int] | None = None
+                ) -> Iterator[tuple[list[str], list[str]]]:
+    """Yield (doc ids, texts) batches of about ``chunk_bytes`` from one corpus file.
+
+    Formats by suffix: ``.jsonl``/``.json``/``.ndjson`` (one object per line; ``.gz`` allowed),
+    ``.parquet`` (pyarrow record batches), anything else plain text with one document per line
+    (``.gz`` allowed). A missing id field gives ``<file>:<line>``. ``byte_range`` (uncompressed
+    JSONL/text only) reads the lines that start inside [start, stop), for distributed scans; ids
+    then fall back to ``<file>@<byte offset>``.
+
+    A block of whole lines is read at once; JSONL blocks are parsed by one ``orjson`` call as a
+    JSON array (lines joined by commas), and only a block that does not parse as one object per
+    line is parsed line by line, which names the bad line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: corpus file not found", fix="pass existing JSONL, Parquet or text files")
+    name = path.name.lower()
+    if name.endswith(".parquet"):
+        yield from _iter_parquet(path, text_field, id_field, chunk_bytes)
+        return
+    is_json = name.removesuffix(".gz").endswith((".jsonl", ".json", ".ndjson"))
+    opener = gzip.open if name.endswith(".gz") else open
+    if byte_range is not None and name.endswith(".gz"):
+        raise InputError(f"{path}: a gzip file cannot be split by byte range", fix="scan it whole")
+    loads = _json_loads()
+    with opener(path, "rb") as handle:
+        position, stop, line_number = 0, None, 0
+        if byte_range is not None:
+            start, stop = byte_range
+            if start > 0:
+                handle.seek(start - 1)
+                if handle.read(1) != b"\n":
+                    handle.readline()  # the line that starts before `start` belongs to the previous range
+            position, line_number = handle.tell(), None  # line numbers are unknown inside a range
+        while stop is None or position < stop:
+            block = handle.read(chunk_bytes if stop is None else min(chunk_bytes, stop - position))
+            if not block:
+                break
+            if not block.endswith(b"\n"):
+                block += handle.readline()  # finish the last line (it starts before `stop`)
+            locate = _Locator(path.name, line_number, position, block)
+            if is_json:
+                ids, texts, newlines = _parse_jsonl_block(block, locate, text_field, id_field, loads)
+            else:
+                lines = block.split(b"\n")
+                newlines = len(lines) - 1
+                if block.endswith(b"\n"):
+                    lines.pop()
+                ids, texts = [locate(k) for k in range(len(lines))], [raw.decode("utf-8", errors="replace") for raw in lines]
+            yield ids, texts
+            position += len(block)
+            if line_number is not None:
+                line_number += newlines + (not block.endswith(b"\n"))
+
+
+class _Locator:
+    """``<file>:<line>`` (or ``<file>@<byte offset>`` inside a byte range) of the k-th line of a block."""
+
+    def __init__(self, name: str, first_line: int | None, position: int, block: bytes):
+        self.name, self.first_line, self.position, self.block = name, first_line, position, block
+        self._line_starts = None
+
+    def __call__(self, k: int) -> str:
+        if self.first_line is not None:
+            return f"{self.name}:{self.first_line + k + 1}"
+        if self._line_starts is None:  # only when ids are missing inside a byte range
+            newlines = np.flatnonzero(np.frombuffer(self.block, np.uint8) == 10)
+            self._line_starts = np.concatenate(([0], newlines + 1)).tolist()
+        return f"{self.name}@{self.position + self._line_starts[k]}"
+
+
+def _parse_jsonl_block(block: bytes, locate: _Locator, text_field: str, id_field: str | None, loads
+                       ) -> tuple[list[str], list[str], int]:
+    """(ids, texts, newlines in the block) of a block of whole JSONL lines."""
+    from honestci.audit.checks.ngram_kernel import jsonl_as_array
+
+    array, n_lines, newlines = jsonl_as_array(np.frombuffer(block, np.uint8))
+    try:
+        records = loads(array.data)
+    except ValueError:
+        records = None
+    if records is not None and len(records) == n_lines and all(type(r) is dict for r in records):
+        texts = [r.get(text_field) for r in records]
+        if all(type(t) is str for t in texts):
+            if not id_field:
+                return [locate(k) for k in range(n_lines)], texts, newlines
+            ids = [r.get(id_field) for r in records]
+            return [locate(k) if i is None else str(i) for k, i in enumerate(ids)], texts, newlines
+    # not one object with a text per line (blank lines, a bad line): line by line, naming the bad one
+    ids, texts = [], []
+    for k, raw in enumerate(block.split(b"\n")):
+        if not raw.strip():
+            continue
+        try:
+            record = loads(raw)
+        except ValueError as exc:
+            raise InputError(f"{locate(k)}: not valid JSON ({exc})", fix="fix or drop the line") from exc
+        text = record.get(text_field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            raise InputError(f"{locate(k)}: no text field {text_field!r}", fix="name the text field")
+        doc_id = record.get(id_field) if id_field else None
+        ids.append(str(doc_id) if doc_id is not None else locate(k))
+        texts.append(text)
+    return ids, texts, newlines
+
+
+def _iter_parquet(path: Path, text_field: str, id_field: str | None, chunk_bytes: int):
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    columns = [text_field] + ([id_field] if id_field and id_field in parquet.schema_arrow.names else [])
+    if text_field not in parquet.schema_arrow.names:
+        raise InputError(f"{path}: no column {text_field!r}", fix="name the text column")
+    row = 0
+    for batch in parquet.iter_batches(batch_size=max(1, chunk_bytes // 2048), columns=columns):
+        texts = batch.column(text_field).to_pylist()
+        ids = (batch.column(id_field).to_pylist() if len(columns) == 2
+               else [f"{path.name}:{row + k + 1}" for k in range(len(texts))])
+        row += len(texts)
+        yield [str(i) for i in ids], [t or "" for t in texts]
+
+
+def _json_loads():
+    try:
+        import orjson
+
+        return orjson.loads
+    except ModuleNotFoundError:  # orjson is optional; the standard library is ~3x slower
+        import json
+
+        return json.loads
+
+
+# --------------------------------------------------------------------------------------------
+# Scanning
+
+
+@dataclass
+class _Matches:
+    """Matches accumulated over chunks (plain lists: matches are rare)."""
+
+    doc_ids: list[str] = field(default_factory=list)
+    doc: list[np.ndarray] = field(default_factory=list)
+    doc_position: list[np.ndarray] = field(default_factory=list)
+    item: list[np.ndarray] = field(default_factory=list)
+    item_position: list[np.ndarray] = field(default_factory=list)
+    near: list[tuple[int, str, float]] = field(default_factory=list)
+    n_docs: int = 0
+    n_bytes: int = 0
+
+    def merge(self, other: "_Matches") -> None:
+        offset = len(self.doc_ids)
+        self.doc_ids += other.doc_ids
+        self.doc += [d + offset for d in other.doc]
+        self.doc_position += other.doc_position
+        self.item += other.item
+        self.item_position += other.item_position
+        self.near += other.near
+        self.n_docs += other.n_docs
+        self.n_bytes += other.n_bytes
+
+
+def scan_batch(index: NgramIndex, ids: Sequence[str], texts: Sequence[str],
+               near_index: NgramIndex | None = None, near_threshold: float = NEAR_THRESHOLD) -> _Matches:
+    """Matches of one batch of documents against the index (only matching documents are kept)."""
+    encoded = encode_documents(texts)
+    out = _Matches(n_docs=len(texts), n_bytes=sum(map(len, texts)))
+    chunk = hash_documents(encoded, index.n, index)
+    rows, keys = index.lookup(chunk.hashes)
+    if rows.size:
+        counts = index.occurrence_start[keys + 1] - index.occurrence_start[keys]
+        expanded_rows = np.repeat(rows, counts)
+        occurrence = np.repeat(index.occurrence_start[keys] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        docs = chunk.doc[expanded_rows]
+        matched_docs, local = np.unique(docs, return_inverse=True)
+        out.doc_ids = [ids[d] for d in matched_docs]
+        out.doc.append(local.astype(np.int64))
+        out.doc_position.append(chunk.position[expanded_rows])
+        out.item.append(index.occurrence_item[occurrence])
+        out.item_position.append(index.occurrence_position[occurrence])
+    if near_index is not None:
+        out.near = _near_duplicates(near_index, ids, encoded, near_threshold)
+    return out
+
+
+def _near_duplicates(index: NgramIndex, ids, encoded: EncodedDocuments, threshold: float
+                     ) -> list[tuple[int, str, float]]:
+    """(item, doc id, Jaccard): per document, the item whose shingle set best matches a window.
+
+    Candidates: a document holding at least ``threshold`` of an item's distinct shingles (a
+    necessary condition for a window with Jaccard ≥ threshold). For each candidate every window
+    of the item's length is scored by the exact Jaccard of shingle sets (a sliding multiset, so
+    O(document length)); candidates are few, so no MinHash estimate is needed.
+    """
+    chunk = hash_documents(encoded, index.n, index)
+    rows, keys = index.lookup(chunk.hashes)
+    found = []
+    if rows.size == 0:
+        return found
+    docs = chunk.doc[rows]
+    key_items = np.repeat(np.arange(index.keys.size), np.diff(index.occurrence_start))
+    for d in np.unique(docs):
+        doc_keys = np.unique(keys[docs == d])
+        # distinct shared shingles per item, from the index's occurrence lists (vectorised)
+        starts, stops = index.occurrence_start[doc_keys], index.occurrence_start[doc_keys + 1]
+        occurrences = np.repeat(starts - np.cumsum(stops - starts) + (stops - starts), stops - starts) + \
+            np.arange(int((stops - starts).sum()))
+        pairs = np.unique(index.occurrence_item[occurrences].astype(np.int64) * index.keys.size
+                          + key_items[occurrences])
+        shared = np.bincount(pairs // index.keys.size, minlength=len(index.item_ids))
+        sizes = np.array([k.size for k in index.item_keys])
+        candidates = np.flatnonzero((sizes > 0) & (shared >= threshold * sizes))
+        doc_hashes, scores = None, {}
+        for item in candidates.tolist():
+            if doc_hashes is None:
+                # every shingle of the document in order, those outside the index included
+                start, stop = encoded.starts[d], encoded.starts[d + 1]
+                one_doc = EncodedDocuments(encoded.buffer[start:stop], np.array([0, stop - start], np.int64))
+                doc_hashes = hash_documents(one_doc, index.n).hashes.tolist()
+            scores[item] = _best_window_jaccard(doc_hashes, set(index.keys[index.item_keys[item]].tolist()),
+                                                int(index.item_ngrams[item]))
+        # a document is attributed to its best-matching item(s): templated answers share phrases
+        # with their siblings, which would otherwise all be flagged by one copied answer
+        top = max(scores.values(), default=0.0)
+        if top >= threshold:
+            found += [(item, ids[int(d)], score) for item, score in scores.items() if score == top]
+    return found
+
+
+def _best_window_jaccard(sequence: list[int], target: set[int], width: int) -> float:
+    """max over windows of ``width`` consecutive elements of |W ∩ T| / |W ∪ T| (W, T as sets)."""
+    from collections import Counter
+
+    width = max(1, min(width, len(sequence)))
+    counts: Counter = Counter(sequence[:width])
+    inside = sum(1 for h in counts if h in target)
+    best = inside / (len(counts) + len(target) - inside)
+    for right in range(width, len(sequence)):
+        incoming, outgoing = sequence[right], sequence[right - width]
+        if counts[incoming] == 0:
+            inside += incoming in target
+        counts[incoming] += 1
+        counts[outgoing] -= 1
+        if counts[outgoing] == 0:
+            del counts[outgoing]
+            inside -= outgoing in target
+        best = max(best, inside / (len(counts) + len(target) - inside))
+    return float(best)
+
+
+@dataclass(frozen=True)
+class LeakageScan:
+    """Per-eval-item evidence and per-document flags of one scan.
+
+    ``items``: one row per eval item (item_id, n_ngrams, matched_ngrams, overlap, longest_span
+    in tokens, n_docs, doc_ids, leaked, near_duplicate, near_jaccard). ``documents``: one row per
+    flagged document (doc_id, matched_ngrams, items). ``leaked`` uses overlap ≥ ``min_overlap``.
+    """
+
+    n: int
+    min_overlap: float
+    items: object = field(repr=False)  # pandas DataFrame
+    documents: object = field(repr=False)
+    n_docs: int
+    n_bytes: int
+    seconds: float
+
+    @property
+    def leaked_items(self) -> tuple[str, ...]:
+        return tuple(self.items.loc[self.items["leaked"], "item_id"])
+
+    @property
+    def near_duplicate_items(self) -> tuple[str, ...]:
+        return tuple(self.items.loc[self.items["near_duplicate"] & ~self.items["leaked"], "item_id"])
+
+    def to_frame(self):
+        """Per-item evidence (the canonical table); ``documents`` holds the per-document flags."""
+        return self.items.copy()
+
+    def __str__(self) -> str:
+        flagged = self.items[self.items["matched_ngrams"] > 0]
+        return (f"{self.n}-gram scan of {self.n_docs} documents ({self.n_bytes / 1e6:.1f} MB): "
+                f"{len(self.leaked_items)} leaked item(s), {len(self.near_duplicate_items)} near-duplicate(s)\n"
+                + flagged.to_string(index=False))
+
+
+def summarize_matches(index: NgramIndex, matches: _Matches, min_overlap: float, seconds: float = 0.0) -> LeakageScan:
+    """Per-item overlap fraction and longest span, per-document flags, from accumulated matches."""
+    import pandas as pd
+
+    n_items = len(index.item_ids)
+    if matches.doc:
+        doc = np.concatenate(matches.doc)
+        doc_pos = np.concatenate(matches.doc_position)
+        item = np.concatenate(matches.item).astype(np.int64)
+        item_pos = np.concatenate(matches.item_position).astype(np.int64)
+    else:
+        doc = doc_pos = item = item_pos = np.zeros(0, np.int64)
+    matched = np.zeros(n_items, np.int64)
+    longest = np.zeros(n_items, np.int64)
+    docs_of = [[] for _ in range(n_items)]
+    if item.size:
+        pairs = np.unique(np.stack([item, item_pos]), axis=1)
+        matched = np.bincount(pairs[0], minlength=n_items)
+        # runs of consecutive doc positions on one diagonal (doc_pos − item_pos) of one (doc, item)
+        diagonal = doc_pos - item_pos
+        order = np.lexsort((doc_pos, diagonal, item, doc))
+        d, it, dg, dp = doc[order], item[order], diagonal[order], doc_pos[order]
+        new_run = np.ones(d.size, bool)
+        new_run[1:] = (d[1:] != d[:-1]) | (it[1:] != it[:-1]) | (dg[1:] != dg[:-1]) | (dp[1:] != dp[:-1] + 1)
+        run_id = np.cumsum(new_run) - 1
+        run_length = np.bincount(run_id)
+        run_item = it[new_run]
+        np.maximum.at(longest, run_item, run_length)
+        for i, dd in set(zip(item.tolist(), doc.tolist())):
+            docs_of[i].append(matches.doc_ids[dd])
+    n_ngrams = index.item_ngrams.astype(np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        overlap = np.where(n_ngrams > 0, matched / np.maximum(n_ngrams, 1), 0.0)
+    near = {}
+    for i, doc_id, jaccard in matches.near:
+        if jaccard > near.get(i, (0.0, None))[0]:
+            near[i] = (jaccard, doc_id)
+    items = pd.DataFrame({
+        "item_id": list(index.item_ids), "n_tokens": index.item_tokens, "n_ngrams": n_ngrams,
+        "matched_ngrams": matched, "overlap": overlap,
+        "longest_span": np.where(longest > 0, longest + index.n - 1, 0),
+        "n_docs": [len(x) for x in docs_of], "doc_ids": [";".join(sorted(x)) for x in docs_of],
+        "leaked": overlap >= min_overlap,
+        "near_duplicate": [i in near for i in range(n_items)],
+        "near_jaccard": [near[i][0] if i in near else np.nan for i in range(n_items)],
+        "near_doc_id": [near[i][1] if i in near else None for i in range(n_items)],
+    })
+    doc_rows = []
+    if doc.size:
+        for dd in np.unique(doc):
+            sel = doc == dd
+            names = sorted({index.item_ids[i] for i in item[sel].tolist()})
+            doc_rows.append({"doc_id": matches.doc_ids[dd], "matched_ngrams": int(np.unique(doc_pos[sel]).size),
+                             "items": ";".join(names),
+                             "leaks": ";".join(n for n in names if bool(items.loc[index.item_ids.index(n), "leaked"]))})
+    documents = pd.DataFrame(doc_rows, columns=["doc_id", "matched_ngrams", "items", "leaks"])
+    return LeakageScan(index.n, min_overlap, items, documents, matches.n_docs, matches.n_bytes, seconds)
+
+
+def scan_corpus(index: NgramIndex, paths: Iterable[str | Path] | str | Path, *, text_field: str = "text",
+                id_field: str | None = "doc_id", min_overlap: float = 0.5, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                near_index: NgramIndex | None = None, near_threshold: float = NEAR_THRESHOLD) -> LeakageScan:
+    """Stream corpus files through the index, one chunk at a time (memory: index + one chunk).
+
+    Parameters
+    ----------
+    index
+        :func:`build_index` of the held-out eval items.
+    paths
+        Corpus files (see :func:`iter_corpus` for formats).
+    min_overlap
+        An item is leaked when at least this fraction of its distinct n-grams occur in the corpus.
+    near_index, near_threshold
+        Optional shingle index (:func:`build_index` with small n, e.g. 3) for near duplicates.
+
+    Validated against
+    -----------------
+    The fixture corpus's planted leaks (fixtures/study/truth.json ``leakage``) and a pure-Python
+    set-of-n-grams oracle (tests/test_leakage.py).
+    """
+    import time
+
+    started = time.perf_counter()
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    total = _Matches()
+    for path in paths:
+        for ids, texts in iter_corpus(path, text_field, id_field, chunk_bytes):
+            total.merge(scan_batch(index, ids, texts, near_index, near_threshold))
+    return summarize_matches(index, total, min_overlap, time.perf_counter() - started)
+
+
+def scan_texts(index: NgramIndex, ids: Sequence[str], texts: Sequence[str], *, min_overlap: float = 0.5,
+               near_index: NgramIndex | None = None, near_threshold: float = NEAR_THRESHOLD,
+               batch_docs: int = 4096) -> LeakageScan:
+    """:func:`scan_corpus` for documents already in memory (e.g. a study's corpus table)."""
+    total = _Matches()
+    for start in range(0, len(texts), batch_docs):
+        total.merge(scan_batch(index, ids[start: start + batch_docs], texts[start: start + batch_docs],
+                               near_index, near_threshold))
+    return summarize_matches(index, total, min_overlap)
+
+
+# --------------------------------------------------------------------------------------------
+# Distributed scan (Dask)
+
+
+def byte_ranges(path: str | Path, block_bytes: int) -> list[tuple[int, int]]:
+    """Split an uncompressed file into [start, stop) ranges; each line belongs to the range it starts in."""
+    size = Path(path).stat().st_size
+    return [(start, min(size, start + block_bytes)) for start in range(0, size, block_bytes)] or [(0, 0)]
+
+
+def _scan_range(index: NgramIndex, path: str, byte_range, text_field, id_field, chunk_bytes, near_index,
+                near_threshold) -> _Matches:
+    total = _Matches()
+    for ids, texts in iter_corpus(path, text_field, id_field, chunk_bytes, byte_range=byte_range):
+        total.merge(scan_batch(index, ids, texts, near_index, near_threshold))
+    return total
+
+
+def scan_corpus_dask(index: NgramIndex, paths: Iterable[str | Path] | str | Path, client, *,
+                     text_field: str = "text", id_field: str | None = "doc_id", min_overlap: float = 0.5,
+                     block_bytes: int = 64 << 20, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                     near_index: NgramIndex | None = None, near_threshold: float = NEAR_THRESHOLD) -> LeakageScan:
+    """The same scan on a Dask cluster: one task per file block, the index broadcast once.
+
+    Uncompressed JSONL/text files are split into ``block_bytes`` ranges (a line belongs to the range
+    it starts in); gzip and Parquet files are one task each. Results equal :func:`scan_corpus`'s
+    (tests/test_leakage.py checks this on a local cluster).
+    """
+    import time
+
+    started = time.perf_counter()
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    index_future = client.scatter(index, broadcast=True)
+    near_future = client.scatter(near_index, broadcast=True) if near_index is not None else None
+    futures = []
+    for path in map(Path, paths):
+        splittable = not path.name.lower().endswith((".gz", ".parquet"))
+        for byte_range in (byte_ranges(path, block_bytes) if splittable else [None]):
+            futures.append(client.submit(_scan_range, index_future, str(path), byte_range, text_field, id_field,
+                                         chunk_bytes, near_future, near_threshold, pure=False))
+    total = _Matches()
+    for part in client.gather(futures):
+        total.merge(part)
+    return summarize_matches(index, total, min_overlap, time.perf_counter() - started)
+
+
+# --------------------------------------------------------------------------------------------
+# What a leak did to the claimed score
+
+
+@dataclass(frozen=True)
+class LeakEffect:
+    """The claim's win rate on contests free of leaked answers vs contests with one.
+
+    Estimand: θ_leaked − θ_clean, by OLS of contest scores on [1, leaked] with a CR2 covariance
+    clustered by vignette and Satterthwaite df; ``clean`` is the win rate on clean contests alone
+    (CR2 interval).
+    """
+
+    n_contests: int
+    n_leaked: int
+    clean_estimate: float
+    clean_ci: tuple[float, float]
+    leaked_estimate: float | None
+    difference: float | None
+    difference_ci: tuple[float, float] | None
+    n_clusters: int
+    level: float
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([{"n_contests": self.n_contests, "n_leaked": self.n_leaked,
+                              "clean_estimate": self.clean_estimate, "clean_ci_low": self.clean_ci[0],
+                              "clean_ci_high": self.clean_ci[1], "leaked_estimate": self.leaked_estimate,
+                              "difference": self.difference,
+                              "difference_ci_low": None if self.difference_ci is None else self.difference_ci[0],
+                              "difference_ci_high": None if self.difference_ci is None else self.difference_ci[1],
+                              "n_clusters": self.n_clusters, "level": self.level}])
+
+
+def leak_effect(scores, clusters, leaked, level: float = 0.95) -> LeakEffect:
+    """Clean-vs-leaked comparison of contest scores (see :class:`LeakEffect`).
+
+    Validated against: :func:`honestci.audit.stats.cluster_robust.cluster_robust_ols` (pinned to R clubSandwich).
+    """
+    from honestci.audit.stats.cluster_robust import cluster_robust_ols
+
+    y = np.asarray(scores, float)
+    groups = np.asarray(clusters)
+    flag = np.asarray(leaked, bool)
+    clean = cluster_robust_ols(np.ones((~flag).sum()), y[~flag], groups[~flag], vcov="CR2", level=level)
+    diff = diff_ci = leaked_mean = None
+    if flag.any():
+        leaked_mean = float(y[flag].mean())
+        try:
+            fit = cluster_robust_ols(np.column_stack([np.ones_like(y), flag.astype(float)]), y, groups, vcov="CR2",
+                                     level=level, coef_names=("clean", "leaked_minus_clean"))
+            diff, diff_ci = float(fit.coef[1]), (float(fit.ci_low[1]), float(fit.ci_high[1]))
+        except (EstimationError, InputError):
+            diff = leaked_mean - float(clean.coef[0])
+    return LeakEffect(int(y.size), int(flag.sum()), float(clean.coef[0]),
+                      (float(clean.ci_low[0]), float(clean.ci_high[0])), leaked_mean, diff, diff_ci,
+                      int(np.unique(groups).size), level)
+
+
+# --------------------------------------------------------------------------------------------
+# Plug-in check and gate
+
+
+@dataclass(frozen=True)
+class LeakageCheck:
+    """The claim's eval answers scanned against its training corpus, and what leaks did to it."""
+
+    scan: LeakageScan
+    effect: LeakEffect | None
+    item_kind: dict = field(default_factory=dict, repr=False)
+
+    def to_frame(self):
+        return self.scan.to_frame()
+
+    def report_section(self) -> ReportSection:
+        scan = self.scan
+        lines = [f"{len(scan.items)} eval answers of the claim's contests indexed as {scan.n}-grams (normalised: "
+                 f"NFKC, lower-case, punctuation stripped); {scan.n_docs} corpus documents scanned.",
+                 f"Leaked (overlap >= {scan.min_overlap:g}): {', '.join(scan.leaked_items) or 'none'}; near duplicates "
+                 f"(paraphrases): {', '.join(scan.near_duplicate_items) or 'none'}."]
+        if self.effect is not None and self.effect.difference is not None:
+            e = self.effect
+            ci = "" if e.difference_ci is None else f" [{e.difference_ci[0]:+.3f}, {e.difference_ci[1]:+.3f}]"
+            lines.append(f"Win rate on {e.n_contests - e.n_leaked} clean contests {e.clean_estimate:.3f} "
+                         f"[{e.clean_ci[0]:.3f}, {e.clean_ci[1]:.3f}]; on {e.n_leaked} contests with a leaked answer "
+                         f"{e.leaked_estimate:.3f}; difference {e.difference:+.3f}{ci} (CR2 by vignette).")
+        items = scan.items
+        partial = int(((items["matched_ngrams"] > 0) & ~items["leaked"]).sum())
+        lines.append(f"{partial} other answer(s) share some {scan.n}-grams with the corpus (below the leak threshold); "
+                     f"the table lists leaks, near duplicates and overlaps >= {scan.min_overlap / 2:g} (at most 25).")
+        shown = items["leaked"] | items["near_duplicate"] | (items["overlap"] >= scan.min_overlap / 2)
+        flagged = items[shown].sort_values("overlap", ascending=False).head(25)
+        table = tuple({k: (None if isinstance(v, float) and np.isnan(v) else
+                           (v.item() if hasattr(v, "item") else v)) for k, v in row.items()}
+                      for row in flagged.to_dict(orient="records"))
+        return ReportSection("leakage", "Leakage of eval answers into the training corpus", tuple(lines), table)
+
+    def gate(self) -> GateResult:
+        leaked, near = self.scan.leaked_items, self.scan.near_duplicate_items
+        evidence = {"leaked": list(leaked), "near_duplicates": list(near), "n": self.scan.n,
+                    "min_overlap": self.scan.min_overlap}
+        if leaked:
+            return GateResult("leakage", Verdict.FAIL,
+                              f"{len(leaked)} held-out eval answer(s) used in the claim occur in the training corpus "
+                              f"({', '.join(leaked[:5])}{'…' if len(leaked) > 5 else ''})", evidence)
+        if near:
+            return GateResult("leakage", Verdict.WARN,
+                              f"no verbatim leak; {len(near)} near-duplicate(s) of eval answers in the corpus", evidence)
+        return GateResult("leakage", Verdict.PASS,
+                          f"no eval answer's {self.scan.n}-grams reach {self.scan.min_overlap:g} overlap with the corpus",
+                          evidence)
+
+
+def check_claim_leakage(study, contests, *, n: int = DEFAULT_NGRAM, min_overlap: float = 0.5,
+                        near_duplicates: bool = True, near_threshold: float = NEAR_THRESHOLD,
+                        level: float = 0.95) -> LeakageCheck:
+    """Scan the study's corpus for the answers used in the claim's contests (both sides).
+
+    With ``contests=None`` (before anything is judged, e.g. the training pipeline's preflight)
+    every response of the study is an eval answer to protect, and no win-rate effect is computed.
+    """
+    responses = study.responses.frame
+    text = dict(zip(responses["response_id"], responses["text"]))
+    if contests is None:
+        used = list(responses["response_id"])
+    else:
+        used = list(dict.fromkeys(list(contests.frame["opponent_response"]) + list(contests.frame["policy_response"])))
+    items = {rid: text[rid] for rid in used if isinstance(text.get(rid), str)}
+    index = build_index(items, n)
+    near_index = build_index(items, NEAR_SHINGLE) if near_duplicates else None
+    corpus = study.corpus.frame
+    scan = scan_texts(index, list(corpus["doc_id"].astype(str)), list(corpus["text"].fillna("")),
+                      min_overlap=min_overlap, near_index=near_index, near_threshold=near_threshold)
+    if contests is None:
+        return LeakageCheck(scan, None)
+    leaked = set(scan.leaked_items)
+    scored = contests.scores("both_orders")
+    rows = contests.frame.set_index("contest_id").loc[scored.frame["contest_id"]]
+    flag = (rows["opponent_response"].isin(leaked) | rows["policy_response"].isin(leaked)).to_numpy()
+    effect = leak_effect(scored.values, scored.clusters, flag, level) if scored.values.size else None
+    return LeakageCheck(scan, effect)
+
+
+@register_check("leakage")
+def _check(context) -> LeakageCheck | None:
+    if context.study.corpus is None:
+        return None
+    t = context.claim.thresholds
+    return check_claim_leakage(context.study, context.contests, n=t.leakage_ngram, min_overlap=t.leakage_min_overlap,
+                               near_duplicates=t.leakage_near_duplicate_jaccard <= 1,
+                               near_threshold=t.leakage_near_duplicate_jaccard, level=t.confidence_level)
+
+
+@register_gate("leakage")
+def _gate(context) -> GateResult:
+    result = context.checks.get("leakage")
+    if result is None:
+        return GateResult("leakage", Verdict.INCONCLUSIVE, "not run: needs a training corpus (the claim's `corpus` table)")
+    return result.gate()

@@ -1,0 +1,138 @@
+"""Command-line entry points of the calibration and position-bias checks.
+
+``honestci calibrate-judge`` and ``honestci position-bias`` read either a claim file (its data
+and judge) or explicit table paths, and print the figures with their clustered intervals.
+Register them in the CLI group with ``main.add_command``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from honestci.audit.cli.support import fail_cleanly
+from honestci.audit.errors import InputError
+
+_TABLE_OPTIONS = {"judgments": "judgments", "responses": "responses", "human_pairs": "human-pairs",
+                  "human_ratings": "human-ratings"}
+
+
+def _tables(claim: Path | None, explicit: dict[str, Path | None], allow_outside_data: bool):
+    """(tables by name, the claim or None): the claim's data, overridden by any explicit path."""
+    from honestci.audit.data.io import load_table
+
+    tables, spec = {}, None
+    if claim is not None:
+        from honestci.audit.data.claims import load_claim
+        from honestci.audit.data.io import load_study
+
+        loaded = load_claim(claim, allow_outside=allow_outside_data)
+        spec = loaded.spec
+        study = load_study(loaded.data_paths)
+        tables = {name: table for name, table in study.tables().items() if table is not None}
+    for name, path in explicit.items():
+        if path is not None:
+            tables[name] = load_table(path, name)
+    return tables, spec
+
+
+def _frame_text(frame, columns) -> str:
+    shown = frame[[c for c in columns if c in frame.columns]]
+    return shown.to_string(index=False, float_format=lambda x: f"{x:.4f}")
+
+
+def _path_option(name: str):
+    return click.option(f"--{_TABLE_OPTIONS[name]}", name, type=click.Path(dir_okay=False, path_type=Path),
+                        default=None, help=f"{name} table (JSONL/CSV/Parquet); overrides the claim's.")
+
+
+@click.command("calibrate-judge")
+@click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@_path_option("judgments")
+@_path_option("human_pairs")
+@_path_option("human_ratings")
+@click.option("--judge", default=None, help="Judge to calibrate (default: the claim's judge, or the only judge).")
+@click.option("--source", type=click.Choice(["auto", "pairs", "ratings"]), default="auto", show_default=True,
+              help="Human reference: pairwise labels (majority) or ratings (higher mean rating).")
+@click.option("--min-margin", type=float, default=0.0, show_default=True,
+              help="From ratings: a mean-rating difference at or below this is a tie.")
+@click.option("--split", type=click.Choice(["tie", "first_rater"]), default="tie", show_default=True,
+              help="Pairwise labels without a majority: a tie, or the first rater's label (PandaLM's rule).")
+@click.option("--invalid-as", type=click.Choice(["missing", "tie"]), default="missing", show_default=True,
+              help="Unparseable verdicts: left out (counted), or counted as ties (PandaLM's rule).")
+@click.option("--level", type=float, default=0.95, show_default=True)
+@click.option("--seed", type=int, default=20261129, show_default=True, help="Seed of the bootstraps and the selection split.")
+@click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
+@fail_cleanly
+def calibrate_judge_command(claim, judgments, human_pairs, human_ratings, judge, source, min_margin, split,
+                            invalid_as, level, seed, allow_outside_data) -> None:
+    """Agreement of a judge with human preferences, with vignette-clustered intervals."""
+    from honestci.audit.checks.calibration import calibrate_judge
+
+    tables, spec = _tables(claim, {"judgments": judgments, "human_pairs": human_pairs,
+                                   "human_ratings": human_ratings}, allow_outside_data)
+    if "judgments" not in tables:
+        raise InputError("no judgments table.", fix="pass a claim file or --judgments PATH")
+    if "human_pairs" not in tables and "human_ratings" not in tables:
+        raise InputError("calibration needs human preferences.", fix="pass --human-pairs or --human-ratings (or a claim with them)")
+    judges = sorted(set(tables["judgments"].frame["judge"].astype(str)))
+    judge = judge or (spec.judge if spec is not None else None) or (judges[0] if len(judges) == 1 else None)
+    if judge is None:
+        raise InputError(f"several judges in the judgments: {', '.join(judges)}.", fix="name one with --judge")
+    if judge not in judges:
+        raise InputError(f"judge {judge!r} is not in the judgments.", fix=f"use one of: {', '.join(judges)}")
+    result = calibrate_judge(judge, judgments=tables["judgments"], human_pairs=tables.get("human_pairs"),
+                             human_ratings=tables.get("human_ratings"), source=source, min_margin=min_margin,
+                             split=split, invalid_as=invalid_as, level=level, seed=seed)
+    section = result.report_section()
+    for line in section.lines:
+        click.echo(f"- {line}")
+    click.echo("")
+    click.echo(_frame_text(result.to_frame(), ("name", "estimate", "ci_low", "ci_high", "boot_low", "boot_high",
+                                               "df", "n", "n_clusters", "verdict", "note")))
+    click.echo(f"\naccuracy {result.metrics.accuracy:.4f}  macro-P {result.metrics.macro_precision:.4f}  "
+               f"macro-R {result.metrics.macro_recall:.4f}  macro-F1 {result.metrics.macro_f1:.4f}  (3 classes)")
+
+
+@click.command("position-bias")
+@click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@_path_option("judgments")
+@_path_option("responses")
+@click.option("--judge", default=None, help="Judge to examine (default: the claim's judge, or the only judge).")
+@click.option("--policy", default=None, help="System whose wins are counted (default: the claim's policy).")
+@click.option("--opponent", default=None, help="The other system (default: the claim's opponent).")
+@click.option("--level", type=float, default=0.95, show_default=True)
+@click.option("--seed", type=int, default=20261129, show_default=True, help="Seed of the bootstrap and the sign flips.")
+@click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
+@fail_cleanly
+def position_bias_command(claim, judgments, responses, judge, policy, opponent, level, seed,
+                          allow_outside_data) -> None:
+    """Position bias of a judge from both-order verdicts (single-order data: not identifiable)."""
+    from honestci.audit.data.contests import build_contests
+    from honestci.audit.policy import THRESHOLDS
+    from honestci.audit.checks.position_bias import gate_position_bias, position_bias_from_contests
+
+    tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
+    missing = [name for name in ("judgments", "responses") if name not in tables]
+    if missing:
+        raise InputError(f"missing table(s): {', '.join(missing)}.", fix="pass a claim file or --judgments and --responses")
+    policy = policy or (spec.policy if spec else None)
+    opponent = opponent or (spec.opponent if spec else None)
+    if policy is None or opponent is None:
+        raise InputError("the two systems to compare are not named.", fix="pass --policy and --opponent (or a claim)")
+    judge = judge or (spec.judge if spec else None)
+    contests = build_contests(tables, policy, opponent, judge=judge, allow_single_order=True)
+    result = position_bias_from_contests(contests, level=level, rng=seed)
+    for line in result.summary_lines():
+        click.echo(f"- {line}")
+    if result.identifiable:
+        click.echo("")
+        click.echo(_frame_text(result.to_frame(), ("name", "estimate", "ci_low", "ci_high", "boot_low", "boot_high",
+                                                   "df", "n", "n_clusters")))
+        click.echo("")
+        import pandas as pd
+
+        click.echo(pd.DataFrame(list(result.per_vignette)).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    gate = gate_position_bias(result, THRESHOLDS)
+    click.echo(f"\ngate position_bias: {gate.verdict} — {gate.message}")

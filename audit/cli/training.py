@@ -1,0 +1,126 @@
+"""``honestci train rm|grpo``, ``honestci generate`` and ``honestci pipeline`` as click commands.
+
+Exported for ``audit/cli.py`` to register: ``train_group`` (as ``train``), ``generate_command``
+(as ``generate``) and ``pipeline_command`` (as ``pipeline``). Heavy imports (torch, transformers,
+TRL) happen inside the commands. Exit codes: 0 done (pipeline: figures published), 1 the pipeline
+was refused by a gate, 2 bad input or config.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from honestci.audit.cli.support import fail_cleanly
+
+EXIT_REFUSED = 1
+_SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                    help="Override a config key (repeatable; dotted keys reach the trainer block, "
+                         "e.g. --set trainer.warmup_ratio=0.1). VALUE is parsed as YAML.")
+
+
+def _progress(message: str) -> None:
+    click.echo(f"… {message}", err=True)
+
+
+@click.group("train", context_settings={"help_option_names": ["-h", "--help"]})
+def train_group() -> None:
+    """Train reward models or a GRPO policy from a YAML config (see training/configs/)."""
+
+
+@train_group.command("rm")
+@click.argument("config", type=click.Path(path_type=Path))
+@_SET
+@fail_cleanly
+def train_rm_command(config: Path, overrides: tuple[str, ...]) -> None:
+    """Train the reward-model ensemble of CONFIG and report its held-out accuracy (CR2 by vignette)."""
+    from honestci.training.config import load_config
+    from honestci.training.reward_models import RewardModelJob, train_reward_models
+
+    run = train_reward_models(load_config(RewardModelJob, config, overrides), _progress)
+    click.echo(str(run))
+
+
+@train_group.command("grpo")
+@click.argument("config", type=click.Path(path_type=Path))
+@_SET
+@fail_cleanly
+def train_grpo_command(config: Path, overrides: tuple[str, ...]) -> None:
+    """Run GRPO as CONFIG says, rewarded by the gated reward-model ensemble; then judge its health."""
+    from honestci.training.config import load_config
+    from honestci.training.grpo import GRPOJob, train_grpo
+    from honestci.audit.checks.training_health import assess_training_log
+
+    run = train_grpo(load_config(GRPOJob, config, overrides), _progress)
+    click.echo(str(run))
+    click.echo(str(assess_training_log(run.training_log)))
+
+
+@click.command("generate")
+@click.option("--system", required=True, help="System name written in the responses table.")
+@click.option("--vignettes", type=click.Path(path_type=Path), required=True, help="Vignettes table.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Responses table to write.")
+@click.option("--backend", type=click.Choice(["transformers", "openai", "vllm"]), default="transformers",
+              show_default=True, help="vllm = an OpenAI-compatible vLLM server.")
+@click.option("--model-path", type=click.Path(path_type=Path), help="Local model folder (transformers).")
+@click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--model", help="Model name the server expects.")
+@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--samples", "samples_per_vignette", type=click.IntRange(1), default=20, show_default=True,
+              help="Answers per vignette.")
+@click.option("--run", "run_tag", default="run-1", show_default=True, help="Evaluation run tag.")
+@click.option("--pool", type=click.Choice(["heldout", "selection"]), default="heldout", show_default=True)
+@click.option("--seed", type=int, default=None, help="Base seed (default: fresh entropy, recorded).")
+@click.option("--temperature", type=click.FloatRange(min=0), default=0.7, show_default=True)
+@click.option("--top-p", type=click.FloatRange(0, 1), default=1.0, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(1), default=2048, show_default=True)
+@click.option("--device", default="auto", show_default=True)
+@fail_cleanly
+def generate_command(system, vignettes, out, backend, model_path, base_url, model, api_key_env, concurrency,
+                     samples_per_vignette, run_tag, pool, seed, temperature, top_p, max_tokens, device) -> None:
+    """Generate fresh answers per vignette into a responses table (tagged run and pool)."""
+    from honestci.training.generate import GenerationJob, generate_responses
+
+    job = GenerationJob(system=system, vignettes=vignettes, out=out,
+                        backend="openai" if backend == "vllm" else backend, model_path=model_path,
+                        base_url=base_url, model=model, api_key_env=api_key_env, concurrency=concurrency,
+                        samples_per_vignette=samples_per_vignette, run=run_tag, pool=pool, seed=seed,
+                        temperature=temperature, top_p=top_p, max_tokens=max_tokens, device=device)
+    click.echo(str(generate_responses(job, _progress)))
+
+
+@click.command("pipeline")
+@click.argument("config", type=click.Path(path_type=Path))
+@_SET
+@fail_cleanly
+def pipeline_command(config: Path, overrides: tuple[str, ...]) -> None:
+    """Leakage check -> reward models -> GRPO -> generation -> judging -> audit; figures go into the
+    model card only when every required gate passes (exit 1 otherwise)."""
+    from honestci.training.pipeline import PipelineRefused, run_pipeline
+
+    try:
+        result = run_pipeline(config, overrides, progress=_progress)
+    except PipelineRefused as refused:
+        click.secho(refused.message, fg="red", err=True)
+        sys.exit(EXIT_REFUSED)
+    for stage in result.stages:
+        click.echo(f"  {stage['stage']:<14} {stage['seconds']:>8.1f} s")
+    for gate in result.gates:
+        click.echo(f"  gate {gate.name:<26} {str(gate.verdict):<13} {gate.message}")
+    click.echo(f"report: {result.report.get('md')}")
+    click.secho("figures published" if result.published else "all required gates passed (no model card configured)",
+                fg="green")
+
+
+if __name__ == "__main__":
+    @click.group()
+    def _main() -> None:
+        """Stand-alone entry point of the training commands."""
+
+    _main.add_command(train_group)
+    _main.add_command(generate_command)
+    _main.add_command(pipeline_command)
+    _main()

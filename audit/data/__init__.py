@@ -1,0 +1,1 @@
+"""Table schema, loaders, claims and both-order contests (above errors and policy)."""

@@ -1,0 +1,489 @@
+"""Load and validate input tables (JSON Lines, CSV, Parquet) and whole studies.
+
+Every loader reads the whole file and reports **every** problem at once, each located by file,
+line and field (JSONL: 1-based physical line; CSV: 1-based physical line with the header as line 1,
+so a record that spans several lines inside quotes is named by its first line; Parquet: 1-based
+row), then raises :class:`~honestci.audit.errors.SchemaError`. Identifiers are read as strings. No row is
+dropped silently: blank lines are counted in :attr:`LoadedTable.dropped`.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import io
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from honestci.audit.errors import InputError, Problem, SchemaError
+from honestci.audit.data.schema import TYPE_WORDS, Column, TableSpec, table_spec
+
+EXTENSIONS = (".jsonl", ".jsonl.gz", ".csv", ".parquet")
+REQUIRED_STUDY_TABLES = ("vignettes", "responses", "judgments")
+_BOM = b"\xef\xbb\xbf"
+_SEE_DOCS = "see docs/data-formats.md"
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedTable:
+    """One validated table.
+
+    ``frame`` has the spec's columns in order (strings as ``str``, integers as ``Int64``, numbers
+    as ``float64``; missing optional values are NA) followed by any extra columns as read.
+    ``lines[i]`` is the source line (CSV/JSONL) or row (Parquet, frames) of ``frame`` row ``i``.
+    ``dropped`` maps a reason to the number of rows left out on purpose (e.g. blank lines).
+    """
+
+    table: str
+    path: str
+    sha256: str
+    frame: pd.DataFrame
+    lines: np.ndarray
+    dropped: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.frame)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row for the rows kept (reason ``loaded``) and one per reason rows were dropped."""
+        reasons = {"loaded": self.n_rows, **self.dropped}
+        return pd.DataFrame(
+            {
+                "table": self.table,
+                "path": self.path,
+                "sha256": self.sha256,
+                "reason": list(reasons),
+                "rows": list(reasons.values()),
+            }
+        )
+
+
+@dataclass
+class _Raw:
+    """Records as a reader found them, before validation."""
+
+    records: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)
+    #: Column names declared by the file (CSV header, Parquet schema); None for JSONL.
+    header: list[str] | None = None
+    #: Whether values are text still to be parsed (CSV) rather than typed (JSON, Parquet).
+    from_text: bool = False
+    #: Line of the header, where a missing column is reported (CSV: 1).
+    header_line: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers: bytes -> records
+
+
+def _utf8_problem(file: str, line: int, raw: bytes, error: UnicodeDecodeError) -> Problem:
+    return Problem(
+        file,
+        line,
+        None,
+        f"is not valid UTF-8: byte 0x{raw[error.start]:02x} at byte {error.start + 1} of the line",
+        "re-save the file as UTF-8",
+    )
+
+
+def _read_jsonl(data: bytes, file: str) -> _Raw:
+    raw = _Raw()
+    for line, chunk in enumerate(data.removeprefix(_BOM).splitlines(), start=1):
+        try:
+            text = chunk.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raw.problems.append(_utf8_problem(file, line, chunk, error))
+            continue
+        if not text.strip():
+            raw.dropped["blank line"] = raw.dropped.get("blank line", 0) + 1
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as error:
+            raw.problems.append(
+                Problem(
+                    file,
+                    line,
+                    None,
+                    f"is not valid JSON ({error.msg} at column {error.colno})",
+                    "write one complete JSON object per line; a cut-off line often means the file "
+                    "was truncated while being written",
+                )
+            )
+            continue
+        if not isinstance(record, dict):
+            raw.problems.append(
+                Problem(
+                    file,
+                    line,
+                    None,
+                    f"is a JSON {type(record).__name__}, not an object",
+                    'write each row as a JSON object, e.g. {"vignette_id": "v1", ...}',
+                )
+            )
+            continue
+        raw.records.append((line, record))
+    return raw
+
+
+def _read_csv(data: bytes, file: str) -> _Raw:
+    raw = _Raw(from_text=True, header_line=1)
+    data = data.removeprefix(_BOM)
+    for line, chunk in enumerate(data.splitlines(), start=1):
+        try:
+            chunk.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raw.problems.append(_utf8_problem(file, line, chunk, error))
+    # io.StringIO(newline="") splits lines exactly as bytes.splitlines does, so csv's line_num
+    # counts physical lines.
+    # strict: a quote that never closes is an error, not a field that swallows the rest of the file
+    reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace"), newline=""), strict=True)
+    try:
+        raw.header = [name.strip() for name in next(reader)]
+    except StopIteration:
+        return raw  # an empty file: reported as having no rows
+    except csv.Error as error:
+        raw.problems.append(Problem(file, 1, None, f"header is not valid CSV ({error})", _SEE_DOCS))
+        return raw
+    for name in {name for name in raw.header if raw.header.count(name) > 1}:
+        raw.problems.append(Problem(file, 1, name, "column appears more than once in the header", "rename or remove the copy"))
+    previous_end = reader.line_num
+    while True:
+        try:
+            values = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as error:
+            raw.problems.append(Problem(file, previous_end + 1, None, f"is not valid CSV ({error})", "check the quoting"))
+            break
+        line, previous_end = previous_end + 1, reader.line_num
+        if not values:
+            raw.dropped["blank line"] = raw.dropped.get("blank line", 0) + 1
+        elif len(values) != len(raw.header):
+            raw.problems.append(
+                Problem(
+                    file,
+                    line,
+                    None,
+                    f"has {len(values)} fields but the header has {len(raw.header)}",
+                    "quote values that contain commas or line breaks",
+                )
+            )
+        else:
+            raw.records.append((line, dict(zip(raw.header, values))))
+    return raw
+
+
+def _read_parquet(data: bytes, file: str) -> _Raw:
+    import pyarrow.parquet as pq
+
+    try:
+        arrow = pq.read_table(io.BytesIO(data))
+    except Exception as error:  # pyarrow raises several types for a damaged file
+        raise InputError(f"{file}: not a readable Parquet file ({error})", fix="write the file again with pandas.DataFrame.to_parquet or pyarrow") from error
+    return _Raw(records=list(enumerate(arrow.to_pylist(), start=1)), header=list(arrow.column_names))
+
+
+_READERS = {".jsonl": _read_jsonl, ".jsonl.gz": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: records -> frame, or every problem
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _wrong_type(column: Column, value: Any) -> str:
+    return f"expected {TYPE_WORDS[column.type]}, got {type(value).__name__} {_short(value)}"
+
+
+def _coerce(column: Column, value: Any, from_text: bool) -> tuple[Any, str | None]:
+    """Turn one read value into the column's Python type: (value, None), (None, None) for a
+    missing value, or (None, problem)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None, None
+    if column.type == "str":
+        if isinstance(value, str):
+            return (value if value or column.required else None), None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value), None
+        return None, _wrong_type(column, value)
+    number = value
+    if from_text:
+        text = value.strip()
+        if not text:
+            return None, None
+        try:
+            number = int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else float(text)
+        except ValueError:
+            return None, _wrong_type(column, value)
+        if math.isnan(number):
+            return None, None
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        return None, _wrong_type(column, value)
+    if not math.isfinite(number):
+        return None, f"is {number}, not a finite number"
+    if column.type == "int":
+        if number != int(number):
+            return None, _wrong_type(column, value)
+        return int(number), None
+    return float(number), None
+
+
+def _check_value(column: Column, value: Any) -> str | None:
+    if column.non_empty and not value.strip():
+        return "is empty"
+    if column.allowed and value not in column.allowed:
+        return f"{_short(value)} is not one of: {', '.join(column.allowed)}"
+    if column.pattern and not re.fullmatch(column.pattern[0], value):
+        return f"{_short(value)} is not {column.pattern[1]}"
+    return None
+
+
+def _fix_for(column: Column) -> str:
+    if column.allowed:
+        return f"use one of: {', '.join(column.allowed)}"
+    non_empty = "a non-empty string" if column.non_empty else TYPE_WORDS[column.type]
+    return f"give {non_empty}: {column.doc}"
+
+
+def _cell(column: Column, value: Any, from_text: bool) -> tuple[Any, str | None]:
+    """The validated value of one cell and the problem with it, if any."""
+    coerced, message = _coerce(column, value, from_text)
+    if message is None and coerced is None and column.required:
+        message = "required value is " + ("empty" if from_text else "null" if value is None else "NaN")
+    if message is None and coerced is not None and column.type == "str":
+        message = _check_value(column, coerced)
+    return coerced, message
+
+
+def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable:
+    problems = list(raw.problems)
+    absent: set[str] = set()
+    if raw.header is not None:
+        absent = {c.name for c in spec.columns if c.name not in raw.header}
+        for column in spec.columns:
+            if column.required and column.name in absent:
+                problems.append(Problem(file, raw.header_line, column.name, "required column is missing", f"add the column: {column.doc}"))
+    values: dict[str, list[Any]] = {name: [] for name in spec.names}
+    for line, record in raw.records:
+        for column in spec.columns:
+            if column.name in record:
+                value, message = _cell(column, record[column.name], raw.from_text)
+            else:
+                value, message = None, None
+                if column.required and column.name not in absent:
+                    message = "required field is missing"
+            if message:
+                problems.append(Problem(file, line, column.name, message, _fix_for(column)))
+            values[column.name].append(value)
+    lines = np.array([line for line, _ in raw.records], dtype=np.int64)
+    problems += _distinct_problems(spec, values, lines, file) + _unique_problems(spec, values, lines, file)
+    if not raw.records and not raw.problems:
+        problems.append(Problem(file, None, None, "has no rows", f"write at least one {spec.name} row; {_SEE_DOCS}"))
+    if problems:
+        problems.sort(key=lambda problem: problem.line or 0)
+        raise SchemaError(f"{file}: {len(problems)} problem(s) in the {spec.name} table", problems, fix=f"correct the rows listed above ({_SEE_DOCS})")
+    pandas_types = {"str": "str", "int": "Int64", "float": "float64"}
+    frame = pd.DataFrame({c.name: pd.Series(values[c.name], dtype=pandas_types[c.type]) for c in spec.columns})
+    extras = dict.fromkeys(name for _, record in raw.records for name in record if name not in values)
+    for name in extras:
+        frame[name] = pd.Series([record.get(name) for _, record in raw.records], dtype=object)
+    return LoadedTable(spec.name, file, sha256, frame, lines, dict(raw.dropped))
+
+
+def _distinct_problems(spec: TableSpec, values: dict[str, list], lines: np.ndarray, file: str) -> list[Problem]:
+    problems = []
+    for a, b in spec.distinct:
+        for line, x, y in zip(lines, values[a], values[b]):
+            if x is not None and x == y:
+                problems.append(Problem(file, int(line), b, f"equals {a} ({_short(x)})", f"{a} and {b} must name two different responses"))
+    return problems
+
+
+def _unique_problems(spec: TableSpec, values: dict[str, list], lines: np.ndarray, file: str) -> list[Problem]:
+    problems = []
+    for key in spec.unique:
+        seen: dict[tuple, list[int]] = defaultdict(list)
+        for row, line in enumerate(lines):
+            parts = {name: values[name][row] for name in key.columns}
+            if None in parts.values():
+                continue  # already reported as missing
+            if key.unordered:
+                a, b = key.unordered
+                parts[a], parts[b] = sorted((parts[a], parts[b]))
+            seen[tuple(parts.values())].append(int(line))
+        for key_values, key_lines in seen.items():
+            if len(key_lines) > 1:
+                shown = ", ".join(f"{name}={value!r}" for name, value in zip(key.columns, key_values))
+                problems.append(
+                    Problem(
+                        file,
+                        key_lines[1],
+                        ", ".join(key.columns),
+                        f"{shown} occurs {len(key_lines)} times, on lines {', '.join(map(str, key_lines))}",
+                        "keep one row per key and remove the others",
+                    )
+                )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Public loaders
+
+
+def _extension(path: Path) -> str:
+    name = path.name.lower()
+    for extension in sorted(EXTENSIONS, key=len, reverse=True):
+        if name.endswith(extension):
+            return extension
+    raise InputError(f"{path}: cannot tell the file's format from its name", fix=f"use one of the extensions {', '.join(EXTENSIONS)}")
+
+
+def load_table(path: str | Path, table: str) -> LoadedTable:
+    """Load and validate one table from ``path``.
+
+    Parameters
+    ----------
+    path
+        A ``.jsonl``, ``.jsonl.gz``, ``.csv`` or ``.parquet`` file; the extension picks the format.
+    table
+        The table's kind: ``vignettes``, ``responses``, ``human_ratings``, ``human_pairs``,
+        ``judgments`` or ``corpus`` (see :data:`honestci.audit.data.schema.TABLES`).
+
+    Raises
+    ------
+    SchemaError
+        Listing every problem in the file, each with file, line and field.
+    InputError
+        The file cannot be read, or its extension is not one of the above.
+    """
+    spec = table_spec(table)
+    path = Path(path)
+    extension = _extension(path)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise InputError(f"{path}: cannot read the {table} file ({error.strerror})", fix="check the path") from error
+    sha256 = hashlib.sha256(data).hexdigest()
+    if extension == ".jsonl.gz":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as error:
+            raise InputError(f"{path}: not a readable gzip file ({error})", fix="compress it again with gzip") from error
+    return _validate(_READERS[extension](data, str(path)), spec, str(path), sha256)
+
+
+def table_from_frame(frame: pd.DataFrame, table: str, name: str | None = None) -> LoadedTable:
+    """Validate an in-memory frame as ``table`` (rows are numbered from 1, as for Parquet).
+
+    ``sha256`` is then the hash of the frame's contents (:func:`pandas.util.hash_pandas_object`).
+    """
+    name = name or f"<{table} frame>"
+    records = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    raw = _Raw(records=list(enumerate(records, start=1)), header=[str(c) for c in frame.columns])
+    digest = hashlib.sha256(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()).hexdigest()
+    return _validate(raw, table_spec(table), name, digest)
+
+
+# ---------------------------------------------------------------------------------------------
+# Studies
+
+
+@dataclass(frozen=True, eq=False)
+class Study:
+    """The validated, cross-checked tables of one study; :meth:`to_frame` is its provenance."""
+
+    vignettes: LoadedTable
+    responses: LoadedTable
+    judgments: LoadedTable
+    human_ratings: LoadedTable | None = None
+    human_pairs: LoadedTable | None = None
+    corpus: LoadedTable | None = None
+
+    def tables(self) -> dict[str, LoadedTable]:
+        """The tables present, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    @property
+    def sha256(self) -> dict[str, str]:
+        """SHA-256 of every input file, by table."""
+        return {name: table.sha256 for name, table in self.tables().items()}
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per table and reason (rows loaded, rows dropped), with path and SHA-256."""
+        return pd.concat([table.to_frame() for table in self.tables().values()], ignore_index=True)
+
+
+def load_study(paths: Mapping[str, str | Path]) -> Study:
+    """Load every table in ``paths`` (table name -> file), then check references between them.
+
+    Vignettes, responses and judgments are required. Raises :class:`SchemaError` with every
+    problem of every file; references are checked once all files are valid.
+    """
+    unknown = sorted(set(paths) - {f.name for f in fields(Study)})
+    if unknown:
+        raise InputError(f"unknown table(s): {', '.join(unknown)}", fix=f"name tables as one of: {', '.join(f.name for f in fields(Study))}")
+    missing = [name for name in REQUIRED_STUDY_TABLES if name not in paths]
+    if missing:
+        raise InputError(f"a study needs the {', '.join(missing)} table(s)", fix="give a file for each of: " + ", ".join(REQUIRED_STUDY_TABLES))
+    tables, problems = {}, []
+    for name, path in paths.items():
+        try:
+            tables[name] = load_table(path, name)
+        except SchemaError as error:
+            problems += error.problems
+        except InputError as error:  # its message already starts with the file's name
+            problems.append(Problem(str(path), None, None, error.message.removeprefix(f"{path}: "), error.fix))
+    if problems:
+        raise SchemaError(f"{len(problems)} problem(s) in the study's files", problems, fix=f"correct the rows listed above ({_SEE_DOCS})")
+    problems = check_references(tables)
+    if problems:
+        raise SchemaError(f"{len(problems)} reference(s) between the study's tables do not match", problems, fix="make every id refer to a row that exists, in the right vignette")
+    return Study(**tables)
+
+
+def check_references(tables: Mapping[str, LoadedTable]) -> list[Problem]:
+    """Every reference between the given tables that does not resolve (checks whose tables are
+    absent are skipped): unknown vignettes and responses, and responses of another vignette."""
+    problems: list[Problem] = []
+    vignettes = tables.get("vignettes")
+    responses = tables.get("responses")
+    known_vignettes = set(vignettes.frame["vignette_id"]) if vignettes else None
+    vignette_of = dict(zip(responses.frame["response_id"], responses.frame["vignette_id"])) if responses else None
+
+    def refs(table: LoadedTable, column: str, known, what: str, vignette_column: str | None = None) -> None:
+        for line, value, vignette in zip(table.lines, table.frame[column], table.frame[vignette_column or column]):
+            if value not in known:
+                problems.append(Problem(table.path, int(line), column, f"{what} {value!r} is not in the {what}s table", f"add the {what} or correct the id"))
+            elif vignette_column and vignette_of[value] != vignette:
+                problems.append(
+                    Problem(table.path, int(line), column, f"response {value!r} belongs to vignette {vignette_of[value]!r}, not {vignette!r}", "pair only responses to the row's vignette")
+                )
+
+    for name, columns in (("responses", ()), ("judgments", ("response_first", "response_second")), ("human_pairs", ("response_a", "response_b"))):
+        table = tables.get(name)
+        if table is None:
+            continue
+        if known_vignettes is not None:
+            refs(table, "vignette_id", known_vignettes, "vignette")
+        if vignette_of is not None:
+            for column in columns:
+                refs(table, column, vignette_of, "response", vignette_column="vignette_id")
+    if vignette_of is not None and "human_ratings" in tables:
+        refs(tables["human_ratings"], "response_id", vignette_of, "response")
+    return problems

@@ -1,0 +1,1323 @@
+"""Bayesian hierarchical win rate: PyMC model, nutpie/PyMC NUTS, ArviZ diagnostics as a gate.
+
+Data are judged orders of a policy against one opponent. Each verdict has a vignette ``v``, a
+presentation order ``o`` (+1/2 when the policy is shown first, -1/2 when second), optionally an
+evaluation run ``r`` and a judge ``j``, and an outcome ``y`` (1 win, 1/2 tie, 0 loss). Verdicts are
+aggregated to cells (v, o, r, j) with ``n`` verdicts and ``w = sum(y)`` wins, and the model is
+
+    logit p_cell = mu + u_v + beta * o + a_r + b_j,      u_v ~ N(0, sigma),
+    mu ~ N(0, 1.5),  beta ~ N(0, 1),  sigma ~ HalfNormal(1) (default; see SIGMA_PRIORS),
+    log L = sum_cells  w log p + (n - w) log(1 - p).
+
+With no ties this is the exact binomial likelihood (up to a constant). Ties make ``w``
+fractional; the same expression is then a quasi-binomial likelihood (a tie counts as half a win
+and half a loss). Because a tie has less variance than a coin flip, the quasi-binomial model
+slightly overstates within-cell noise, i.e. errs on the wide side.
+
+Run and judge effects (only when the data have more than one level) are *fixed* offsets
+``a = a_raw - mean(a_raw)``, ``a_raw ~ N(0, 1)``, not random effects with an estimated SD: with the
+2-4 runs or judges these evaluations have, a group-level SD is not identified (Gelman 2006) and
+both the centred and the non-centred random-effect forms gave tens of divergent transitions on
+fixture-like data (measured, see bench/README.md). The estimands therefore average over the
+observed runs and judges with equal weight.
+
+Estimands, per posterior draw s (``expit`` = inverse logit, ``eta_vrj = mu + u_v + a_r + b_j``):
+
+* these vignettes:  W_these = mean_{v, r, j} [ expit(eta_vrj + beta/2) + expit(eta_vrj - beta/2) ] / 2
+* a new vignette:   W_new = mean_{r, j} E_{u ~ N(0, sigma)} [ expit(mu + u + a_r + b_j + beta/2)
+  + expit(mu + u + a_r + b_j - beta/2) ] / 2, the expectation by quadrature on a z-grid
+* the order effect on the probability scale: the same averages of expit(. + beta/2) - expit(. - beta/2),
+  and beta itself (logit scale).
+
+References: Gelman & Hill (2007) ch. 14 (multilevel logistic regression); Gelman (2006), "Prior
+distributions for variance parameters in hierarchical models", Bayesian Analysis 1(3);
+Vehtari, Gelman, Simpson, Carpenter & Bürkner (2021), "Rank-normalization, folding, and
+localization: an improved R-hat", Bayesian Analysis 16(2); Gelman, Meng & Stern (1996) for
+posterior predictive p-values.
+
+Sampling. ``sampler="auto"`` runs nutpie on the model's log density and gradient written out by
+hand in :mod:`honestci.audit.stats.bayes_density` (numba, compiled once and then loaded from numba's on-disk
+cache; pinned to PyMC's ``compile_logp``/``compile_dlogp`` of :func:`_build_hierarchical_model` for
+every variant by tests/test_bayes_density.py). The PyMC model stays the definition and is what
+``sampler="pymc"`` samples, and the fallback when nutpie fails. Why: letting nutpie compile the
+PyTensor graph costs 6-19 s of numba compiling in every new process (not cacheable), which made a
+one-fit process take 15-21 s; with the cached kernel a cold process takes about 4-6 s on 2 shared
+cores, of which ``import arviz`` (imported by nutpie itself) is 2.5-3.5 s (bench/README.md).
+4 chains x (1000 + 1000) stay the default: in 20 seeded fixture-like fits all 20 passed the gate
+(R-hat max 1.0096, min bulk/tail ESS 902/1447, 0 divergences after the automatic refit of one)
+while 4 x (500 + 500) failed it once (R-hat 1.0118).
+
+Heavy libraries (pymc, pytensor, arviz, nutpie, numba) are imported inside the functions that
+use them; the default path never imports pymc or pytensor.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+from scipy.special import expit
+
+from honestci.audit.errors import InputError, Problem
+from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict, worst
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+#: Mean verdicts per vignette from which the centred form of u_v is used. With ~240 verdicts per
+#: vignette the likelihood pins each u_v, the centred form had 0 divergences and the non-centred
+#: one 2-4 (notes/cpu-stack.md); with few verdicts per vignette the funnel favours non-centred.
+CENTRED_MIN_VERDICTS_PER_VIGNETTE = 100
+
+#: Step and half-width of the uniform z-grid for E_{u ~ N(0, sigma)}: the trapezoidal rule is
+#: exponentially accurate for analytic integrands (Trefethen & Weideman 2014, SIAM Review 56);
+#: expit(mu + sigma z) is analytic in a strip of half-width pi/sigma, so h = 0.05 keeps the error
+#: below 1e-9 up to sigma = 20, where Gauss-Hermite with 40-150 nodes erred by up to 1e-2
+#: (measured against scipy.integrate.quad; the tests pin it).
+NORMAL_GRID_STEP = 0.05
+NORMAL_GRID_HALF_WIDTH = 8.5
+
+#: NUTS target acceptance 0.95 rather than 0.8: in 20 seeded fixture-like fits (6 vignettes x
+#: 240 verdicts, 4 x 1000 + 1000, hierarchically centred) 0.9 left 5 with divergences and 0.95
+#: left 3, all but one of which the automatic non-centred refit fixed.
+TARGET_ACCEPT = 0.95
+#: Posterior quantiles of each win rate kept in the result (for the report's posterior plot).
+POSTERIOR_QUANTILES = 101
+
+
+# --------------------------------------------------------------------------------------------
+# Priors
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SigmaPrior:
+    """Prior of the between-vignette SD ``sigma`` (logit scale)."""
+
+    key: str
+    family: str  # "halfnormal" | "halfstudentt" | "halfcauchy"
+    scale: float
+    nu: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.family == "halfnormal":
+            return f"HalfNormal({self.scale:g})"
+        if self.family == "halfstudentt":
+            return f"HalfStudentT({self.nu:g}, {self.scale:g})"
+        return f"HalfCauchy({self.scale:g})"
+
+    @property
+    def student_t_nu(self) -> float:
+        """Degrees of freedom as model data: 0 codes the half-normal (the nu -> infinity limit)."""
+        if self.family == "halfnormal":
+            return 0.0
+        return 1.0 if self.family == "halfcauchy" else float(self.nu)
+
+
+def _sigma_with_prior(prior: SigmaPrior):
+    """sigma with its prior density as a Potential whose parameters are model data.
+
+    The model's structure is then the same for every prior of :data:`SIGMA_PRIORS`, which is
+    also how :mod:`honestci.audit.stats.bayes_density` takes the prior: as data (nu, scale). Half-Student-t up to a constant:
+    log p = -(nu + 1)/2 log(1 + (s/scale)^2 / nu); nu = 1 is the half-Cauchy and nu = 0 codes
+    the half-normal, log p = -(s/scale)^2 / 2. Validated against scipy.stats halfnorm/halft/halfcauchy.
+    """
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    nu = pm.Data("sigma_prior_nu", np.array(prior.student_t_nu))
+    scale = pm.Data("sigma_prior_scale", np.array(prior.scale))
+    sigma = pm.HalfFlat("sigma")  # log-transformed; its density is the Potential below
+    squared = (sigma / scale) ** 2
+    safe_nu = pm.math.switch(nu > 0, nu, 1.0)  # keeps the unused branch's gradient finite
+    log_density = pm.math.switch(
+        nu > 0, -(safe_nu + 1.0) / 2.0 * pt.log1p(squared / safe_nu), -squared / 2.0
+    )
+    pm.Potential("sigma_prior", log_density)
+    return sigma
+
+
+SIGMA_PRIORS: dict[str, SigmaPrior] = {
+    "halfnormal1": SigmaPrior("halfnormal1", "halfnormal", 1.0),
+    "halfnormal0.5": SigmaPrior("halfnormal0.5", "halfnormal", 0.5),
+    "halfstudentt3": SigmaPrior("halfstudentt3", "halfstudentt", 1.0, nu=3.0),
+    "halfcauchy1": SigmaPrior("halfcauchy1", "halfcauchy", 1.0),
+}
+"""Named priors for sigma. HalfNormal(1) is the default: on the logit scale it puts 95% of its
+mass below 1.96, i.e. vignettes whose win rates differ by up to about +-0.4 around 1/2. The
+alternatives bracket it: tighter (HalfNormal(0.5)) and heavier-tailed (HalfStudentT(3, 1) and
+HalfCauchy(1), Gelman 2006)."""
+
+DEFAULT_SENSITIVITY_PRIORS: tuple[str, ...] = ("halfnormal0.5", "halfstudentt3", "halfcauchy1")
+
+
+def _resolve_prior(prior: str | SigmaPrior) -> SigmaPrior:
+    if isinstance(prior, SigmaPrior):
+        if prior.family not in ("halfnormal", "halfstudentt", "halfcauchy") or not prior.scale > 0 or (
+            prior.family == "halfstudentt" and not (prior.nu or 0) > 0
+        ):
+            raise InputError(f"Invalid prior {prior!r}.",
+                             fix="Use family halfnormal/halfstudentt/halfcauchy, scale > 0, nu > 0.")
+        return prior
+    if prior not in SIGMA_PRIORS:
+        raise InputError(
+            f"Unknown prior {prior!r} for the between-vignette SD.",
+            fix=f"Use one of {sorted(SIGMA_PRIORS)} or pass a SigmaPrior.",
+        )
+    return SIGMA_PRIORS[prior]
+
+
+# --------------------------------------------------------------------------------------------
+# Data: validation and aggregation to cells
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WinRateCells:
+    """Verdicts aggregated to cells (vignette, order, run, judge).
+
+    ``wins`` is the sum of outcomes (ties count 1/2), so it may be fractional.
+    """
+
+    vignette_index: np.ndarray  # int64, index into vignette_labels
+    order: np.ndarray  # float64, +0.5 policy first, -0.5 policy second
+    run_index: np.ndarray  # int64
+    judge_index: np.ndarray  # int64
+    n: np.ndarray  # int64 verdicts per cell
+    wins: np.ndarray  # float64
+    vignette_labels: tuple[str, ...]
+    run_labels: tuple[str, ...]
+    judge_labels: tuple[str, ...]
+    has_ties: bool
+
+    @property
+    def n_vignettes(self) -> int:
+        return len(self.vignette_labels)
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.run_labels)
+
+    @property
+    def n_judges(self) -> int:
+        return len(self.judge_labels)
+
+    @property
+    def n_verdicts(self) -> int:
+        return int(self.n.sum())
+
+
+def _labels_and_index(values: Any, name: str, n: int) -> tuple[tuple[str, ...], np.ndarray]:
+    if values is None:
+        return ("all",), np.zeros(n, dtype=np.int64)
+    array = np.asarray(values)
+    if array.shape != (n,):
+        raise InputError(
+            f"'{name}' has {array.size} entries but 'outcome' has {n}.",
+            fix=f"Pass one {name} per verdict.",
+        )
+    labels, index = np.unique(array.astype(str), return_inverse=True)
+    return tuple(str(x) for x in labels), index.astype(np.int64)
+
+
+def aggregate_cells(
+    vignette: Sequence | np.ndarray,
+    order: Sequence | np.ndarray,
+    outcome: Sequence | np.ndarray,
+    run: Sequence | np.ndarray | None = None,
+    judge: Sequence | np.ndarray | None = None,
+) -> WinRateCells:
+    """Validate per-verdict arrays and sum them into cells (vignette, order, run, judge).
+
+    Raises
+    ------
+    InputError
+        Mismatched lengths, outcomes outside {0, 1/2, 1}, orders outside {+1/2, -1/2}, fewer than
+        two vignettes, or only one presentation order (the order effect, and hence the
+        order-averaged win rate, would rest on the prior alone).
+    """
+    outcome_array = np.asarray(outcome, dtype=float)
+    n = outcome_array.size
+    if outcome_array.ndim != 1 or n == 0:
+        raise InputError("No verdicts to fit.", fix="Pass one outcome per judged order.")
+    order_array = np.asarray(order, dtype=float)
+    problems: list[Problem] = []
+    if order_array.shape != (n,):
+        raise InputError(
+            f"'order' has {order_array.size} entries but 'outcome' has {n}.",
+            fix="Pass one order per verdict.",
+        )
+    bad_outcome = ~np.isin(outcome_array, (0.0, 0.5, 1.0))
+    for row in np.flatnonzero(bad_outcome)[:20]:
+        problems.append(
+            Problem("outcome", int(row), "outcome", f"value {outcome_array[row]!r} is not 0, 0.5 or 1",
+                    "code a win as 1, a tie as 0.5 and a loss as 0")
+        )
+    bad_order = ~np.isin(order_array, (0.5, -0.5))
+    for row in np.flatnonzero(bad_order)[:20]:
+        problems.append(
+            Problem("order", int(row), "order", f"value {order_array[row]!r} is not +0.5 or -0.5",
+                    "use +0.5 when the policy is shown first and -0.5 when second")
+        )
+    if problems:
+        raise InputError(
+            f"{int(bad_outcome.sum())} outcome(s) and {int(bad_order.sum())} order(s) are invalid.",
+            problems,
+            fix="Recode the verdicts before fitting.",
+        )
+    vignette_labels, vignette_index = _labels_and_index(vignette, "vignette", n)
+    if vignette is None or len(vignette_labels) < 2:
+        raise InputError(
+            "The hierarchical model needs at least two vignettes.",
+            fix="With one vignette there is no between-vignette variation to estimate; "
+            "report the per-vignette win rate instead.",
+        )
+    if np.unique(order_array).size < 2:
+        raise InputError(
+            "All verdicts have the same presentation order.",
+            fix="Judge both orders: with one order the position bias is not identifiable and the "
+            "order-averaged win rate would rest on the prior for beta.",
+        )
+    run_labels, run_index = _labels_and_index(run, "run", n)
+    judge_labels, judge_index = _labels_and_index(judge, "judge", n)
+    order_index = (order_array > 0).astype(np.int64)
+    keys = np.stack([vignette_index, order_index, run_index, judge_index], axis=1)
+    cell_keys, cell_of_row = np.unique(keys, axis=0, return_inverse=True)
+    cell_of_row = cell_of_row.ravel()
+    counts = np.bincount(cell_of_row, minlength=len(cell_keys)).astype(np.int64)
+    wins = np.bincount(cell_of_row, weights=outcome_array, minlength=len(cell_keys))
+    return WinRateCells(
+        vignette_index=cell_keys[:, 0].astype(np.int64),
+        order=np.where(cell_keys[:, 1] == 1, 0.5, -0.5),
+        run_index=cell_keys[:, 2].astype(np.int64),
+        judge_index=cell_keys[:, 3].astype(np.int64),
+        n=counts,
+        wins=wins,
+        vignette_labels=vignette_labels,
+        run_labels=run_labels,
+        judge_labels=judge_labels,
+        has_ties=bool(np.any(outcome_array == 0.5)),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Model and sampling
+# --------------------------------------------------------------------------------------------
+def _quasi_binomial_loglik(eta, n, wins):
+    """sum w log p + (n - w) log(1 - p) with p = expit(eta), written stably as w*eta - n*log1p(e^eta)."""
+    import pymc as pm
+
+    return pm.math.sum(wins * eta - n * pm.math.log1pexp(eta))
+
+
+def _build_hierarchical_model(cells: WinRateCells, prior: SigmaPrior, centred: bool):
+    import pymc as pm
+
+    coords = {"vignette": list(cells.vignette_labels)}
+    if cells.n_runs > 1:
+        coords["run"] = list(cells.run_labels)
+    if cells.n_judges > 1:
+        coords["judge"] = list(cells.judge_labels)
+    with pm.Model(coords=coords) as model:
+        cell_vignette = pm.Data("cell_vignette", cells.vignette_index)
+        cell_order = pm.Data("cell_order", cells.order)
+        cell_n = pm.Data("cell_n", cells.n.astype(float))
+        cell_wins = pm.Data("cell_wins", cells.wins)
+        mu = pm.Normal("mu", 0.0, 1.5)
+        beta = pm.Normal("beta", 0.0, 1.0)
+        sigma = _sigma_with_prior(prior)
+        if centred:
+            # Hierarchical centring (Gelfand, Sahu & Carlin 1995): the vignette logit is the
+            # parameter and mu enters only its prior, which removes the mu / mean(u) ridge that
+            # kept mu's ESS near 400 with u ~ N(0, sigma).
+            vignette_logit = pm.Normal("vignette_logit", mu, sigma, dims="vignette")
+            u = pm.Deterministic("u", vignette_logit - mu, dims="vignette")
+        else:
+            u_std = pm.Normal("u_std", 0.0, 1.0, dims="vignette")
+            u = pm.Deterministic("u", sigma * u_std, dims="vignette")
+        eta = mu + u[cell_vignette] + beta * cell_order
+        if cells.n_runs > 1:
+            cell_run = pm.Data("cell_run", cells.run_index)
+            run_raw = pm.Normal("run_raw", 0.0, 1.0, dims="run")
+            run_effect = pm.Deterministic("run_effect", run_raw - run_raw.mean(), dims="run")
+            eta = eta + run_effect[cell_run]
+        if cells.n_judges > 1:
+            cell_judge = pm.Data("cell_judge", cells.judge_index)
+            judge_raw = pm.Normal("judge_raw", 0.0, 1.0, dims="judge")
+            judge_effect = pm.Deterministic("judge_effect", judge_raw - judge_raw.mean(), dims="judge")
+            eta = eta + judge_effect[cell_judge]
+        pm.Potential("quasi_binomial_loglik", _quasi_binomial_loglik(eta, cell_n, cell_wins))
+    return model
+
+
+def _quiet_imports() -> None:
+    """Import arviz once with its refactor FutureWarning silenced (it says nothing about our use)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import arviz  # noqa: F401
+
+
+def _sample_nutpie(density_model, chains, draws, tune, seed, progress):
+    import nutpie
+
+    return nutpie.sample(
+        density_model(),
+        draws=draws,
+        tune=tune,
+        chains=chains,
+        cores=min(chains, os.cpu_count() or 1),
+        seed=seed,
+        progress_bar=progress,
+        save_warmup=False,
+        target_accept=TARGET_ACCEPT,
+    )
+
+
+def _sample_pymc(build_model, chains, draws, tune, seed, progress):
+    import pymc as pm
+
+    pymc_logger = logging.getLogger("pymc")
+    previous_level = pymc_logger.level
+    pymc_logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return pm.sample(
+                draws=draws,
+                tune=tune,
+                chains=chains,
+                cores=min(chains, os.cpu_count() or 1),
+                random_seed=seed,
+                target_accept=TARGET_ACCEPT,
+                progressbar=progress,
+                compute_convergence_checks=False,
+                model=build_model(),
+            )
+    finally:
+        pymc_logger.setLevel(previous_level)
+
+
+def _sample(build_model, density_model, sampler, chains, draws, tune, seed, progress):
+    """Run the requested sampler; ``auto`` is nutpie with a fallback to PyMC's NUTS.
+
+    nutpie samples ``density_model()``: the model's posterior with a hand-written compiled log
+    density (:mod:`honestci.audit.stats.bayes_density`), pinned by tests to ``build_model()``'s PyMC logp. PyMC's
+    NUTS samples ``build_model()`` itself.
+
+    Returns (idata, sampler_used, note).
+    """
+    _quiet_imports()
+    if sampler not in ("auto", "nutpie", "pymc"):
+        raise InputError(f"Unknown sampler {sampler!r}.", fix="Use 'auto', 'nutpie' or 'pymc'.")
+    if sampler == "pymc":
+        return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", ""
+    if sampler == "nutpie":
+        return _sample_nutpie(density_model, chains, draws, tune, seed, progress), "nutpie", ""
+    try:
+        return _sample_nutpie(density_model, chains, draws, tune, seed, progress), "nutpie", ""
+    except Exception as error:  # nutpie or numba missing or failing: PyMC's NUTS samples the same model
+        note = f"nutpie unavailable or failed ({type(error).__name__}: {error}); used PyMC NUTS"
+        return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", note
+
+
+# --------------------------------------------------------------------------------------------
+# Diagnostics and summaries
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SamplerDiagnostics:
+    """Convergence diagnostics of one fit (rank-normalised split R-hat, bulk/tail ESS; ArviZ)."""
+
+    rhat_max: float
+    ess_bulk_min: float
+    ess_tail_min: float
+    divergences: int
+    worst_rhat_variable: str
+    chains: int
+    draws: int
+    tune: int
+    converged: bool
+    problems: tuple[str, ...]
+
+    def to_frame(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "rhat_max": self.rhat_max,
+                    "ess_bulk_min": self.ess_bulk_min,
+                    "ess_tail_min": self.ess_tail_min,
+                    "divergences": self.divergences,
+                    "worst_rhat_variable": self.worst_rhat_variable,
+                    "chains": self.chains,
+                    "draws": self.draws,
+                    "tune": self.tune,
+                    "converged": self.converged,
+                }
+            ]
+        )
+
+
+def _diagnose(idata, var_names: list[str], chains: int, draws: int, tune: int,
+              thresholds: Thresholds) -> SamplerDiagnostics:
+    import arviz as az
+
+    posterior = idata.posterior[var_names]
+    numba_was_on = az.Numba.numba_flag
+    # ArviZ's numba kernels are compiled in every new process (~0.2-1 s); on 4 x 1000 draws its
+    # NumPy path is as fast and gives the same numbers (measured), so switch them off here.
+    az.Numba.disable_numba()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # constant chains in tiny runs
+            rhat = az.rhat(posterior, method="rank")
+            ess_bulk = az.ess(posterior, method="bulk")
+            ess_tail = az.ess(posterior, method="tail")
+    finally:
+        if numba_was_on:
+            az.Numba.enable_numba()
+
+    def extreme(dataset, pick_max: bool) -> tuple[float, str]:
+        best_value, best_name = (-math.inf if pick_max else math.inf), ""
+        for name in var_names:
+            values = np.asarray(dataset[name].values, dtype=float).ravel()
+            if np.any(~np.isfinite(values)):  # undefined diagnostics count as failing
+                return (math.inf if pick_max else 0.0), name
+            value = values.max() if pick_max else values.min()
+            if (value > best_value) if pick_max else (value < best_value):
+                best_value, best_name = float(value), name
+        return best_value, best_name
+
+    rhat_max, worst_name = extreme(rhat, True)
+    ess_bulk_min, _ = extreme(ess_bulk, False)
+    ess_tail_min, _ = extreme(ess_tail, False)
+    divergences = int(np.asarray(idata.sample_stats["diverging"].values).sum())
+    problems = []
+    if not rhat_max <= thresholds.rhat_max:
+        problems.append(f"R-hat {rhat_max:.3f} > {thresholds.rhat_max} (worst: {worst_name})")
+    if not ess_bulk_min >= thresholds.ess_bulk_min:
+        problems.append(f"bulk ESS {ess_bulk_min:.0f} < {thresholds.ess_bulk_min:g}")
+    if not ess_tail_min >= thresholds.ess_tail_min:
+        problems.append(f"tail ESS {ess_tail_min:.0f} < {thresholds.ess_tail_min:g}")
+    if divergences > thresholds.divergences_max:
+        problems.append(f"{divergences} divergent transition(s) > {thresholds.divergences_max}")
+    return SamplerDiagnostics(
+        rhat_max=rhat_max,
+        ess_bulk_min=ess_bulk_min,
+        ess_tail_min=ess_tail_min,
+        divergences=divergences,
+        worst_rhat_variable=worst_name,
+        chains=chains,
+        draws=draws,
+        tune=tune,
+        converged=not problems,
+        problems=tuple(problems),
+    )
+
+
+@dataclass(frozen=True)
+class PosteriorSummary:
+    """Posterior mean, median, equal-tailed interval and, for win rates, P(estimand > bar)."""
+
+    mean: float
+    median: float
+    lower: float
+    upper: float
+    level: float
+    p_above_bar: float | None = None
+
+
+def summarise_draws(draws: np.ndarray, level: float, bar: float | None = None) -> PosteriorSummary:
+    """Summary of posterior draws: mean, median, equal-tailed ``level`` interval, P(draw > bar)."""
+    values = np.asarray(draws, dtype=float).ravel()
+    tail = (1.0 - level) / 2.0
+    lower, median, upper = np.quantile(values, [tail, 0.5, 1.0 - tail])
+    return PosteriorSummary(
+        mean=float(values.mean()),
+        median=float(median),
+        lower=float(lower),
+        upper=float(upper),
+        level=level,
+        p_above_bar=None if bar is None else float(np.mean(values > bar)),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Estimands (pure NumPy)
+# --------------------------------------------------------------------------------------------
+def normal_quadrature(step: float = NORMAL_GRID_STEP,
+                      half_width: float = NORMAL_GRID_HALF_WIDTH) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes x and weights w with sum_k w_k f(x_k) ~= E[f(Z)], Z ~ N(0, 1) (trapezoidal rule)."""
+    nodes = np.arange(-half_width, half_width + step / 2.0, step)
+    weights = np.exp(-nodes**2 / 2.0)
+    return nodes, weights / weights.sum()
+
+
+def winrate_estimand_draws(
+    mu: np.ndarray,
+    beta: np.ndarray,
+    sigma: np.ndarray,
+    u: np.ndarray,
+    offsets: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Per-draw win rates and order effects for these and for new vignettes.
+
+    Parameters
+    ----------
+    mu, beta, sigma
+        Shape (S,) posterior draws.
+    u
+        Shape (S, V) vignette effects.
+    offsets
+        Shape (S, K) run + judge offsets, one column per observed (run, judge) combination,
+        averaged with equal weight; None means no offsets.
+
+    Returns
+    -------
+    dict with keys ``winrate_these``, ``winrate_new``, ``order_effect_these``,
+    ``order_effect_new`` (probability scale), each shape (S,).
+
+    Notes
+    -----
+    W_these = mean_{v,k} [expit(eta_vk + beta/2) + expit(eta_vk - beta/2)] / 2 with
+    eta_vk = mu + u_v + offset_k. W_new replaces u_v by an integral over N(0, sigma) computed by
+    the trapezoidal rule on a z-grid (vectorised over draws). Validated against scipy.integrate.quad.
+    """
+    mu = np.asarray(mu, float)
+    half_beta = np.asarray(beta, float)[:, None, None] / 2.0
+    if offsets is None:
+        offsets = np.zeros((mu.size, 1))
+    eta_these = mu[:, None, None] + np.asarray(u, float)[:, :, None] + offsets[:, None, :]
+    first, second = expit(eta_these + half_beta), expit(eta_these - half_beta)
+    nodes, weights = normal_quadrature()
+    eta_new = (
+        mu[:, None, None]
+        + np.asarray(sigma, float)[:, None, None] * nodes[None, :, None]
+        + offsets[:, None, :]
+    )
+    first_new, second_new = expit(eta_new + half_beta), expit(eta_new - half_beta)
+    return {
+        "winrate_these": ((first + second) / 2.0).mean(axis=(1, 2)),
+        "winrate_new": np.einsum("skc,k->s", (first_new + second_new) / 2.0, weights) / offsets.shape[1],
+        "order_effect_these": (first - second).mean(axis=(1, 2)),
+        "order_effect_new": np.einsum("skc,k->s", first_new - second_new, weights) / offsets.shape[1],
+    }
+
+
+def _stacked(idata, name: str) -> np.ndarray:
+    """Draws of ``name`` as (S, ...) with chains stacked."""
+    values = np.asarray(idata.posterior[name].values, dtype=float)
+    return values.reshape((values.shape[0] * values.shape[1],) + values.shape[2:])
+
+
+def _offset_draws(idata, cells: WinRateCells) -> np.ndarray:
+    """(S, R*J) run + judge offsets of every (run, judge) combination."""
+    n_draws = _stacked(idata, "mu").shape[0]
+    run = _stacked(idata, "run_effect") if cells.n_runs > 1 else np.zeros((n_draws, 1))
+    judge = _stacked(idata, "judge_effect") if cells.n_judges > 1 else np.zeros((n_draws, 1))
+    return (run[:, :, None] + judge[:, None, :]).reshape(n_draws, -1)
+
+
+# --------------------------------------------------------------------------------------------
+# Posterior predictive check
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PosteriorPredictiveCheck:
+    """Per-vignette observed win share against its posterior predictive distribution.
+
+    p_value is two-sided, 2 min(P(rep >= obs), P(rep <= obs)) capped at 1 (Gelman, Meng & Stern
+    1996); a vignette is flagged when p_value < alpha / V (Bonferroni over vignettes). Replicates
+    are binomial: with ties the observed shares vary less than binomial ones, so ties make the
+    check conservative (they cannot trigger a flag by themselves).
+    """
+
+    vignette: tuple[str, ...]
+    n: np.ndarray
+    observed_share: np.ndarray
+    predicted_mean: np.ndarray
+    predicted_lower: np.ndarray
+    predicted_upper: np.ndarray
+    p_value: np.ndarray
+    flagged: np.ndarray
+    alpha: float
+
+    @property
+    def any_flagged(self) -> bool:
+        return bool(np.any(self.flagged))
+
+    def to_frame(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        return pd.DataFrame(
+            {
+                "vignette": list(self.vignette),
+                "n": self.n,
+                "observed_share": self.observed_share,
+                "predicted_mean": self.predicted_mean,
+                "predicted_lower": self.predicted_lower,
+                "predicted_upper": self.predicted_upper,
+                "p_value": self.p_value,
+                "flagged": self.flagged,
+            }
+        )
+
+
+def posterior_predictive_check(
+    cells: WinRateCells,
+    mu: np.ndarray,
+    beta: np.ndarray,
+    u: np.ndarray,
+    run_effect: np.ndarray | None,
+    judge_effect: np.ndarray | None,
+    rng: np.random.Generator,
+    level: float = 0.95,
+    alpha: float = 0.05,
+) -> PosteriorPredictiveCheck:
+    """Replicate every cell from its posterior p and compare per-vignette win shares."""
+    eta = mu[:, None] + u[:, cells.vignette_index] + beta[:, None] * cells.order[None, :]
+    if run_effect is not None:
+        eta = eta + run_effect[:, cells.run_index]
+    if judge_effect is not None:
+        eta = eta + judge_effect[:, cells.judge_index]
+    replicated_wins = rng.binomial(cells.n[None, :], expit(eta))
+    membership = np.zeros((cells.n.size, cells.n_vignettes))
+    membership[np.arange(cells.n.size), cells.vignette_index] = 1.0
+    n_vignette = cells.n @ membership
+    replicated_share = (replicated_wins @ membership) / n_vignette
+    observed_share = (cells.wins @ membership) / n_vignette
+    tolerance = 1e-12
+    upper_tail = np.mean(replicated_share >= observed_share - tolerance, axis=0)
+    lower_tail = np.mean(replicated_share <= observed_share + tolerance, axis=0)
+    p_value = np.minimum(1.0, 2.0 * np.minimum(upper_tail, lower_tail))
+    tail = (1.0 - level) / 2.0
+    return PosteriorPredictiveCheck(
+        vignette=cells.vignette_labels,
+        n=n_vignette.astype(np.int64),
+        observed_share=observed_share,
+        predicted_mean=replicated_share.mean(axis=0),
+        predicted_lower=np.quantile(replicated_share, tail, axis=0),
+        predicted_upper=np.quantile(replicated_share, 1.0 - tail, axis=0),
+        p_value=p_value,
+        flagged=p_value < alpha / cells.n_vignettes,
+        alpha=alpha,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Prior sensitivity
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PriorSensitivityRow:
+    prior: str
+    converged: bool
+    divergences: int
+    winrate_these: PosteriorSummary | None
+    winrate_new: PosteriorSummary | None
+    sigma: PosteriorSummary | None
+
+
+@dataclass(frozen=True)
+class PriorSensitivity:
+    """Key estimands refitted under each prior of sigma (the first row is the main fit)."""
+
+    rows: tuple[PriorSensitivityRow, ...]
+    bar: float | None
+
+    def to_frame(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        records = []
+        for row in self.rows:
+            record: dict[str, Any] = {"prior": row.prior, "converged": row.converged,
+                                      "divergences": row.divergences}
+            for name in ("winrate_these", "winrate_new", "sigma"):
+                summary = getattr(row, name)
+                for stat in ("mean", "lower", "upper"):
+                    record[f"{name}_{stat}"] = math.nan if summary is None else getattr(summary, stat)
+            record["p_new_above_bar"] = (
+                math.nan if row.winrate_new is None or row.winrate_new.p_above_bar is None
+                else row.winrate_new.p_above_bar
+            )
+            records.append(record)
+        return pd.DataFrame(records)
+
+
+# --------------------------------------------------------------------------------------------
+# The fit
+# --------------------------------------------------------------------------------------------
+POPULATIONS = ("these_vignettes", "new_vignettes")
+
+
+@dataclass(frozen=True)
+class BayesWinRateResult:
+    """Bayesian hierarchical win rate of a policy against an opponent (see module docstring).
+
+    Every estimate field is None when the chains did not converge: no posterior from unconverged
+    chains is ever reported; ``diagnostics`` and ``message`` say why.
+    """
+
+    winrate_these: PosteriorSummary | None
+    winrate_new: PosteriorSummary | None
+    order_effect_these: PosteriorSummary | None
+    order_effect_new: PosteriorSummary | None
+    order_effect_logit: PosteriorSummary | None
+    sigma: PosteriorSummary | None
+    bar: float | None
+    level: float
+    population: str
+    diagnostics: SamplerDiagnostics
+    converged: bool
+    verdict: Verdict
+    message: str
+    ppc: PosteriorPredictiveCheck | None
+    prior_sensitivity: PriorSensitivity | None
+    prior: str
+    sampler: str
+    sampler_note: str
+    parameterization: str
+    seed: int
+    n_verdicts: int
+    n_vignettes: int
+    n_runs: int
+    n_judges: int
+    n_cells: int
+    has_ties: bool
+    runtime_seconds: float
+    idata_path: str | None
+    #: 101 posterior quantiles (0, 1%, …, 100%) of the win rate per population, for plots; None
+    #: when the chains did not converge.
+    winrate_quantiles: dict | None = None
+    #: The posterior (arviz.InferenceData, the cells in its ``constant_data``) for writing to disk;
+    #: None when the chains did not converge.
+    idata: Any = field(default=None, repr=False, compare=False)
+
+    def to_frame(self) -> "pd.DataFrame":
+        """One row per (estimand, population): win rate, order effect, beta and sigma."""
+        import pandas as pd
+
+        rows = [
+            ("win_rate", "these_vignettes", self.winrate_these),
+            ("win_rate", "new_vignettes", self.winrate_new),
+            ("order_effect", "these_vignettes", self.order_effect_these),
+            ("order_effect", "new_vignettes", self.order_effect_new),
+            ("order_effect_logit_beta", "model", self.order_effect_logit),
+            ("between_vignette_sd_sigma", "model", self.sigma),
+        ]
+        records = []
+        for estimand, population, summary in rows:
+            record = {"estimand": estimand, "population": population, "method": "bayes_hierarchical"}
+            for stat in ("mean", "median", "lower", "upper"):
+                record[stat] = math.nan if summary is None else getattr(summary, stat)
+            record["level"] = self.level
+            record["bar"] = math.nan if self.bar is None or estimand != "win_rate" else self.bar
+            record["p_above_bar"] = (
+                math.nan if summary is None or summary.p_above_bar is None else summary.p_above_bar
+            )
+            record["gated"] = estimand == "win_rate" and population == self.population
+            record["verdict"] = str(self.verdict)
+            record["converged"] = self.converged
+            records.append(record)
+        return pd.DataFrame(records)
+
+    def __str__(self) -> str:
+        diagnostics = self.diagnostics
+        header = (
+            f"Bayesian hierarchical win rate: {self.n_verdicts} verdicts, {self.n_vignettes} vignettes, "
+            f"prior sigma ~ {self.prior}, {self.parameterization}, sampler {self.sampler}, seed {self.seed}\n"
+            f"R-hat max {diagnostics.rhat_max:.4f}, ESS bulk/tail min {diagnostics.ess_bulk_min:.0f}/"
+            f"{diagnostics.ess_tail_min:.0f}, divergences {diagnostics.divergences}\n"
+            f"verdict {self.verdict}: {self.message}\n"
+        )
+        return header + self.to_frame().to_string(index=False)
+
+
+def _resolve_seed(seed: int | np.random.Generator) -> int:
+    if isinstance(seed, np.random.Generator):
+        return int(seed.integers(0, 2**31 - 1))
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0:
+        return int(seed)
+    raise InputError(f"seed {seed!r} is neither a non-negative int nor a numpy Generator.",
+                     fix="Pass an int seed or numpy.random.default_rng(seed).")
+
+
+def _resolve_parameterization(parameterization: str, cells: WinRateCells) -> str:
+    if parameterization == "auto":
+        per_vignette = cells.n_verdicts / cells.n_vignettes
+        return "centred" if per_vignette >= CENTRED_MIN_VERDICTS_PER_VIGNETTE else "non_centred"
+    if parameterization not in ("centred", "non_centred"):
+        raise InputError(f"Unknown parameterization {parameterization!r}.",
+                         fix="Use 'auto', 'centred' or 'non_centred'.")
+    return parameterization
+
+
+def _check_sampling_sizes(chains: int, draws: int, tune: int, level: float) -> None:
+    if chains < 2:
+        raise InputError("R-hat needs at least two chains.", fix="Use chains >= 2 (4 recommended).")
+    if draws < 1 or tune < 0:
+        raise InputError(f"draws={draws}, tune={tune} are not valid.", fix="Use draws >= 1 and tune >= 0.")
+    if not 0.0 < level < 1.0:
+        raise InputError(f"level {level} is not in (0, 1).", fix="Use e.g. 0.95.")
+
+
+@dataclass(frozen=True)
+class _Fit:
+    idata: Any
+    diagnostics: SamplerDiagnostics
+    estimand_draws: dict[str, np.ndarray]
+    sampler: str
+    sampler_note: str
+
+
+def _density_model(cells: WinRateCells, prior: SigmaPrior, centred: bool):
+    from honestci.audit.stats.bayes_density import nutpie_model
+
+    return nutpie_model(cells, prior.student_t_nu, prior.scale, centred)
+
+
+def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, seed, progress,
+               thresholds) -> _Fit:
+    centred = parameterization == "centred"
+    idata, sampler_used, note = _sample(
+        lambda: _build_hierarchical_model(cells, prior, centred), lambda: _density_model(cells, prior, centred),
+        sampler, chains, draws, tune, seed, progress,
+    )
+    estimands = winrate_estimand_draws(
+        _stacked(idata, "mu"), _stacked(idata, "beta"), _stacked(idata, "sigma"),
+        _stacked(idata, "u"), _offset_draws(idata, cells),
+    )
+    n_chains = idata.posterior.sizes["chain"]
+    n_draws = idata.posterior.sizes["draw"]
+    for name, values in estimands.items():
+        idata.posterior[name] = (("chain", "draw"), values.reshape(n_chains, n_draws))
+    var_names = ["mu", "beta", "sigma", "u"]
+    var_names += ["run_effect"] if cells.n_runs > 1 else []
+    var_names += ["judge_effect"] if cells.n_judges > 1 else []
+    var_names += list(estimands)
+    diagnostics = _diagnose(idata, var_names, chains, draws, tune, thresholds)
+    return _Fit(idata, diagnostics, estimands, sampler_used, note)
+
+
+def _add_cells_to_idata(idata, cells: WinRateCells) -> None:
+    """The cells the model was fitted to, with their labels, as ``constant_data`` (replacing the
+    unlabelled model data PyMC's sampler stores there)."""
+    import xarray as xr
+
+    if "constant_data" in idata.groups():
+        del idata["constant_data"]
+    idata.add_groups(
+        constant_data=xr.Dataset(
+            {
+                "cell_vignette": ("cell", np.asarray(cells.vignette_labels)[cells.vignette_index]),
+                "cell_order": ("cell", cells.order),
+                "cell_run": ("cell", np.asarray(cells.run_labels)[cells.run_index]),
+                "cell_judge": ("cell", np.asarray(cells.judge_labels)[cells.judge_index]),
+                "cell_n": ("cell", cells.n),
+                "cell_wins": ("cell", cells.wins),
+            }
+        )
+    )
+
+
+def fit_winrate_hierarchical(
+    vignette: Sequence | np.ndarray,
+    order: Sequence | np.ndarray,
+    outcome: Sequence | np.ndarray,
+    run: Sequence | np.ndarray | None = None,
+    judge: Sequence | np.ndarray | None = None,
+    bar: float | None = None,
+    prior: str | SigmaPrior = "halfnormal1",
+    parameterization: str = "auto",
+    sampler: str = "auto",
+    chains: int = 4,
+    draws: int = 1000,
+    tune: int = 1000,
+    seed: int | np.random.Generator = 0,
+    level: float | None = None,
+    population: str | None = None,
+    prior_sensitivity: bool = False,
+    sensitivity_priors: Sequence[str | SigmaPrior] = DEFAULT_SENSITIVITY_PRIORS,
+    ppc_alpha: float = 0.05,
+    progress: bool = False,
+    idata_path: str | os.PathLike | None = None,
+    thresholds: Thresholds = THRESHOLDS,
+) -> BayesWinRateResult:
+    r"""Fit the Bayesian hierarchical win-rate model and gate it on sampler diagnostics.
+
+    Model (per cell of verdicts sharing vignette v, order o, run r, judge j):
+
+    .. math::
+        \operatorname{logit} p = \mu + u_v + \beta o + a_r + b_j,\quad u_v \sim N(0, \sigma),
+        \quad \log L = \sum w \log p + (n - w)\log(1 - p)
+
+    with ties counted as half a win (quasi-binomial; exact binomial without ties), priors
+    mu ~ N(0, 1.5), beta ~ N(0, 1), sigma ~ ``prior`` (HalfNormal(1) by default), run/judge
+    offsets as fixed zero-sum effects with N(0, 1) raw priors. See the module docstring for the
+    estimands (these vignettes; a new vignette, integrated over u ~ N(0, sigma) by
+    quadrature; the order effect).
+
+    Parameters
+    ----------
+    vignette, order, outcome
+        One entry per judged order: vignette id, +0.5 (policy shown first) or -0.5, and outcome
+        1 / 0.5 / 0 for the policy.
+    run, judge
+        Optional run and judge ids; an effect is modelled only when there are >= 2 levels.
+    bar
+        Win-rate bar of the claim; gives P(win rate > bar) and a PASS/FAIL verdict on the lower
+        end of the ``level`` interval for ``population``.
+    prior
+        Prior of sigma: a key of :data:`SIGMA_PRIORS` or a :class:`SigmaPrior`.
+    parameterization
+        ``"auto"`` (centred when mean verdicts per vignette >= CENTRED_MIN_VERDICTS_PER_VIGNETTE,
+        else non-centred; refitted once in the other form if the first fit has divergences; the
+        message records it), ``"centred"`` or ``"non_centred"``.
+    sampler
+        ``"auto"`` (nutpie on the hand-derived compiled density of :mod:`honestci.audit.stats.bayes_density`,
+        falling back to PyMC NUTS on the PyMC model if nutpie or numba is missing or fails),
+        ``"nutpie"`` (the same without the fallback) or ``"pymc"``.
+    chains, draws, tune, seed
+        NUTS settings; ``seed`` is an int or a Generator (an int is drawn from it and recorded).
+    level, population
+        Interval level and gated population; default ``thresholds.confidence_level`` and
+        ``thresholds.default_population``.
+    prior_sensitivity, sensitivity_priors
+        Refit under each alternative prior and report the key estimands per prior.
+    ppc_alpha
+        Family-wise level of the posterior predictive flag (Bonferroni over vignettes).
+    idata_path
+        If given, the InferenceData (posterior incl. estimand draws, sample stats, cells as
+        constant_data) is written there as netCDF.
+
+    Returns
+    -------
+    BayesWinRateResult
+        Verdict INCONCLUSIVE with all estimates None when R-hat, ESS or divergences miss the
+        thresholds in :class:`honestci.audit.gates.Thresholds`; INCONCLUSIVE (estimates kept) below
+        ``min_clusters`` vignettes; otherwise PASS/FAIL against ``bar`` (PASS without a bar),
+        at least WARN below ``few_clusters`` vignettes or when another prior flips the
+        decision.
+
+    References
+    ----------
+    Gelman (2006); Vehtari et al. (2021); Gelman, Meng & Stern (1996).
+
+    Validated against: PyMC's ``compile_logp``/``compile_dlogp`` of this model (the hand-derived
+    density nutpie samples, every variant, tests/test_bayes_density.py) and PyMC's NUTS on it
+    (within Monte Carlo error, slow tier), scipy.stats.beta (conjugate Beta-binomial special case
+    through the same sampling, summary and diagnostic path, :func:`fit_pooled_beta_binomial`),
+    scipy.integrate.quad (the quadrature), and seeded recovery/coverage simulations from the model.
+    """
+    started = time.perf_counter()
+    level = thresholds.confidence_level if level is None else level
+    population = thresholds.default_population if population is None else population
+    if population not in POPULATIONS:
+        raise InputError(f"Unknown population {population!r}.", fix=f"Use one of {POPULATIONS}.")
+    if bar is not None and not 0.0 < bar < 1.0:
+        raise InputError(f"bar {bar} is not a win rate in (0, 1).", fix="Give the bar as a proportion.")
+    _check_sampling_sizes(chains, draws, tune, level)
+    main_prior = _resolve_prior(prior)
+    alternative_priors = [_resolve_prior(p) for p in sensitivity_priors] if prior_sensitivity else []
+    if prior_sensitivity and not alternative_priors:
+        raise InputError("prior_sensitivity=True but no alternative priors given.",
+                         fix="Pass sensitivity_priors, e.g. ('halfnormal0.5', 'halfcauchy1').")
+    cells = aggregate_cells(vignette, order, outcome, run, judge)
+    automatic = parameterization == "auto"
+    parameterization = _resolve_parameterization(parameterization, cells)
+    seed_int = _resolve_seed(seed)
+
+    fit = _fit_cells(cells, main_prior, parameterization, sampler, chains, draws, tune, seed_int,
+                     progress, thresholds)
+    parameterization_note = ""
+    if automatic and fit.diagnostics.divergences > thresholds.divergences_max:
+        # Divergences flag a funnel the chosen form cannot cross (e.g. centred with sigma near 0):
+        # the other form is the standard remedy, so "auto" tries it once.
+        other = "non_centred" if parameterization == "centred" else "centred"
+        refit = _fit_cells(cells, main_prior, other, sampler, chains, draws, tune, seed_int,
+                           progress, thresholds)
+        parameterization_note = (f"{parameterization} form had {fit.diagnostics.divergences} "
+                                 f"divergence(s); refitted {other}")
+        fit, parameterization = refit, other
+    idata = fit.idata
+    summaries: dict[str, PosteriorSummary | None] = dict.fromkeys(
+        ("winrate_these", "winrate_new", "order_effect_these", "order_effect_new",
+         "order_effect_logit", "sigma")
+    )
+    ppc = None
+    quantiles = None
+    messages: list[str] = [parameterization_note] if parameterization_note else []
+    verdicts: list[Verdict] = []
+    if fit.diagnostics.converged:
+        for name in ("winrate_these", "winrate_new"):
+            summaries[name] = summarise_draws(fit.estimand_draws[name], level, bar)
+        grid = np.linspace(0.0, 1.0, POSTERIOR_QUANTILES)
+        quantiles = {population_name: tuple(float(q) for q in np.quantile(fit.estimand_draws[name], grid))
+                     for population_name, name in (("these_vignettes", "winrate_these"),
+                                                   ("new_vignettes", "winrate_new"))}
+        for name in ("order_effect_these", "order_effect_new"):
+            summaries[name] = summarise_draws(fit.estimand_draws[name], level)
+        summaries["order_effect_logit"] = summarise_draws(_stacked(idata, "beta"), level)
+        summaries["sigma"] = summarise_draws(_stacked(idata, "sigma"), level)
+        ppc = posterior_predictive_check(
+            cells, _stacked(idata, "mu"), _stacked(idata, "beta"), _stacked(idata, "u"),
+            _stacked(idata, "run_effect") if cells.n_runs > 1 else None,
+            _stacked(idata, "judge_effect") if cells.n_judges > 1 else None,
+            np.random.default_rng(seed_int), level, ppc_alpha,
+        )
+        if ppc.any_flagged:
+            verdicts.append(Verdict.WARN)
+            flagged = [v for v, f in zip(ppc.vignette, ppc.flagged) if f]
+            messages.append(f"posterior predictive check flags vignette(s) {flagged}: the model "
+                            "does not reproduce their win share")
+        gated = summaries["winrate_these" if population == "these_vignettes" else "winrate_new"]
+        if bar is None:
+            verdicts.append(Verdict.PASS)
+            messages.append("converged; no bar to test")
+        elif gated.lower > bar:
+            verdicts.append(Verdict.PASS)
+            messages.append(f"{population} win rate {level:.0%} interval lower end {gated.lower:.4f} > bar {bar}")
+        else:
+            verdicts.append(Verdict.FAIL)
+            messages.append(f"{population} win rate {level:.0%} interval lower end {gated.lower:.4f} <= bar {bar}")
+        if cells.n_vignettes < thresholds.min_clusters:
+            verdicts.append(Verdict.INCONCLUSIVE)
+            messages.append(f"only {cells.n_vignettes} vignettes (< {thresholds.min_clusters}): "
+                            "sigma and the new-vignette win rate rest mostly on the prior")
+        elif cells.n_vignettes < thresholds.few_clusters:
+            verdicts.append(Verdict.WARN)
+            messages.append(f"{cells.n_vignettes} vignettes (< {thresholds.few_clusters}): "
+                            "the new-vignette interval depends on the prior of sigma")
+    else:
+        verdicts.append(Verdict.INCONCLUSIVE)
+        messages.append("sampler did not converge, no estimate reported: "
+                        + "; ".join(fit.diagnostics.problems)
+                        + " (run longer chains or check the data)")
+
+    sensitivity = None
+    if prior_sensitivity:
+        rows = [_sensitivity_row(main_prior, fit, level, bar)]
+        for alternative in alternative_priors:
+            alternative_fit = _fit_cells(cells, alternative, parameterization, sampler, chains, draws,
+                                         tune, seed_int, progress, thresholds)
+            rows.append(_sensitivity_row(alternative, alternative_fit, level, bar))
+        sensitivity = PriorSensitivity(tuple(rows), bar)
+        if fit.diagnostics.converged:
+            issue = _sensitivity_issue(sensitivity, population, bar)
+            if issue:
+                verdicts.append(Verdict.WARN)
+                messages.append(issue)
+
+    _add_cells_to_idata(idata, cells)
+    saved_path = None
+    if idata_path is not None:
+        saved_path = str(Path(idata_path))
+        idata.to_netcdf(saved_path)
+
+    return BayesWinRateResult(
+        **summaries,
+        bar=bar,
+        level=level,
+        population=population,
+        diagnostics=fit.diagnostics,
+        converged=fit.diagnostics.converged,
+        verdict=worst(verdicts),
+        winrate_quantiles=quantiles,
+        message="; ".join(messages),
+        ppc=ppc,
+        prior_sensitivity=sensitivity,
+        prior=main_prior.label,
+        sampler=fit.sampler,
+        sampler_note=fit.sampler_note,
+        parameterization=parameterization,
+        seed=seed_int,
+        n_verdicts=cells.n_verdicts,
+        n_vignettes=cells.n_vignettes,
+        n_runs=cells.n_runs,
+        n_judges=cells.n_judges,
+        n_cells=int(cells.n.size),
+        has_ties=cells.has_ties,
+        runtime_seconds=time.perf_counter() - started,
+        idata_path=saved_path,
+        idata=idata if fit.diagnostics.converged else None,
+    )
+
+
+def _sensitivity_row(prior: SigmaPrior, fit: _Fit, level: float, bar: float | None) -> PriorSensitivityRow:
+    if not fit.diagnostics.converged:
+        return PriorSensitivityRow(prior.label, False, fit.diagnostics.divergences, None, None, None)
+    return PriorSensitivityRow(
+        prior.label,
+        True,
+        fit.diagnostics.divergences,
+        summarise_draws(fit.estimand_draws["winrate_these"], level, bar),
+        summarise_draws(fit.estimand_draws["winrate_new"], level, bar),
+        summarise_draws(_stacked(fit.idata, "sigma"), level),
+    )
+
+
+def _sensitivity_issue(sensitivity: PriorSensitivity, population: str, bar: float | None) -> str:
+    unconverged = [row.prior for row in sensitivity.rows if not row.converged]
+    if unconverged:
+        return f"prior sensitivity incomplete: fits under {unconverged} did not converge"
+    if bar is None:
+        return ""
+    attribute = "winrate_these" if population == "these_vignettes" else "winrate_new"
+    decisions = {row.prior: getattr(row, attribute).lower > bar for row in sensitivity.rows}
+    if len(set(decisions.values())) > 1:
+        return f"the decision against bar {bar} depends on the prior of sigma: {decisions}"
+    return ""
+
+
+def fit_winrate_hierarchical_frame(frame: "pd.DataFrame", **kwargs: Any) -> BayesWinRateResult:
+    """Thin wrapper over :func:`fit_winrate_hierarchical` for a long per-order frame.
+
+    Columns: ``vignette_id``, ``policy_first`` (bool), ``value`` (1 / 0.5 / 0 for the policy), and
+    optionally ``run`` and ``judge``.
+    """
+    missing = [c for c in ("vignette_id", "policy_first", "value") if c not in frame.columns]
+    if missing:
+        raise InputError(f"The per-order frame lacks column(s) {missing}.",
+                         fix="Provide vignette_id, policy_first and value (run and judge optional).")
+    policy_first = frame["policy_first"].to_numpy()
+    if frame["policy_first"].isna().any() or not np.isin(policy_first, (True, False)).all():
+        raise InputError("Column 'policy_first' must be true or false on every row.",
+                         fix="Mark whether the policy's response was shown first.")
+    return fit_winrate_hierarchical(
+        frame["vignette_id"].to_numpy(),
+        np.where(policy_first.astype(bool), 0.5, -0.5),
+        frame["value"].to_numpy(dtype=float),
+        run=frame["run"].to_numpy() if "run" in frame.columns else None,
+        judge=frame["judge"].to_numpy() if "judge" in frame.columns else None,
+        **kwargs,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Conjugate special case (validation of the sampling / summary / diagnostic path)
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PooledBetaBinomialResult:
+    """Pooled win rate with a Beta(a, b) prior, sampled by the same machinery as the main model.
+
+    ``exact_*`` are the closed-form Beta(a + w, b + n - w) values, reported beside the sampled
+    ones so the sampling path can be checked against them.
+    """
+
+    summary: PosteriorSummary | None
+    diagnostics: SamplerDiagnostics
+    posterior_sd: float | None
+    exact_mean: float
+    exact_lower: float
+    exact_upper: float
+    a: float
+    b: float
+    wins: float
+    n: int
+    sampler: str
+    seed: int
+
+    def to_frame(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        summary = self.summary
+        return pd.DataFrame(
+            [
+                {"source": "sampled", "mean": math.nan if summary is None else summary.mean,
+                 "lower": math.nan if summary is None else summary.lower,
+                 "upper": math.nan if summary is None else summary.upper},
+                {"source": "closed_form", "mean": self.exact_mean, "lower": self.exact_lower,
+                 "upper": self.exact_upper},
+            ]
+        )
+
+
+def fit_pooled_beta_binomial(
+    wins: float,
+    n: int,
+    a: float = 1.0,
+    b: float = 1.0,
+    sampler: str = "auto",
+    chains: int = 4,
+    draws: int = 1000,
+    tune: int = 1000,
+    seed: int | np.random.Generator = 0,
+    level: float = 0.95,
+    thresholds: Thresholds = THRESHOLDS,
+) -> PooledBetaBinomialResult:
+    r"""Pooled model p ~ Beta(a, b), w | p ~ Binomial(n, p): no vignette and no order effect.
+
+    The posterior is Beta(a + w, b + n - w) in closed form; sampling it with the same
+    likelihood, sampler, summary and diagnostics code as :func:`fit_winrate_hierarchical` (by
+    default nutpie on a hand-written compiled density through the same C-callback path,
+    :func:`honestci.audit.stats.bayes_density.pooled_nutpie_model`) checks that path. Validated against
+    scipy.stats.beta.
+    """
+    if n < 1 or not 0 <= wins <= n:
+        raise InputError(f"wins={wins}, n={n} is not a valid count.", fix="Use 0 <= wins <= n, n >= 1.")
+    if a <= 0 or b <= 0:
+        raise InputError(f"Beta({a}, {b}) is not a proper prior.", fix="Use a > 0 and b > 0.")
+    _check_sampling_sizes(chains, draws, tune, level)
+    seed_int = _resolve_seed(seed)
+
+    def build():
+        import pymc as pm
+
+        with pm.Model() as model:
+            total = pm.Data("total", np.array(float(n)))
+            successes = pm.Data("successes", np.array(float(wins)))
+            p = pm.Beta("p", alpha=a, beta=b)
+            pm.Potential("quasi_binomial_loglik",
+                         _quasi_binomial_loglik(pm.math.logit(p), total, successes))
+        return model
+
+    def density_model():
+        from honestci.audit.stats.bayes_density import pooled_nutpie_model
+
+        return pooled_nutpie_model(a, b, float(n), float(wins))
+
+    idata, sampler_used, _ = _sample(build, density_model, sampler, chains, draws, tune, seed_int, False)
+    diagnostics = _diagnose(idata, ["p"], chains, draws, tune, thresholds)
+    from scipy import stats
+
+    exact = stats.beta(a + wins, b + n - wins)
+    tail = (1.0 - level) / 2.0
+    p_draws = _stacked(idata, "p")
+    return PooledBetaBinomialResult(
+        summary=summarise_draws(p_draws, level) if diagnostics.converged else None,
+        diagnostics=diagnostics,
+        posterior_sd=float(p_draws.std(ddof=1)) if diagnostics.converged else None,
+        exact_mean=float(exact.mean()),
+        exact_lower=float(exact.ppf(tail)),
+        exact_upper=float(exact.ppf(1.0 - tail)),
+        a=a,
+        b=b,
+        wins=float(wins),
+        n=int(n),
+        sampler=sampler_used,
+        seed=seed_int,
+    )
+
+
+__all__ = [
+    "BayesWinRateResult",
+    "DEFAULT_SENSITIVITY_PRIORS",
+    "PooledBetaBinomialResult",
+    "PosteriorPredictiveCheck",
+    "PosteriorSummary",
+    "PriorSensitivity",
+    "SIGMA_PRIORS",
+    "SamplerDiagnostics",
+    "SigmaPrior",
+    "WinRateCells",
+    "aggregate_cells",
+    "fit_pooled_beta_binomial",
+    "fit_winrate_hierarchical",
+    "fit_winrate_hierarchical_frame",
+    "normal_quadrature",
+    "posterior_predictive_check",
+    "summarise_draws",
+    "winrate_estimand_draws",
+]

@@ -1,0 +1,106 @@
+"""Intervals for a proportion that treat every contest as independent (the naive baseline).
+
+These are the intervals an LLM-judge win rate is usually reported with. They are correct only
+when contests are independent draws; contests that share a vignette (prompt) are not, and the
+clustered intervals in :mod:`honestci.audit.stats.cluster_robust` are the honest ones. honestci reports these
+beside the clustered ones, labelled optimistic.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scipy import stats
+
+from honestci.audit.errors import InputError
+
+PROPORTION_METHODS = ("wilson", "wald", "agresti_coull", "clopper_pearson")
+
+
+def proportion_ci(
+    successes: float, n: int, method: str = "wilson", level: float = 0.95
+) -> tuple[float, float]:
+    """Two-sided confidence interval for a binomial proportion ``p = successes / n``.
+
+    With ``z`` the ``1 - (1 - level)/2`` normal quantile and ``p̂ = x/n``:
+
+    - ``"wald"``: ``p̂ ± z sqrt(p̂(1 - p̂)/n)``.
+    - ``"wilson"`` (score interval): ``(p̂ + z²/2n ± z sqrt(p̂(1 - p̂)/n + z²/4n²)) / (1 + z²/n)``.
+    - ``"agresti_coull"``: Wald around ``p̃ = (x + z²/2)/ñ`` with ``ñ = n + z²``.
+    - ``"clopper_pearson"``: ``[Beta⁻¹(α/2; x, n - x + 1), Beta⁻¹(1 - α/2; x + 1, n - x)]``,
+      with the lower end 0 when ``x = 0`` and the upper end 1 when ``x = n``.
+
+    The three normal-based intervals are clipped to [0, 1], as statsmodels does.
+
+    ``successes`` may be fractional: a tie-scored contest counts ½ (win rate = mean of scores in
+    {0, ½, 1}). The formulas above are then evaluated at the real-valued ``x``; for Clopper-Pearson
+    this means the beta quantiles with real-valued shape parameters, which is the continuous
+    extension of the exact interval, not an exact interval for a non-binomial count. With tie
+    scores the per-contest variance is below ``p(1 - p)`` and contests sharing a vignette are
+    correlated, so none of these intervals is calibrated for such data; they are the baseline.
+
+    Parameters
+    ----------
+    successes
+        Number of successes ``x`` (may be fractional), ``0 <= x <= n``.
+    n
+        Number of trials, ``n >= 1``.
+    method
+        One of ``"wilson"``, ``"wald"``, ``"agresti_coull"``, ``"clopper_pearson"``.
+    level
+        Confidence level, strictly between 0 and 1.
+
+    Returns
+    -------
+    tuple of float
+        ``(lower, upper)``.
+
+    References
+    ----------
+    Wilson (1927), JASA 22:209. Clopper & Pearson (1934), Biometrika 26:404. Agresti & Coull
+    (1998), Am. Stat. 52:119. Newcombe (1998), Stat. Med. 17:857 (Table I examples).
+
+    Validated against
+    -----------------
+    ``statsmodels.stats.proportion.proportion_confint`` (methods ``"wilson"``, ``"normal"``,
+    ``"agresti_coull"``, ``"beta"``) and Newcombe (1998) Table I; see ``tests/test_iid.py``.
+    """
+    problems = []
+    if method not in PROPORTION_METHODS:
+        problems.append(f"method {method!r} is not one of {', '.join(PROPORTION_METHODS)}")
+    if isinstance(n, bool) or not float(n).is_integer() or n < 1:
+        problems.append(f"n = {n!r} must be a whole number of trials >= 1")
+    if not (math.isfinite(successes) and 0 <= successes <= n):
+        problems.append(f"successes = {successes!r} must lie in [0, n] with n = {n!r}")
+    if not (0 < level < 1):
+        problems.append(f"level = {level!r} must lie strictly between 0 and 1")
+    if problems:
+        raise InputError(
+            "Cannot compute a proportion interval: " + "; ".join(problems) + ".",
+            fix="pass the number of successes (ties count 1/2), the number of contests, a known "
+            "method and a level such as 0.95",
+        )
+
+    x = float(successes)
+    n = int(n)
+    alpha = 1.0 - level
+    z = stats.norm.isf(alpha / 2)
+    p_hat = x / n
+
+    if method == "wald":
+        half = z * math.sqrt(p_hat * (1 - p_hat) / n)
+        lower, upper = p_hat - half, p_hat + half
+    elif method == "wilson":
+        denom = 1 + z**2 / n
+        center = (p_hat + z**2 / (2 * n)) / denom
+        half = z * math.sqrt(p_hat * (1 - p_hat) / n + z**2 / (4 * n**2)) / denom
+        lower, upper = center - half, center + half
+    elif method == "agresti_coull":
+        n_tilde = n + z**2
+        p_tilde = (x + z**2 / 2) / n_tilde
+        half = z * math.sqrt(p_tilde * (1 - p_tilde) / n_tilde)
+        lower, upper = p_tilde - half, p_tilde + half
+    else:  # clopper_pearson
+        lower = 0.0 if x == 0 else float(stats.beta.ppf(alpha / 2, x, n - x + 1))
+        upper = 1.0 if x == n else float(stats.beta.isf(alpha / 2, x + 1, n - x))
+    return float(min(max(lower, 0.0), 1.0)), float(min(max(upper, 0.0), 1.0))

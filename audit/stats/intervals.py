@@ -1,0 +1,81 @@
+"""The common result of every win-rate interval, and the side-by-side table they form."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+
+from honestci.audit.policy import Verdict
+
+POPULATION_LABELS = {
+    "new_vignettes": "new vignettes (generalisation)",
+    "these_vignettes": "these vignettes (conditional on the observed prompts)",
+    "iid": "contests as independent draws (fits neither population)",
+}
+
+
+@dataclass(frozen=True)
+class IntervalResult:
+    """One interval for one estimand, population and method, with the clustering beside it.
+
+    ``ci_low``/``ci_high`` are ``None`` whenever ``verdict`` is INCONCLUSIVE: honestci never
+    reports a zero-width or unconverged interval as a number.
+    """
+
+    method: str
+    label: str
+    population: str
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    level: float
+    n: int
+    n_clusters: int
+    icc: float
+    design_effect: float
+    n_effective: float
+    se: float | None = None
+    df: float | None = None
+    verdict: Verdict = Verdict.PASS
+    note: str = ""
+    seed: int | None = None
+    details: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def reportable(self) -> bool:
+        return self.verdict != Verdict.INCONCLUSIVE and self.ci_low is not None
+
+    def as_row(self) -> dict:
+        row = asdict(self)
+        row.pop("details")
+        row["verdict"] = str(self.verdict)
+        return row
+
+
+@dataclass(frozen=True)
+class IntervalTable:
+    """Intervals side by side (the canonical table is :meth:`to_frame`)."""
+
+    estimand: str
+    rows: tuple[IntervalResult, ...]
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([r.as_row() for r in self.rows])
+
+    def get(self, method: str, population: str | None = None) -> IntervalResult:
+        for row in self.rows:
+            if row.method == method and (population is None or row.population == population):
+                return row
+        available = sorted({(r.method, r.population) for r in self.rows})
+        raise KeyError(f"no interval with method={method!r}, population={population!r}; available: {available}")
+
+    def __str__(self) -> str:
+        lines = [f"{self.estimand}:"]
+        for r in self.rows:
+            ci = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.reportable else "INCONCLUSIVE"
+            est = f"{r.estimate:.3f}" if r.estimate is not None and not math.isnan(r.estimate) else "  -  "
+            lines.append(f"  {r.label:<56} {r.population:<16} {est} {ci}  n={r.n} G={r.n_clusters} "
+                         f"n_eff={r.n_effective:.1f}")
+        return "\n".join(lines)

@@ -1,0 +1,255 @@
+"""Win rate of a policy over an opponent, with every interval method side by side.
+
+Estimand (DESIGN.md): per contest, score 1 if the policy wins both judged orders, 0 if it loses
+both, 1/2 otherwise. The win rate is the expected score, named by population:
+
+* ``these_vignettes`` — conditional on the observed prompts: Σ_g (n_g/n) E[score | g];
+* ``new_vignettes`` — over the superpopulation of prompts the vignettes were drawn from.
+
+Clustered intervals (CR0/CR1/CR2, CR2 on the logit scale, wild and pairs cluster bootstrap) target
+the new-vignette win rate; the stratified interval targets these vignettes; iid intervals fit neither and are shown as
+the optimistic baseline (Wilson is what most model cards report).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+from scipy import special, stats
+
+from honestci.audit.stats import cluster_robust, iid
+from honestci.audit.stats.design_effect import ClusteringSummary, clustering_summary
+from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict
+from honestci.audit.stats.intervals import IntervalResult, IntervalTable
+
+IID_METHODS = {
+    "wilson": "iid Wilson (optimistic)",
+    "wald": "iid Wald (optimistic)",
+    "agresti_coull": "iid Agresti-Coull (optimistic)",
+    "clopper_pearson": "iid Clopper-Pearson (optimistic)",
+}
+CLUSTER_METHODS = {
+    "cr0": "CR0, t(G-1)",
+    "cr1": "CR1, t(G-1)",
+    "cr2": "CR2, Bell-McCaffrey Satterthwaite df",
+    "cr2_logit": "CR2 on the logit scale, Bell-McCaffrey Satterthwaite df",
+    "wild_webb": "wild cluster bootstrap (WCR, Webb)",
+    "wild_rademacher": "wild cluster bootstrap (WCR, Rademacher)",
+    "cluster_bootstrap_percentile": "cluster bootstrap, percentile (under-covers at small G)",
+    "cluster_bootstrap_bca": "cluster bootstrap, BCa (under-covers at small G)",
+}
+#: Up to this many distinct wild-bootstrap draws are enumerated exactly rather than sampled.
+MAX_ENUMERATED_DRAWS = 100_000
+STRATIFIED_LABEL = "stratified within-vignette, Welch df"
+
+
+def method_label(method: str) -> str:
+    """The label a method's intervals carry in tables and reports."""
+    return {**IID_METHODS, "stratified": STRATIFIED_LABEL, **CLUSTER_METHODS}[method]
+
+
+ALL_METHODS = tuple(IID_METHODS) + ("stratified",) + tuple(CLUSTER_METHODS)
+DEFAULT_METHODS = ("wilson", "stratified", "cr1", "cr2", "wild_webb", "cluster_bootstrap_bca")
+
+
+def _clustering(scores: np.ndarray, clusters: np.ndarray) -> ClusteringSummary:
+    try:
+        if np.ptp(scores) > 0:
+            return clustering_summary(scores, clusters)
+    except EstimationError:  # one vignette: no between-vignette variation to estimate
+        pass
+    # No variation, or one vignette: ICC and design effect are undefined, not zero.
+    n_clusters = np.unique(clusters).size
+    return ClusteringSummary(scores.size, n_clusters, math.nan, math.nan, math.nan, scores.size / n_clusters)
+
+
+def _check_inputs(scores, clusters) -> tuple[np.ndarray, np.ndarray]:
+    scores = np.asarray(scores, dtype=float)
+    clusters = np.asarray(clusters)
+    if scores.ndim != 1 or scores.shape != clusters.shape:
+        raise InputError(f"scores and clusters must be 1-D arrays of one length (got {scores.shape} and {clusters.shape}).")
+    if scores.size == 0:
+        raise InputError("No scored contests: there is nothing to estimate.",
+                         fix="check that the policy and opponent names match the responses table")
+    if not np.all(np.isfinite(scores)) or np.any((scores < 0) | (scores > 1)):
+        raise InputError("Contest scores must lie in [0, 1] and be finite.")
+    return scores, clusters
+
+
+def winrate_ci(scores, clusters, method: str = "cr2", level: float = 0.95, *,
+               seed: int | None = None, thresholds: Thresholds = THRESHOLDS,
+               bootstrap_draws: int | None = None) -> IntervalResult:
+    """Interval for the win rate from per-contest scores, by ``method``.
+
+    Parameters
+    ----------
+    scores
+        Per-contest scores in {0, 1/2, 1} (or any values in [0, 1]).
+    clusters
+        The vignette of each contest.
+    method
+        One of :data:`ALL_METHODS`.
+    level
+        Confidence level.
+    seed
+        Seed of the resampling methods (recorded in the result).
+    bootstrap_draws
+        Draws of the resampling methods; default: every wild-bootstrap draw when there are at most
+        :data:`MAX_ENUMERATED_DRAWS` of them (else 9,999), and 4,999 cluster-bootstrap draws.
+
+    Returns
+    -------
+    IntervalResult
+        INCONCLUSIVE (no interval) for a clustered method when there are fewer than
+        ``thresholds.min_clusters`` vignettes, or when the data have no variation to estimate a
+        variance from; never a zero-width interval.
+
+    Notes
+    -----
+    iid: the score total is treated as a binomial count out of n (Wilson 1927; Agresti & Coull 1998;
+    Clopper & Pearson 1934). Stratified: θ̂ = Σ w_g ȳ_g, w_g = n_g/n, Var = Σ w_g² s_g²/n_g, with
+    Welch–Satterthwaite df. Clustered: ``lm(score ~ 1)`` with cluster-robust variance (CR2:
+    Bell & McCaffrey 2002; Pustejovsky & Tipton 2018); ``cr2_logit`` is the same CR2 standard error
+    carried to the logit scale by the delta method, expit(logit θ̂ ± t_df · SE/(θ̂(1 − θ̂))) (the
+    logit interval of R survey's ``svyciprop``; Korn & Graubard 1998), restricted wild cluster bootstrap with CI by
+    test inversion (Roodman et al. 2019), pairs cluster bootstrap (Efron & Tibshirani 1993).
+
+    Validated against: see the validation of each core module (statsmodels, R clubSandwich,
+    wildboottest); ``cr2_logit`` against R survey ``svyciprop(method = "logit")`` on balanced
+    clusters, where CR2 equals survey's linearisation variance (tests/test_winrate.py).
+    """
+    scores, clusters = _check_inputs(scores, clusters)
+    if method not in ALL_METHODS:
+        raise InputError(f"Unknown interval method {method!r}.", fix=f"use one of {list(ALL_METHODS)}")
+    return _refuse_degenerate(_winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_draws))
+
+
+def _refuse_degenerate(result: IntervalResult) -> IntervalResult:
+    """INCONCLUSIVE instead of an interval of zero width (SE = 0: e.g. Wald at p = 0, or CR when
+    every vignette has the same mean) or an unbounded one (a wild bootstrap whose few distinct
+    draws can never reject): neither is a statement of uncertainty a gate may read."""
+    if not result.reportable:
+        return result
+    if not (math.isfinite(result.ci_low) and math.isfinite(result.ci_high)):
+        reason = "the interval is unbounded: with so few vignettes this method can never reject any value"
+    elif result.ci_high <= result.ci_low:
+        reason = "the interval has zero width (standard error 0): no variance can be estimated from these data"
+    else:
+        return result
+    return replace(result, ci_low=None, ci_high=None, verdict=Verdict.INCONCLUSIVE,
+                   note=f"{reason}; {result.note}" if result.note else reason)
+
+
+def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_draws) -> IntervalResult:
+    info = _clustering(scores, clusters)
+    common = dict(level=level, n=info.n, n_clusters=info.n_clusters, icc=info.icc,
+                  design_effect=info.design_effect, n_effective=info.n_effective)
+    estimate = float(scores.mean())
+
+    if method in IID_METHODS:
+        low, high = iid.proportion_ci(float(scores.sum()), info.n, method=method, level=level)
+        return IntervalResult(method, IID_METHODS[method], "iid", estimate, low, high,
+                              note="treats contests as independent: optimistic when they share vignettes", **common)
+
+    if method == "stratified":
+        return _stratified(scores, clusters, common)
+
+    label = CLUSTER_METHODS[method]
+    if info.n_clusters < thresholds.min_clusters:
+        return IntervalResult(method, label, "new_vignettes", estimate, None, None, verdict=Verdict.INCONCLUSIVE,
+                              note=f"only {info.n_clusters} vignette(s); at least {thresholds.min_clusters} are needed "
+                                   "for any interval on new vignettes", **common)
+    if np.ptp(scores) == 0:
+        return IntervalResult(method, label, "new_vignettes", estimate, None, None, verdict=Verdict.INCONCLUSIVE,
+                              note="every contest has the same score: no variance can be estimated", **common)
+    try:
+        return _clustered(method, label, scores, clusters, seed, common, bootstrap_draws)
+    except EstimationError as exc:
+        return IntervalResult(method, label, "new_vignettes", estimate, None, None,
+                              verdict=Verdict.INCONCLUSIVE, note=str(exc), **common)
+
+
+def _stratified(scores, clusters, common) -> IntervalResult:
+    _, codes = np.unique(clusters, return_inverse=True)
+    sizes = np.bincount(codes)
+    means = np.bincount(codes, weights=scores) / sizes
+    sq = np.bincount(codes, weights=(scores - means[codes]) ** 2)
+    n = scores.size
+    weights = sizes / n
+    estimate = float(np.sum(weights * means))
+    if np.any(sizes < 2):
+        return IntervalResult("stratified", STRATIFIED_LABEL, "these_vignettes", estimate, None, None,
+                              verdict=Verdict.INCONCLUSIVE, note="a vignette has fewer than 2 contests", **common)
+    variances = sq / (sizes - 1)
+    parts = weights**2 * variances / sizes
+    var = float(parts.sum())
+    if var <= 0:
+        return IntervalResult("stratified", STRATIFIED_LABEL, "these_vignettes", estimate, None, None,
+                              verdict=Verdict.INCONCLUSIVE,
+                              note="no within-vignette variation: the variance cannot be estimated", **common)
+    df = var**2 / float(np.sum(parts**2 / (sizes - 1)))
+    half = stats.t.ppf(0.5 + common["level"] / 2, df) * math.sqrt(var)
+    return IntervalResult("stratified", STRATIFIED_LABEL, "these_vignettes", estimate,
+                          max(0.0, estimate - half), min(1.0, estimate + half), se=math.sqrt(var), df=df,
+                          note="between-vignette spread treated as fixed", **common)
+
+
+def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -> IntervalResult:
+    level = common["level"]
+    design = np.ones((scores.size, 1))
+    if method in ("cr0", "cr1", "cr2", "cr2_logit"):
+        vcov = method.removesuffix("_logit").upper()
+        fit = cluster_robust.cluster_robust_ols(design, scores, clusters, vcov=vcov, level=level,
+                                                df="satterthwaite" if vcov == "CR2" else "G-1")
+        if method == "cr2_logit":
+            return _logit_interval(method, label, fit, common)
+        return IntervalResult(method, label, "new_vignettes", float(fit.coef[0]), float(fit.ci_low[0]),
+                              float(fit.ci_high[0]), se=float(fit.se[0]), df=float(fit.df[0]), **common)
+    if method.startswith("wild_"):
+        from honestci.audit.stats.wild_bootstrap import wild_cluster_ci
+
+        weights = method.removeprefix("wild_")
+        distinct_draws = (6 if weights == "webb" else 2) ** common["n_clusters"]
+        if 2 / distinct_draws > 1 - level:  # a draw and its mirror give the same |t|
+            raise EstimationError(f"{weights} weights on {common['n_clusters']} vignettes give {distinct_draws} distinct "
+                                  f"draws, so no p-value falls below {2 / distinct_draws:.3f} > {1 - level:.3f}: "
+                                  "the interval would be unbounded")
+        # Enumerate every draw when there are few (6^6 = 46,656 Webb draws at G = 6): exact, no seed.
+        draws = bootstrap_draws or (None if distinct_draws <= MAX_ENUMERATED_DRAWS else 9999)
+        result = wild_cluster_ci(design, scores, clusters, coef=0, level=level, weights=weights, B=draws, rng=seed)
+        note = "all draws enumerated" if result.enumerated else f"B = {result.B} draws"
+        return IntervalResult(method, label, "new_vignettes", float(result.estimate), float(result.ci_low),
+                              float(result.ci_high), note=note, seed=seed, **common)
+    from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
+
+    kind = method.removeprefix("cluster_bootstrap_")
+    result = cluster_bootstrap_ci(scores, clusters, method=kind, level=level, rng=seed, B=bootstrap_draws or 4999)
+    return IntervalResult(method, label, "new_vignettes", float(result.estimate), float(result.ci_low),
+                          float(result.ci_high), note=f"B = {result.B}", seed=seed, **common)
+
+
+def _logit_interval(method, label, fit, common) -> IntervalResult:
+    """A cluster-robust fit's SE carried to the logit scale (delta method), the t interval mapped back by expit.
+
+    Near a bound the sampling distribution of the mean of vignette win rates is skewed (they pile
+    up against 1); a symmetric interval then puts its CI-low above the truth too often, a logit
+    one much less often (docs/coverage.md).
+    """
+    # Scores lie in [0, 1] and vary (a constant sample is INCONCLUSIVE before any fit), so 0 < estimate < 1.
+    estimate, se, df = float(fit.coef[0]), float(fit.se[0]), float(fit.df[0])
+    half = stats.t.ppf(0.5 + common["level"] / 2, df) * se / (estimate * (1.0 - estimate))
+    centre = math.log(estimate / (1.0 - estimate))
+    low, high = (float(special.expit(centre + side * half)) for side in (-1.0, 1.0))
+    return IntervalResult(method, label, "new_vignettes", estimate, low, high, se=se, df=df,
+                          note="asymmetric: the CR2 interval on the logit scale, mapped back", **common)
+
+
+def winrate_table(scores, clusters, methods=DEFAULT_METHODS, level: float = 0.95, *, seed: int = 0,
+                  thresholds: Thresholds = THRESHOLDS) -> IntervalTable:
+    """Every requested interval of the win rate, side by side (see :func:`winrate_ci`)."""
+    rows = tuple(winrate_ci(scores, clusters, method=m, level=level, seed=seed, thresholds=thresholds)
+                 for m in methods)
+    return IntervalTable(estimand="win rate", rows=rows)
