@@ -5,29 +5,40 @@ The numbers the rules compare against live in :mod:`honestci.audit.policy`.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
-from honestci.audit.policy import (GATE_ORDER, THRESHOLDS, GateResult, Thresholds, Verdict, clears_bar, worst)
+from honestci.audit.policy import GATE_ORDER, THRESHOLDS, GateResult, Thresholds, Verdict, clears_bar, worst
 
 
 def gate_enough_clusters(n_clusters: int, thresholds: Thresholds = THRESHOLDS) -> GateResult:
     """INCONCLUSIVE below ``min_clusters`` vignettes; otherwise PASS, noting when clusters are few."""
-    evidence = {"n_clusters": n_clusters, "min_clusters": thresholds.min_clusters,
-                "few_clusters": thresholds.few_clusters}
+    evidence = {
+        "n_clusters": n_clusters,
+        "min_clusters": thresholds.min_clusters,
+        "few_clusters": thresholds.few_clusters,
+    }
     if n_clusters < thresholds.min_clusters:
-        return GateResult("enough_clusters", Verdict.INCONCLUSIVE,
-                          f"{n_clusters} vignette(s) < {thresholds.min_clusters}: no interval on new vignettes "
-                          "can be trusted; add vignettes", evidence)
+        return GateResult(
+            "enough_clusters",
+            Verdict.INCONCLUSIVE,
+            f"{n_clusters} vignette(s) < {thresholds.min_clusters}: no interval on new vignettes "
+            "can be trusted; add vignettes",
+            evidence,
+        )
     if n_clusters < thresholds.few_clusters:
-        return GateResult("enough_clusters", Verdict.PASS,
-                          f"{n_clusters} vignettes: enough for CR2/wild-bootstrap intervals, but few "
-                          f"(coverage is only approximately nominal below {thresholds.few_clusters})",
-                          evidence)
+        return GateResult(
+            "enough_clusters",
+            Verdict.PASS,
+            f"{n_clusters} vignettes: enough for CR2/wild-bootstrap intervals, but few "
+            f"(coverage is only approximately nominal below {thresholds.few_clusters})",
+            evidence,
+        )
     return GateResult("enough_clusters", Verdict.PASS, f"{n_clusters} vignettes", evidence)
 
 
-def gate_ci_low_clears_bar(ci_low: float | None, bar: float, method: str, population: str,
-                           reason_if_missing: str = "") -> GateResult:
+def gate_ci_low_clears_bar(
+    ci_low: float | None, bar: float, method: str, population: str, reason_if_missing: str = ""
+) -> GateResult:
     """PASS when the honest interval's lower bound is at or above the bar; FAIL when below.
 
     INCONCLUSIVE when the interval could not be computed honestly (too few clusters, an
@@ -35,13 +46,19 @@ def gate_ci_low_clears_bar(ci_low: float | None, bar: float, method: str, popula
     """
     evidence = {"ci_low": ci_low, "bar": bar, "method": method, "population": population}
     if ci_low is None:
-        return GateResult("ci_low_clears_bar", Verdict.INCONCLUSIVE,
-                          f"no honest {method} interval for {population}: {reason_if_missing}", evidence)
+        return GateResult(
+            "ci_low_clears_bar",
+            Verdict.INCONCLUSIVE,
+            f"no honest {method} interval for {population}: {reason_if_missing}",
+            evidence,
+        )
     if clears_bar(ci_low, bar):
-        return GateResult("ci_low_clears_bar", Verdict.PASS,
-                          f"{method} CI-low {ci_low:.3f} >= bar {bar:.3f} ({population})", evidence)
-    return GateResult("ci_low_clears_bar", Verdict.FAIL,
-                      f"{method} CI-low {ci_low:.3f} < bar {bar:.3f} ({population})", evidence)
+        return GateResult(
+            "ci_low_clears_bar", Verdict.PASS, f"{method} CI-low {ci_low:.3f} >= bar {bar:.3f} ({population})", evidence
+        )
+    return GateResult(
+        "ci_low_clears_bar", Verdict.FAIL, f"{method} CI-low {ci_low:.3f} < bar {bar:.3f} ({population})", evidence
+    )
 
 
 # --- registry -------------------------------------------------------------------------------

@@ -8,28 +8,35 @@ gates (see :mod:`honestci.audit.gates`) → report files.
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from honestci import __version__
 from honestci.audit.checks.claimed import ClaimedFigureAudit, audit_claimed_figures, audit_claimed_table
 from honestci.audit.checks.registry import run_checks
-from honestci.audit.policy import DEFAULT_SEED as DEFAULT_AUDIT_SEED, EXIT_BLOCKED, EXIT_PASS
 from honestci.audit.data.claims import Claim, load_claim
-from honestci.audit.stats.compare import PairedDifference, paired_difference
 from honestci.audit.data.contests import ContestTable, build_contests
-from honestci.audit.policy import DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GATE_ORDER, REQUIRED_WHEN_EVIDENCE_GIVEN, GateResult, Verdict
-from honestci.audit.gates import gate_ci_low_clears_bar, gate_enough_clusters, overall_verdict, register_gate, run_gate
-from honestci.audit.stats.intervals import IntervalResult, IntervalTable
 from honestci.audit.data.io import Study, load_study
+from honestci.audit.gates import gate_ci_low_clears_bar, gate_enough_clusters, overall_verdict, register_gate, run_gate
+from honestci.audit.policy import (
+    DEFAULT_REQUIRED_GATES,
+    DEFAULT_SEED,
+    EXIT_BLOCKED,
+    EXIT_PASS,
+    GATE_METHOD_FOR_POPULATION,
+    GATE_ORDER,
+    REQUIRED_WHEN_EVIDENCE_GIVEN,
+    GateResult,
+    Verdict,
+)
+from honestci.audit.report_model import POSTERIOR_FILE, Report, json_safe
+from honestci.audit.stats.compare import PairedDifference, paired_difference
+from honestci.audit.stats.intervals import IntervalResult, IntervalTable
 from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
-
-#: The main Bayesian fit's InferenceData, written beside the reports by :func:`write_outputs`.
-POSTERIOR_FILE = "posterior.nc"
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ class AuditContext:
     claimed_audit: ClaimedFigureAudit | None
     comparisons: tuple[ComparisonCheck, ...]
     #: Seed of every resampling step of the audit (``--seed``); checks use it too.
-    seed: int = DEFAULT_AUDIT_SEED
+    seed: int = DEFAULT_SEED
     #: Results of the plug-in checks (honestci.audit.checks.registry), by key; filled by run_audit.
     checks: dict = field(default_factory=dict)
 
@@ -89,8 +96,8 @@ class AuditResult:
     per_vignette: tuple[dict, ...]
     sections: tuple[dict, ...]
     provenance: dict = field(compare=False)
-    #: The main Bayesian fit's posterior (arviz.InferenceData); :func:`write_outputs` saves it as
-    #: :data:`POSTERIOR_FILE`. None without a converged Bayesian fit.
+    #: The main Bayesian fit's posterior (arviz.InferenceData); :func:`honestci.reports.render.write_outputs`
+    #: saves it as :data:`honestci.audit.report_model.POSTERIOR_FILE`. None without a converged Bayesian fit.
     posterior: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -110,38 +117,60 @@ class AuditResult:
     def gate_interval(self) -> IntervalResult:
         return self.intervals.get(self.gate_method, self.population)
 
+    def report(self) -> Report:
+        """The report model every renderer reads."""
+        return Report.from_dict(json_safe(self.to_dict()))
+
     def to_dict(self) -> dict:
         return {
             "schema_version": 1,
-            "claim": {"name": self.claim_name, "path": self.claim_path, "policy": self.policy,
-                      "opponent": self.opponent, "judge": self.judge, "bar": self.bar,
-                      "population": self.population, "claimed": self.claimed},
+            "claim": {
+                "name": self.claim_name,
+                "path": self.claim_path,
+                "policy": self.policy,
+                "opponent": self.opponent,
+                "judge": self.judge,
+                "bar": self.bar,
+                "population": self.population,
+                "claimed": self.claimed,
+            },
             "verdict": str(self.verdict),
             "exit_code": self.exit_code(),
             "gate_method": self.gate_method,
             "required_gates": list(self.required_gates),
-            "gates": [g.as_row() | {"required": g.name in self.required_gates, "evidence": g.evidence}
-                      for g in self.gates],
+            "gates": [
+                g.as_row() | {"required": g.name in self.required_gates, "evidence": g.evidence} for g in self.gates
+            ],
             "contests": {"n": self.n_contests, "n_invalid": self.n_invalid, "dropped": self.dropped},
             "intervals": [r.as_row() for r in self.intervals.rows],
             "bayes": self.bayes_summary,
             "per_vignette": list(self.per_vignette),
             "sections": list(self.sections),
-            "claimed_audit": None if self.claimed_audit is None else {
+            "claimed_audit": None
+            if self.claimed_audit is None
+            else {
                 "reproducing_methods": list(self.claimed_audit.reproducing_methods),
                 "flags": list(self.claimed_audit.all_flags()),
-                "checks": self.claimed_audit.to_frame().to_dict(orient="records")},
-            "comparisons": [{"against": c.against, "kind": c.kind, "statement": c.statement,
-                             "against_point": c.against_point, "error": c.error,
-                             "paired_difference": None if c.paired is None else
-                             c.paired.to_frame().to_dict(orient="records")[0],
-                             "bayes": None if c.bayes is None else c.bayes.to_frame().to_dict(orient="records")}
-                            for c in self.comparisons],
+                "checks": self.claimed_audit.to_frame().to_dict(orient="records"),
+            },
+            "comparisons": [
+                {
+                    "against": c.against,
+                    "kind": c.kind,
+                    "statement": c.statement,
+                    "against_point": c.against_point,
+                    "error": c.error,
+                    "paired_difference": None if c.paired is None else c.paired.to_frame().to_dict(orient="records")[0],
+                    "bayes": None if c.bayes is None else c.bayes.to_frame().to_dict(orient="records"),
+                }
+                for c in self.comparisons
+            ],
             "provenance": self.provenance,
         }
 
 
 # --- gates on the win rate --------------------------------------------------------------------
+
 
 @register_gate("enough_clusters")
 def _enough_clusters(ctx: AuditContext) -> GateResult:
@@ -154,10 +183,16 @@ def _ci_low_clears_bar(ctx: AuditContext) -> GateResult:
     try:
         row = ctx.intervals.get(ctx.gate_method, spec.population)
     except KeyError:
-        return gate_ci_low_clears_bar(None, spec.bar, ctx.gate_method, spec.population,
-                                      reason_if_missing=f"method {ctx.gate_method} gives no {spec.population} interval")
-    return gate_ci_low_clears_bar(row.ci_low if row.reportable else None, spec.bar, ctx.gate_method,
-                                  spec.population, reason_if_missing=row.note)
+        return gate_ci_low_clears_bar(
+            None,
+            spec.bar,
+            ctx.gate_method,
+            spec.population,
+            reason_if_missing=f"method {ctx.gate_method} gives no {spec.population} interval",
+        )
+    return gate_ci_low_clears_bar(
+        row.ci_low if row.reportable else None, spec.bar, ctx.gate_method, spec.population, reason_if_missing=row.note
+    )
 
 
 @register_gate("sampler_converged")
@@ -173,27 +208,34 @@ def _comparison_valid(ctx: AuditContext) -> GateResult:
         return GateResult("comparison_valid", Verdict.PASS, "no comparison with another system is claimed")
     verdicts, reasons = [], []
     for check in ctx.comparisons:
-        honest = ("" if check.paired is None else
-                  f"the honest test, a vignette-clustered difference, gives {check.paired.estimate:+.3f} "
-                  f"[{check.paired.ci_low:+.3f}, {check.paired.ci_high:+.3f}]")
+        honest = (
+            ""
+            if check.paired is None
+            else f"the honest test, a vignette-clustered difference, gives {check.paired.estimate:+.3f} "
+            f"[{check.paired.ci_low:+.3f}, {check.paired.ci_high:+.3f}]"
+        )
         if check.bayes is not None and check.bayes.converged:
-            honest += f" (Bayesian P({check.paired.system_a} > {check.against}) on a new vignette: " \
-                      f"{check.bayes.p_a_beats_b_new:.3f})"
+            honest += (
+                f" (Bayesian P({check.paired.system_a} > {check.against}) on a new vignette: "
+                f"{check.bayes.p_a_beats_b_new:.3f})"
+            )
         if check.error:
             verdicts.append(Verdict.INCONCLUSIVE)
             reasons.append(f"vs {check.against}: {check.error}")
         elif check.kind != "paired_difference":
             verdicts.append(Verdict.FAIL)
-            reasons.append(f"vs {check.against}: invalid comparison ({check.kind.replace('_', ' ')} is not a test); "
-                           + honest)
+            reasons.append(
+                f"vs {check.against}: invalid comparison ({check.kind.replace('_', ' ')} is not a test); " + honest
+            )
         elif check.paired.ci_low > 0:
             verdicts.append(Verdict.PASS)
             reasons.append(f"vs {check.against}: {honest}, which excludes 0")
         else:
             verdicts.append(Verdict.FAIL)
             reasons.append(f"vs {check.against}: {honest}, which does not exclude 0")
-    return GateResult("comparison_valid", max(verdicts), "; ".join(reasons),
-                      {"comparisons": [c.against for c in ctx.comparisons]})
+    return GateResult(
+        "comparison_valid", max(verdicts), "; ".join(reasons), {"comparisons": [c.against for c in ctx.comparisons]}
+    )
 
 
 @register_gate("claimed_figures_reproduce")
@@ -205,17 +247,22 @@ def _claimed_figures_reproduce(ctx: AuditContext) -> GateResult:
 
 # --- the run --------------------------------------------------------------------------------
 
+
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).resolve().parent
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
 def _provenance(claim: Claim, study: Study, seed: int) -> dict:
-    import numpy, pandas, scipy, statsmodels  # noqa: E401 - versions only
+    import numpy
+    import pandas
+    import scipy
+    import statsmodels
 
     return {
         "honestci": __version__,
@@ -237,8 +284,10 @@ def _contests_in_pool(contests: ContestTable, study: Study, pool: str) -> Contes
     pools = dict(zip(study.responses.frame["response_id"], study.responses.frame["pool"]))
     keep = contests.frame["policy_response"].map(pools) == pool
     if not keep.any():
-        raise ClaimError(f"No contest of {contests.policy} uses a response of pool '{pool}'.",
-                         fix="check the responses' pool column, or drop `pool:` from the claim")
+        raise ClaimError(
+            f"No contest of {contests.policy} uses a response of pool '{pool}'.",
+            fix="check the responses' pool column, or drop `pool:` from the claim",
+        )
     dropped = {**contests.dropped, f"not_in_pool_{pool}": int((~keep).sum())}
     return replace(contests, frame=contests.frame[keep.to_numpy()].reset_index(drop=True), dropped=dropped)
 
@@ -247,10 +296,12 @@ def _claimed_rows(claim: Claim, study: Study, judge: str, level: float, seed: in
     """Audit each other row of the claimed table from its own contests (same opponent and judge)."""
     spec, audits = claim.spec, {}
     for row in spec.claimed.table:
-        scored = build_contests(study, policy=row.system, opponent=spec.opponent, judge=judge,
-                                allow_single_order=spec.allow_single_order).scores("both_orders")
-        table = winrate_table(scored.values, scored.clusters, methods=ALL_METHODS, level=level, seed=seed,
-                              thresholds=claim.thresholds)
+        scored = build_contests(
+            study, policy=row.system, opponent=spec.opponent, judge=judge, allow_single_order=spec.allow_single_order
+        ).scores("both_orders")
+        table = winrate_table(
+            scored.values, scored.clusters, methods=ALL_METHODS, level=level, seed=seed, thresholds=claim.thresholds
+        )
         audits[row.system] = audit_claimed_figures({**row.model_dump(exclude={"system"}), "level": level}, table)
     return audits
 
@@ -265,15 +316,23 @@ def _per_vignette(scored, study: Study, level: float) -> tuple[dict, ...]:
     for vignette, group in scored.frame.groupby("vignette_id", sort=True):
         values = group["score"].to_numpy(float)
         mean, n = float(values.mean()), len(values)
-        half = (float(stats.t.ppf(0.5 + level / 2, n - 1) * values.std(ddof=1) / np.sqrt(n))
-                if n > 1 else float("nan"))
-        rows.append({"vignette_id": str(vignette), "text": texts.get(vignette, ""), "n": n, "estimate": mean,
-                     "ci_low": max(0.0, mean - half), "ci_high": min(1.0, mean + half)})
+        half = float(stats.t.ppf(0.5 + level / 2, n - 1) * values.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
+        rows.append(
+            {
+                "vignette_id": str(vignette),
+                "text": texts.get(vignette, ""),
+                "n": n,
+                "estimate": mean,
+                "ci_low": max(0.0, mean - half),
+                "ci_high": min(1.0, mean + half),
+            }
+        )
     return tuple(rows)
 
 
-def _comparisons(claim: Claim, study: Study, contests: ContestTable, level: float, bayes: bool,
-                 seed: int) -> tuple[ComparisonCheck, ...]:
+def _comparisons(
+    claim: Claim, study: Study, contests: ContestTable, level: float, bayes: bool, seed: int
+) -> tuple[ComparisonCheck, ...]:
     from honestci.audit.errors import InputError
 
     spec, checks = claim.spec, []
@@ -282,46 +341,90 @@ def _comparisons(claim: Claim, study: Study, contests: ContestTable, level: floa
     policy_scores = contests.scores("both_orders")
     for comparison in spec.claimed.comparisons:
         try:
-            other_contests = build_contests(study, policy=comparison.against, opponent=spec.opponent,
-                                            judge=contests.judge, allow_single_order=spec.allow_single_order)
+            other_contests = build_contests(
+                study,
+                policy=comparison.against,
+                opponent=spec.opponent,
+                judge=contests.judge,
+                allow_single_order=spec.allow_single_order,
+            )
             other = other_contests.scores("both_orders")
-            paired = paired_difference(policy_scores.values, policy_scores.clusters, other.values, other.clusters,
-                                       system_a=spec.policy, system_b=comparison.against, opponent=spec.opponent,
-                                       level=level)
+            paired = paired_difference(
+                policy_scores.values,
+                policy_scores.clusters,
+                other.values,
+                other.clusters,
+                system_a=spec.policy,
+                system_b=comparison.against,
+                opponent=spec.opponent,
+                level=level,
+            )
             posterior = None
             if bayes:
                 from honestci.audit.stats.bayes_compare import fit_paired_difference_bayes
 
                 posterior = fit_paired_difference_bayes(
-                    contests.per_order_outcomes(), other_contests.per_order_outcomes(), system_a=spec.policy,
-                    system_b=comparison.against, opponent=spec.opponent, level=level, seed=seed,
-                    thresholds=claim.thresholds)
-            checks.append(ComparisonCheck(comparison.against, comparison.kind, comparison.statement,
-                                          comparison.against_point, paired, bayes=posterior))
+                    contests.per_order_outcomes(),
+                    other_contests.per_order_outcomes(),
+                    system_a=spec.policy,
+                    system_b=comparison.against,
+                    opponent=spec.opponent,
+                    level=level,
+                    seed=seed,
+                    thresholds=claim.thresholds,
+                )
+            checks.append(
+                ComparisonCheck(
+                    comparison.against,
+                    comparison.kind,
+                    comparison.statement,
+                    comparison.against_point,
+                    paired,
+                    bayes=posterior,
+                )
+            )
         except InputError as exc:
-            checks.append(ComparisonCheck(comparison.against, comparison.kind, comparison.statement,
-                                          comparison.against_point, None, error=exc.message))
+            checks.append(
+                ComparisonCheck(
+                    comparison.against,
+                    comparison.kind,
+                    comparison.statement,
+                    comparison.against_point,
+                    None,
+                    error=exc.message,
+                )
+            )
     return tuple(checks)
 
 
-def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = DEFAULT_AUDIT_SEED, allow_outside_data: bool = False,
-              progress: Callable[[str], None] = lambda _: None) -> AuditResult:
+def run_audit(
+    claim_path: str | Path,
+    *,
+    bayes: bool = True,
+    seed: int = DEFAULT_SEED,
+    allow_outside_data: bool = False,
+    progress: Callable[[str], None] = lambda _: None,
+) -> AuditResult:
     """Run the audit of one claim. Raises :class:`honestci.audit.errors.InputError` on bad input."""
     progress("loading claim and data")
     claim = load_claim(claim_path, allow_outside=allow_outside_data)
     spec, thresholds = claim.spec, claim.thresholds
     study = load_study(claim.data_paths)
     progress("assembling both-order contests")
-    contests = build_contests(study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge,
-                              allow_single_order=spec.allow_single_order)
+    contests = build_contests(
+        study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge, allow_single_order=spec.allow_single_order
+    )
     if spec.pool is not None:
         contests = _contests_in_pool(contests, study, spec.pool)
     scored = contests.scores("both_orders")
     level = spec.claimed.level if spec.claimed else thresholds.confidence_level
 
     progress("computing every interval")
-    rows = list(winrate_table(scored.values, scored.clusters, methods=ALL_METHODS, level=level, seed=seed,
-                              thresholds=thresholds).rows)
+    rows = list(
+        winrate_table(
+            scored.values, scored.clusters, methods=ALL_METHODS, level=level, seed=seed, thresholds=thresholds
+        ).rows
+    )
     bayes_result = None
     if bayes:
         progress("fitting the Bayesian hierarchical model")
@@ -336,27 +439,49 @@ def run_audit(claim_path: str | Path, *, bayes: bool = True, seed: int = DEFAULT
         if spec.claimed.table:
             progress("recomputing the other rows of the claimed table")
             claimed_audit = audit_claimed_table(claimed_audit, _claimed_rows(claim, study, contests.judge, level, seed))
-    context = AuditContext(claim, study, contests, intervals, gate_method, bayes_result, claimed_audit,
-                           _comparisons(claim, study, contests, level, bayes, seed), seed=seed)
+    context = AuditContext(
+        claim,
+        study,
+        contests,
+        intervals,
+        gate_method,
+        bayes_result,
+        claimed_audit,
+        _comparisons(claim, study, contests, level, bayes, seed),
+        seed=seed,
+    )
     progress("running the plug-in checks")
     context.checks.update(run_checks(context))
 
     required = spec.required_gates or (
         tuple(g for g in DEFAULT_REQUIRED_GATES if bayes or g != "sampler_converged")
-        + tuple(gate for gate, check in REQUIRED_WHEN_EVIDENCE_GIVEN.items() if context.checks.get(check) is not None))
+        + tuple(gate for gate, check in REQUIRED_WHEN_EVIDENCE_GIVEN.items() if context.checks.get(check) is not None)
+    )
     gates = tuple(run_gate(name, context) for name in GATE_ORDER)
     return AuditResult(
-        claim_name=spec.name, claim_path=str(claim.path), policy=spec.policy, opponent=spec.opponent,
-        judge=contests.judge, bar=spec.bar, population=spec.population, gate_method=gate_method,
-        intervals=intervals, n_contests=int(len(scored.values)), n_invalid=int(contests.n_invalid),
-        dropped=dict(contests.dropped), gates=gates, required_gates=tuple(required),
-        claimed=spec.claimed.model_dump() if spec.claimed else None, claimed_audit=claimed_audit,
+        claim_name=spec.name,
+        claim_path=str(claim.path),
+        policy=spec.policy,
+        opponent=spec.opponent,
+        judge=contests.judge,
+        bar=spec.bar,
+        population=spec.population,
+        gate_method=gate_method,
+        intervals=intervals,
+        n_contests=int(len(scored.values)),
+        n_invalid=int(contests.n_invalid),
+        dropped=dict(contests.dropped),
+        gates=gates,
+        required_gates=tuple(required),
+        claimed=spec.claimed.model_dump() if spec.claimed else None,
+        claimed_audit=claimed_audit,
         comparisons=context.comparisons,
         bayes_summary=None if bayes_result is None else bayes_result.summary(),
         per_vignette=_per_vignette(scored, study, level),
         sections=tuple(result.report_section().to_dict() for result in context.checks.values() if result is not None),
         provenance=_provenance(claim, study, seed),
-        posterior=None if bayes_result is None else bayes_result.result.idata)
+        posterior=None if bayes_result is None else bayes_result.result.idata,
+    )
 
 
 @dataclass(frozen=True)
@@ -369,21 +494,48 @@ class BayesCheck:
     def gate(self) -> GateResult:
         """``sampler_converged``: PASS when R-hat, bulk/tail ESS and divergences meet the thresholds."""
         d = self.result.diagnostics
-        evidence = {"rhat_max": d.rhat_max, "ess_bulk_min": d.ess_bulk_min, "ess_tail_min": d.ess_tail_min,
-                    "divergences": d.divergences, "chains": d.chains, "draws": d.draws, "sampler": self.result.sampler}
+        evidence = {
+            "rhat_max": d.rhat_max,
+            "ess_bulk_min": d.ess_bulk_min,
+            "ess_tail_min": d.ess_tail_min,
+            "divergences": d.divergences,
+            "chains": d.chains,
+            "draws": d.draws,
+            "sampler": self.result.sampler,
+        }
         if d.converged:
-            return GateResult("sampler_converged", Verdict.PASS,
-                              f"R-hat {d.rhat_max:.3f}, ESS bulk/tail {d.ess_bulk_min:.0f}/{d.ess_tail_min:.0f}, "
-                              f"{d.divergences} divergences ({self.result.sampler})", evidence)
-        return GateResult("sampler_converged", Verdict.INCONCLUSIVE,
-                          "chains did not converge, no posterior reported: " + "; ".join(d.problems), evidence)
+            return GateResult(
+                "sampler_converged",
+                Verdict.PASS,
+                f"R-hat {d.rhat_max:.3f}, ESS bulk/tail {d.ess_bulk_min:.0f}/{d.ess_tail_min:.0f}, "
+                f"{d.divergences} divergences ({self.result.sampler})",
+                evidence,
+            )
+        return GateResult(
+            "sampler_converged",
+            Verdict.INCONCLUSIVE,
+            "chains did not converge, no posterior reported: " + "; ".join(d.problems),
+            evidence,
+        )
 
     def summary(self) -> dict:
         r, d = self.result, self.result.diagnostics
-        out = {"sampler": r.sampler, "parameterization": r.parameterization, "prior_sigma": r.prior, "seed": r.seed,
-               "chains": d.chains, "draws": d.draws, "tune": d.tune, "rhat_max": d.rhat_max,
-               "ess_bulk_min": d.ess_bulk_min, "ess_tail_min": d.ess_tail_min, "divergences": d.divergences,
-               "converged": r.converged, "message": r.message, "runtime_seconds": r.runtime_seconds}
+        out = {
+            "sampler": r.sampler,
+            "parameterization": r.parameterization,
+            "prior_sigma": r.prior,
+            "seed": r.seed,
+            "chains": d.chains,
+            "draws": d.draws,
+            "tune": d.tune,
+            "rhat_max": d.rhat_max,
+            "ess_bulk_min": d.ess_bulk_min,
+            "ess_tail_min": d.ess_tail_min,
+            "divergences": d.divergences,
+            "converged": r.converged,
+            "message": r.message,
+            "runtime_seconds": r.runtime_seconds,
+        }
         for population, summary in (("these_vignettes", r.winrate_these), ("new_vignettes", r.winrate_new)):
             if summary is not None:
                 out[f"p_above_bar_{population}"] = summary.p_above_bar
@@ -402,58 +554,43 @@ def _fit_bayes(contests: ContestTable, bar: float, level: float, seed: int, refe
     from honestci.audit.stats.bayes import fit_winrate_hierarchical_frame
 
     result = fit_winrate_hierarchical_frame(contests.per_order_outcomes(), bar=bar, level=level, seed=seed)
-    common = dict(level=level, n=reference.n, n_clusters=reference.n_clusters, icc=reference.icc,
-                  design_effect=reference.design_effect, n_effective=reference.n_effective, seed=seed)
+    common = dict(
+        level=level,
+        n=reference.n,
+        n_clusters=reference.n_clusters,
+        icc=reference.icc,
+        design_effect=reference.design_effect,
+        n_effective=reference.n_effective,
+        seed=seed,
+    )
     rows = []
     for population, summary in (("these_vignettes", result.winrate_these), ("new_vignettes", result.winrate_new)):
         label = "Bayesian hierarchical (posterior median, equal-tailed)"
         if summary is None:
-            rows.append(IntervalResult("bayes_hierarchical", label, population, None, None, None,
-                                       verdict=Verdict.INCONCLUSIVE, note=result.message, **common))
+            rows.append(
+                IntervalResult(
+                    "bayes_hierarchical",
+                    label,
+                    population,
+                    None,
+                    None,
+                    None,
+                    verdict=Verdict.INCONCLUSIVE,
+                    note=result.message,
+                    **common,
+                )
+            )
         else:
-            rows.append(IntervalResult("bayes_hierarchical", label, population, summary.median, summary.lower,
-                                       summary.upper, note=f"P(win rate > bar) = {summary.p_above_bar:.3f}; "
-                                                           f"{result.sampler}, sigma ~ {result.prior}", **common))
+            rows.append(
+                IntervalResult(
+                    "bayes_hierarchical",
+                    label,
+                    population,
+                    summary.median,
+                    summary.lower,
+                    summary.upper,
+                    note=f"P(win rate > bar) = {summary.p_above_bar:.3f}; {result.sampler}, sigma ~ {result.prior}",
+                    **common,
+                )
+            )
     return BayesCheck(result, tuple(rows))
-
-
-def write_outputs(result: AuditResult, out_dir: str | Path) -> dict[str, Path]:
-    """Write ``verdict.json``, ``report.md`` and ``report.html`` atomically into ``out_dir``, and the
-    posterior as ``posterior.nc`` (ArviZ InferenceData, netCDF) when a Bayesian fit converged.
-
-    The posterior is staged first and moved into place only after the reports are written, so a
-    failure leaves no new posterior beside an old report.
-    """
-    from honestci.audit.report_model import Report
-    from honestci.reports.render import write_report
-
-    report = Report.from_dict(_json_safe(result.to_dict()))
-    if result.posterior is None:
-        return write_report(report, out_dir)
-    final = Path(out_dir) / POSTERIOR_FILE
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staged = final.with_name(f".{POSTERIOR_FILE}.partial")
-    try:
-        result.posterior.to_netcdf(str(staged))
-        paths = write_report(report, out_dir)
-        os.replace(staged, final)
-    finally:
-        staged.unlink(missing_ok=True)
-    return paths | {"posterior": final}
-
-
-def _json_safe(value):
-    """JSON-compatible copy: NaN/inf become null (JSON has no NaN), other objects their str."""
-    import math
-
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    if hasattr(value, "item"):  # numpy scalars
-        return _json_safe(value.item())
-    return str(value)

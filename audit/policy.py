@@ -9,8 +9,8 @@ here (or in an organisation's policy file that overrides it by name); gate *rule
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 #: Seed of every resampling and sampling step of an audit unless ``--seed`` says otherwise.
 DEFAULT_SEED = 20261129
@@ -120,7 +120,6 @@ THRESHOLDS = Thresholds()
 GATE_METHOD_FOR_POPULATION = {"new_vignettes": "cr2_logit", "these_vignettes": "stratified"}
 
 
-
 def clears_bar(ci_low: float, bar: float) -> bool:
     """The one bar rule, used by every gate that tests a bar (the Bayesian verdict included):
     the interval's lower bound is at or above the bar."""
@@ -141,13 +140,30 @@ class GateResult:
 
 
 GATE_ORDER = (
-    "enough_clusters", "ci_low_clears_bar", "sampler_converged", "comparison_valid",
-    "claimed_figures_reproduce", "judge_calibrated", "position_bias", "winners_curse", "leakage",
+    "enough_clusters",
+    "ci_low_clears_bar",
+    "sampler_converged",
+    "comparison_valid",
+    "claimed_figures_reproduce",
+    "judge_calibrated",
+    "position_bias",
+    "winners_curse",
+    "leakage",
     "training_healthy",
 )
-DEFAULT_REQUIRED_GATES = ("enough_clusters", "ci_low_clears_bar", "sampler_converged", "comparison_valid",
-                          "claimed_figures_reproduce", "judge_calibrated", "position_bias")
+DEFAULT_REQUIRED_GATES = (
+    "enough_clusters",
+    "ci_low_clears_bar",
+    "sampler_converged",
+    "comparison_valid",
+    "claimed_figures_reproduce",
+    "judge_calibrated",
+    "position_bias",
+)
 #: Gates required by default only when the claim supplies their evidence (their check ran): a
 #: corpus, a selection pool, a training log. Evidence given must pass.
-REQUIRED_WHEN_EVIDENCE_GIVEN = {"leakage": "leakage", "winners_curse": "winners_curse",
-                                "training_healthy": "training_health"}
+REQUIRED_WHEN_EVIDENCE_GIVEN = {
+    "leakage": "leakage",
+    "winners_curse": "winners_curse",
+    "training_healthy": "training_health",
+}

@@ -57,42 +57,68 @@ def simulate(seed: int) -> dict[str, np.ndarray]:
                 vignette += [v] * PER_CELL
                 order += [o] * PER_CELL
                 run += [r] * PER_CELL
-    return {"vignette": np.array(vignette), "order": np.array(order), "run": np.array(run),
-            "outcome": np.concatenate(outcome)}
+    return {
+        "vignette": np.array(vignette),
+        "order": np.array(order),
+        "run": np.array(run),
+        "outcome": np.concatenate(outcome),
+    }
 
 
 def summarise(estimands: dict[str, np.ndarray]) -> dict[str, list[float]]:
-    return {name: [float(np.mean(d)), float(np.quantile(d, 0.025)), float(np.quantile(d, 0.975))]
-            for name, d in estimands.items() if name.startswith("winrate")}
+    return {
+        name: [float(np.mean(d)), float(np.quantile(d, 0.025)), float(np.quantile(d, 0.975))]
+        for name, d in estimands.items()
+        if name.startswith("winrate")
+    }
 
 
 # ------------------------------------------------------------------ contenders (child side)
 def fit_honestci(data, seed, sampler):
     from honestci.audit.stats.bayes import fit_winrate_hierarchical
 
-    result = fit_winrate_hierarchical(data["vignette"], data["order"], data["outcome"], run=data["run"],
-                                      sampler=sampler, seed=seed, **SETTINGS)
+    result = fit_winrate_hierarchical(
+        data["vignette"], data["order"], data["outcome"], run=data["run"], sampler=sampler, seed=seed, **SETTINGS
+    )
     d = result.diagnostics
     return {
         "winrate_these": [result.winrate_these.mean, result.winrate_these.lower, result.winrate_these.upper],
         "winrate_new": [result.winrate_new.mean, result.winrate_new.lower, result.winrate_new.upper],
-    }, {"divergences": d.divergences, "rhat_max": d.rhat_max, "ess_bulk_min": d.ess_bulk_min,
-        "ess_tail_min": d.ess_tail_min, "sampler": result.sampler, "parameterization": result.parameterization}
+    }, {
+        "divergences": d.divergences,
+        "rhat_max": d.rhat_max,
+        "ess_bulk_min": d.ess_bulk_min,
+        "ess_tail_min": d.ess_tail_min,
+        "sampler": result.sampler,
+        "parameterization": result.parameterization,
+    }
 
 
 def fit_nutpie_pytensor(data, seed):
     import nutpie
 
-    from honestci.audit.stats.bayes import (TARGET_ACCEPT, _build_hierarchical_model, _resolve_prior, aggregate_cells,
-                             winrate_estimand_draws)
+    from honestci.audit.stats.bayes import (
+        TARGET_ACCEPT,
+        _build_hierarchical_model,
+        _resolve_prior,
+        aggregate_cells,
+        winrate_estimand_draws,
+    )
 
     cells = aggregate_cells(data["vignette"], data["order"], data["outcome"], run=data["run"])
     compiled = nutpie.compile_pymc_model(_build_hierarchical_model(cells, _resolve_prior("halfnormal1"), True))
-    idata = nutpie.sample(compiled, seed=seed, progress_bar=False, cores=min(4, os.cpu_count() or 1),
-                          target_accept=TARGET_ACCEPT, **SETTINGS)
+    idata = nutpie.sample(
+        compiled,
+        seed=seed,
+        progress_bar=False,
+        cores=min(4, os.cpu_count() or 1),
+        target_accept=TARGET_ACCEPT,
+        **SETTINGS,
+    )
     post = idata.posterior.stack(sample=("chain", "draw"))
-    estimands = winrate_estimand_draws(post["mu"].values, post["beta"].values, post["sigma"].values,
-                                       post["u"].values.T, post["run_effect"].values.T)
+    estimands = winrate_estimand_draws(
+        post["mu"].values, post["beta"].values, post["sigma"].values, post["u"].values.T, post["run_effect"].values.T
+    )
     return summarise(estimands), {"divergences": int(idata.sample_stats["diverging"].sum())}
 
 
@@ -113,12 +139,18 @@ def fit_bernoulli_pymc(data, seed):
         run_effect = pm.Deterministic("run_effect", run_raw - run_raw.mean(), dims="run")
         eta = mu + u[data["vignette"]] + beta * data["order"] + run_effect[data["run"]]
         pm.Bernoulli("y", logit_p=eta, observed=data["outcome"].astype(int))
-        idata = pm.sample(random_seed=seed, progressbar=False, compute_convergence_checks=False,
-                          cores=min(4, os.cpu_count() or 1), **SETTINGS)
+        idata = pm.sample(
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+            cores=min(4, os.cpu_count() or 1),
+            **SETTINGS,
+        )
     post = idata.posterior.stack(sample=("chain", "draw"))
     offsets = post["run_effect"].values.T
-    estimands = winrate_estimand_draws(post["mu"].values, post["beta"].values, post["sigma"].values,
-                                       post["u"].values.T, offsets)
+    estimands = winrate_estimand_draws(
+        post["mu"].values, post["beta"].values, post["sigma"].values, post["u"].values.T, offsets
+    )
     return summarise(estimands), {"divergences": int(idata.sample_stats["diverging"].sum())}
 
 
@@ -128,24 +160,32 @@ def fit_bambi(data, seed):
 
     from honestci.audit.stats.bayes import winrate_estimand_draws
 
-    frame = pd.DataFrame({"y": data["outcome"].astype(int), "order": data["order"],
-                          "vignette": pd.Categorical(data["vignette"])})
-    priors = {"Intercept": bmb.Prior("Normal", mu=0, sigma=1.5), "order": bmb.Prior("Normal", mu=0, sigma=1),
-              "1|vignette": bmb.Prior("Normal", mu=0, sigma=bmb.Prior("HalfNormal", sigma=1))}
+    frame = pd.DataFrame(
+        {"y": data["outcome"].astype(int), "order": data["order"], "vignette": pd.Categorical(data["vignette"])}
+    )
+    priors = {
+        "Intercept": bmb.Prior("Normal", mu=0, sigma=1.5),
+        "order": bmb.Prior("Normal", mu=0, sigma=1),
+        "1|vignette": bmb.Prior("Normal", mu=0, sigma=bmb.Prior("HalfNormal", sigma=1)),
+    }
     model = bmb.Model("y ~ order + (1|vignette)", frame, family="bernoulli", priors=priors)
     idata = model.fit(random_seed=seed, progressbar=False, **SETTINGS)
     post = idata.posterior.stack(sample=("chain", "draw"))
-    estimands = winrate_estimand_draws(post["Intercept"].values, post["order"].values,
-                                       post["1|vignette_sigma"].values, post["1|vignette"].values.T)
+    estimands = winrate_estimand_draws(
+        post["Intercept"].values, post["order"].values, post["1|vignette_sigma"].values, post["1|vignette"].values.T
+    )
     return summarise(estimands), {"divergences": int(idata.sample_stats["diverging"].sum())}
 
 
 def child(contender: str, warm: bool) -> None:
     started = time.perf_counter()
-    fits = {"honestci": lambda d, s: fit_honestci(d, s, "auto"),
-            "honestci-pymc": lambda d, s: fit_honestci(d, s, "pymc"),
-            "nutpie-pytensor": fit_nutpie_pytensor,
-            "bernoulli-pymc": fit_bernoulli_pymc, "bambi": fit_bambi}[contender]
+    fits = {
+        "honestci": lambda d, s: fit_honestci(d, s, "auto"),
+        "honestci-pymc": lambda d, s: fit_honestci(d, s, "pymc"),
+        "nutpie-pytensor": fit_nutpie_pytensor,
+        "bernoulli-pymc": fit_bernoulli_pymc,
+        "bambi": fit_bambi,
+    }[contender]
     summary, extra = fits(simulate(1), 1)
     first = time.perf_counter() - started
     record = {"contender": contender, "first_fit_s": first, "summary": summary, **extra}
@@ -181,8 +221,11 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--bambi-python", default=None)
     parser.add_argument("--repeats", type=int, default=2, help="cold processes per contender")
-    parser.add_argument("--contenders", default="honestci,nutpie-pytensor,honestci-pymc,bernoulli-pymc",
-                        help="comma-separated subset of the contenders (bambi needs --bambi-python)")
+    parser.add_argument(
+        "--contenders",
+        default="honestci,nutpie-pytensor,honestci-pymc,bernoulli-pymc",
+        help="comma-separated subset of the contenders (bambi needs --bambi-python)",
+    )
     args = parser.parse_args()
     if args.child:
         child(args.child, args.warm)
@@ -198,7 +241,9 @@ def main() -> None:
             record = run_child(interpreter, contender, warm=repeat == args.repeats - 1)
             records.append(record)
             print(json.dumps(record), flush=True)
-    print("\n| contender | cold process wall s | CPU s | load1 | warm fit s | divergences | W_these mean [95%] | W_new mean [95%] |")
+    print(
+        "\n| contender | cold process wall s | CPU s | load1 | warm fit s | divergences | W_these mean [95%] | W_new mean [95%] |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in records:
         if "error" in r:
@@ -207,9 +252,11 @@ def main() -> None:
         s = r["summary"]
         these, new = s["winrate_these"], s["winrate_new"]
         warm = f"{r['warm_fit_s']:.2f}" if "warm_fit_s" in r else ""
-        print(f"| {r['contender']} | {r['process_wall_s']:.2f} | {r['process_cpu_s']:.2f} | {r['load1_before']:.2f} | "
-              f"{warm} | {r['divergences']} | "
-              f"{these[0]:.4f} [{these[1]:.4f}, {these[2]:.4f}] | {new[0]:.4f} [{new[1]:.4f}, {new[2]:.4f}] |")
+        print(
+            f"| {r['contender']} | {r['process_wall_s']:.2f} | {r['process_cpu_s']:.2f} | {r['load1_before']:.2f} | "
+            f"{warm} | {r['divergences']} | "
+            f"{these[0]:.4f} [{these[1]:.4f}, {these[2]:.4f}] | {new[0]:.4f} [{new[1]:.4f}, {new[2]:.4f}] |"
+        )
 
 
 if __name__ == "__main__":

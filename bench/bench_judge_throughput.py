@@ -28,9 +28,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def measure(concurrency: int, n_contests: int, latency_s: float) -> tuple[float, float, int]:
-    server = subprocess.Popen([sys.executable, "-m", "honestci.judges.stub_server", "--port", "0", "--latency", str(latency_s)],
-                              stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-                              env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "honestci.judges.stub_server", "--port", "0", "--latency", str(latency_s)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+    )
     try:
         base_url = server.stdout.readline().split()[3]  # "stub judge at URL (Ctrl-C to stop)"
         with tempfile.TemporaryDirectory() as folder:
@@ -38,8 +42,9 @@ def measure(concurrency: int, n_contests: int, latency_s: float) -> tuple[float,
             texts = load_texts(study["vignettes"], study["responses"])
             backend = OpenAICompatibleBackend(base_url, "stub-judge", concurrency=concurrency, timeout_s=30)
             started = time.perf_counter()
-            summary = run_judging(study["contests"], texts, backend, get_template(), Path(folder) / "out.jsonl",
-                                  progress=False)
+            summary = run_judging(
+                study["contests"], texts, backend, get_template(), Path(folder) / "out.jsonl", progress=False
+            )
             elapsed = time.perf_counter() - started
     finally:
         server.terminate()

@@ -63,7 +63,9 @@ def generate(target_bytes: int, seed: int = 7) -> None:
     answer_ids = list(answers)
     with EVAL.open("w") as handle:
         for rid, text in answers.items():
-            handle.write(json.dumps({"response_id": rid, "text": text, "planted": answer_ids.index(rid) in planted}) + "\n")
+            handle.write(
+                json.dumps({"response_id": rid, "text": text, "planted": answer_ids.index(rid) in planted}) + "\n"
+            )
     written, doc = 0, 0
     planted_list = sorted(planted)
     spacing = max(1, int(target_bytes / 4_000 / (len(planted_list) + 5)))  # documents are ~2.5-3 KB
@@ -117,9 +119,15 @@ def run_honestci(limit: int | None) -> dict:
     scan_corpus(index, EVAL)  # loads the compiled kernels (cached on disk) outside the timing
     cpu, started = _cpu_seconds(), time.perf_counter()
     scan = scan_corpus(index, corpus)
-    return {"bytes": corpus.stat().st_size, "seconds": time.perf_counter() - started, "cpu_seconds": _cpu_seconds() - cpu,
-            "index_bytes": index.nbytes, "planted_found": len(set(scan.leaked_items) & planted),
-            "planted_in_data": len(planted), "other_leaked": len(set(scan.leaked_items) - planted)}
+    return {
+        "bytes": corpus.stat().st_size,
+        "seconds": time.perf_counter() - started,
+        "cpu_seconds": _cpu_seconds() - cpu,
+        "index_bytes": index.nbytes,
+        "planted_found": len(set(scan.leaked_items) & planted),
+        "planted_in_data": len(planted),
+        "other_leaked": len(set(scan.leaked_items) - planted),
+    }
 
 
 def run_dask(limit: int | None, workers: int) -> dict:
@@ -129,8 +137,10 @@ def run_dask(limit: int | None, workers: int) -> dict:
 
     items, planted = _eval_items()
     index = build_index(items, N)
-    with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         scan_corpus_dask(index, EVAL, client)  # workers load the compiled kernels outside the timing
         workers_cpu = sum(client.run(_cpu_seconds).values())
         cpu, started = _cpu_seconds(), time.perf_counter()
@@ -139,10 +149,18 @@ def run_dask(limit: int | None, workers: int) -> dict:
         main_cpu = _cpu_seconds() - cpu
         workers_cpu = sum(client.run(_cpu_seconds).values()) - workers_cpu
         worker_rss = sum(client.run(_peak_rss).values())
-    return {"bytes": CORPUS.stat().st_size, "seconds": seconds, "cpu_seconds": main_cpu + workers_cpu,
-            "main_cpu_seconds": main_cpu, "workers_cpu_seconds": workers_cpu, "workers": workers,
-            "workers_peak_rss": worker_rss, "planted_found": len(set(scan.leaked_items) & planted),
-            "planted_in_data": len(planted), "other_leaked": len(set(scan.leaked_items) - planted)}
+    return {
+        "bytes": CORPUS.stat().st_size,
+        "seconds": seconds,
+        "cpu_seconds": main_cpu + workers_cpu,
+        "main_cpu_seconds": main_cpu,
+        "workers_cpu_seconds": workers_cpu,
+        "workers": workers,
+        "workers_peak_rss": worker_rss,
+        "planted_found": len(set(scan.leaked_items) & planted),
+        "planted_in_data": len(planted),
+        "other_leaked": len(set(scan.leaked_items) - planted),
+    }
 
 
 def run_baseline(limit: int | None) -> dict:
@@ -155,7 +173,7 @@ def run_baseline(limit: int | None) -> dict:
     for rid, text in items.items():
         tokens = normalize(text).split()
         for i in range(len(tokens) - N + 1):
-            index.setdefault(hash(tuple(tokens[i:i + N])), set()).add(rid)
+            index.setdefault(hash(tuple(tokens[i : i + N])), set()).add(rid)
     found, read = set(), 0
     cpu, started = _cpu_seconds(), time.perf_counter()
     with CORPUS.open("rb") as handle:
@@ -163,14 +181,19 @@ def run_baseline(limit: int | None) -> dict:
             read += len(line)
             tokens = normalize(orjson.loads(line)["text"]).split()
             for i in range(len(tokens) - N + 1):
-                hit = index.get(hash(tuple(tokens[i:i + N])))
+                hit = index.get(hash(tuple(tokens[i : i + N])))
                 if hit:
                     found |= hit
             if limit and read >= limit:
                 break
-    return {"bytes": read, "seconds": time.perf_counter() - started, "cpu_seconds": _cpu_seconds() - cpu,
-            "planted_found": len(found & planted), "planted_in_data": len(_planted_in_prefix(limit)),
-            "other_answers_with_a_match": len(found - planted)}
+    return {
+        "bytes": read,
+        "seconds": time.perf_counter() - started,
+        "cpu_seconds": _cpu_seconds() - cpu,
+        "planted_found": len(found & planted),
+        "planted_in_data": len(_planted_in_prefix(limit)),
+        "other_answers_with_a_match": len(found - planted),
+    }
 
 
 def _cpu_seconds() -> float:
@@ -195,15 +218,20 @@ def main() -> None:
     args = parser.parse_args()
     if args.method:
         limit = int(args.limit_mb * 1e6) or None
-        result = {"honestci": lambda: run_honestci(limit), "baseline": lambda: run_baseline(limit),
-                  "dask": lambda: run_dask(limit, args.workers)}[args.method]()
+        result = {
+            "honestci": lambda: run_honestci(limit),
+            "baseline": lambda: run_baseline(limit),
+            "dask": lambda: run_dask(limit, args.workers),
+        }[args.method]()
         result["peak_rss"] = _peak_rss()
         print(json.dumps(result))
         return
     started = time.perf_counter()
     generate(int(args.gb * 1e9))
-    print(f"corpus {CORPUS} {CORPUS.stat().st_size / 1e9:.2f} GB (generated/reused in {time.perf_counter() - started:.0f} s); "
-          f"{os.cpu_count()} cores on this machine, shared with other jobs")
+    print(
+        f"corpus {CORPUS} {CORPUS.stat().st_size / 1e9:.2f} GB (generated/reused in {time.perf_counter() - started:.0f} s); "
+        f"{os.cpu_count()} cores on this machine, shared with other jobs"
+    )
     commands = {
         "honestci": [sys.executable, __file__, "--method", "honestci"],
         "dask": [sys.executable, __file__, "--method", "dask", "--workers", str(args.workers)],
@@ -212,9 +240,20 @@ def main() -> None:
     if DATATROVE_PYTHON.exists():
         script = str(Path(__file__).with_name("datatrove_decont.py"))
         for tokenizer, mb in (("split", args.datatrove_mb), ("spacy", args.spacy_mb)):
-            commands[f"datatrove-{tokenizer}"] = [str(DATATROVE_PYTHON), script, "--corpus", str(CORPUS), "--eval",
-                                                  str(EVAL), "--n", str(N), "--limit-mb", str(mb),
-                                                  "--tokenizer", tokenizer]
+            commands[f"datatrove-{tokenizer}"] = [
+                str(DATATROVE_PYTHON),
+                script,
+                "--corpus",
+                str(CORPUS),
+                "--eval",
+                str(EVAL),
+                "--n",
+                str(N),
+                "--limit-mb",
+                str(mb),
+                "--tokenizer",
+                tokenizer,
+            ]
     else:
         print(f"datatrove skipped: {DATATROVE_PYTHON} not found (see bench/datatrove_decont.py)")
     for name in args.only.split(","):
@@ -230,13 +269,21 @@ def main() -> None:
         if "planted_in_data" not in r:  # datatrove: the planted answers in the prefix it read
             r["planted_in_data"] = len(_planted_in_prefix(r["bytes"]))
         mb = r["bytes"] / 1e6
-        print(f"{name:16s} {mb:6.0f} MB: {mb / r['cpu_seconds']:6.1f} MB per CPU-second ({r['cpu_seconds']:.1f} CPU s), "
-              f"{mb / r['seconds']:6.1f} MB/s wall ({r['seconds']:.1f} s); load {load_before:.1f}->{load_after:.1f}; "
-              f"peak RSS {r['peak_rss'] / 1e6:.0f} MB; planted found {r['planted_found']}"
-              + (f"/{r['planted_in_data']}" if "planted_in_data" in r else "") + "; "
-              + json.dumps({k: v for k, v in r.items()
-                            if k not in ("bytes", "seconds", "cpu_seconds", "peak_rss", "planted_found", "planted_in_data")}),
-              flush=True)
+        print(
+            f"{name:16s} {mb:6.0f} MB: {mb / r['cpu_seconds']:6.1f} MB per CPU-second ({r['cpu_seconds']:.1f} CPU s), "
+            f"{mb / r['seconds']:6.1f} MB/s wall ({r['seconds']:.1f} s); load {load_before:.1f}->{load_after:.1f}; "
+            f"peak RSS {r['peak_rss'] / 1e6:.0f} MB; planted found {r['planted_found']}"
+            + (f"/{r['planted_in_data']}" if "planted_in_data" in r else "")
+            + "; "
+            + json.dumps(
+                {
+                    k: v
+                    for k, v in r.items()
+                    if k not in ("bytes", "seconds", "cpu_seconds", "peak_rss", "planted_found", "planted_in_data")
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -64,8 +64,12 @@ def measure(label: str, call, number: int, repeat: int = 5) -> None:
 def main() -> None:
     X, y, cluster, order = fixture_like()
     print(f"n={y.size}, G={np.unique(cluster).size}, k={X.shape[1]}; numpy {np.__version__}")
-    measure("p-value, Webb, B = 9,999 sampled", lambda: wild_cluster_pvalue(X, y, cluster, theta0=0.5, B=9999, rng=1), 20)
-    measure("p-value, Webb, all 46,656 draws enumerated", lambda: wild_cluster_pvalue(X, y, cluster, theta0=0.5, B=None), 10)
+    measure(
+        "p-value, Webb, B = 9,999 sampled", lambda: wild_cluster_pvalue(X, y, cluster, theta0=0.5, B=9999, rng=1), 20
+    )
+    measure(
+        "p-value, Webb, all 46,656 draws enumerated", lambda: wild_cluster_pvalue(X, y, cluster, theta0=0.5, B=None), 10
+    )
     measure("95% CI by test inversion, Webb, B = 9,999", lambda: wild_cluster_ci(X, y, cluster, B=9999, rng=1), 10)
     measure("95% CI by test inversion, Webb, enumerated", lambda: wild_cluster_ci(X, y, cluster, B=None), 5)
     for B in (9999, None):
@@ -78,13 +82,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         data = Path(folder) / "data.npz"
         np.savez(data, y=y, order=order, cluster=cluster)
-        completed = subprocess.run([str(WILDBOOTTEST_PYTHON), "-c", WILDBOOTTEST_SCRIPT, str(data)],
-                                   capture_output=True, text=True, check=True)
+        completed = subprocess.run(
+            [str(WILDBOOTTEST_PYTHON), "-c", WILDBOOTTEST_SCRIPT, str(data)], capture_output=True, text=True, check=True
+        )
     timing = json.loads(completed.stdout.strip().splitlines()[-1])
     later = ", ".join(f"{t * 1e3:.0f}" for t in timing["later_calls_s"])
-    print(f"wildboottest p-value, Webb, B = 9,999: first call {timing['first_call_s'] * 1e3:.0f} ms, "
-          f"later calls {later} ms (p = {timing['pvalue']:.4f}; "
-          f"honestci same seed: {wild_cluster_pvalue(X, y, cluster, B=9999, rng=1):.4f})")
+    print(
+        f"wildboottest p-value, Webb, B = 9,999: first call {timing['first_call_s'] * 1e3:.0f} ms, "
+        f"later calls {later} ms (p = {timing['pvalue']:.4f}; "
+        f"honestci same seed: {wild_cluster_pvalue(X, y, cluster, B=9999, rng=1):.4f})"
+    )
 
 
 if __name__ == "__main__":

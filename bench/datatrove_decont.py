@@ -72,7 +72,8 @@ def main() -> None:
             tokens = decont.tokenizer.word_tokenize(simplify_text(r["text"], config.norm_config))
             hashes = [decont.hash_func(" ".join(g)) for g in ngrams(tokens, config.n_grams)]
             np.array(sorted(set(hashes)), dtype=config.hash_config.np_descr).tofile(
-                Path(index_folder) / f"{r['response_id']}.index.hashes")
+                Path(index_folder) / f"{r['response_id']}.index.hashes"
+            )
         decont.load_index_hashes()
         index_seconds = time.perf_counter() - started
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -93,11 +94,22 @@ def main() -> None:
         seconds = time.perf_counter() - started
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
-    print(json.dumps({"bytes": read, "seconds": seconds, "cpu_seconds": cpu, "docs": n_docs,
-                      "index_seconds": index_seconds, "index_hashes": len(decont._index_hashes),
-                      "contaminated_docs": contaminated_docs, "planted_found": len(found & planted),
-                      "other_answers_found": len(found - planted),
-                      "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+    print(
+        json.dumps(
+            {
+                "bytes": read,
+                "seconds": seconds,
+                "cpu_seconds": cpu,
+                "docs": n_docs,
+                "index_seconds": index_seconds,
+                "index_hashes": len(decont._index_hashes),
+                "contaminated_docs": contaminated_docs,
+                "planted_found": len(found & planted),
+                "other_answers_found": len(found - planted),
+                "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

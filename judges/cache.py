@@ -14,9 +14,9 @@ import hashlib
 import json
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 SCHEMA_VERSION = 1
 
@@ -44,9 +44,18 @@ class CacheKey:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(canonical_json([self.judge, self.template_sha256, self.response_first,
-                                              self.response_second, self.texts_sha256,
-                                              self.sampling_json]).encode("utf-8")).hexdigest()
+        return hashlib.sha256(
+            canonical_json(
+                [
+                    self.judge,
+                    self.template_sha256,
+                    self.response_first,
+                    self.response_second,
+                    self.texts_sha256,
+                    self.sampling_json,
+                ]
+            ).encode("utf-8")
+        ).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -80,7 +89,8 @@ class JudgmentCache:
                 response_first TEXT NOT NULL, response_second TEXT NOT NULL, texts_sha256 TEXT NOT NULL,
                 sampling_json TEXT NOT NULL, vignette_id TEXT NOT NULL, verdict TEXT NOT NULL, raw TEXT,
                 prompt_sha256 TEXT NOT NULL, status TEXT NOT NULL, reason TEXT, attempts INTEGER NOT NULL,
-                finished_at REAL NOT NULL)""")
+                finished_at REAL NOT NULL)"""
+        )
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def put(self, record: CachedJudgment) -> None:
@@ -88,9 +98,24 @@ class JudgmentCache:
         k = record.key
         self._db.execute(
             "INSERT OR REPLACE INTO judgments VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (k.digest, k.judge, k.template_sha256, k.response_first, k.response_second, k.texts_sha256,
-             k.sampling_json, record.vignette_id, record.verdict, record.raw, record.prompt_sha256,
-             record.status, record.reason, record.attempts, time.time()))
+            (
+                k.digest,
+                k.judge,
+                k.template_sha256,
+                k.response_first,
+                k.response_second,
+                k.texts_sha256,
+                k.sampling_json,
+                record.vignette_id,
+                record.verdict,
+                record.raw,
+                record.prompt_sha256,
+                record.status,
+                record.reason,
+                record.attempts,
+                time.time(),
+            ),
+        )
 
     def get_many(self, keys: Iterable[CacheKey]) -> dict[str, CachedJudgment]:
         """The finished judgments among ``keys``, by digest."""
@@ -98,13 +123,16 @@ class JudgmentCache:
         found: dict[str, CachedJudgment] = {}
         digests = list(by_digest)
         for start in range(0, len(digests), 500):
-            chunk = digests[start:start + 500]
+            chunk = digests[start : start + 500]
             rows = self._db.execute(
                 "SELECT digest, vignette_id, verdict, raw, prompt_sha256, status, reason, attempts "
-                f"FROM judgments WHERE digest IN ({','.join('?' * len(chunk))})", chunk)
+                f"FROM judgments WHERE digest IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
             for digest, vignette_id, verdict, raw, prompt_sha, status, reason, attempts in rows:
-                found[digest] = CachedJudgment(by_digest[digest], vignette_id, verdict, raw, prompt_sha, status,
-                                               reason, attempts)
+                found[digest] = CachedJudgment(
+                    by_digest[digest], vignette_id, verdict, raw, prompt_sha, status, reason, attempts
+                )
         return found
 
     def __len__(self) -> int:
@@ -113,7 +141,7 @@ class JudgmentCache:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> "JudgmentCache":
+    def __enter__(self) -> JudgmentCache:
         return self
 
     def __exit__(self, *exc) -> None:

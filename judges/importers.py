@@ -29,16 +29,24 @@ import gzip
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
 from honestci.audit.errors import InputError, Problem
 from honestci.judges.parse import parse_verdict
-from honestci.judges.tables import (HUMAN_PAIR_COLUMNS, JUDGMENT_COLUMNS, RESPONSE_COLUMNS, VERDICTS, VIGNETTE_COLUMNS,
-                           read_rows, sibling_path, write_table)
+from honestci.judges.tables import (
+    HUMAN_PAIR_COLUMNS,
+    JUDGMENT_COLUMNS,
+    RESPONSE_COLUMNS,
+    VERDICTS,
+    VIGNETTE_COLUMNS,
+    read_rows,
+    sibling_path,
+    write_table,
+)
 
 FORMATS = ("alpaca_eval", "pandalm", "mtbench", "generic")
 
@@ -66,9 +74,11 @@ class ImportedTables:
     def write(self, out: str | Path) -> dict[str, Path]:
         """Judgments to ``out``; the other non-empty tables beside it (``judgments.vignettes.jsonl``...)."""
         paths = {"judgments": write_table(self.judgments, out, JUDGMENT_COLUMNS + self.extra_judgment_columns)}
-        for name, rows, columns in (("vignettes", self.vignettes, VIGNETTE_COLUMNS),
-                                    ("responses", self.responses, RESPONSE_COLUMNS),
-                                    ("human_pairs", self.human_pairs, HUMAN_PAIR_COLUMNS)):
+        for name, rows, columns in (
+            ("vignettes", self.vignettes, VIGNETTE_COLUMNS),
+            ("responses", self.responses, RESPONSE_COLUMNS),
+            ("human_pairs", self.human_pairs, HUMAN_PAIR_COLUMNS),
+        ):
             if rows:
                 paths[name] = write_table(rows, sibling_path(out, name), columns)
         return paths
@@ -99,16 +109,25 @@ class _Collector:
     def response(self, response_id: str, vignette_id: str, system: str, text: str, where) -> None:
         known = self.responses.get(response_id)
         if known is not None and known["text"] != text:
-            self.problem(*where, None, f"response {response_id!r} appears with two different texts",
-                         "import each model's annotations once")
-        self.responses.setdefault(response_id, {"response_id": response_id, "vignette_id": vignette_id,
-                                                "system": system, "text": text})
+            self.problem(
+                *where,
+                None,
+                f"response {response_id!r} appears with two different texts",
+                "import each model's annotations once",
+            )
+        self.responses.setdefault(
+            response_id, {"response_id": response_id, "vignette_id": vignette_id, "system": system, "text": text}
+        )
 
     def judgment(self, row: dict, where) -> None:
         key = (row["judge"], row["response_first"], row["response_second"])
         if key in self._ordered:
-            self.problem(*where, None, f"ordered pair {key[1:]} judged twice by {key[0]!r} (first at {self._ordered[key]})",
-                         "import each file once; a duplicate judgment would count twice")
+            self.problem(
+                *where,
+                None,
+                f"ordered pair {key[1:]} judged twice by {key[0]!r} (first at {self._ordered[key]})",
+                "import each file once; a duplicate judgment would count twice",
+            )
             return
         self._ordered[key] = f"{where[0]}:{where[1]}"
         self.judgments.append(row)
@@ -117,10 +136,18 @@ class _Collector:
         if self.problems:
             raise InputError(message, self.problems, fix="fix the listed rows (nothing was written)")
         if not self.judgments:
-            raise InputError(f"No judgments found in {', '.join(map(str, self.inputs))}.",
-                             fix="pass a file that holds judgments (nothing was written)")
-        return ImportedTables(tuple(self.judgments), tuple(self.vignettes.values()), tuple(self.responses.values()),
-                              tuple(self.human_pairs), source, tuple(extra))
+            raise InputError(
+                f"No judgments found in {', '.join(map(str, self.inputs))}.",
+                fix="pass a file that holds judgments (nothing was written)",
+            )
+        return ImportedTables(
+            tuple(self.judgments),
+            tuple(self.vignettes.values()),
+            tuple(self.responses.values()),
+            tuple(self.human_pairs),
+            source,
+            tuple(extra),
+        )
 
 
 def _load_json(path: Path):
@@ -130,8 +157,10 @@ def _load_json(path: Path):
         with opener(path, "rt", encoding="utf-8") as handle:
             return json.load(handle)
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not readable JSON (not UTF-8 text: {exc.reason} at byte {exc.start}).",
-                         fix="re-save the file as UTF-8") from None
+        raise InputError(
+            f"{path}: not readable JSON (not UTF-8 text: {exc.reason} at byte {exc.start}).",
+            fix="re-save the file as UTF-8",
+        ) from None
     except (OSError, EOFError, json.JSONDecodeError) as exc:  # EOFError: a truncated .gz
         raise InputError(f"{path}: not readable JSON ({exc or 'cut off'}).", fix="pass the unchanged file") from None
 
@@ -141,14 +170,17 @@ def _json_records(path: Path, out: _Collector, what: str):
     records = _load_json(path)
     out.inputs.append(path)
     if not isinstance(records, list):
-        raise InputError(f"{path}: expected a JSON list of {what}, got a JSON {type(records).__name__}.",
-                         fix="pass the unchanged file")
+        raise InputError(
+            f"{path}: expected a JSON list of {what}, got a JSON {type(records).__name__}.",
+            fix="pass the unchanged file",
+        )
     for number, record in enumerate(records, start=1):
         if isinstance(record, dict):
             yield number, record
         else:
-            out.problem(path, number, None, f"is a JSON {type(record).__name__}, not an object",
-                        "pass the unchanged file")
+            out.problem(
+                path, number, None, f"is a JSON {type(record).__name__}, not an object", "pass the unchanged file"
+            )
 
 
 def _missing(value) -> bool:
@@ -182,8 +214,11 @@ def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
     for path in _alpaca_files(paths):
         for number, rec in _json_records(path, out, "annotations"):
             where = (path, number)
-            missing = [k for k in ("instruction", "output_1", "output_2", "generator_1", "generator_2", "annotator")
-                       if not isinstance(rec.get(k), str)]
+            missing = [
+                k
+                for k in ("instruction", "output_1", "output_2", "generator_1", "generator_2", "annotator")
+                if not isinstance(rec.get(k), str)
+            ]
             if missing:
                 for key in missing:
                     out.problem(path, number, key, "missing or not text", "pass unchanged AlpacaEval annotations")
@@ -197,9 +232,14 @@ def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
                 except (TypeError, ValueError):
                     verdict = None
                 if verdict is None:
-                    out.problem(path, number, "preference", f"{preference!r} is not 1, 2 or a draw (0, 1.5)",
-                                "continuous (logprob-weighted) preferences are scores, not verdicts: "
-                                "import a discrete annotator's annotations")
+                    out.problem(
+                        path,
+                        number,
+                        "preference",
+                        f"{preference!r} is not 1, 2 or a draw (0, 1.5)",
+                        "continuous (logprob-weighted) preferences are scores, not verdicts: "
+                        "import a discrete annotator's annotations",
+                    )
                     continue
             vid = prompt_id(rec["instruction"])
             out.vignette(vid, rec["instruction"], rec.get("dataset"), where)
@@ -207,10 +247,18 @@ def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
             out.response(first, vid, rec["generator_1"], rec["output_1"], where)
             out.response(second, vid, rec["generator_2"], rec["output_2"], where)
             raw = rec.get("raw_completion")
-            out.judgment({"judge": rec["annotator"], "vignette_id": vid, "response_first": first,
-                          "response_second": second, "verdict": verdict,
-                          "raw": raw if isinstance(raw, str) or raw is None else json.dumps(raw),
-                          "prompt_sha256": None}, where)
+            out.judgment(
+                {
+                    "judge": rec["annotator"],
+                    "vignette_id": vid,
+                    "response_first": first,
+                    "response_second": second,
+                    "verdict": verdict,
+                    "raw": raw if isinstance(raw, str) or raw is None else json.dumps(raw),
+                    "prompt_sha256": None,
+                },
+                where,
+            )
     return out.result("alpaca_eval", "AlpacaEval annotations cannot be imported.")
 
 
@@ -226,7 +274,9 @@ def pandalm_judge_name(path: Path) -> str:
     return name.removesuffix("-testset-v1")
 
 
-def import_pandalm(testset: str | Path, judge_files: dict[str, str | Path] | Sequence[str | Path] = ()) -> ImportedTables:
+def import_pandalm(
+    testset: str | Path, judge_files: dict[str, str | Path] | Sequence[str | Path] = ()
+) -> ImportedTables:
     """The PandaLM test set (``testset-v1.json``) plus judge result files → all four tables.
 
     ``judge_files`` maps judge names to result files, or is a list of files (the judge is then the
@@ -243,7 +293,9 @@ def import_pandalm(testset: str | Path, judge_files: dict[str, str | Path] | Seq
         if missing:
             continue
         if not isinstance(rec["idx"], int) or isinstance(rec["idx"], bool):
-            out.problem(testset, number, "idx", f"{rec['idx']!r} is not an integer", "pass the unchanged PandaLM test set")
+            out.problem(
+                testset, number, "idx", f"{rec['idx']!r} is not an integer", "pass the unchanged PandaLM test set"
+            )
             continue
         context = "" if _missing(rec.get("input")) else str(rec["input"])
         text = str(rec["instruction"]) + ("\n\n" + context if context else "")
@@ -264,8 +316,15 @@ def import_pandalm(testset: str | Path, judge_files: dict[str, str | Path] | Seq
             if not isinstance(label, (int, float)) or label not in _PANDALM_LABEL:
                 out.problem(testset, number, rater, f"label {label!r} is not 0, 1 or 2")
                 continue
-            out.human_pairs.append({"vignette_id": vid, "response_a": first, "response_b": second,
-                                    "label": _PANDALM_LABEL[label], "rater_id": rater})
+            out.human_pairs.append(
+                {
+                    "vignette_id": vid,
+                    "response_a": first,
+                    "response_b": second,
+                    "label": _PANDALM_LABEL[label],
+                    "rater_id": rater,
+                }
+            )
     if not isinstance(judge_files, dict):
         judge_files = {pandalm_judge_name(Path(p)): p for p in judge_files}
     for judge, path in judge_files.items():
@@ -275,18 +334,31 @@ def import_pandalm(testset: str | Path, judge_files: dict[str, str | Path] | Seq
             reason_key = next((k for k in rec if k.endswith("_reason")), None)
             idx = rec.get("idx")
             if result_key is None or not isinstance(idx, int) or idx not in items:
-                out.problem(path, number, "idx" if result_key else "*_result",
-                            "no such test-set item" if result_key else "no result field",
-                            "pass a PandaLM judge result file for this test set")
+                out.problem(
+                    path,
+                    number,
+                    "idx" if result_key else "*_result",
+                    "no such test-set item" if result_key else "no result field",
+                    "pass a PandaLM judge result file for this test set",
+                )
                 continue
             verdict = _PANDALM_RESULT.get(str(rec[result_key]).strip().lower())
             if verdict is None:
                 out.problem(path, number, result_key, f"{rec[result_key]!r} is not 1, 2, 0/Tie or garbage")
                 continue
             vid, first, second = items[idx]
-            out.judgment({"judge": judge, "vignette_id": vid, "response_first": first, "response_second": second,
-                          "verdict": verdict, "raw": rec.get(reason_key) if reason_key else None,
-                          "prompt_sha256": None}, (path, number))
+            out.judgment(
+                {
+                    "judge": judge,
+                    "vignette_id": vid,
+                    "response_first": first,
+                    "response_second": second,
+                    "verdict": verdict,
+                    "raw": rec.get(reason_key) if reason_key else None,
+                    "prompt_sha256": None,
+                },
+                (path, number),
+            )
     return out.result("pandalm", "The PandaLM files cannot be imported.")
 
 
@@ -295,16 +367,18 @@ _G1 = {"model_1": "first", "model_2": "second", "tie": "tie", "error": "invalid"
 _G2 = {"model_2": "first", "model_1": "second", "tie": "tie", "error": "invalid"}
 
 
-def import_mtbench(path: str | Path, questions: str | Path | None = None,
-                   answers_dir: str | Path | None = None) -> ImportedTables:
+def import_mtbench(
+    path: str | Path, questions: str | Path | None = None, answers_dir: str | Path | None = None
+) -> ImportedTables:
     """FastChat pairwise judgments → judgments (both games), plus vignettes and responses when the
     question file (``question.jsonl``) and answer folder (``model_answer/``) are given."""
     path = Path(path)
     out = _Collector()
     for number, rec in _jsonl_records(path, out):
         where = (path, number)
-        missing = [k for k in ("question_id", "model_1", "model_2", "g1_winner", "g2_winner", "judge")
-                   if _missing(rec.get(k))]
+        missing = [
+            k for k in ("question_id", "model_1", "model_2", "g1_winner", "g2_winner", "judge") if _missing(rec.get(k))
+        ]
         for key in missing:
             out.problem(path, number, key, "missing", "pass an unchanged FastChat *_pair.jsonl file")
         if missing:
@@ -323,12 +397,24 @@ def import_mtbench(path: str | Path, questions: str | Path | None = None,
         for game, mapping, first, second in (("g1", _G1, "model_1", "model_2"), ("g2", _G2, "model_2", "model_1")):
             verdict = mapping.get(rec[f"{game}_winner"])
             if verdict is None:
-                out.problem(path, number, f"{game}_winner", f"{rec[f'{game}_winner']!r} is not model_1, model_2, "
-                                                           "tie or error")
+                out.problem(
+                    path, number, f"{game}_winner", f"{rec[f'{game}_winner']!r} is not model_1, model_2, tie or error"
+                )
                 continue
-            out.judgment({"judge": judge, "vignette_id": vid, "response_first": ids[first],
-                          "response_second": ids[second], "verdict": verdict, "raw": rec.get(f"{game}_judgment"),
-                          "prompt_sha256": None, "judge_template": template, "turn": turn}, where)
+            out.judgment(
+                {
+                    "judge": judge,
+                    "vignette_id": vid,
+                    "response_first": ids[first],
+                    "response_second": ids[second],
+                    "verdict": verdict,
+                    "raw": rec.get(f"{game}_judgment"),
+                    "prompt_sha256": None,
+                    "judge_template": template,
+                    "turn": turn,
+                },
+                where,
+            )
     if questions is not None:
         for number, rec in _jsonl_records(Path(questions), out):
             if _missing(rec.get("question_id")):
@@ -352,8 +438,13 @@ def _jsonl_records(path: Path, out: _Collector):
             try:
                 line = chunk.decode("utf-8")
             except UnicodeDecodeError as exc:
-                out.problem(path, number, None, f"is not valid UTF-8: byte 0x{chunk[exc.start]:02x} at byte "
-                                                f"{exc.start + 1} of the line", "re-save the file as UTF-8")
+                out.problem(
+                    path,
+                    number,
+                    None,
+                    f"is not valid UTF-8: byte 0x{chunk[exc.start]:02x} at byte {exc.start + 1} of the line",
+                    "re-save the file as UTF-8",
+                )
                 continue
             if not line.strip():
                 continue
@@ -363,8 +454,13 @@ def _jsonl_records(path: Path, out: _Collector):
                 out.problem(path, number, None, f"not valid JSON ({exc.msg})")
                 continue
             if not isinstance(record, dict):
-                out.problem(path, number, None, f"is a JSON {type(record).__name__}, not an object",
-                            "write one JSON object per line")
+                out.problem(
+                    path,
+                    number,
+                    None,
+                    f"is a JSON {type(record).__name__}, not an object",
+                    "write one JSON object per line",
+                )
                 continue
             yield number, record
 
@@ -389,8 +485,9 @@ def _mtbench_answers(folder: Path, out: _Collector) -> None:
 GENERIC_TARGETS = ("judge", "vignette_id", "response_first", "response_second", "verdict", "raw", "prompt_sha256")
 
 
-def import_generic(path: str | Path, mapping: dict[str, str], verdict_values: dict[str, str] | None = None,
-                   judge: str | None = None) -> ImportedTables:
+def import_generic(
+    path: str | Path, mapping: dict[str, str], verdict_values: dict[str, str] | None = None, judge: str | None = None
+) -> ImportedTables:
     """Any table of judgments, with ``mapping`` target column → source column.
 
     ``verdict_values`` maps source verdict values to ``first``/``second``/``tie``/``invalid``
@@ -410,8 +507,9 @@ def import_generic(path: str | Path, mapping: dict[str, str], verdict_values: di
         needed.append("verdict")
     missing = [t for t in needed if t not in mapping]
     if missing:
-        raise InputError(f"The mapping lacks required column(s) {missing}.",
-                         fix="add --map TARGET=SOURCE for each (or --judge NAME)")
+        raise InputError(
+            f"The mapping lacks required column(s) {missing}.", fix="add --map TARGET=SOURCE for each (or --judge NAME)"
+        )
     rows = read_rows(path)
     out = _Collector()
     out.inputs.append(path)
@@ -435,8 +533,13 @@ def import_generic(path: str | Path, mapping: dict[str, str], verdict_values: di
         if "verdict" in mapping:
             verdict = values.get(record["verdict"])
             if verdict is None:
-                out.problem(path, row.line, mapping["verdict"], f"value {record['verdict']!r} has no verdict mapping",
-                            "add --verdict-map VALUE=first|second|tie|invalid")
+                out.problem(
+                    path,
+                    row.line,
+                    mapping["verdict"],
+                    f"value {record['verdict']!r} has no verdict mapping",
+                    "add --verdict-map VALUE=first|second|tie|invalid",
+                )
                 ok = False
             record["verdict"] = verdict
         else:

@@ -42,7 +42,8 @@ _TOKEN_TO_POSITION = {"a": A, "1": A, "first": A, "b": B, "2": B, "second": B, "
 _MARKUP = re.compile(r"[*_`\"'“”‘’]+")
 _TRAILING = re.compile(
     r"\s*(?:[.!:;,]\s*.*|\s+(?:because|since|as|due|for|which|with|—|-)\b.*|\s+(?:is|was|would be|wins|seems)\b.*)$",
-    _FLAGS | re.DOTALL)
+    _FLAGS | re.DOTALL,
+)
 
 
 def _label(clause: str) -> str | None:
@@ -64,31 +65,64 @@ _THINK_OPEN = re.compile(r"<think>.*", _FLAGS | re.DOTALL)
 _BRACKETS = re.compile(r"\[\[\s*(a|b|c|tie)\s*\]\](?![\"']?\s*(?:if|for)\b)", _FLAGS)
 _FIRST_LINE_TOKEN = re.compile(r"\(?[abc12]\)?|tie|\[\[[abc]\]\]", _FLAGS)
 _JSON_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
-_JSON_KEYS = {"winner", "verdict", "preference", "preferred", "better", "better_response", "choice", "answer",
-              "final_answer", "final_verdict", "result", "decision", "best", "selected", "more_effective"}
+_JSON_KEYS = {
+    "winner",
+    "verdict",
+    "preference",
+    "preferred",
+    "better",
+    "better_response",
+    "choice",
+    "answer",
+    "final_answer",
+    "final_verdict",
+    "result",
+    "decision",
+    "best",
+    "selected",
+    "more_effective",
+}
 _LABELLED = re.compile(
     r"(?:final\s+|my\s+|overall\s+)?(?:verdict|answer|choice|decision|winner|judg(?:e)?ment|preference)"
-    r"\s*(?:is\s*:?|:|=|-|–)\s*(?P<clause>[^\n.;,]{1,60})", _FLAGS)
+    r"\s*(?:is\s*:?|:|=|-|–)\s*(?P<clause>[^\n.;,]{1,60})",
+    _FLAGS,
+)
 
-_SUBJECT = (rf"(?:the\s+)?(?:{_LABEL_WORDS}\s*\(?[ab12]\)?|(?:first|second)\s+(?:one|{_LABEL_WORDS})"
-            r"|(?-i:\(?[AB]\)?))")
-_COMPARATIVE = (r"(?:better|more\s+effective|superior|preferable|preferred|stronger|the\s+winner|more\s+helpful"
-                r"|more\s+likely\s+to\s+(?:reduce|help|work)|the\s+(?:better|stronger|more\s+effective)\s+(?:one|choice|option))")
+_SUBJECT = (
+    rf"(?:the\s+)?(?:{_LABEL_WORDS}\s*\(?[ab12]\)?|(?:first|second)\s+(?:one|{_LABEL_WORDS})"
+    r"|(?-i:\(?[AB]\)?))"
+)
+_COMPARATIVE = (
+    r"(?:better|more\s+effective|superior|preferable|preferred|stronger|the\s+winner|more\s+helpful"
+    r"|more\s+likely\s+to\s+(?:reduce|help|work)|the\s+(?:better|stronger|more\s+effective)\s+(?:one|choice|option))"
+)
 _WEAK = [
-    re.compile(rf"(?P<subj>{_SUBJECT})\s+(?:is|was|would\s+be|seems|appears|remains)\s+(?:\w+\s+){{0,2}}?{_COMPARATIVE}",
-               _FLAGS),
+    re.compile(
+        rf"(?P<subj>{_SUBJECT})\s+(?:is|was|would\s+be|seems|appears|remains)\s+(?:\w+\s+){{0,2}}?{_COMPARATIVE}",
+        _FLAGS,
+    ),
     re.compile(rf"(?P<subj>{_SUBJECT})\s+wins\b", _FLAGS),
-    re.compile(r"(?:better|more\s+effective|preferred|preferable|superior|stronger|winning|best)\s+"
-               r"(?:response|output|reappraisal|option|one|choice|answer)?\s*(?:here\s+)?(?:is|would\s+be|:)\s*"
-               r"(?P<clause>[^\n.;,]{1,40})", _FLAGS),
-    re.compile(r"\b(?:i\s+(?:would\s+)?)?(?:choose|pick|prefer|select|go\s+with|recommend)\s+(?P<clause>[^\n.;,]{1,40})",
-               _FLAGS),
+    re.compile(
+        r"(?:better|more\s+effective|preferred|preferable|superior|stronger|winning|best)\s+"
+        r"(?:response|output|reappraisal|option|one|choice|answer)?\s*(?:here\s+)?(?:is|would\s+be|:)\s*"
+        r"(?P<clause>[^\n.;,]{1,40})",
+        _FLAGS,
+    ),
+    re.compile(
+        r"\b(?:i\s+(?:would\s+)?)?(?:choose|pick|prefer|select|go\s+with|recommend)\s+(?P<clause>[^\n.;,]{1,40})",
+        _FLAGS,
+    ),
 ]
 _WEAK_TIE = re.compile(
     r"(?:it\s*(?:'s|is)|this\s+is|that\s+is|result\s+is)\s+a\s+(?:tie|draw)\b"
-    r"|\b(?:both|the\s+two)\s+(?:\w+\s+){0,2}?(?:are|were)\s+equally\s+(?:good|effective|helpful|strong)", _FLAGS)
-_CONCLUSION = re.compile(r"\b(?:overall|therefore|thus|in\s+conclusion|hence|so|ultimately|in\s+summary|finally"
-                         r"|all\s+things\s+considered|in\s+the\s+end|on\s+balance)\b", _FLAGS)
+    r"|\b(?:both|the\s+two)\s+(?:\w+\s+){0,2}?(?:are|were)\s+equally\s+(?:good|effective|helpful|strong)",
+    _FLAGS,
+)
+_CONCLUSION = re.compile(
+    r"\b(?:overall|therefore|thus|in\s+conclusion|hence|so|ultimately|in\s+summary|finally"
+    r"|all\s+things\s+considered|in\s+the\s+end|on\s+balance)\b",
+    _FLAGS,
+)
 
 
 @dataclass(frozen=True)
@@ -121,8 +155,11 @@ def _strong_evidence(text: str) -> dict[str, set[str]]:
             continue
         if isinstance(obj, dict):
             for key, value in obj.items():
-                if str(key).lower().replace(" ", "_") in _JSON_KEYS and isinstance(value, (str, int)) \
-                        and not isinstance(value, bool):
+                if (
+                    str(key).lower().replace(" ", "_") in _JSON_KEYS
+                    and isinstance(value, (str, int))
+                    and not isinstance(value, bool)
+                ):
                     add("json", _label(str(value)))
     for match in _LABELLED.finditer(text):
         add("labelled", _label(match.group("clause")))
@@ -162,7 +199,7 @@ def _weak_evidence(text: str) -> list[tuple[str, bool]]:
     out = []
     for start, position in sorted(statements):
         sentence_start = max(text.rfind(sep, 0, start) for sep in (".", "!", "?", "\n")) + 1
-        out.append((position, bool(_CONCLUSION.search(text[sentence_start:start + 1]))))
+        out.append((position, bool(_CONCLUSION.search(text[sentence_start : start + 1]))))
     return out
 
 

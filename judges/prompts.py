@@ -41,9 +41,11 @@ class PairwiseTemplate:
     def __post_init__(self) -> None:
         missing = [slot for slot in SLOTS if self.user.count(slot) != 1]
         if missing:
-            raise InputError(f"Template {self.name!r}: each slot must appear exactly once in the user message.",
-                             [Problem(self.name, None, "user", f"slot {slot} missing or repeated") for slot in missing],
-                             fix="write {scenario}, {response_a} and {response_b} once each")
+            raise InputError(
+                f"Template {self.name!r}: each slot must appear exactly once in the user message.",
+                [Problem(self.name, None, "user", f"slot {slot} missing or repeated") for slot in missing],
+                fix="write {scenario}, {response_a} and {response_b} once each",
+            )
 
     @property
     def sha256(self) -> str:
@@ -122,8 +124,10 @@ def get_template(name_or_path: str | Path = DEFAULT_TEMPLATE) -> PairwiseTemplat
         return TEMPLATES[key]
     path = Path(key)
     if not path.is_file():
-        raise InputError(f"Unknown judging template {key!r}.",
-                         fix=f"use one of {sorted(TEMPLATES)} or a YAML file with name, version, system, user")
+        raise InputError(
+            f"Unknown judging template {key!r}.",
+            fix=f"use one of {sorted(TEMPLATES)} or a YAML file with name, version, system, user",
+        )
     import yaml
 
     spec = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -136,5 +140,9 @@ def get_template(name_or_path: str | Path = DEFAULT_TEMPLATE) -> PairwiseTemplat
             problems.append(Problem(str(path), None, field, "missing", f"give the template a {field}"))
     if problems:
         raise InputError(f"{path}: not a judging template.", problems)
-    return PairwiseTemplate(name=str(spec["name"]), version=str(spec["version"]),
-                            system=str(spec.get("system") or ""), user=str(spec["user"]))
+    return PairwiseTemplate(
+        name=str(spec["name"]),
+        version=str(spec["version"]),
+        system=str(spec.get("system") or ""),
+        user=str(spec["user"]),
+    )

@@ -13,9 +13,9 @@ import asyncio
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -52,21 +52,41 @@ def load_texts(vignettes_path: str | Path, responses_path: str | Path) -> Texts:
     for row in vignette_rows:
         vid = row.values["vignette_id"]
         if vid in vignettes:
-            problems.append(Problem(str(vignettes_path), row.line, "vignette_id", f"duplicate id {vid!r}",
-                                    "make vignette ids unique"))
+            problems.append(
+                Problem(
+                    str(vignettes_path), row.line, "vignette_id", f"duplicate id {vid!r}", "make vignette ids unique"
+                )
+            )
         vignettes[vid] = row.values["text"]
     for row in response_rows:
         rid, vid = row.values["response_id"], row.values["vignette_id"]
         if rid in responses:
-            problems.append(Problem(str(responses_path), row.line, "response_id", f"duplicate id {rid!r}",
-                                    "make response ids unique"))
+            problems.append(
+                Problem(
+                    str(responses_path), row.line, "response_id", f"duplicate id {rid!r}", "make response ids unique"
+                )
+            )
         if vid not in vignettes:
-            problems.append(Problem(str(responses_path), row.line, "vignette_id", f"unknown vignette {vid!r}",
-                                    f"add it to {vignettes_path}"))
+            problems.append(
+                Problem(
+                    str(responses_path),
+                    row.line,
+                    "vignette_id",
+                    f"unknown vignette {vid!r}",
+                    f"add it to {vignettes_path}",
+                )
+            )
         text = row.values.get("text")
         if text is None:
-            problems.append(Problem(str(responses_path), row.line, "text", "missing",
-                                    "give every response a text (an empty string is allowed)"))
+            problems.append(
+                Problem(
+                    str(responses_path),
+                    row.line,
+                    "text",
+                    "missing",
+                    "give every response a text (an empty string is allowed)",
+                )
+            )
         responses[rid] = text or ""
         owner[rid] = vid
     if problems:
@@ -82,17 +102,27 @@ def load_contests(path: str | Path, texts: Texts) -> list[Contest]:
     for row in rows:
         vid = row.values["vignette_id"]
         if vid not in texts.vignettes:
-            problems.append(Problem(str(path), row.line, "vignette_id", f"unknown vignette {vid!r}",
-                                    "add it to the vignettes table"))
+            problems.append(
+                Problem(
+                    str(path), row.line, "vignette_id", f"unknown vignette {vid!r}", "add it to the vignettes table"
+                )
+            )
         for column in ("response_a", "response_b"):
             rid = row.values[column]
             if rid not in texts.responses:
-                problems.append(Problem(str(path), row.line, column, f"unknown response {rid!r}",
-                                        "add it to the responses table"))
+                problems.append(
+                    Problem(str(path), row.line, column, f"unknown response {rid!r}", "add it to the responses table")
+                )
             elif texts.response_vignette[rid] != vid:
-                problems.append(Problem(str(path), row.line, column,
-                                        f"response {rid!r} answers vignette {texts.response_vignette[rid]!r}, not {vid!r}",
-                                        "compare responses to the same vignette"))
+                problems.append(
+                    Problem(
+                        str(path),
+                        row.line,
+                        column,
+                        f"response {rid!r} answers vignette {texts.response_vignette[rid]!r}, not {vid!r}",
+                        "compare responses to the same vignette",
+                    )
+                )
         contests.append(Contest(vid, row.values["response_a"], row.values["response_b"]))
     if not rows:
         problems.append(Problem(str(path), None, None, "no contests", "list at least one contest"))
@@ -129,12 +159,21 @@ class RunSummary:
     invalid_reasons: tuple[tuple[str, int], ...] = field(default=())
 
     def to_frame(self) -> pd.DataFrame:
-        rows = [("judge", self.judge), ("template", f"{self.template} ({self.template_sha256[:12]})"),
-                ("seed", self.seed), ("contests", self.n_contests), ("judgments (both orders)", self.n_jobs),
-                ("from cache", self.n_from_cache), ("asked now", self.n_asked), ("invalid", self.n_invalid),
-                ("  of which failed calls", self.n_failed), ("retried calls", self.n_retried_calls),
-                ("  retries in all", self.n_retries),
-                ("elapsed s", round(self.elapsed_s, 2)), ("output", self.out_path)]
+        rows = [
+            ("judge", self.judge),
+            ("template", f"{self.template} ({self.template_sha256[:12]})"),
+            ("seed", self.seed),
+            ("contests", self.n_contests),
+            ("judgments (both orders)", self.n_jobs),
+            ("from cache", self.n_from_cache),
+            ("asked now", self.n_asked),
+            ("invalid", self.n_invalid),
+            ("  of which failed calls", self.n_failed),
+            ("retried calls", self.n_retried_calls),
+            ("  retries in all", self.n_retries),
+            ("elapsed s", round(self.elapsed_s, 2)),
+            ("output", self.out_path),
+        ]
         rows += [(f"  invalid: {reason}", count) for reason, count in self.invalid_reasons]
         return pd.DataFrame(rows, columns=["item", "value"])
 
@@ -142,17 +181,29 @@ class RunSummary:
         return self.to_frame().to_string(index=False, header=False)
 
 
-def _requests(schedule: Schedule, texts: Texts, template: PairwiseTemplate, judge: str,
-              sampling: dict) -> list[tuple[Job, CacheKey, JudgeRequest]]:
+def _requests(
+    schedule: Schedule, texts: Texts, template: PairwiseTemplate, judge: str, sampling: dict
+) -> list[tuple[Job, CacheKey, JudgeRequest]]:
     sampling_json = canonical_json(sampling)
     out = []
     for job in schedule.jobs:
         scenario = texts.vignettes[job.vignette_id]
         first, second = texts.responses[job.response_first], texts.responses[job.response_second]
-        key = CacheKey(judge, template.sha256, job.response_first, job.response_second,
-                       texts_sha256(scenario, first, second), sampling_json)
-        request = JudgeRequest(job.vignette_id, job.response_first, job.response_second,
-                               tuple(template.render(scenario, first, second)), dict(sampling))
+        key = CacheKey(
+            judge,
+            template.sha256,
+            job.response_first,
+            job.response_second,
+            texts_sha256(scenario, first, second),
+            sampling_json,
+        )
+        request = JudgeRequest(
+            job.vignette_id,
+            job.response_first,
+            job.response_second,
+            tuple(template.render(scenario, first, second)),
+            dict(sampling),
+        )
         out.append((job, key, request))
     return out
 
@@ -161,14 +212,38 @@ def _record(key: CacheKey, request: JudgeRequest, completion: Completion, templa
     prompt_sha = completion.recorded_prompt_sha256 or template.sha256
     if completion.recorded_verdict is not None:
         reason = None if completion.recorded_verdict != "invalid" else "recorded as invalid"
-        return CachedJudgment(key, request.vignette_id, completion.recorded_verdict, completion.text, prompt_sha,
-                              "ok", reason, completion.attempts)
+        return CachedJudgment(
+            key,
+            request.vignette_id,
+            completion.recorded_verdict,
+            completion.text,
+            prompt_sha,
+            "ok",
+            reason,
+            completion.attempts,
+        )
     if completion.text is None:
-        return CachedJudgment(key, request.vignette_id, "invalid", None, prompt_sha, "failed",
-                              completion.error or "no reply", completion.attempts)
+        return CachedJudgment(
+            key,
+            request.vignette_id,
+            "invalid",
+            None,
+            prompt_sha,
+            "failed",
+            completion.error or "no reply",
+            completion.attempts,
+        )
     parsed = parse_verdict(completion.text)
-    return CachedJudgment(key, request.vignette_id, parsed.verdict, completion.text, prompt_sha, "ok",
-                          None if parsed.position is not None else f"unparseable: {parsed.rule}", completion.attempts)
+    return CachedJudgment(
+        key,
+        request.vignette_id,
+        parsed.verdict,
+        completion.text,
+        prompt_sha,
+        "ok",
+        None if parsed.position is not None else f"unparseable: {parsed.rule}",
+        completion.attempts,
+    )
 
 
 class _Progress:
@@ -178,13 +253,26 @@ class _Progress:
         self._bar = None
         if enabled:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
-            self._bar = Progress(TextColumn("judging"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[rate]} judgments/s"), TextColumn("ETA"),
-                                 TimeRemainingColumn(), TimeElapsedColumn(), TextColumn("{task.fields[invalid]}"),
-                                 console=Console(stderr=True))
+            self._bar = Progress(
+                TextColumn("judging"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]} judgments/s"),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[invalid]}"),
+                console=Console(stderr=True),
+            )
             self._task = self._bar.add_task("judging", total=total, completed=done, rate="-", invalid="")
             self._bar.start()
         self._start, self._asked, self._invalid = time.monotonic(), 0, 0
@@ -194,16 +282,18 @@ class _Progress:
         self._invalid += invalid
         if self._bar is not None:
             rate = self._asked / max(time.monotonic() - self._start, 1e-9)
-            self._bar.update(self._task, advance=1, rate=f"{rate:.1f}",
-                             invalid=f"{self._invalid} invalid" if self._invalid else "")
+            self._bar.update(
+                self._task, advance=1, rate=f"{rate:.1f}", invalid=f"{self._invalid} invalid" if self._invalid else ""
+            )
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
 
 
-async def _judge_pending(pending, backend: Backend, cache: JudgmentCache, template: PairwiseTemplate,
-                         progress: _Progress) -> None:
+async def _judge_pending(
+    pending, backend: Backend, cache: JudgmentCache, template: PairwiseTemplate, progress: _Progress
+) -> None:
     """Ask for every pending judgment with ``backend.concurrency`` workers, caching each at once."""
     queue: asyncio.Queue = asyncio.Queue()
     for item in pending:
@@ -230,10 +320,19 @@ async def _judge_pending(pending, backend: Backend, cache: JudgmentCache, templa
         await backend.aclose()
 
 
-def run_judging(contests: Sequence[Contest] | str | Path, texts: Texts, backend: Backend, template: PairwiseTemplate,
-                out_path: str | Path, *, cache_path: str | Path | None = None,
-                seed: int | np.random.Generator = 0, sampling: dict | None = None, retry_failed: bool = False,
-                progress: bool | None = None) -> RunSummary:
+def run_judging(
+    contests: Sequence[Contest] | str | Path,
+    texts: Texts,
+    backend: Backend,
+    template: PairwiseTemplate,
+    out_path: str | Path,
+    *,
+    cache_path: str | Path | None = None,
+    seed: int | np.random.Generator = 0,
+    sampling: dict | None = None,
+    retry_failed: bool = False,
+    progress: bool | None = None,
+) -> RunSummary:
     """Judge every contest in both orders and write the judgments table to ``out_path``.
 
     Parameters
@@ -271,8 +370,9 @@ def run_judging(contests: Sequence[Contest] | str | Path, texts: Texts, backend:
         cached = cache.get_many(key for _, key, _ in requests)
         done = {d for d, r in cached.items() if r.status == "ok" or not retry_failed}
         pending = [item for item in requests if item[1].digest not in done]
-        bar = _Progress(len(requests), len(requests) - len(pending),
-                        sys.stderr.isatty() if progress is None else progress)
+        bar = _Progress(
+            len(requests), len(requests) - len(pending), sys.stderr.isatty() if progress is None else progress
+        )
         try:
             if pending:
                 asyncio.run(_judge_pending(pending, backend, cache, template, bar))
@@ -281,25 +381,47 @@ def run_judging(contests: Sequence[Contest] | str | Path, texts: Texts, backend:
         finished = cache.get_many(key for _, key, _ in requests)
     missing = [job for job, key, _ in requests if key.digest not in finished]
     if missing:  # cannot happen unless the cache file was changed behind our back
-        raise InputError(f"{len(missing)} judgment(s) missing from {cache_path} after the run.",
-                         fix="run the same command again to resume")
+        raise InputError(
+            f"{len(missing)} judgment(s) missing from {cache_path} after the run.",
+            fix="run the same command again to resume",
+        )
     rows = []
     for job, key, _ in requests:
         record = finished[key.digest]
-        rows.append({"judge": judge, "vignette_id": job.vignette_id, "response_first": job.response_first,
-                     "response_second": job.response_second, "verdict": record.verdict, "raw": record.raw,
-                     "prompt_sha256": record.prompt_sha256, "invalid_reason": record.reason,
-                     "attempts": record.attempts, "status": record.status})
+        rows.append(
+            {
+                "judge": judge,
+                "vignette_id": job.vignette_id,
+                "response_first": job.response_first,
+                "response_second": job.response_second,
+                "verdict": record.verdict,
+                "raw": record.raw,
+                "prompt_sha256": record.prompt_sha256,
+                "invalid_reason": record.reason,
+                "attempts": record.attempts,
+                "status": record.status,
+            }
+        )
     write_table(rows, out_path, JUDGMENT_COLUMNS + RUN_EXTRA_COLUMNS)
     reasons = Counter(_reason_kind(row["invalid_reason"]) for row in rows if row["verdict"] == "invalid")
-    return RunSummary(judge=judge, template=template.label, template_sha256=template.sha256, seed=schedule.seed,
-                      sampling=sampling, n_contests=len(contests), n_jobs=len(requests),
-                      n_from_cache=len(requests) - len(pending), n_asked=len(pending),
-                      n_invalid=sum(row["verdict"] == "invalid" for row in rows),
-                      n_failed=sum(row["status"] == "failed" for row in rows),
-                      n_retried_calls=sum(row["attempts"] > 1 for row in rows),
-                      n_retries=sum(max(row["attempts"] - 1, 0) for row in rows), elapsed_s=time.monotonic() - started, out_path=str(out_path),
-                      invalid_reasons=tuple(sorted(reasons.items(), key=lambda kv: -kv[1])))
+    return RunSummary(
+        judge=judge,
+        template=template.label,
+        template_sha256=template.sha256,
+        seed=schedule.seed,
+        sampling=sampling,
+        n_contests=len(contests),
+        n_jobs=len(requests),
+        n_from_cache=len(requests) - len(pending),
+        n_asked=len(pending),
+        n_invalid=sum(row["verdict"] == "invalid" for row in rows),
+        n_failed=sum(row["status"] == "failed" for row in rows),
+        n_retried_calls=sum(row["attempts"] > 1 for row in rows),
+        n_retries=sum(max(row["attempts"] - 1, 0) for row in rows),
+        elapsed_s=time.monotonic() - started,
+        out_path=str(out_path),
+        invalid_reasons=tuple(sorted(reasons.items(), key=lambda kv: -kv[1])),
+    )
 
 
 def _reason_kind(reason: str | None) -> str:

@@ -7,8 +7,8 @@ server over a long run (load, cache, a silent model swap) from lining up with pr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -54,12 +54,15 @@ class Schedule:
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame(
-            {"position": np.arange(len(self.jobs)),
-             "contest_index": [j.contest_index for j in self.jobs],
-             "vignette_id": [j.vignette_id for j in self.jobs],
-             "response_first": [j.response_first for j in self.jobs],
-             "response_second": [j.response_second for j in self.jobs],
-             "swapped": [j.swapped for j in self.jobs]})
+            {
+                "position": np.arange(len(self.jobs)),
+                "contest_index": [j.contest_index for j in self.jobs],
+                "vignette_id": [j.vignette_id for j in self.jobs],
+                "response_first": [j.response_first for j in self.jobs],
+                "response_second": [j.response_second for j in self.jobs],
+                "swapped": [j.swapped for j in self.jobs],
+            }
+        )
 
 
 def _seed_of(rng: np.random.Generator | int) -> tuple[np.random.Generator, int | None]:
@@ -69,8 +72,9 @@ def _seed_of(rng: np.random.Generator | int) -> tuple[np.random.Generator, int |
         return rng, int(entropy) if isinstance(entropy, (int, np.integer)) else None
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         return np.random.default_rng(int(rng)), int(rng)
-    raise InputError(f"Schedule seed must be an int or numpy Generator, not {type(rng).__name__}.",
-                     fix="pass --seed INTEGER")
+    raise InputError(
+        f"Schedule seed must be an int or numpy Generator, not {type(rng).__name__}.", fix="pass --seed INTEGER"
+    )
 
 
 def schedule_both_orders(contests: Sequence[Contest], rng: np.random.Generator | int) -> Schedule:
@@ -84,12 +88,25 @@ def schedule_both_orders(contests: Sequence[Contest], rng: np.random.Generator |
     for index, contest in enumerate(contests):
         key = (contest.vignette_id, frozenset((contest.response_a, contest.response_b)))
         if contest.response_a == contest.response_b:
-            problems.append(Problem("contests", index + 1, "response_b", "a response cannot be compared with itself",
-                                    "list two different responses"))
+            problems.append(
+                Problem(
+                    "contests",
+                    index + 1,
+                    "response_b",
+                    "a response cannot be compared with itself",
+                    "list two different responses",
+                )
+            )
         elif key in seen:
-            problems.append(Problem("contests", index + 1, None,
-                                    f"same pair as contest {seen[key] + 1} (both orders are scheduled automatically)",
-                                    "list each unordered pair once"))
+            problems.append(
+                Problem(
+                    "contests",
+                    index + 1,
+                    None,
+                    f"same pair as contest {seen[key] + 1} (both orders are scheduled automatically)",
+                    "list each unordered pair once",
+                )
+            )
         else:
             seen[key] = index
     if problems:

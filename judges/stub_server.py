@@ -82,7 +82,7 @@ class StubJudgeServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def __enter__(self) -> "StubJudgeServer":
+    def __enter__(self) -> StubJudgeServer:
         self._thread.start()
         return self
 
@@ -159,11 +159,16 @@ class StubJudgeServer:
                         verdict = preferred_position(*pair)
                         token = {"first": "[[A]]", "second": "[[B]]", "tie": "[[C]]"}[verdict]
                         content = f"Both are reasonable; weighing empathy and realism.\n\nFinal verdict: {token}"
-                    body = {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()),
-                            "model": payload.get("model"),
-                            "choices": [{"index": 0, "finish_reason": "stop",
-                                         "message": {"role": "assistant", "content": content}}],
-                            "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": 12}}
+                    body = {
+                        "id": "chatcmpl-stub",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": payload.get("model"),
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                        ],
+                        "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": 12},
+                    }
                     self._send(200, json.dumps(body).encode())
 
         return Handler
@@ -177,14 +182,22 @@ def write_stub_study(folder: str | Path, n_contests: int, n_vignettes: int = 5) 
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    vignettes = [{"vignette_id": f"v{g}", "text": f"Scenario {g}: my friend cancelled on me again {{sigh}}."}
-                 for g in range(n_vignettes)]
+    vignettes = [
+        {"vignette_id": f"v{g}", "text": f"Scenario {g}: my friend cancelled on me again {{sigh}}."}
+        for g in range(n_vignettes)
+    ]
     responses, contests = [], []
     for i in range(n_contests):
         vid = f"v{i % n_vignettes}"
         for rid in (2 * i, 2 * i + 1):
-            responses.append({"response_id": str(rid), "vignette_id": vid, "system": f"sys{rid % 2}",
-                              "text": f"RID-{rid}: maybe they are overwhelmed; it says little about me."})
+            responses.append(
+                {
+                    "response_id": str(rid),
+                    "vignette_id": vid,
+                    "system": f"sys{rid % 2}",
+                    "text": f"RID-{rid}: maybe they are overwhelmed; it says little about me.",
+                }
+            )
         contests.append({"vignette_id": vid, "response_a": str(2 * i), "response_b": str(2 * i + 1)})
     paths = {}
     for name, rows in (("vignettes", vignettes), ("responses", responses), ("contests", contests)):

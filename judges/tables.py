@@ -14,14 +14,13 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from honestci.audit.errors import InputError, Problem
 
-JUDGMENT_COLUMNS = ("judge", "vignette_id", "response_first", "response_second", "verdict", "raw",
-                    "prompt_sha256")
+JUDGMENT_COLUMNS = ("judge", "vignette_id", "response_first", "response_second", "verdict", "raw", "prompt_sha256")
 VIGNETTE_COLUMNS = ("vignette_id", "text", "family")
 RESPONSE_COLUMNS = ("response_id", "vignette_id", "system", "text")
 HUMAN_PAIR_COLUMNS = ("vignette_id", "response_a", "response_b", "label", "rater_id")
@@ -45,8 +44,7 @@ def table_format(path: str | Path) -> str:
         return "csv"
     if name.endswith(".parquet"):
         return "parquet"
-    raise InputError(f"{path}: unknown table format.",
-                     fix="name the file .jsonl, .jsonl.gz, .csv or .parquet")
+    raise InputError(f"{path}: unknown table format.", fix="name the file .jsonl, .jsonl.gz, .csv or .parquet")
 
 
 def read_rows(path: str | Path) -> list[Row]:
@@ -61,8 +59,10 @@ def read_rows(path: str | Path) -> list[Row]:
         try:
             records = pq.read_table(path).to_pylist()
         except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise InputError(f"{path}: not a readable Parquet file ({exc}).",
-                             fix="write the file again with pandas.DataFrame.to_parquet or pyarrow") from None
+            raise InputError(
+                f"{path}: not a readable Parquet file ({exc}).",
+                fix="write the file again with pandas.DataFrame.to_parquet or pyarrow",
+            ) from None
         return [Row(i + 1, {k: _as_text(v) for k, v in rec.items()}) for i, rec in enumerate(records)]
     rows: list[Row] = []
     problems: list[Problem] = []
@@ -74,8 +74,9 @@ def read_rows(path: str | Path) -> list[Row]:
                 for record in reader:
                     rows.append(Row(reader.line_num, {k: _as_text(v) for k, v in record.items()}))
             except csv.Error as exc:
-                problems.append(Problem(str(path), reader.line_num, None, f"is not valid CSV ({exc})",
-                                        "check the quoting"))
+                problems.append(
+                    Problem(str(path), reader.line_num, None, f"is not valid CSV ({exc})", "check the quoting")
+                )
         else:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
@@ -83,12 +84,16 @@ def read_rows(path: str | Path) -> list[Row]:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    problems.append(Problem(str(path), number, None, f"not valid JSON ({exc.msg})",
-                                            "write one JSON object per line"))
+                    problems.append(
+                        Problem(
+                            str(path), number, None, f"not valid JSON ({exc.msg})", "write one JSON object per line"
+                        )
+                    )
                     continue
                 if not isinstance(record, dict):
-                    problems.append(Problem(str(path), number, None, "not a JSON object",
-                                            "write one JSON object per line"))
+                    problems.append(
+                        Problem(str(path), number, None, "not a JSON object", "write one JSON object per line")
+                    )
                     continue
                 rows.append(Row(number, {k: _as_text(v) for k, v in record.items()}))
     if problems:
@@ -111,9 +116,15 @@ def _decoded_text(path: Path) -> str:
         try:
             chunk.decode("utf-8")
         except UnicodeDecodeError as exc:
-            problems.append(Problem(str(path), number, None, f"is not valid UTF-8: byte 0x{chunk[exc.start]:02x} "
-                                                            f"at byte {exc.start + 1} of the line",
-                                    "re-save the file as UTF-8"))
+            problems.append(
+                Problem(
+                    str(path),
+                    number,
+                    None,
+                    f"is not valid UTF-8: byte 0x{chunk[exc.start]:02x} at byte {exc.start + 1} of the line",
+                    "re-save the file as UTF-8",
+                )
+            )
     raise InputError(f"{path}: {len(problems)} line(s) are not UTF-8 text.", problems)
 
 
@@ -133,8 +144,9 @@ def require_columns(path: str | Path, rows: Sequence[Row], columns: Iterable[str
         for column in columns:
             value = row.values.get(column)
             if value is None or value == "":
-                problems.append(Problem(str(path), row.line, column, "missing or empty",
-                                        f"give every row a '{column}'"))
+                problems.append(
+                    Problem(str(path), row.line, column, "missing or empty", f"give every row a '{column}'")
+                )
     if problems:
         raise InputError(f"{path}: required column(s) missing.", problems)
 
@@ -161,8 +173,9 @@ def write_table(records: Sequence[dict], path: str | Path, columns: Sequence[str
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise InputError(f"Cannot write into {path.parent}: {exc.strerror}.",
-                         fix="choose an output path you can write to (--out)") from None
+        raise InputError(
+            f"Cannot write into {path.parent}: {exc.strerror}.", fix="choose an output path you can write to (--out)"
+        ) from None
     os.close(handle)
     tmp = Path(tmp_name)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions of a new file
@@ -188,8 +201,9 @@ def write_table(records: Sequence[dict], path: str | Path, columns: Sequence[str
             os.fsync(flushed.fileno())
         os.replace(tmp, path)
     except OSError as exc:
-        raise InputError(f"Cannot write {path}: {exc.strerror}.",
-                         fix="free disk space or choose another output path (--out)") from None
+        raise InputError(
+            f"Cannot write {path}: {exc.strerror}.", fix="free disk space or choose another output path (--out)"
+        ) from None
     finally:
         tmp.unlink(missing_ok=True)
     return path
@@ -207,5 +221,5 @@ def sibling_path(out: str | Path, table: str) -> Path:
     name = out.name
     for suffix in (".jsonl.gz", ".csv.gz", ".jsonl", ".csv", ".parquet"):
         if name.lower().endswith(suffix):
-            return out.with_name(name[: -len(suffix)] + f".{table}" + name[-len(suffix):])
+            return out.with_name(name[: -len(suffix)] + f".{table}" + name[-len(suffix) :])
     return out.with_name(name + f".{table}")

@@ -6,10 +6,10 @@ from __future__ import annotations
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
+from honestci.audit.report_model import Report
 from honestci.audit.stats.intervals import POPULATION_LABELS
 from honestci.reports import plots
 from honestci.reports.markdown import _claimed_section, fmt, gate_interval, interval_text, model_card_section
-from honestci.audit.report_model import Report
 
 
 def render_html(report: Report) -> str:
@@ -21,13 +21,22 @@ def render_html(report: Report) -> str:
     bayes = data.get("bayes") or {}
     quantiles = bayes.get(f"posterior_quantiles_{claim['population']}")
     return env.get_template("report.html.j2").render(
-        claim=claim, verdict=data["verdict"], exit_code=data["exit_code"], gates=data["gates"],
-        intervals=data["intervals"], contests=data["contests"], per_vignette=data.get("per_vignette", []),
-        gate_method=data["gate_method"], population_label=POPULATION_LABELS[claim["population"]],
+        claim=claim,
+        verdict=data["verdict"],
+        exit_code=data["exit_code"],
+        gates=data["gates"],
+        intervals=data["intervals"],
+        contests=data["contests"],
+        per_vignette=data.get("per_vignette", []),
+        gate_method=data["gate_method"],
+        population_label=POPULATION_LABELS[claim["population"]],
         gate_interval_text=interval_text(honest) if honest else "not computed",
-        provenance=data["provenance"], fmt=fmt, interval_text=interval_text,
+        provenance=data["provenance"],
+        fmt=fmt,
+        interval_text=interval_text,
         claimed_markdown="\n".join(_claimed_section(data)).strip() or "No figures are claimed.",
-        model_card=model_card_section(data), sections=data.get("sections", []),
+        model_card=model_card_section(data),
+        sections=data.get("sections", []),
         intervals_svg=Markup(plots.intervals_plot(data["intervals"], claim["bar"])),
         forest_svg=Markup(plots.forest_plot(data.get("per_vignette", []), pooled, claim["bar"])),
         posterior_svg=Markup(plots.posterior_plot(quantiles, claim["bar"], claim["population"])) if quantiles else None,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from honestci.audit.stats.intervals import POPULATION_LABELS
 from honestci.audit.report_model import Report
+from honestci.audit.stats.intervals import POPULATION_LABELS
 
 
 def fmt(value, digits: int = 3) -> str:
@@ -41,9 +41,11 @@ def model_card_section(data: dict) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     if honest:
-        lines.append(f"| {claim['policy']} | {fmt(honest['estimate'])} | {honest['n']} | {honest['n_clusters']} | "
-                     f"{fmt(honest['n_effective'], 1)} | {interval_text(honest)} | "
-                     f"{interval_text(naive) if naive else '–'} |")
+        lines.append(
+            f"| {claim['policy']} | {fmt(honest['estimate'])} | {honest['n']} | {honest['n_clusters']} | "
+            f"{fmt(honest['n_effective'], 1)} | {interval_text(honest)} | "
+            f"{interval_text(naive) if naive else '–'} |"
+        )
     value = honest["estimate"] if honest else None
     yaml_lines = [
         "```yaml",
@@ -88,8 +90,9 @@ def render_markdown(report: Report) -> str:
         "| gate | required | verdict | why |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {g['gate']} | {'yes' if g['required'] else 'no'} | {g['verdict']} | {g['message']} |"
-              for g in data["gates"]]
+    lines += [
+        f"| {g['gate']} | {'yes' if g['required'] else 'no'} | {g['verdict']} | {g['message']} |" for g in data["gates"]
+    ]
     lines += [
         "",
         "## Win rate, every interval side by side",
@@ -105,23 +108,33 @@ def render_markdown(report: Report) -> str:
         lines.append(
             f"| {r['label']} | {r['population']} | {fmt(r['estimate'])} | {interval_text(r)} | {fmt(r['se'], 4)} | "
             f"{fmt(r['df'], 1)} | {r['n']} | {r['n_clusters']} | {fmt(r['icc'])} | {fmt(r['design_effect'], 1)} | "
-            f"{fmt(r['n_effective'], 1)} | {r['note']} |")
+            f"{fmt(r['n_effective'], 1)} | {r['note']} |"
+        )
     bayes = data.get("bayes")
     if bayes:
-        lines += ["", "## Bayesian hierarchical model", ""] + [f"- {k}: {fmt(v)}" for k, v in bayes.items()
-                                                                 if not isinstance(v, (list, dict))]
+        lines += ["", "## Bayesian hierarchical model", ""] + [
+            f"- {k}: {fmt(v)}" for k, v in bayes.items() if not isinstance(v, (list, dict))
+        ]
     lines += _claimed_section(data)
     for section in data.get("sections", []):
         lines += section_markdown(section)
     lines += ["", "## Per vignette", "", "| vignette | n | win rate | within-vignette CI |", "|---|---|---|---|"]
-    lines += [f"| {v['vignette_id']} | {v['n']} | {fmt(v['estimate'])} | {interval_text(v)} |"
-              for v in data.get("per_vignette", [])]
+    lines += [
+        f"| {v['vignette_id']} | {v['n']} | {fmt(v['estimate'])} | {interval_text(v)} |"
+        for v in data.get("per_vignette", [])
+    ]
     lines += ["", "## Model-card section", "", model_card_section(data)]
     prov = data["provenance"]
-    lines += ["", "## Provenance", "",
-              f"honestci {prov['honestci']}, git commit {prov['git_commit'] or 'unknown'}, seed {prov['seed']}, "
-              f"Python {prov['python']}, " + ", ".join(f"{k} {v}" for k, v in sorted(prov["packages"].items())),
-              "", "| input | sha256 |", "|---|---|"]
+    lines += [
+        "",
+        "## Provenance",
+        "",
+        f"honestci {prov['honestci']}, git commit {prov['git_commit'] or 'unknown'}, seed {prov['seed']}, "
+        f"Python {prov['python']}, " + ", ".join(f"{k} {v}" for k, v in sorted(prov["packages"].items())),
+        "",
+        "| input | sha256 |",
+        "|---|---|",
+    ]
     lines += [f"| {name} | `{digest}` |" for name, digest in sorted(prov["inputs_sha256"].items())]
     lines.append(f"| claim | `{prov['claim_sha256']}` |")
     return "\n".join(lines) + "\n"
@@ -142,25 +155,35 @@ def _claimed_section(data: dict) -> list[str]:
     claimed, audit = data["claim"].get("claimed"), data.get("claimed_audit")
     if not claimed:
         return []
-    lines = ["", "## As claimed", "",
-             f"Stated: point {fmt(claimed.get('point'))}, n {fmt(claimed.get('n'))}, CI-low {fmt(claimed.get('ci_low'))}"
-             f", CI-high {fmt(claimed.get('ci_high'))} (method: {claimed.get('method') or 'not stated'})."]
+    lines = [
+        "",
+        "## As claimed",
+        "",
+        f"Stated: point {fmt(claimed.get('point'))}, n {fmt(claimed.get('n'))}, CI-low {fmt(claimed.get('ci_low'))}"
+        f", CI-high {fmt(claimed.get('ci_high'))} (method: {claimed.get('method') or 'not stated'}).",
+    ]
     if audit:
         methods = ", ".join(audit["reproducing_methods"]) or "none"
         lines += ["", f"Methods that reproduce the stated interval: {methods}."]
         lines += [f"- {flag}" for flag in audit["flags"]]
     for comparison in data.get("comparisons", []):
         pd_ = comparison.get("paired_difference")
-        lines += ["", f"Comparison with `{comparison['against']}` ({comparison['kind']}): "
-                      f"{comparison.get('statement') or ''}"]
+        lines += [
+            "",
+            f"Comparison with `{comparison['against']}` ({comparison['kind']}): {comparison.get('statement') or ''}",
+        ]
         if pd_:
-            lines.append(f"- honest test: difference {pd_['estimate']:+.3f} [{pd_['ci_low']:+.3f}, "
-                         f"{pd_['ci_high']:+.3f}] ({pd_['method']}, G = {pd_['n_clusters']})")
+            lines.append(
+                f"- honest test: difference {pd_['estimate']:+.3f} [{pd_['ci_low']:+.3f}, "
+                f"{pd_['ci_high']:+.3f}] ({pd_['method']}, G = {pd_['n_clusters']})"
+            )
         for row in comparison.get("bayes") or []:
             if row.get("mean") is not None:
-                lines.append(f"- Bayesian joint model, {row['population'].replace('_', ' ')}: difference "
-                             f"{row['mean']:+.3f} [{row['lower']:+.3f}, {row['upper']:+.3f}], "
-                             f"P({comparison['against']} is beaten) = {row['p_a_beats_b']:.3f}")
+                lines.append(
+                    f"- Bayesian joint model, {row['population'].replace('_', ' ')}: difference "
+                    f"{row['mean']:+.3f} [{row['lower']:+.3f}, {row['upper']:+.3f}], "
+                    f"P({comparison['against']} is beaten) = {row['p_a_beats_b']:.3f}"
+                )
         if comparison.get("error"):
             lines.append(f"- not computed: {comparison['error']}")
     return lines

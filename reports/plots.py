@@ -13,7 +13,7 @@ def _svg(figure) -> str:
     figure.savefig(buffer, format="svg", bbox_inches="tight")
     plt.close(figure)
     text = buffer.getvalue()
-    return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE (an external DTD reference)
+    return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE (an external DTD reference)
 
 
 def _pyplot():

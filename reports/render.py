@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
-from honestci.audit.report_model import Report
+from honestci.audit.report_model import POSTERIOR_FILE, Report
 from honestci.reports.writing import atomic_write_texts
 
 FORMATS = ("md", "html", "json")
@@ -34,3 +36,24 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     paths = {"json": out / "verdict.json", "md": out / "report.md", "html": out / "report.html"}
     atomic_write_texts({path: render(report, fmt) for fmt, path in paths.items()})
     return paths
+
+
+def write_outputs(report: Report, out_dir: str | Path, posterior: Any | None = None) -> dict[str, Path]:
+    """Write the reports into ``out_dir`` (:func:`write_report`) and, when given, the posterior
+    (an ArviZ InferenceData) as ``posterior.nc``.
+
+    The posterior is staged first and moved into place only after the reports are written, so a
+    failure leaves no new posterior beside an old report.
+    """
+    if posterior is None:
+        return write_report(report, out_dir)
+    final = Path(out_dir) / POSTERIOR_FILE
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staged = final.with_name(f".{POSTERIOR_FILE}.partial")
+    try:
+        posterior.to_netcdf(str(staged))
+        paths = write_report(report, out_dir)
+        os.replace(staged, final)
+    finally:
+        staged.unlink(missing_ok=True)
+    return paths | {"posterior": final}

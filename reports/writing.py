@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from honestci.audit.errors import InputError
 
@@ -43,8 +43,10 @@ def atomic_write_texts(files: Mapping[Path, str]) -> None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             except OSError as exc:
-                raise InputError(f"Cannot write into {path.parent}: {exc.strerror}.",
-                                 fix="choose an output folder you can write to (--out DIR)") from None
+                raise InputError(
+                    f"Cannot write into {path.parent}: {exc.strerror}.",
+                    fix="choose an output folder you can write to (--out DIR)",
+                ) from None
             staged.append((tmp, path))
             try:
                 with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
@@ -52,14 +54,18 @@ def atomic_write_texts(files: Mapping[Path, str]) -> None:
                     handle.flush()
                     os.fsync(handle.fileno())
             except OSError as exc:
-                raise InputError(f"Cannot write {path}: {exc.strerror}.",
-                                 fix="free disk space or choose another output folder (--out DIR)") from None
+                raise InputError(
+                    f"Cannot write {path}: {exc.strerror}.",
+                    fix="free disk space or choose another output folder (--out DIR)",
+                ) from None
         for tmp, path in staged:
             try:
                 os.replace(tmp, path)
             except OSError as exc:
-                raise InputError(f"Cannot write {path}: {exc.strerror}.",
-                                 fix="free disk space or choose another output folder (--out DIR)") from None
+                raise InputError(
+                    f"Cannot write {path}: {exc.strerror}.",
+                    fix="free disk space or choose another output folder (--out DIR)",
+                ) from None
     finally:
         for tmp, _ in staged:
             Path(tmp).unlink(missing_ok=True)

@@ -26,15 +26,24 @@ def study_rows(n_vignettes: int = 8, pairs: int = 4, seed: int = 7, verdicts: tu
         for k in range(pairs):
             pol, opp = f"{vid}-p{k}", f"{vid}-o{k}"
             responses.append({"response_id": pol, "vignette_id": vid, "system": POLICY, "text": f"policy answer {k}"})
-            responses.append({"response_id": opp, "vignette_id": vid, "system": OPPONENT, "text": f"opponent answer {k}"})
+            responses.append(
+                {"response_id": opp, "vignette_id": vid, "system": OPPONENT, "text": f"opponent answer {k}"}
+            )
             for first, second, policy_first in ((pol, opp, True), (opp, pol, False)):
                 if verdicts is not None:
                     verdict = verdicts[(g + k) % len(verdicts)]
                 else:
                     policy_wins = rng.random() < p_win
                     verdict = "first" if policy_wins == policy_first else "second"
-                judgments.append({"judge": JUDGE, "vignette_id": vid, "response_first": first,
-                                  "response_second": second, "verdict": verdict})
+                judgments.append(
+                    {
+                        "judge": JUDGE,
+                        "vignette_id": vid,
+                        "response_first": first,
+                        "response_second": second,
+                        "verdict": verdict,
+                    }
+                )
     return {"vignettes": vignettes, "responses": responses, "judgments": judgments}
 
 
@@ -44,8 +53,16 @@ def write_jsonl(path: Path, rows) -> Path:
 
 
 def claim_dict(**changes) -> dict:
-    claim = {"version": 1, "name": "synthetic claim", "policy": POLICY, "opponent": OPPONENT, "judge": JUDGE,
-             "bar": 0.5, "population": "new_vignettes", "data": dict(TABLE_FILES)}
+    claim = {
+        "version": 1,
+        "name": "synthetic claim",
+        "policy": POLICY,
+        "opponent": OPPONENT,
+        "judge": JUDGE,
+        "bar": 0.5,
+        "population": "new_vignettes",
+        "data": dict(TABLE_FILES),
+    }
     claim.update(changes)
     return claim
 

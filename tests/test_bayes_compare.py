@@ -22,8 +22,9 @@ def test_recovers_a_known_difference_and_agrees_with_the_clustered_test():
     logits_b = 0.6 + u
     logits_a = 0.6 + 0.8 + u  # A is better on every vignette by 0.8 on the logit scale
     frame_a, frame_b = _per_order(rng, logits_a, 60), _per_order(rng, logits_b, 60)
-    result = fit_paired_difference_bayes(frame_a, frame_b, system_a="a", system_b="b", opponent="o",
-                                         chains=4, draws=1000, tune=1000, seed=3)
+    result = fit_paired_difference_bayes(
+        frame_a, frame_b, system_a="a", system_b="b", opponent="o", chains=4, draws=1000, tune=1000, seed=3
+    )
     assert result.converged and result.diagnostics.divergences == 0
     expit = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
     truth_these = float(np.mean(expit(logits_a) - expit(logits_b)))
@@ -31,8 +32,15 @@ def test_recovers_a_known_difference_and_agrees_with_the_clustered_test():
     assert result.p_a_beats_b_these > 0.99 and result.p_a_beats_b_new > 0.9
     # Same data as contest-free per-order rows: the CR2 clustered difference points the same way
     # and the two intervals overlap substantially.
-    cr2 = paired_difference(frame_a["value"], frame_a["vignette_id"], frame_b["value"], frame_b["vignette_id"],
-                            system_a="a", system_b="b", opponent="o")
+    cr2 = paired_difference(
+        frame_a["value"],
+        frame_a["vignette_id"],
+        frame_b["value"],
+        frame_b["vignette_id"],
+        system_a="a",
+        system_b="b",
+        opponent="o",
+    )
     assert cr2.ci_low > 0
     assert abs(result.difference_these.mean - cr2.estimate) < 0.02
 

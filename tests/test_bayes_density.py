@@ -28,16 +28,19 @@ POINTS_PER_VARIANT = 40
 
 def _cells(rng, n_runs, n_judges):
     n = 400
-    return aggregate_cells(rng.integers(0, 5, n), rng.choice([0.5, -0.5], n),
-                           rng.choice([0.0, 0.5, 1.0], n),  # ties: fractional wins
-                           rng.integers(0, n_runs, n) if n_runs > 1 else None,
-                           rng.integers(0, n_judges, n) if n_judges > 1 else None)
+    return aggregate_cells(
+        rng.integers(0, 5, n),
+        rng.choice([0.5, -0.5], n),
+        rng.choice([0.0, 0.5, 1.0], n),  # ties: fractional wins
+        rng.integers(0, n_runs, n) if n_runs > 1 else None,
+        rng.integers(0, n_judges, n) if n_judges > 1 else None,
+    )
 
 
 def _as_point(x, blocks):
     point, position = {}, 0
     for name, size in blocks:
-        value = x[position:position + size]
+        value = x[position : position + size]
         point[name] = np.array(value[0]) if name in ("mu", "beta", "sigma_log__") else value.copy()
         position += size
     return point
@@ -54,21 +57,39 @@ def test_logp_gradient_and_expansion_match_pymc(n_runs, n_judges, centred):
     model = _build_hierarchical_model(cells, SIGMA_PRIORS["halfnormal1"], centred)
     fast_compile = dict(mode="FAST_COMPILE")  # Python backend: no C compile, exact same graph
     pymc_logp, pymc_dlogp = model.compile_logp(**fast_compile), model.compile_dlogp(**fast_compile)
-    deterministics = ["sigma", "u"] + (["run_effect"] if n_runs > 1 else []) + (["judge_effect"] if n_judges > 1 else [])
+    deterministics = (
+        ["sigma", "u"] + (["run_effect"] if n_runs > 1 else []) + (["judge_effect"] if n_judges > 1 else [])
+    )
     by_name = {variable.name: variable for variable in model.unobserved_value_vars}  # in terms of value vars
-    pymc_expand = model.compile_fn([by_name[name] for name in deterministics], inputs=model.value_vars,
-                                   point_fn=True, on_unused_input="ignore", **fast_compile)
+    pymc_expand = model.compile_fn(
+        [by_name[name] for name in deterministics],
+        inputs=model.value_vars,
+        point_fn=True,
+        on_unused_input="ignore",
+        **fast_compile,
+    )
 
     blocks = bayes_density.parameter_blocks(cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
     assert [name for name, _ in blocks] == list(model.initial_point())  # same names, same order
     expanded_blocks = bayes_density.expanded_blocks(cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
-    assert [name for name, _ in expanded_blocks[len(blocks):]] == deterministics
+    assert [name for name, _ in expanded_blocks[len(blocks) :]] == deterministics
     for prior in SIGMA_PRIORS.values():
         model.set_data("sigma_prior_nu", np.array(prior.student_t_nu))
         model.set_data("sigma_prior_scale", np.array(prior.scale))
-        packed = bayes_density.pack(cells.vignette_index, cells.order, cells.run_index, cells.judge_index,
-                                    cells.n, cells.wins, cells.n_vignettes, cells.n_runs, cells.n_judges,
-                                    centred, prior.student_t_nu, prior.scale)
+        packed = bayes_density.pack(
+            cells.vignette_index,
+            cells.order,
+            cells.run_index,
+            cells.judge_index,
+            cells.n,
+            cells.wins,
+            cells.n_vignettes,
+            cells.n_runs,
+            cells.n_judges,
+            centred,
+            prior.student_t_nu,
+            prior.scale,
+        )
         n_dim = bayes_density.n_parameters(packed)
         for _ in range(POINTS_PER_VARIANT):
             x = rng.normal(0.0, 1.5, n_dim)
@@ -97,8 +118,13 @@ def test_paired_model_logp_gradient_and_expansion_match_pymc():
 
     def frame():
         n = 300
-        return pd.DataFrame({"vignette_id": rng.choice(["a", "b", "c", "d"], n), "policy_first": rng.random(n) < 0.5,
-                             "value": rng.choice([0.0, 0.5, 1.0], n)})
+        return pd.DataFrame(
+            {
+                "vignette_id": rng.choice(["a", "b", "c", "d"], n),
+                "policy_first": rng.random(n) < 0.5,
+                "value": rng.choice([0.0, 0.5, 1.0], n),
+            }
+        )
 
     labels, data = paired_cells(frame(), frame())
     model = paired_model(labels, data)
@@ -106,20 +132,26 @@ def test_paired_model_logp_gradient_and_expansion_match_pymc():
     pymc_logp, pymc_dlogp = model.compile_logp(**fast_compile), model.compile_dlogp(**fast_compile)
     by_name = {variable.name: variable for variable in model.unobserved_value_vars}
     deterministics = ["sigma_u", "sigma_w", "u", "w"]
-    pymc_expand = model.compile_fn([by_name[name] for name in deterministics], inputs=model.value_vars,
-                                   point_fn=True, on_unused_input="ignore", **fast_compile)
+    pymc_expand = model.compile_fn(
+        [by_name[name] for name in deterministics],
+        inputs=model.value_vars,
+        point_fn=True,
+        on_unused_input="ignore",
+        **fast_compile,
+    )
     blocks = bayes_density.paired_parameter_blocks(len(labels))
     assert [name for name, _ in blocks] == list(model.initial_point())
-    assert [name for name, _ in bayes_density.paired_expanded_blocks(len(labels))[len(blocks):]] == deterministics
-    packed = bayes_density.paired_pack(data["cell_vignette"], data["cell_order"], data["cell_system"],
-                                       data["cell_n"], data["cell_wins"], len(labels))
+    assert [name for name, _ in bayes_density.paired_expanded_blocks(len(labels))[len(blocks) :]] == deterministics
+    packed = bayes_density.paired_pack(
+        data["cell_vignette"], data["cell_order"], data["cell_system"], data["cell_n"], data["cell_wins"], len(labels)
+    )
     n_dim = sum(size for _, size in blocks)
     scalars = {"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__"}
     for _ in range(4 * POINTS_PER_VARIANT):
         x = rng.normal(0.0, 1.5, n_dim)
         point, position = {}, 0
         for name, size in blocks:
-            point[name] = np.array(x[position]) if name in scalars else x[position:position + size].copy()
+            point[name] = np.array(x[position]) if name in scalars else x[position : position + size].copy()
             position += size
         gradient = np.empty(n_dim)
         logp = bayes_density.paired_logp_and_gradient(x, gradient, packed)
@@ -157,8 +189,20 @@ def test_pooled_model_logp_and_gradient_match_pymc():
 def test_density_stays_finite_in_the_tails():
     # eta of +-800 would overflow a naive log(1 + e^eta); the stable form keeps logp finite
     cells = aggregate_cells(["a", "a", "b", "b"], [0.5, -0.5, 0.5, -0.5], [1, 0, 1, 1])
-    packed = bayes_density.pack(cells.vignette_index, cells.order, cells.run_index, cells.judge_index,
-                                cells.n, cells.wins, 2, 1, 1, True, 0.0, 1.0)
+    packed = bayes_density.pack(
+        cells.vignette_index,
+        cells.order,
+        cells.run_index,
+        cells.judge_index,
+        cells.n,
+        cells.wins,
+        2,
+        1,
+        1,
+        True,
+        0.0,
+        1.0,
+    )
     gradient = np.empty(5)
     for value in (800.0, -800.0):
         x = np.array([0.0, 0.0, 0.0, value, -value])
@@ -186,9 +230,19 @@ def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
         " 'imported': sorted(m for m in ('pymc', 'pytensor') if m in sys.modules)}))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
-    runs = [json.loads(subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, env=env,
-                                      cwd=tmp_path, check=True).stdout.splitlines()[-1])
-            for mode in ("compile", "fit")]
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", script, mode], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+            ).stdout.splitlines()[-1]
+        )
+        for mode in ("compile", "fit")
+    ]
     assert runs[0]["jit_misses"] == [1, 1]  # empty cache: compiled (and written) once each
-    assert runs[1] == {"jit_hits": [1, 1], "jit_misses": [0, 0], "cfunc_hits": [1] * 6,
-                       "sampler": "nutpie", "imported": []}
+    assert runs[1] == {
+        "jit_hits": [1, 1],
+        "jit_misses": [0, 0],
+        "cfunc_hits": [1] * 6,
+        "sampler": "nutpie",
+        "imported": [],
+    }

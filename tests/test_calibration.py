@@ -10,9 +10,21 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from honestci.audit.checks.calibration import (CLASSES, agreement_ci, calibrate_judge, calibration_items, classification_metrics,
-                               cohen_kappa, gate_judge_calibrated, human_ceiling, judged_rows, krippendorff_alpha,
-                               majority_preference, select_judge, verdict_to_preference)
+from honestci.audit.checks.calibration import (
+    CLASSES,
+    agreement_ci,
+    calibrate_judge,
+    calibration_items,
+    classification_metrics,
+    cohen_kappa,
+    gate_judge_calibrated,
+    human_ceiling,
+    judged_rows,
+    krippendorff_alpha,
+    majority_preference,
+    select_judge,
+    verdict_to_preference,
+)
 from honestci.audit.policy import Verdict
 from honestci.audit.stats.ppi import ppi_mean, ppi_mean_clustered
 
@@ -23,11 +35,16 @@ REFERENCE = REPO / "tests" / "reference"
 
 # --- mapping and references ---------------------------------------------------------------------
 
+
 def test_verdict_mapping_is_explicit():
     # item (a = x, b = y); judged in both orders
-    codes = verdict_to_preference(["first", "second", "first", "second", "tie", "invalid"],
-                                  ["x", "x", "y", "y", "x", "y"], ["y", "y", "x", "x", "y", "x"],
-                                  ["x"] * 6, ["y"] * 6)
+    codes = verdict_to_preference(
+        ["first", "second", "first", "second", "tie", "invalid"],
+        ["x", "x", "y", "y", "x", "y"],
+        ["y", "y", "x", "x", "y", "x"],
+        ["x"] * 6,
+        ["y"] * 6,
+    )
     np.testing.assert_array_equal(codes[:5], [1, -1, -1, 1, 0])
     assert np.isnan(codes[5])
     assert verdict_to_preference(["invalid"], ["x"], ["y"], ["x"], ["y"], invalid_as="tie")[0] == 0
@@ -42,10 +59,22 @@ def test_majority_with_explicit_ties():
 
 
 def test_ratings_reference_respects_min_margin():
-    ratings = pd.DataFrame({"response_id": ["a1", "b1", "a1", "b1", "a2", "b2", "a2", "b2"],
-                            "rater_id": ["r1", "r1", "r2", "r2"] * 2, "score": [5, 4, 5, 5, 6, 3, 6, 4]})
-    pairs = pd.DataFrame({"vignette_id": ["v", "v"], "response_a": ["a1", "a2"], "response_b": ["b1", "b2"],
-                          "label": ["a", "a"], "rater_id": ["r1", "r1"]})
+    ratings = pd.DataFrame(
+        {
+            "response_id": ["a1", "b1", "a1", "b1", "a2", "b2", "a2", "b2"],
+            "rater_id": ["r1", "r1", "r2", "r2"] * 2,
+            "score": [5, 4, 5, 5, 6, 3, 6, 4],
+        }
+    )
+    pairs = pd.DataFrame(
+        {
+            "vignette_id": ["v", "v"],
+            "response_a": ["a1", "a2"],
+            "response_b": ["b1", "b2"],
+            "label": ["a", "a"],
+            "rater_id": ["r1", "r1"],
+        }
+    )
     strict = calibration_items(human_ratings=ratings, human_pairs=pairs, source="ratings")
     np.testing.assert_array_equal(strict.items["human"], [1, 1])  # mean differences 0.5 and 2.5
     margin = calibration_items(human_ratings=ratings, human_pairs=pairs, source="ratings", min_margin=0.5)
@@ -53,6 +82,7 @@ def test_ratings_reference_respects_min_margin():
 
 
 # --- PandaLM: published figures and clubSandwich ---------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def pandalm_rows():
@@ -62,20 +92,24 @@ def pandalm_rows():
     from honestci.judges.importers import import_pandalm
 
     folder = data / "pandalm"
-    imported = import_pandalm(folder / "testset-v1.json", [folder / "gpt-3.5-turbo-testset-v1.json",
-                                                           folder / "pandalm-7b-testset-v1.json"])
+    imported = import_pandalm(
+        folder / "testset-v1.json", [folder / "gpt-3.5-turbo-testset-v1.json", folder / "pandalm-7b-testset-v1.json"]
+    )
     # PandaLM's rules: majority of three annotators, a three-way split goes to annotator1; Tie and
     # garbage count as class 0.
     items = calibration_items(human_pairs=imported.human_pairs, source="pairs", split="first_rater")
-    rows = {judge: judged_rows(items, imported.judgments, judge, invalid_as="tie")
-            for judge in ("gpt-3.5-turbo", "pandalm-7b")}
+    rows = {
+        judge: judged_rows(items, imported.judgments, judge, invalid_as="tie")
+        for judge in ("gpt-3.5-turbo", "pandalm-7b")
+    }
     return data, items, rows
 
 
 @pytest.mark.reference
 @pytest.mark.shared_data
-@pytest.mark.parametrize("judge, accuracy, macro_f1", [("gpt-3.5-turbo", 0.7107, 0.5755),
-                                                       ("pandalm-7b", 0.6677, 0.5743)])
+@pytest.mark.parametrize(
+    "judge, accuracy, macro_f1", [("gpt-3.5-turbo", 0.7107, 0.5755), ("pandalm-7b", 0.6677, 0.5743)]
+)
 def test_pandalm_published_accuracy_and_macro_f1(pandalm_rows, judge, accuracy, macro_f1):
     # Published table of PandaLM's data/compute_metrics.py (shared/data/README.md).
     _, _, rows = pandalm_rows
@@ -93,8 +127,13 @@ def test_pandalm_gpt35_agreement_cr2_matches_clubsandwich(pandalm_rows):
     gpt = rows["gpt-3.5-turbo"]
     result = agreement_ci(gpt["judge_code"], gpt["human"], gpt["vignette_id"], ties="as_class", rng=None)
     assert result.n == reference["n_obs"] and result.n_clusters == reference["n_clusters"]
-    for ours, theirs in ((result.estimate, "estimate"), (result.se, "SE"), (result.df, "df_Satt"),
-                         (result.ci_low, "ci_lower"), (result.ci_high, "ci_upper")):
+    for ours, theirs in (
+        (result.estimate, "estimate"),
+        (result.se, "SE"),
+        (result.df, "df_Satt"),
+        (result.ci_low, "ci_lower"),
+        (result.ci_high, "ci_upper"),
+    ):
         assert ours == pytest.approx(reference[theirs], abs=1e-6), theirs
     # the same items agree as in the reference input (same clusters, same majority rule)
     agreement_input = pd.read_csv(data / "reference" / "input_pandalm_gpt35_agreement.csv")
@@ -104,6 +143,7 @@ def test_pandalm_gpt35_agreement_cr2_matches_clubsandwich(pandalm_rows):
 
 
 # --- outside packages --------------------------------------------------------------------------------
+
 
 def _random_codes(seed: int, n: int = 200):
     rng = np.random.default_rng(seed)
@@ -152,8 +192,9 @@ def test_ppi_matches_ppi_py_reference_values():
     for row in reference.itertuples():
         lam = None if row.lam == "tuned" else float(row.lam)
         ours = ppi_mean(data["human"][labelled], data["judge"][labelled], data["judge"][~labelled], lam=lam)
-        assert (ours.estimate, ours.ci_low, ours.ci_high) == pytest.approx((row.estimate, row.ci_low, row.ci_high),
-                                                                           abs=1e-12)
+        assert (ours.estimate, ours.ci_low, ours.ci_high) == pytest.approx(
+            (row.estimate, row.ci_low, row.ci_high), abs=1e-12
+        )
 
 
 @pytest.mark.reference
@@ -178,14 +219,21 @@ def test_clustered_ppi_reduces_to_iid_with_singleton_clusters():
 
 # --- the fixture -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("judge", ["llama-3.1-70b", "llama-3.1-405b", "small-judge"])
 def test_fixture_agreement_intervals_cover_truth(study, truth, judge):
     # truth.json: human-preferred = higher summed (= mean) rating over all raters, equal sums no
     # preference; agreement = P(a judged order names it | humans prefer one, valid verdict), judge
     # ties counted as disagreement -> source="ratings", ties="human_decided"; "decided" excludes
     # judge ties too.
-    result = calibrate_judge(judge, judgments=study.judgments, human_ratings=study.human_ratings,
-                             human_pairs=study.human_pairs, source="ratings", other_judges=())
+    result = calibrate_judge(
+        judge,
+        judgments=study.judgments,
+        human_ratings=study.human_ratings,
+        human_pairs=study.human_pairs,
+        source="ratings",
+        other_judges=(),
+    )
     expected = truth["human_agreement"][judge]
     for ties, key in (("human_decided", "agreement"), ("decided", "agreement_excluding_judge_ties")):
         estimate = result.agreement_for(ties)
@@ -194,11 +242,17 @@ def test_fixture_agreement_intervals_cover_truth(study, truth, judge):
 
 
 def test_fixture_gates(study):
-    calibrated = calibrate_judge("llama-3.1-70b", judgments=study.judgments, human_pairs=study.human_pairs,
-                                 human_ratings=study.human_ratings)
+    calibrated = calibrate_judge(
+        "llama-3.1-70b", judgments=study.judgments, human_pairs=study.human_pairs, human_ratings=study.human_ratings
+    )
     assert gate_judge_calibrated(calibrated).verdict == Verdict.PASS
-    small = calibrate_judge("small-judge", judgments=study.judgments, human_pairs=study.human_pairs,
-                            human_ratings=study.human_ratings, other_judges=())
+    small = calibrate_judge(
+        "small-judge",
+        judgments=study.judgments,
+        human_pairs=study.human_pairs,
+        human_ratings=study.human_ratings,
+        other_judges=(),
+    )
     assert gate_judge_calibrated(small).verdict == Verdict.FAIL  # CI-low below min_judge_agreement
     assert gate_judge_calibrated(None).verdict == Verdict.INCONCLUSIVE
     # the selection among three judges is reported on held-out vignettes, apart from the selection ones
@@ -214,8 +268,13 @@ def test_ceiling_and_selection_by_hand():
     # raters 1 and 2: the rest is a 1-1 split -> tie -> left out under human_decided; rater 3
     # against the unanimous others: always wrong
     assert ceiling.estimate == 0.0 and ceiling.n == 4
-    selection = select_judge({"A": (np.array([1, 1, 0, 0.0]), np.array(["v1", "v2", "v3", "v4"])),
-                              "B": (np.array([0, 0, 1, 1.0]), np.array(["v1", "v2", "v3", "v4"]))}, rng=1)
+    selection = select_judge(
+        {
+            "A": (np.array([1, 1, 0, 0.0]), np.array(["v1", "v2", "v3", "v4"])),
+            "B": (np.array([0, 0, 1, 1.0]), np.array(["v1", "v2", "v3", "v4"])),
+        },
+        rng=1,
+    )
     held = np.isin(["v1", "v2", "v3", "v4"], selection.heldout_vignettes)
     chosen = {"A": np.array([1, 1, 0, 0.0]), "B": np.array([0, 0, 1, 1.0])}[selection.selected]
     assert selection.heldout.estimate == chosen[held].mean()
@@ -244,6 +303,7 @@ def test_cli_calibrate_judge(tmp_path):
 
 
 # --- coverage --------------------------------------------------------------------------------------
+
 
 def _agreement_coverage(reps: int, n_clusters: int, per_cluster: int, seed: int) -> float:
     # per-vignette agreement probability logit-normal around 0.75; the estimand (rows weighted

@@ -21,8 +21,14 @@ def clustered_table():
 def _stated(table, computed_with, **extra):
     """The figures as a card would state them after computing the interval ``computed_with``."""
     row = table.get(computed_with)
-    return {"point": round(row.estimate, 3), "n": row.n, "ci_low": round(row.ci_low, 3), "method": computed_with,
-            "level": 0.95, **extra}
+    return {
+        "point": round(row.estimate, 3),
+        "n": row.n,
+        "ci_low": round(row.ci_low, 3),
+        "method": computed_with,
+        "level": 0.95,
+        **extra,
+    }
 
 
 def test_stated_rounding():
@@ -62,11 +68,13 @@ def test_no_method_reproduces_an_invented_interval(clustered_table):
 
 def test_a_table_mixing_methods_is_flagged(clustered_table):
     headline = audit_claimed_figures(_stated(clustered_table, "wilson"), clustered_table)
-    same = audit_claimed_table(headline, {"other": audit_claimed_figures(_stated(clustered_table, "wilson"),
-                                                                           clustered_table)})
+    same = audit_claimed_table(
+        headline, {"other": audit_claimed_figures(_stated(clustered_table, "wilson"), clustered_table)}
+    )
     assert same.gate().verdict == Verdict.PASS
-    mixed = audit_claimed_table(headline, {"other": audit_claimed_figures(_stated(clustered_table, "cr2"),
-                                                                            clustered_table)})
+    mixed = audit_claimed_table(
+        headline, {"other": audit_claimed_figures(_stated(clustered_table, "cr2"), clustered_table)}
+    )
     gate = mixed.gate()
     assert gate.verdict == Verdict.WARN and "different interval methods" in gate.message
 
@@ -78,8 +86,7 @@ def test_the_fixture_card_table_is_audited_row_by_row(tmp_path):
     claim = yaml.safe_load((DEFAULT_STUDY_DIR / "claim.yaml").read_text())
     claim["data"] = {table: str(DEFAULT_STUDY_DIR / name) for table, name in claim["data"].items()}
     # r1-reference vs gpt-4-0314 on the fixture: 0.773, CR2 [0.726, 0.820], Wilson [0.716, 0.821].
-    claim["claimed"]["table"] = [{"system": "r1-reference", "point": 0.773, "n": 240, "ci_low": 0.726,
-                                  "method": "cr2"}]
+    claim["claimed"]["table"] = [{"system": "r1-reference", "point": 0.773, "n": 240, "ci_low": 0.726, "method": "cr2"}]
     path = tmp_path / "claim.yaml"
     path.write_text(yaml.safe_dump(claim))
     result = run_audit(path, bayes=False, allow_outside_data=True)

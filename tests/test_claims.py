@@ -31,17 +31,20 @@ def test_good_claim_resolves_paths_relative_to_the_claim(tmp_path):
     assert claim.thresholds.min_clusters == 5
 
 
-@pytest.mark.parametrize("text, expected", [
-    (GOOD.replace("bar: 0.6", "bar: 1.6"), "bar"),
-    (GOOD.replace("version: 1", "version: 9"), "version"),
-    (GOOD + "colour: red\n", "colour"),
-    (GOOD.replace("j.jsonl}", "missing.jsonl}"), "data.judgments"),
-    (GOOD.replace("j.jsonl}", "../outside.jsonl}"), "outside the claim's folder"),
-    (GOOD.replace(", judgments: j.jsonl", ""), "judgments"),
-    (GOOD + "thresholds: {min_clusterz: 3}\n", "min_clusterz"),
-    ("- just\n- a list\n", "mapping"),
-    ("name: [unclosed\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (GOOD.replace("bar: 0.6", "bar: 1.6"), "bar"),
+        (GOOD.replace("version: 1", "version: 9"), "version"),
+        (GOOD + "colour: red\n", "colour"),
+        (GOOD.replace("j.jsonl}", "missing.jsonl}"), "data.judgments"),
+        (GOOD.replace("j.jsonl}", "../outside.jsonl}"), "outside the claim's folder"),
+        (GOOD.replace(", judgments: j.jsonl", ""), "judgments"),
+        (GOOD + "thresholds: {min_clusterz: 3}\n", "min_clusterz"),
+        ("- just\n- a list\n", "mapping"),
+        ("name: [unclosed\n", "not valid YAML"),
+    ],
+)
 def test_bad_claims_name_the_field(tmp_path, text, expected):
     with pytest.raises(ClaimError) as info:
         load_claim(_write(tmp_path, text))

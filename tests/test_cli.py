@@ -14,8 +14,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def honestci(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "honestci", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd or REPO_ROOT, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "honestci", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO_ROOT,
+        timeout=600,
+    )
 
 
 def _claim_beside_fixture(tmp_path: Path, **changes) -> Path:
@@ -92,16 +97,18 @@ def test_too_few_vignettes_is_inconclusive_unless_allowed(tmp_path):
     blocked = honestci("audit", claim, "--out", tmp_path / "a", "--no-bayes", "--allow-outside-data")
     assert blocked.returncode == 1
     assert json.loads((tmp_path / "a" / "verdict.json").read_text())["verdict"] == "INCONCLUSIVE"
-    allowed = honestci("audit", claim, "--out", tmp_path / "b", "--no-bayes", "--allow-outside-data",
-                       "--allow-inconclusive")
+    allowed = honestci(
+        "audit", claim, "--out", tmp_path / "b", "--no-bayes", "--allow-outside-data", "--allow-inconclusive"
+    )
     assert allowed.returncode == 0
 
 
 def test_invalid_comparison_claim_is_blocked_with_that_reason(tmp_path):
     result = honestci("audit", DEFAULT_STUDY_DIR / "claim-r1-comparison.yaml", "--out", tmp_path, "--no-bayes")
     assert result.returncode == 1
-    gate = next(g for g in json.loads((tmp_path / "verdict.json").read_text())["gates"]
-                if g["gate"] == "comparison_valid")
+    gate = next(
+        g for g in json.loads((tmp_path / "verdict.json").read_text())["gates"] if g["gate"] == "comparison_valid"
+    )
     assert gate["verdict"] == "FAIL" and "invalid comparison" in gate["message"]
 
 
@@ -166,29 +173,35 @@ class _StubPosterior:
 
 
 def test_posterior_is_written_only_together_with_the_reports(tmp_path, monkeypatch):
-    from dataclasses import replace
+    from honestci.audit.pipeline import run_audit
+    from honestci.reports.render import write_outputs
 
-    from honestci.audit.pipeline import run_audit, write_outputs
-
-    result = replace(run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False), posterior=_StubPosterior())
-    paths = write_outputs(result, tmp_path / "ok")
+    report = run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False).report()
+    paths = write_outputs(report, tmp_path / "ok", posterior=_StubPosterior())
     assert paths["posterior"].read_bytes() == b"posterior" and paths["md"].exists()
-    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["posterior.nc", "report.html", "report.md",
-                                                                   "verdict.json"]
+    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == [
+        "posterior.nc",
+        "report.html",
+        "report.md",
+        "verdict.json",
+    ]
 
     def full_disk(*_):
         raise OSError("No space left on device")
 
     monkeypatch.setattr("honestci.reports.render.write_report", full_disk)
     with pytest.raises(OSError):
-        write_outputs(result, tmp_path / "failed")
+        write_outputs(report, tmp_path / "failed", posterior=_StubPosterior())
     assert list((tmp_path / "failed").iterdir()) == []
 
 
-@pytest.mark.parametrize("claim, gate, reason", [
-    ("claim-leakage.yaml", "leakage", "occur in the training corpus"),
-    ("claim-best-of-n.yaml", "winners_curse", "selection pool"),
-])
+@pytest.mark.parametrize(
+    "claim, gate, reason",
+    [
+        ("claim-leakage.yaml", "leakage", "occur in the training corpus"),
+        ("claim-best-of-n.yaml", "winners_curse", "selection pool"),
+    ],
+)
 def test_fixture_claims_with_compromised_evidence_are_blocked(tmp_path, claim, gate, reason):
     result = honestci("audit", DEFAULT_STUDY_DIR / claim, "--out", tmp_path, "--no-bayes")
     assert result.returncode == 1, result.stdout + result.stderr

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from honestci.audit.stats.cluster_bootstrap import ClusterBootstrapResult, cluster_bootstrap_ci
 from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.cluster_bootstrap import ClusterBootstrapResult, cluster_bootstrap_ci
 
 
 @pytest.mark.reference
@@ -22,8 +22,9 @@ def test_matches_scipy_bootstrap_with_one_row_per_cluster(method, statistic):
     y = np.random.default_rng(0).gamma(2.0, size=60)
     B, seed = 1999, 7
     ours = cluster_bootstrap_ci(y, np.arange(y.size), statistic=statistic, B=B, method=method, level=0.9, rng=seed)
-    theirs = stats.bootstrap((y,), np.mean if statistic is None else statistic, n_resamples=B, method=method,
-                             confidence_level=0.9, rng=seed)
+    theirs = stats.bootstrap(
+        (y,), np.mean if statistic is None else statistic, n_resamples=B, method=method, confidence_level=0.9, rng=seed
+    )
     assert ours.ci_low == pytest.approx(theirs.confidence_interval.low, abs=1e-12)
     assert ours.ci_high == pytest.approx(theirs.confidence_interval.high, abs=1e-12)
     assert ours.se_bootstrap == pytest.approx(theirs.standard_error, rel=1e-12)
@@ -62,8 +63,9 @@ def test_result_records_its_inputs_and_is_reproducible():
     y = np.tile([0.0, 0.5, 1.0, 1.0], 30)
     clusters = np.repeat(np.arange(12), 10)
     first = cluster_bootstrap_ci(y + 0.01 * np.arange(120) % 0.3, clusters, B=999, method="bca", rng=5)
-    second = cluster_bootstrap_ci(y + 0.01 * np.arange(120) % 0.3, clusters, B=999, method="bca",
-                                  rng=np.random.default_rng(5))
+    second = cluster_bootstrap_ci(
+        y + 0.01 * np.arange(120) % 0.3, clusters, B=999, method="bca", rng=np.random.default_rng(5)
+    )
     assert isinstance(first, ClusterBootstrapResult)
     assert first == second
     assert (first.seed, first.B, first.method, first.n, first.n_clusters) == (5, 999, "bca", 120, 12)

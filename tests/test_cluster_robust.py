@@ -15,8 +15,8 @@ import pytest
 import statsmodels.api as sm
 from scipy import stats
 
-from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
 from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
 from honestci.audit.stats.iid import proportion_ci
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +135,7 @@ def test_pandalm_agreement_matches_clubsandwich(vcov):
 @pytest.mark.reference
 @pytest.mark.parametrize("analysis", ["winrate_order", "paired_diff", "paired_stacked", "unequal_clusters"])
 def test_cr1s_matches_statsmodels_cluster_covariance(analysis):
-    X, y, clusters, names = reference_designs()[analysis]
+    X, y, clusters, _names = reference_designs()[analysis]
     expected = sm.OLS(y, X).fit(cov_type="cluster", cov_kwds={"groups": clusters})
     fit = cluster_robust_ols(X, y, clusters, vcov="CR1S", df="z")
     np.testing.assert_allclose(fit.coef, expected.params, rtol=1e-10)
@@ -162,8 +162,10 @@ def brute_force_cr2(X, y, clusters, contrast):
         p_rows.append(p_g)
         blocks.append(rows)
     omega = np.array(
-        [[p_rows[g] @ residual_maker[np.ix_(blocks[g], blocks[h])] @ p_rows[h] for h in range(len(labels))]
-         for g in range(len(labels))]
+        [
+            [p_rows[g] @ residual_maker[np.ix_(blocks[g], blocks[h])] @ p_rows[h] for h in range(len(labels))]
+            for g in range(len(labels))
+        ]
     )
     return variance, np.trace(omega) ** 2 / np.sum(omega**2)
 
@@ -225,7 +227,14 @@ def test_df_options_and_level():
     assert order_first.df == 5.0
     frame = satterthwaite.to_frame()
     assert list(frame.coef) == names and list(frame.columns[:8]) == [
-        "coef", "estimate", "se", "df", "t", "p", "ci_low", "ci_high",
+        "coef",
+        "estimate",
+        "se",
+        "df",
+        "t",
+        "p",
+        "ci_low",
+        "ci_high",
     ]
     assert "order" in str(satterthwaite)
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from honestci.audit.data.contests import build_contests, score_contests
-from honestci.audit.errors import InputError, SchemaError
 from honestci.audit.data.io import load_study
+from honestci.audit.errors import InputError, SchemaError
 
 RESPONSES = [
     # vignette v1: policy P (run-2) vs opponent O; v2 and v3: runs left empty
@@ -25,7 +25,13 @@ RESPONSES = [
 
 
 def judgment(first, second, verdict, judge="J", vignette=None):
-    return {"judge": judge, "vignette_id": vignette or "v" + first[-1], "response_first": first, "response_second": second, "verdict": verdict}
+    return {
+        "judge": judge,
+        "vignette_id": vignette or "v" + first[-1],
+        "response_first": first,
+        "response_second": second,
+        "verdict": verdict,
+    }
 
 
 # Hand-worked contests (outcomes from P's point of view, P first / P second):
@@ -41,8 +47,16 @@ JUDGMENTS = [
 
 
 def study(tmp_path, judgments=JUDGMENTS, responses=RESPONSES):
-    paths = {"vignettes": tmp_path / "vignettes.jsonl", "responses": tmp_path / "responses.jsonl", "judgments": tmp_path / "judgments.jsonl"}
-    tables = {"vignettes": [{"vignette_id": f"v{i}", "text": "t"} for i in (1, 2, 3)], "responses": responses, "judgments": judgments}
+    paths = {
+        "vignettes": tmp_path / "vignettes.jsonl",
+        "responses": tmp_path / "responses.jsonl",
+        "judgments": tmp_path / "judgments.jsonl",
+    }
+    tables = {
+        "vignettes": [{"vignette_id": f"v{i}", "text": "t"} for i in (1, 2, 3)],
+        "responses": responses,
+        "judgments": judgments,
+    }
     for name, rows in tables.items():
         paths[name].write_text("".join(json.dumps(row) + "\n" for row in rows))
     return load_study(paths)
@@ -89,7 +103,9 @@ def test_score_rules_on_each_outcome_pair(first, second, both, average):
     np.testing.assert_equal(score_contests([first], [second], "order_average"), [average])
     # the same from per-order values (win 1, tie 0.5, loss 0, invalid NaN)
     values = {"win": 1.0, "tie": 0.5, "loss": 0.0, "invalid": np.nan}
-    np.testing.assert_equal(score_contests(np.array([values[first]]), np.array([values[second]]), "both_orders"), [both])
+    np.testing.assert_equal(
+        score_contests(np.array([values[first]]), np.array([values[second]]), "both_orders"), [both]
+    )
 
 
 def test_score_rejects_unknown_rule_and_outcome():
@@ -142,14 +158,21 @@ def test_duplicate_judgment_in_frames_is_caught_too():
 
 
 def test_frames_with_unknown_responses_are_refused():
-    frames = {"responses": pd.DataFrame(RESPONSES), "judgments": pd.DataFrame([*JUDGMENTS, judgment("p2", "x2", "tie")])}
-    with pytest.raises(SchemaError, match=r"<judgments frame>, line 8, field 'response_second': response 'x2' is not in"):
+    frames = {
+        "responses": pd.DataFrame(RESPONSES),
+        "judgments": pd.DataFrame([*JUDGMENTS, judgment("p2", "x2", "tie")]),
+    }
+    with pytest.raises(
+        SchemaError, match=r"<judgments frame>, line 8, field 'response_second': response 'x2' is not in"
+    ):
         build_contests(frames, "P", "O")
 
 
 def test_contests_from_frames_match_contests_from_files(tmp_path):
     frames = {"responses": pd.DataFrame(RESPONSES), "judgments": pd.DataFrame(JUDGMENTS)}
-    pd.testing.assert_frame_equal(build_contests(frames, "P", "O").frame, build_contests(study(tmp_path), "P", "O").frame)
+    pd.testing.assert_frame_equal(
+        build_contests(frames, "P", "O").frame, build_contests(study(tmp_path), "P", "O").frame
+    )
 
 
 def test_single_order_contest_is_an_error_by_default(tmp_path):
@@ -178,7 +201,9 @@ def test_no_judgments_between_the_systems_lists_what_exists(tmp_path):
 
 
 def test_judge_must_be_named_when_several_judged(tmp_path):
-    loaded = study(tmp_path, [*JUDGMENTS, judgment("p1", "o1", "first", judge="K"), judgment("o1", "p1", "tie", judge="K")])
+    loaded = study(
+        tmp_path, [*JUDGMENTS, judgment("p1", "o1", "first", judge="K"), judgment("o1", "p1", "tie", judge="K")]
+    )
     with pytest.raises(InputError, match="several judges compared 'P' with 'O': J, K"):
         build_contests(loaded, "P", "O")
     with pytest.raises(InputError, match="use one of: J, K"):

@@ -17,8 +17,9 @@ def test_simulated_score_icc_matches_the_design():
 
 @pytest.mark.coverage
 def test_small_tier_runs_and_is_deterministic():
-    kwargs = dict(reps=20, methods=("wilson", "stratified", "cr2"), clusters_grid=(6,), icc_grid=(0.3,),
-                  rate_grid=(0.8,), seed=5)
+    kwargs = dict(
+        reps=20, methods=("wilson", "stratified", "cr2"), clusters_grid=(6,), icc_grid=(0.3,), rate_grid=(0.8,), seed=5
+    )
     first, second = run_coverage_study(**kwargs), run_coverage_study(**kwargs)
     assert first.to_frame().equals(second.to_frame())
     frame = first.to_frame()
@@ -29,8 +30,14 @@ def test_small_tier_runs_and_is_deterministic():
 @pytest.mark.coverage
 @pytest.mark.slow
 def test_honest_intervals_cover_at_twelve_or_more_vignettes():
-    study = run_coverage_study(reps=400, methods=HONEST_METHODS + ("wilson",), clusters_grid=(12, 30),
-                               icc_grid=(0.1, 0.3), rate_grid=(0.6, 0.8), seed=3)
+    study = run_coverage_study(
+        reps=400,
+        methods=HONEST_METHODS + ("wilson",),
+        clusters_grid=(12, 30),
+        icc_grid=(0.1, 0.3),
+        rate_grid=(0.6, 0.8),
+        seed=3,
+    )
     mc_tolerance = 0.015 + 3 * np.sqrt(0.95 * 0.05 / 400)
     frame = study.to_frame()
     honest = frame[frame["method"] != "wilson"]

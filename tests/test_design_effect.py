@@ -12,8 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from honestci.audit.stats.design_effect import ClusteringSummary, clustering_summary, design_effect, icc_oneway, n_effective
 from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.design_effect import (
+    ClusteringSummary,
+    clustering_summary,
+    design_effect,
+    icc_oneway,
+    n_effective,
+)
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "tests" / "reference"
 
@@ -41,7 +47,9 @@ def test_icc_matches_r():
     # Balanced data: the ANOVA estimator equals REML; lmer's optimiser agrees to ~1e-8.
     assert icc_balanced == pytest.approx(reference["balanced_icc", "lmer_reml"], rel=1e-6)
     assert icc_balanced == pytest.approx(reference["balanced_icc", "aov_anova"], rel=1e-10)
-    assert icc_oneway(unequal.y, unequal.cluster) == pytest.approx(reference["unequal_clusters", "aov_anova"], rel=1e-10)
+    assert icc_oneway(unequal.y, unequal.cluster) == pytest.approx(
+        reference["unequal_clusters", "aov_anova"], rel=1e-10
+    )
 
 
 def test_icc_recovers_a_known_icc():
@@ -87,7 +95,12 @@ def test_summary_and_n_effective():
     assert summary.n_effective == pytest.approx(447 / summary.design_effect)
     assert n_effective(720, 7.2) == pytest.approx(100.0)
     assert list(summary.to_frame().columns) == [
-        "n", "n_clusters", "mean_cluster_size", "icc", "design_effect", "n_effective",
+        "n",
+        "n_clusters",
+        "mean_cluster_size",
+        "icc",
+        "design_effect",
+        "n_effective",
     ]
     with pytest.raises(dataclasses.FrozenInstanceError):
         summary.icc = 0.0

@@ -6,11 +6,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from honestci.audit.policy import GATE_ORDER, GateResult, Verdict
 from honestci.audit.gates import overall_verdict
-from honestci.audit.stats.intervals import IntervalTable
-from honestci.audit.policy import EXIT_BLOCKED, EXIT_PASS
 from honestci.audit.pipeline import AuditResult
+from honestci.audit.policy import EXIT_BLOCKED, EXIT_PASS, GATE_ORDER, GateResult, Verdict
+from honestci.audit.stats.intervals import IntervalTable
 
 settings.register_profile("gate-integrity", derandomize=True, max_examples=300, deadline=None)
 
@@ -21,12 +20,28 @@ required_sets = st.sets(st.sampled_from(GATE_ORDER))
 def audit_result(gates: dict[str, Verdict], required) -> AuditResult:
     """A minimal AuditResult holding only gate outcomes (nothing else affects verdict or exit code)."""
     return AuditResult(
-        claim_name="c", claim_path="claim.yaml", policy="p", opponent="o", judge="j", bar=0.5,
-        population="new_vignettes", gate_method="cr2", intervals=IntervalTable("win rate", ()), n_contests=0,
-        n_invalid=0, dropped={}, gates=tuple(GateResult(name, verdict, f"{name} says {verdict}")
-                                            for name, verdict in gates.items()),
-        required_gates=tuple(required), claimed=None, claimed_audit=None, comparisons=(), bayes_summary=None,
-        per_vignette=(), sections=(), provenance={})
+        claim_name="c",
+        claim_path="claim.yaml",
+        policy="p",
+        opponent="o",
+        judge="j",
+        bar=0.5,
+        population="new_vignettes",
+        gate_method="cr2",
+        intervals=IntervalTable("win rate", ()),
+        n_contests=0,
+        n_invalid=0,
+        dropped={},
+        gates=tuple(GateResult(name, verdict, f"{name} says {verdict}") for name, verdict in gates.items()),
+        required_gates=tuple(required),
+        claimed=None,
+        claimed_audit=None,
+        comparisons=(),
+        bayes_summary=None,
+        per_vignette=(),
+        sections=(),
+        provenance={},
+    )
 
 
 def required_verdicts(gates: dict[str, Verdict], required) -> list[Verdict]:
@@ -68,8 +83,10 @@ def test_verdict_is_the_worst_required_and_ignores_optional_gates(gates, require
 def test_warn_behind_inconclusive_blocks_even_when_inconclusive_is_allowed():
     # The bug this guards: the worst verdict was INCONCLUSIVE, so --allow-inconclusive exited 0
     # although a required gate said WARN.
-    result = audit_result({"enough_clusters": Verdict.WARN, "ci_low_clears_bar": Verdict.INCONCLUSIVE},
-                          ("enough_clusters", "ci_low_clears_bar"))
+    result = audit_result(
+        {"enough_clusters": Verdict.WARN, "ci_low_clears_bar": Verdict.INCONCLUSIVE},
+        ("enough_clusters", "ci_low_clears_bar"),
+    )
     assert result.verdict == Verdict.INCONCLUSIVE
     assert result.exit_code(allow_inconclusive=True) == EXIT_BLOCKED
 
@@ -84,10 +101,10 @@ def test_a_claim_cannot_require_no_gate(tmp_path):
     import json
 
     from click.testing import CliRunner
+    from synthetic_study import claim_dict, write_study
 
     from honestci.audit.cli import main
     from honestci.audit.policy import DEFAULT_REQUIRED_GATES
-    from synthetic_study import claim_dict, write_study
 
     claim = write_study(tmp_path / "study", claim=claim_dict(required_gates=[], bar=0.99))
     result = CliRunner().invoke(main, ["audit", str(claim), "--out", str(tmp_path / "out"), "--no-bayes"])

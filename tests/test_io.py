@@ -10,8 +10,8 @@ import json
 import pandas as pd
 import pytest
 
-from honestci.audit.errors import InputError, SchemaError
 from honestci.audit.data.io import load_study, load_table, table_from_frame
+from honestci.audit.errors import InputError, SchemaError
 
 FORMATS = ("jsonl", "csv", "parquet")
 
@@ -70,13 +70,31 @@ def responses(*overrides):
 def test_same_table_reads_identically_from_every_format(tmp_path):
     rows = [
         {"response_id": 17, "vignette_id": 3, "system": "P", "text": "", "run": "run-2", "seed": 1, "sample_idx": 0},
-        {"response_id": 18, "vignette_id": 3, "system": "O", "text": "b, \"quoted\"\nsecond line", "run": None, "seed": None, "sample_idx": 1},
+        {
+            "response_id": 18,
+            "vignette_id": 3,
+            "system": "O",
+            "text": 'b, "quoted"\nsecond line',
+            "run": None,
+            "seed": None,
+            "sample_idx": 1,
+        },
     ]
     frames = [load_table(write(tmp_path / f"r.{ext}", rows), "responses").frame for ext in (*FORMATS, "jsonl.gz")]
     for frame in frames[1:]:
         pd.testing.assert_frame_equal(frame, frames[0])
     first = frames[0]
-    assert list(first.columns[:9]) == ["response_id", "vignette_id", "system", "text", "raw", "run", "pool", "seed", "sample_idx"]
+    assert list(first.columns[:9]) == [
+        "response_id",
+        "vignette_id",
+        "system",
+        "text",
+        "raw",
+        "run",
+        "pool",
+        "seed",
+        "sample_idx",
+    ]
     assert first["response_id"].tolist() == ["17", "18"]  # ids are strings
     assert first["seed"].dtype == "Int64" and first["seed"].isna().tolist() == [False, True]
     assert first["text"].tolist() == ["", rows[1]["text"]]  # an empty answer is kept
@@ -156,7 +174,10 @@ def test_nan_in_required_json_field(tmp_path):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_score_that_is_not_a_number(tmp_path, fmt):
-    rows = [{"response_id": "r1", "rater_id": "a", "score": "4"}, {"response_id": "r2", "rater_id": "a", "score": "high"}]
+    rows = [
+        {"response_id": "r1", "rater_id": "a", "score": "4"},
+        {"response_id": "r2", "rater_id": "a", "score": "high"},
+    ]
     path = write(tmp_path / f"h.{fmt}", rows)
     error = problems_of(path, "human_ratings")
     assert_problem(error, path, line_of(1, fmt), "score", "expected a number, got str 'high'")
@@ -174,7 +195,10 @@ def test_seed_that_is_not_an_integer(tmp_path, fmt):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_non_finite_score(tmp_path, fmt):
-    rows = [{"response_id": "r1", "rater_id": "a", "score": 2.0}, {"response_id": "r2", "rater_id": "a", "score": float("inf")}]
+    rows = [
+        {"response_id": "r1", "rater_id": "a", "score": 2.0},
+        {"response_id": "r2", "rater_id": "a", "score": float("inf")},
+    ]
     path = write(tmp_path / f"h.{fmt}", rows)
     assert_problem(problems_of(path, "human_ratings"), path, line_of(1, fmt), "score", "is inf, not a finite number")
 
@@ -221,12 +245,18 @@ def test_file_without_rows(tmp_path, fmt):
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_non_utf8_bytes_name_line_and_byte(tmp_path, fmt):
     path = tmp_path / f"v.{fmt}"
-    good, bad = ('{"vignette_id": "v1", "text": "ok"}', '{"vignette_id": "v2", "text": "caf\xe9"}') if fmt == "jsonl" else ("v1,ok", "v2,caf\xe9")
+    good, bad = (
+        ('{"vignette_id": "v1", "text": "ok"}', '{"vignette_id": "v2", "text": "caf\xe9"}')
+        if fmt == "jsonl"
+        else ("v1,ok", "v2,caf\xe9")
+    )
     header = "" if fmt == "jsonl" else "vignette_id,text\n"
     path.write_bytes(f"{header}{good}\n{bad}\n".encode("latin-1"))
     line = 2 if fmt == "jsonl" else 3
     column = bad.encode("latin-1").index(b"\xe9") + 1
-    assert_problem(problems_of(path, "vignettes"), path, line, None, f"not valid UTF-8: byte 0xe9 at byte {column} of the line")
+    assert_problem(
+        problems_of(path, "vignettes"), path, line, None, f"not valid UTF-8: byte 0xe9 at byte {column} of the line"
+    )
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
@@ -270,7 +300,9 @@ def study_files(tmp_path, judgments=None, responses_rows=None, **extra):
         {"response_id": "o1", "vignette_id": "v1", "system": "O", "text": "y"},
         {"response_id": "p2", "vignette_id": "v2", "system": "P", "text": "z"},
     ]
-    judgments = judgments or [{"judge": "J", "vignette_id": "v1", "response_first": "p1", "response_second": "o1", "verdict": "first"}]
+    judgments = judgments or [
+        {"judge": "J", "vignette_id": "v1", "response_first": "p1", "response_second": "o1", "verdict": "first"}
+    ]
     paths = {
         "vignettes": write(tmp_path / "vignettes.jsonl", vignettes),
         "responses": write(tmp_path / "responses.csv", responses_rows),
@@ -297,11 +329,19 @@ def test_study_needs_its_core_tables(tmp_path):
 
 
 def test_study_reports_problems_of_all_files_at_once(tmp_path):
-    paths = study_files(tmp_path, judgments=[{"judge": "J", "vignette_id": "v1", "response_first": "p1", "response_second": "o1", "verdict": "?"}])
+    paths = study_files(
+        tmp_path,
+        judgments=[
+            {"judge": "J", "vignette_id": "v1", "response_first": "p1", "response_second": "o1", "verdict": "?"}
+        ],
+    )
     paths["vignettes"].write_text('{"vignette_id": "v1"}\n')
     with pytest.raises(SchemaError) as caught:
         load_study(paths)
-    assert {(p.file, p.field) for p in caught.value.problems} == {(str(paths["vignettes"]), "text"), (str(paths["judgments"]), "verdict")}
+    assert {(p.file, p.field) for p in caught.value.problems} == {
+        (str(paths["vignettes"]), "text"),
+        (str(paths["judgments"]), "verdict"),
+    }
 
 
 def test_cross_references(tmp_path):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from honestci.audit.cli.judges import import_command, judge_command
 from honestci.audit.errors import InputError
 from honestci.judges.cache import CachedJudgment, CacheKey, JudgmentCache, texts_sha256
-from honestci.audit.cli.judges import import_command, judge_command
 from honestci.judges.importers import import_alpaca_eval
 from honestci.judges.prompts import DEFAULT_TEMPLATE, PairwiseTemplate, get_template
 from honestci.judges.schedule import Contest, schedule_both_orders
@@ -40,7 +40,9 @@ def test_custom_template_from_yaml(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text("name: terse\nversion: 2\nsystem: ''\nuser: 'Q {scenario} A {response_a} B {response_b}'\n")
     template = get_template(path)
-    assert template.label == "terse@v2" and template.render("q", "a", "b") == [{"role": "user", "content": "Q q A a B b"}]
+    assert template.label == "terse@v2" and template.render("q", "a", "b") == [
+        {"role": "user", "content": "Q q A a B b"}
+    ]
     with pytest.raises(InputError):
         get_template("no-such-template")
 
@@ -73,11 +75,13 @@ def _record(key, verdict="first"):
 
 def test_cache_key_covers_judge_template_order_texts_and_sampling(tmp_path):
     base = CacheKey("judge", "t" * 64, "r1", "r2", texts_sha256("s", "a", "b"), json.dumps({"temperature": 0}))
-    variants = [CacheKey("other", *list(base.__dict__.values())[1:]),
-                CacheKey(base.judge, "u" * 64, "r1", "r2", base.texts_sha256, base.sampling_json),
-                CacheKey(base.judge, base.template_sha256, "r2", "r1", base.texts_sha256, base.sampling_json),
-                CacheKey(base.judge, base.template_sha256, "r1", "r2", texts_sha256("s", "a", "b!"), base.sampling_json),
-                CacheKey(base.judge, base.template_sha256, "r1", "r2", base.texts_sha256, '{"temperature":1}')]
+    variants = [
+        CacheKey("other", *list(base.__dict__.values())[1:]),
+        CacheKey(base.judge, "u" * 64, "r1", "r2", base.texts_sha256, base.sampling_json),
+        CacheKey(base.judge, base.template_sha256, "r2", "r1", base.texts_sha256, base.sampling_json),
+        CacheKey(base.judge, base.template_sha256, "r1", "r2", texts_sha256("s", "a", "b!"), base.sampling_json),
+        CacheKey(base.judge, base.template_sha256, "r1", "r2", base.texts_sha256, '{"temperature":1}'),
+    ]
     assert len({k.digest for k in [base, *variants]}) == 6
     with JudgmentCache(tmp_path / "c.sqlite") as cache:
         cache.put(_record(base))
@@ -91,18 +95,47 @@ def test_cli_judge_and_import_round_trip(tmp_path):
     study = write_stub_study(tmp_path, n_contests=4)
     runner = CliRunner()
     with StubJudgeServer(StubConfig()) as server:
-        result = runner.invoke(judge_command, [str(study["contests"]), "--vignettes", str(study["vignettes"]),
-                                               "--responses", str(study["responses"]), "--out",
-                                               str(tmp_path / "j.csv"), "--base-url", server.base_url, "--model",
-                                               "stub-judge", "--no-progress"])
+        result = runner.invoke(
+            judge_command,
+            [
+                str(study["contests"]),
+                "--vignettes",
+                str(study["vignettes"]),
+                "--responses",
+                str(study["responses"]),
+                "--out",
+                str(tmp_path / "j.csv"),
+                "--base-url",
+                server.base_url,
+                "--model",
+                "stub-judge",
+                "--no-progress",
+            ],
+        )
     assert result.exit_code == 0, result.output
     rows = [r.values for r in read_rows(tmp_path / "j.csv")]
-    assert len(rows) == 8 and all(r["verdict"] == preferred_position(r["response_first"], r["response_second"])
-                                  for r in rows)
-    result = runner.invoke(import_command, ["generic", str(tmp_path / "j.csv"), "--out", str(tmp_path / "g.jsonl"),
-                                            "--map", "judge=judge", "--map", "vignette_id=vignette_id",
-                                            "--map", "response_first=response_first",
-                                            "--map", "response_second=response_second", "--map", "verdict=verdict"])
+    assert len(rows) == 8 and all(
+        r["verdict"] == preferred_position(r["response_first"], r["response_second"]) for r in rows
+    )
+    result = runner.invoke(
+        import_command,
+        [
+            "generic",
+            str(tmp_path / "j.csv"),
+            "--out",
+            str(tmp_path / "g.jsonl"),
+            "--map",
+            "judge=judge",
+            "--map",
+            "vignette_id=vignette_id",
+            "--map",
+            "response_first=response_first",
+            "--map",
+            "response_second=response_second",
+            "--map",
+            "verdict=verdict",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert [r.values["verdict"] for r in read_rows(tmp_path / "g.jsonl")] == [r["verdict"] for r in rows]
 
@@ -111,27 +144,62 @@ def test_cli_bad_input_exits_2_with_file_line_and_field(tmp_path):
     study = write_stub_study(tmp_path, n_contests=2)
     bad = tmp_path / "contests.csv"
     bad.write_text("vignette_id,response_a,response_b\nv0,0,404\n")
-    result = CliRunner().invoke(judge_command, [str(bad), "--vignettes", str(study["vignettes"]), "--responses",
-                                                str(study["responses"]), "--out", str(tmp_path / "o.jsonl"),
-                                                "--backend", "replay", "--replay", str(tmp_path / "none.jsonl")])
+    result = CliRunner().invoke(
+        judge_command,
+        [
+            str(bad),
+            "--vignettes",
+            str(study["vignettes"]),
+            "--responses",
+            str(study["responses"]),
+            "--out",
+            str(tmp_path / "o.jsonl"),
+            "--backend",
+            "replay",
+            "--replay",
+            str(tmp_path / "none.jsonl"),
+        ],
+    )
     assert result.exit_code == 2
     assert "none.jsonl: file not found" in result.output
-    result = CliRunner().invoke(judge_command, [str(bad), "--vignettes", str(study["vignettes"]), "--responses",
-                                                str(study["responses"]), "--out", str(tmp_path / "o.jsonl"),
-                                                "--base-url", "http://127.0.0.1:9/v1", "--model", "m"])
+    result = CliRunner().invoke(
+        judge_command,
+        [
+            str(bad),
+            "--vignettes",
+            str(study["vignettes"]),
+            "--responses",
+            str(study["responses"]),
+            "--out",
+            str(tmp_path / "o.jsonl"),
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+        ],
+    )
     assert result.exit_code == 2 and "line 2, field 'response_b': unknown response '404'" in result.output
-    result = CliRunner().invoke(import_command, ["generic", str(bad), "--out", str(tmp_path / "x.jsonl"),
-                                                 "--map", "nonsense"])
+    result = CliRunner().invoke(
+        import_command, ["generic", str(bad), "--out", str(tmp_path / "x.jsonl"), "--map", "nonsense"]
+    )
     assert result.exit_code == 2 and "KEY=VALUE" in result.output
-    result = CliRunner().invoke(import_command, ["mtbench", str(tmp_path / "absent.jsonl"), "--out",
-                                                 str(tmp_path / "x.jsonl")])
+    result = CliRunner().invoke(
+        import_command, ["mtbench", str(tmp_path / "absent.jsonl"), "--out", str(tmp_path / "x.jsonl")]
+    )
     assert result.exit_code == 2 and "absent.jsonl: file not found" in result.output
 
 
 def test_alpaca_eval_rejects_continuous_preferences_with_record_number(tmp_path):
     path = tmp_path / "annotations.json"
-    record = {"instruction": "Hi", "output_1": "a", "output_2": "b", "generator_1": "base", "generator_2": "m",
-              "annotator": "weighted", "preference": 1.73}
+    record = {
+        "instruction": "Hi",
+        "output_1": "a",
+        "output_2": "b",
+        "generator_1": "base",
+        "generator_2": "m",
+        "annotator": "weighted",
+        "preference": 1.73,
+    }
     path.write_text(json.dumps([dict(record, preference=2), dict(record, instruction="Yo", preference=1.73)]))
     with pytest.raises(InputError) as err:
         import_alpaca_eval([path])

@@ -29,13 +29,30 @@ def _output(path):
 def test_every_contest_ends_judged_or_counted_invalid_under_faults(tmp_path):
     study = write_stub_study(tmp_path, n_contests=40)
     doomed = ("7", "6")  # this ordered pair always gets HTTP 500: retries run out
-    config = StubConfig(stall_s=1.0, seed=3, always_fail_pairs=frozenset({doomed}), scripted=FAULTS,
-                        fault_rates={"timeout": 0.04, "429": 0.1, "500": 0.1, "garbage": 0.05, "garbage_json": 0.05,
-                                     "unparseable": 0.05})
+    config = StubConfig(
+        stall_s=1.0,
+        seed=3,
+        always_fail_pairs=frozenset({doomed}),
+        scripted=FAULTS,
+        fault_rates={
+            "timeout": 0.04,
+            "429": 0.1,
+            "500": 0.1,
+            "garbage": 0.05,
+            "garbage_json": 0.05,
+            "unparseable": 0.05,
+        },
+    )
     with StubJudgeServer(config) as server:
-        summary = run_judging(study["contests"], load_texts(study["vignettes"], study["responses"]),
-                              _backend(server, timeout_s=0.5), get_template(), tmp_path / "out.jsonl", seed=11,
-                              progress=False)
+        summary = run_judging(
+            study["contests"],
+            load_texts(study["vignettes"], study["responses"]),
+            _backend(server, timeout_s=0.5),
+            get_template(),
+            tmp_path / "out.jsonl",
+            seed=11,
+            progress=False,
+        )
         log = list(server.log)
     rows = _output(tmp_path / "out.jsonl")
     pairs = Counter((r["response_first"], r["response_second"]) for r in rows)
@@ -68,18 +85,44 @@ def test_rerun_asks_nothing_and_retry_failed_asks_only_failures(tmp_path):
     texts = load_texts(study["vignettes"], study["responses"])
     config = StubConfig(always_fail_pairs=frozenset({("1", "0")}))
     with StubJudgeServer(config) as server:
-        run_judging(study["contests"], texts, _backend(server, max_retries=1), get_template(), tmp_path / "a.jsonl",
-                    progress=False)
+        run_judging(
+            study["contests"],
+            texts,
+            _backend(server, max_retries=1),
+            get_template(),
+            tmp_path / "a.jsonl",
+            progress=False,
+        )
         first_run = len(server.log)
-        again = run_judging(study["contests"], texts, _backend(server, max_retries=1), get_template(),
-                            tmp_path / "a.jsonl", progress=False)
+        again = run_judging(
+            study["contests"],
+            texts,
+            _backend(server, max_retries=1),
+            get_template(),
+            tmp_path / "a.jsonl",
+            progress=False,
+        )
         assert len(server.log) == first_run and again.n_asked == 0 and again.n_from_cache == 12
-        retried = run_judging(study["contests"], texts, _backend(server, max_retries=1), get_template(),
-                              tmp_path / "a.jsonl", progress=False, retry_failed=True)
+        retried = run_judging(
+            study["contests"],
+            texts,
+            _backend(server, max_retries=1),
+            get_template(),
+            tmp_path / "a.jsonl",
+            progress=False,
+            retry_failed=True,
+        )
         assert retried.n_asked == 1 and len(server.log) == first_run + 2
         # A different sampling setting is a different judgment: all asked again.
-        other = run_judging(study["contests"], texts, _backend(server, max_retries=1), get_template(),
-                            tmp_path / "a.jsonl", progress=False, sampling={"temperature": 0.7, "max_tokens": 64})
+        other = run_judging(
+            study["contests"],
+            texts,
+            _backend(server, max_retries=1),
+            get_template(),
+            tmp_path / "a.jsonl",
+            progress=False,
+            sampling={"temperature": 0.7, "max_tokens": 64},
+        )
         assert other.n_asked == 12
 
 
@@ -89,8 +132,14 @@ def test_api_key_is_sent_but_never_stored_or_shown(tmp_path, monkeypatch):
     study = write_stub_study(tmp_path, n_contests=3)
     with StubJudgeServer(StubConfig(fault_rates={"500": 0.3}, seed=2)) as server:
         backend = _backend(server, api_key_env="HONESTCI_TEST_KEY")
-        summary = run_judging(study["contests"], load_texts(study["vignettes"], study["responses"]), backend,
-                              get_template(), tmp_path / "out.jsonl", progress=False)
+        summary = run_judging(
+            study["contests"],
+            load_texts(study["vignettes"], study["responses"]),
+            backend,
+            get_template(),
+            tmp_path / "out.jsonl",
+            progress=False,
+        )
         assert server.authorizations == {f"Bearer {secret}"}
     assert secret not in repr(backend) and secret not in str(summary)
     for path in tmp_path.iterdir():
@@ -104,8 +153,16 @@ def test_misconfigured_server_stops_the_run_and_keeps_finished_judgments(tmp_pat
         run_judging(study["contests"], texts, _backend(server), get_template(), tmp_path / "out.jsonl", progress=False)
         wrong = OpenAICompatibleBackend(server.base_url.replace("/v1", "/v2"), "stub-judge", max_retries=0)
         with pytest.raises(BackendFatalError, match="HTTP 404"):
-            run_judging(study["contests"], texts, wrong, get_template(), tmp_path / "out.jsonl", progress=False,
-                        retry_failed=True, sampling={"temperature": 0.0, "max_tokens": 7})
+            run_judging(
+                study["contests"],
+                texts,
+                wrong,
+                get_template(),
+                tmp_path / "out.jsonl",
+                progress=False,
+                retry_failed=True,
+                sampling={"temperature": 0.0, "max_tokens": 7},
+            )
     with sqlite3.connect(tmp_path / "out.jsonl.cache.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM judgments").fetchone()[0] == 6
 
@@ -115,8 +172,14 @@ def test_connection_refused_is_retried_then_invalid(tmp_path):
     with StubJudgeServer() as server:
         url = server.base_url
     backend = OpenAICompatibleBackend(url, "gone", max_retries=2, backoff_base_s=0.001, timeout_s=0.5)
-    summary = run_judging(study["contests"], load_texts(study["vignettes"], study["responses"]), backend,
-                          get_template(), tmp_path / "out.jsonl", progress=False)
+    summary = run_judging(
+        study["contests"],
+        load_texts(study["vignettes"], study["responses"]),
+        backend,
+        get_template(),
+        tmp_path / "out.jsonl",
+        progress=False,
+    )
     rows = _output(tmp_path / "out.jsonl")
     assert summary.n_failed == 4 and {r["verdict"] for r in rows} == {"invalid"}
     assert all("connection error" in r["invalid_reason"] for r in rows)
@@ -128,17 +191,23 @@ def test_replay_reproduces_a_recorded_run_without_calls(tmp_path):
     with StubJudgeServer(StubConfig(fault_rates={"unparseable": 0.2}, seed=5)) as server:
         run_judging(study["contests"], texts, _backend(server), get_template(), tmp_path / "live.jsonl", progress=False)
     replay = ReplayBackend(tmp_path / "live.jsonl")
-    summary = run_judging(study["contests"], texts, replay, get_template(), tmp_path / "replayed.csv", seed=99,
-                          progress=False)
-    live = {(r["response_first"], r["response_second"]): (r["verdict"], r["raw"]) for r in _output(tmp_path / "live.jsonl")}
-    replayed = {(r["response_first"], r["response_second"]): (r["verdict"], r["raw"])
-                for r in _output(tmp_path / "replayed.csv")}
+    summary = run_judging(
+        study["contests"], texts, replay, get_template(), tmp_path / "replayed.csv", seed=99, progress=False
+    )
+    live = {
+        (r["response_first"], r["response_second"]): (r["verdict"], r["raw"]) for r in _output(tmp_path / "live.jsonl")
+    }
+    replayed = {
+        (r["response_first"], r["response_second"]): (r["verdict"], r["raw"])
+        for r in _output(tmp_path / "replayed.csv")
+    }
     assert replayed == live and summary.judge == "stub-judge" and summary.n_retries == 0
     # A contest with no recording becomes invalid with its reason.
     extra = tmp_path / "extra.jsonl"
     extra.write_text(json.dumps({"vignette_id": "v0", "response_a": "0", "response_b": "10"}) + "\n")
-    run_judging(extra, texts, ReplayBackend(tmp_path / "live.jsonl"), get_template(), tmp_path / "x.jsonl",
-                progress=False)
+    run_judging(
+        extra, texts, ReplayBackend(tmp_path / "live.jsonl"), get_template(), tmp_path / "x.jsonl", progress=False
+    )
     rows = _output(tmp_path / "x.jsonl")
     assert [r["invalid_reason"] for r in rows] == ["no recorded judgment for this ordered pair"] * 2
 
@@ -151,5 +220,4 @@ def test_bad_contests_are_reported_with_file_line_and_field(tmp_path):
     with pytest.raises(InputError) as err:
         run_judging(bad, texts, ReplayBackend.__new__(ReplayBackend), get_template(), tmp_path / "o.jsonl")
     located = {(p.line, p.field) for p in err.value.problems}
-    assert located == {(3, "vignette_id"), (3, "response_a"), (3, "response_b"), (4, "response_b"),
-                       (5, "response_a")}
+    assert located == {(3, "vignette_id"), (3, "response_a"), (3, "response_b"), (4, "response_b"), (5, "response_a")}

@@ -31,8 +31,13 @@ def test_alpaca_eval_reproduces_published_win_rate_and_se(shared_data, tmp_path)
     with open(shared_data / "alpaca_eval" / "leaderboards" / "alpaca_eval_gpt4_leaderboard.csv") as handle:
         published = {row[""]: row for row in csv.DictReader(handle)}
     for model in {system[j["response_second"]] for j in judgments}:
-        scores = np.array([SCORE_OF_SECOND[j["verdict"]] for j in judgments
-                           if system[j["response_second"]] == model and j["verdict"] != "invalid"])
+        scores = np.array(
+            [
+                SCORE_OF_SECOND[j["verdict"]]
+                for j in judgments
+                if system[j["response_second"]] == model and j["verdict"] != "invalid"
+            ]
+        )
         win_rate = 100 * scores.mean()
         standard_error = 100 * scores.std(ddof=1) / np.sqrt(len(scores))
         assert len(scores) == int(published[model]["n_total"]), model
@@ -81,16 +86,19 @@ def _pandalm_metrics(judge, judgments, human_pairs):
 @pytest.mark.shared_data
 def test_pandalm_reproduces_published_accuracy_and_macro_f1(shared_data, tmp_path):
     folder = shared_data / "pandalm"
-    tables = import_pandalm(folder / "testset-v1.json", [folder / "gpt-3.5-turbo-testset-v1.json",
-                                                         folder / "pandalm-7b-testset-v1.json"])
+    tables = import_pandalm(
+        folder / "testset-v1.json", [folder / "gpt-3.5-turbo-testset-v1.json", folder / "pandalm-7b-testset-v1.json"]
+    )
     paths = tables.write(tmp_path / "pandalm.csv")
     judgments = [r.values for r in read_rows(paths["judgments"])]
     human_pairs = [r.values for r in read_rows(paths["human_pairs"])]
     vignettes = read_rows(paths["vignettes"])
     assert len(vignettes) == 170 and len(human_pairs) == 3 * 999 and len(judgments) == 2 * 999
     # Published (PandaLM README / data/compute_metrics.py), 4 decimals.
-    for judge, (accuracy, precision, recall, f1) in {"gpt-3.5-turbo": (0.7107, 0.5879, 0.5736, 0.5755),
-                                                     "pandalm-7b": (0.6677, 0.5738, 0.5750, 0.5743)}.items():
+    for judge, (accuracy, precision, recall, f1) in {
+        "gpt-3.5-turbo": (0.7107, 0.5879, 0.5736, 0.5755),
+        "pandalm-7b": (0.6677, 0.5738, 0.5750, 0.5743),
+    }.items():
         got = _pandalm_metrics(judge, judgments, human_pairs)
         assert np.round(got, 4).tolist() == [accuracy, precision, recall, f1], (judge, got)
     assert sum(j["verdict"] == "invalid" for j in judgments if j["judge"] == "gpt-3.5-turbo") == 25  # "garbage"
@@ -120,37 +128,80 @@ def _write_jsonl(path: Path, rows) -> Path:
 
 # Rows shaped exactly as FastChat's play_a_match_pair writes them (fastchat/llm_judge/common.py).
 MTBENCH_ROWS = [
-    {"question_id": 81, "model_1": "alpaca-13b", "model_2": "gpt-3.5-turbo", "g1_winner": "model_2",
-     "g2_winner": "model_2", "judge": ["gpt-4", "pair-v2"], "g1_user_prompt": "...",
-     "g1_judgment": "Assistant B is more engaging. [[B]]", "g2_user_prompt": "...",
-     "g2_judgment": "Assistant A is more engaging. [[A]]", "turn": 1, "tstamp": 1687000000.0},
-    {"question_id": 81, "model_1": "alpaca-13b", "model_2": "gpt-3.5-turbo", "g1_winner": "tie",
-     "g2_winner": "model_1", "judge": ["gpt-4", "pair-v2-multi-turn"], "g1_user_prompt": "...",
-     "g1_judgment": "[[C]]", "g2_user_prompt": "...", "g2_judgment": "[[B]]", "turn": 2, "tstamp": 1687000001.0},
-    {"question_id": 82, "model_1": "alpaca-13b", "model_2": "gpt-3.5-turbo", "g1_winner": "error",
-     "g2_winner": "model_1", "judge": ["gpt-4", "pair-v2"], "g1_user_prompt": "...",
-     "g1_judgment": "I cannot tell.", "g2_user_prompt": "...", "g2_judgment": "[[B]]", "turn": 1,
-     "tstamp": 1687000002.0},
+    {
+        "question_id": 81,
+        "model_1": "alpaca-13b",
+        "model_2": "gpt-3.5-turbo",
+        "g1_winner": "model_2",
+        "g2_winner": "model_2",
+        "judge": ["gpt-4", "pair-v2"],
+        "g1_user_prompt": "...",
+        "g1_judgment": "Assistant B is more engaging. [[B]]",
+        "g2_user_prompt": "...",
+        "g2_judgment": "Assistant A is more engaging. [[A]]",
+        "turn": 1,
+        "tstamp": 1687000000.0,
+    },
+    {
+        "question_id": 81,
+        "model_1": "alpaca-13b",
+        "model_2": "gpt-3.5-turbo",
+        "g1_winner": "tie",
+        "g2_winner": "model_1",
+        "judge": ["gpt-4", "pair-v2-multi-turn"],
+        "g1_user_prompt": "...",
+        "g1_judgment": "[[C]]",
+        "g2_user_prompt": "...",
+        "g2_judgment": "[[B]]",
+        "turn": 2,
+        "tstamp": 1687000001.0,
+    },
+    {
+        "question_id": 82,
+        "model_1": "alpaca-13b",
+        "model_2": "gpt-3.5-turbo",
+        "g1_winner": "error",
+        "g2_winner": "model_1",
+        "judge": ["gpt-4", "pair-v2"],
+        "g1_user_prompt": "...",
+        "g1_judgment": "I cannot tell.",
+        "g2_user_prompt": "...",
+        "g2_judgment": "[[B]]",
+        "turn": 1,
+        "tstamp": 1687000002.0,
+    },
 ]
 
 
 def test_mtbench_both_games_map_to_first_and_second(tmp_path):
     path = _write_jsonl(tmp_path / "gpt-4_pair.jsonl", MTBENCH_ROWS)
-    questions = _write_jsonl(tmp_path / "question.jsonl", [
-        {"question_id": 81, "category": "writing", "turns": ["Write a travel blog post.", "Rewrite it."]},
-        {"question_id": 82, "category": "writing", "turns": ["Draft an email.", "Shorten it."]}])
+    questions = _write_jsonl(
+        tmp_path / "question.jsonl",
+        [
+            {"question_id": 81, "category": "writing", "turns": ["Write a travel blog post.", "Rewrite it."]},
+            {"question_id": 82, "category": "writing", "turns": ["Draft an email.", "Shorten it."]},
+        ],
+    )
     answers = tmp_path / "model_answer"
     answers.mkdir()
     for model in ("alpaca-13b", "gpt-3.5-turbo"):
-        _write_jsonl(answers / f"{model}.jsonl", [
-            {"question_id": q, "answer_id": "x", "model_id": model, "choices": [{"index": 0, "turns": [f"{model} t1",
-                                                                                                     f"{model} t2"]}]}
-            for q in (81, 82)])
+        _write_jsonl(
+            answers / f"{model}.jsonl",
+            [
+                {
+                    "question_id": q,
+                    "answer_id": "x",
+                    "model_id": model,
+                    "choices": [{"index": 0, "turns": [f"{model} t1", f"{model} t2"]}],
+                }
+                for q in (81, 82)
+            ],
+        )
     tables = import_mtbench(path, questions=questions, answers_dir=answers)
     got = [(j["vignette_id"], j["response_first"], j["response_second"], j["verdict"]) for j in tables.judgments]
     assert got == [
         ("81", "81:alpaca-13b:turn1", "81:gpt-3.5-turbo:turn1", "second"),  # g1: model_2 (shown second) won
-        ("81", "81:gpt-3.5-turbo:turn1", "81:alpaca-13b:turn1", "first"),   # g2: model_2 (shown first) won
+        ("81", "81:gpt-3.5-turbo:turn1", "81:alpaca-13b:turn1", "first"),  # g2: model_2 (shown first) won
         ("81", "81:alpaca-13b:turn2", "81:gpt-3.5-turbo:turn2", "tie"),
         ("81", "81:gpt-3.5-turbo:turn2", "81:alpaca-13b:turn2", "second"),  # g2: model_1 (shown second) won
         ("82", "82:alpaca-13b:turn1", "82:gpt-3.5-turbo:turn1", "invalid"),  # "error" is kept, counted
@@ -177,36 +228,46 @@ def test_mtbench_unknown_winner_is_reported_with_line_and_field(tmp_path):
 
 def test_generic_import_with_column_and_value_mapping(tmp_path):
     path = tmp_path / "mine.csv"
-    path.write_text("q,left,right,winner,why\n"
-                    "v1,r1,r2,A,left is kinder\n"
-                    "v1,r2,r1,B,right is kinder\n"
-                    "v2,r3,r4,draw,same\n")
-    tables = import_generic(path, {"vignette_id": "q", "response_first": "left", "response_second": "right",
-                                   "verdict": "winner", "raw": "why"},
-                            {"A": "first", "B": "second", "draw": "tie"}, judge="my-judge")
+    path.write_text(
+        "q,left,right,winner,why\nv1,r1,r2,A,left is kinder\nv1,r2,r1,B,right is kinder\nv2,r3,r4,draw,same\n"
+    )
+    tables = import_generic(
+        path,
+        {"vignette_id": "q", "response_first": "left", "response_second": "right", "verdict": "winner", "raw": "why"},
+        {"A": "first", "B": "second", "draw": "tie"},
+        judge="my-judge",
+    )
     assert [j["verdict"] for j in tables.judgments] == ["first", "second", "tie"]
     assert {j["judge"] for j in tables.judgments} == {"my-judge"}
     # An unmapped value is an error at its line, never a guess.
     with pytest.raises(InputError) as err:
-        import_generic(path, {"vignette_id": "q", "response_first": "left", "response_second": "right",
-                              "verdict": "winner"}, {"A": "first", "B": "second"}, judge="my-judge")
+        import_generic(
+            path,
+            {"vignette_id": "q", "response_first": "left", "response_second": "right", "verdict": "winner"},
+            {"A": "first", "B": "second"},
+            judge="my-judge",
+        )
     (problem,) = err.value.problems
     assert (problem.line, problem.field) == (4, "winner")
 
 
 def test_generic_import_parses_raw_replies_when_no_verdict_column(tmp_path):
-    path = _write_jsonl(tmp_path / "raw.jsonl", [
-        {"judge": "j", "vid": "v", "a": "r1", "b": "r2", "reply": "Reasoning... [[B]]"},
-        {"judge": "j", "vid": "v", "a": "r2", "b": "r1", "reply": "no idea"}])
-    tables = import_generic(path, {"judge": "judge", "vignette_id": "vid", "response_first": "a",
-                                   "response_second": "b", "raw": "reply"})
+    path = _write_jsonl(
+        tmp_path / "raw.jsonl",
+        [
+            {"judge": "j", "vid": "v", "a": "r1", "b": "r2", "reply": "Reasoning... [[B]]"},
+            {"judge": "j", "vid": "v", "a": "r2", "b": "r1", "reply": "no idea"},
+        ],
+    )
+    tables = import_generic(
+        path, {"judge": "judge", "vignette_id": "vid", "response_first": "a", "response_second": "b", "raw": "reply"}
+    )
     assert [j["verdict"] for j in tables.judgments] == ["second", "invalid"]
 
 
 def test_duplicate_ordered_judgment_is_an_error(tmp_path):
     path = tmp_path / "dup.csv"
-    path.write_text("judge,vignette_id,response_first,response_second,verdict\n"
-                    "j,v,r1,r2,first\nj,v,r1,r2,second\n")
+    path.write_text("judge,vignette_id,response_first,response_second,verdict\nj,v,r1,r2,first\nj,v,r1,r2,second\n")
     mapping = {c: c for c in ("judge", "vignette_id", "response_first", "response_second", "verdict")}
     with pytest.raises(InputError) as err:
         import_generic(path, mapping)

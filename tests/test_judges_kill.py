@@ -29,16 +29,42 @@ def test_sigkill_at_random_points_then_resume_loses_nothing_and_reasks_nothing(t
     out, cache = tmp_path / "judgments.jsonl", tmp_path / "judgments.jsonl.cache.sqlite"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     with StubJudgeServer(StubConfig(latency_s=0.05, fault_rates={"429": 0.05}, seed=4)) as server:
-        command = [sys.executable, "-m", "honestci", "judge", str(study["contests"]),
-                   "--vignettes", str(study["vignettes"]), "--responses", str(study["responses"]),
-                   "--out", str(out), "--base-url", server.base_url, "--model", "stub-judge", "--concurrency", "4",
-                   "--max-retries", "8", "--backoff-base", "0.01", "--backoff-cap", "0.05", "--timeout", "5",
-                   "--seed", "7", "--no-progress"]
+        command = [
+            sys.executable,
+            "-m",
+            "honestci",
+            "judge",
+            str(study["contests"]),
+            "--vignettes",
+            str(study["vignettes"]),
+            "--responses",
+            str(study["responses"]),
+            "--out",
+            str(out),
+            "--base-url",
+            server.base_url,
+            "--model",
+            "stub-judge",
+            "--concurrency",
+            "4",
+            "--max-retries",
+            "8",
+            "--backoff-base",
+            "0.01",
+            "--backoff-cap",
+            "0.05",
+            "--timeout",
+            "5",
+            "--seed",
+            "7",
+            "--no-progress",
+        ]
         finished_before: list[set] = []
         log_marks: list[int] = []
         for round_number in range(5):
-            process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
+            process = subprocess.Popen(
+                command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             if round_number % 2 == 0:  # kill after a random number of requests, mid-flight
                 target = len(server.log) + rng.randint(5, 60)
                 while len(server.log) < target and process.poll() is None:

@@ -6,33 +6,66 @@ from honestci.judges.parse import parse_verdict
 
 DECIDED = [
     # Bare tokens.
-    ("A", "A"), ("B", "B"), ("b", "B"), ("  A.  ", "A"), ("**B**", "B"), ("C", "tie"), ("Tie", "tie"),
-    ("tie.", "tie"), ("1", "A"), ("2", "B"), ("(a)", "A"),
+    ("A", "A"),
+    ("B", "B"),
+    ("b", "B"),
+    ("  A.  ", "A"),
+    ("**B**", "B"),
+    ("C", "tie"),
+    ("Tie", "tie"),
+    ("tie.", "tie"),
+    ("1", "A"),
+    ("2", "B"),
+    ("(a)", "A"),
     # MT-Bench format (FastChat pair-v2 prompt), including after a long explanation.
-    ("[[A]]", "A"), ("[[B]]", "B"), ("[[C]]", "tie"), ("[[ b ]]", "B"),
-    ("Assistant A acknowledges the person's frustration and offers a concrete reframe, while Assistant B "
-     "mostly restates the problem.\n\nFinal verdict: [[A]]", "A"),
+    ("[[A]]", "A"),
+    ("[[B]]", "B"),
+    ("[[C]]", "tie"),
+    ("[[ b ]]", "B"),
+    (
+        "Assistant A acknowledges the person's frustration and offers a concrete reframe, while Assistant B "
+        "mostly restates the problem.\n\nFinal verdict: [[A]]",
+        "A",
+    ),
     ("Both reappraisals validate the emotion. B gives a more realistic alternative explanation.\n[[B]]", "B"),
     ('Following the format "[[A]]" if A is better: my verdict is [[B]]', "B"),
     # Labels used by other benchmarks.
-    ("Response 1", "A"), ("Response 2", "B"), ("response 2.", "B"), ("Output (a)", "A"), ("Output (b)", "B"),
-    ("Assistant B", "B"), ("Reappraisal A", "A"), ("The second one.", "B"),
+    ("Response 1", "A"),
+    ("Response 2", "B"),
+    ("response 2.", "B"),
+    ("Output (a)", "A"),
+    ("Output (b)", "B"),
+    ("Assistant B", "B"),
+    ("Reappraisal A", "A"),
+    ("The second one.", "B"),
     # JSON replies.
-    ('{"winner": "A"}', "A"), ('{"winner": "B", "reason": "more specific"}', "B"),
+    ('{"winner": "A"}', "A"),
+    ('{"winner": "B", "reason": "more specific"}', "B"),
     ('```json\n{"verdict": "tie", "explanation": "both equally helpful"}\n```', "tie"),
-    ('{"preference": 2}', "B"), ('{"better_response": "Response 1"}', "A"), ('{"Winner": "Output (b)"}', "B"),
+    ('{"preference": 2}', "B"),
+    ('{"better_response": "Response 1"}', "A"),
+    ('{"Winner": "Output (b)"}', "B"),
     # Labelled final statements.
-    ("Final verdict: B", "B"), ("Final answer: Response 1", "A"), ("My choice: A.", "A"),
-    ("Verdict - tie", "tie"), ("Winner: Output (a), because it names the feeling.", "A"),
+    ("Final verdict: B", "B"),
+    ("Final answer: Response 1", "A"),
+    ("My choice: A.", "A"),
+    ("Verdict - tie", "tie"),
+    ("Winner: Output (a), because it names the feeling.", "A"),
     ("After weighing empathy and realism, the final verdict is B", "B"),
     ("**Final Answer:** **A**", "A"),
     # A verdict stated after reasoning.
-    ("Reappraisal A reframes the rejection as information, which is helpful. Reappraisal B is generic. "
-     "Therefore, Reappraisal A is more effective.", "A"),
+    (
+        "Reappraisal A reframes the rejection as information, which is helpful. Reappraisal B is generic. "
+        "Therefore, Reappraisal A is more effective.",
+        "A",
+    ),
     ("Both are kind, but Response B is more likely to reduce the person's anxiety because it is concrete.", "B"),
     ("I would choose Response 2 since it validates the feeling before reframing.", "B"),
-    ("Response A is better at validation, but Response B offers a more believable reinterpretation. "
-     "Overall, Response B is better.", "B"),
+    (
+        "Response A is better at validation, but Response B offers a more believable reinterpretation. "
+        "Overall, Response B is better.",
+        "B",
+    ),
     ("The better response is Response 1.", "A"),
     ("Both reappraisals are equally effective.", "tie"),
     ("It's a tie: neither adds anything the other lacks.", "tie"),
@@ -47,7 +80,9 @@ DECIDED = [
 ]
 
 INVALID = [
-    "", "   ", None,
+    "",
+    "   ",
+    None,
     "I cannot decide.",
     "Both responses have strengths and weaknesses.",
     "Neither.",
@@ -89,7 +124,8 @@ def test_unparseable_or_ambiguous_replies_are_invalid(reply):
     assert parsed.verdict == "invalid"
 
 
-@pytest.mark.parametrize("position, verdict", [("[[A]]", "first"), ("[[B]]", "second"), ("[[C]]", "tie"),
-                                               ("nonsense", "invalid")])
+@pytest.mark.parametrize(
+    "position, verdict", [("[[A]]", "first"), ("[[B]]", "second"), ("[[C]]", "tie"), ("nonsense", "invalid")]
+)
 def test_position_maps_to_first_second(position, verdict):
     assert parse_verdict(position).verdict == verdict

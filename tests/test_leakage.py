@@ -11,15 +11,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from honestci.audit.checks.leakage import (
+    build_index,
+    byte_ranges,
+    check_claim_leakage,
+    hash_documents,
+    iter_corpus,
+    leak_effect,
+    normalize,
+    reference_ngram_hashes,
+    reference_token_hash,
+    scan_corpus,
+    scan_corpus_dask,
+    scan_texts,
+    tokenize,
+)
 from honestci.audit.data.claims import load_claim
 from honestci.audit.data.contests import build_contests
-from honestci.audit.errors import InputError
-from honestci.audit.policy import Verdict
-from honestci.audit.gates import run_gate
 from honestci.audit.data.io import load_study
-from honestci.audit.checks.leakage import (build_index, byte_ranges, check_claim_leakage, hash_documents, iter_corpus, leak_effect,
-                           normalize,
-                           reference_ngram_hashes, reference_token_hash, scan_corpus, scan_corpus_dask, scan_texts, tokenize)
+from honestci.audit.errors import InputError
+from honestci.audit.gates import run_gate
+from honestci.audit.policy import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "study"
@@ -29,8 +41,9 @@ EVAL = {
     "a2": "Consider that the delay was caused by traffic, not by a lack of care for you.",
     "short": "too short",
 }
-LEAK_DOC = ("Forum post. " + "Consider that the delay was caused by traffic, not by a lack of care for you." +
-            " Thanks all.")
+LEAK_DOC = (
+    "Forum post. " + "Consider that the delay was caused by traffic, not by a lack of care for you." + " Thanks all."
+)
 
 
 def test_normalize_nfkc_case_punctuation_whitespace():
@@ -39,8 +52,15 @@ def test_normalize_nfkc_case_punctuation_whitespace():
 
 
 def test_kernel_hashes_equal_the_pure_python_oracle():
-    texts = ["Hello, World! a b c d e f g h i j", "Ünïcode ｆｕｌｌwidth ﬁ a b c d e f g h", "", "x y",
-             "  --__  ", "ÀÉÎ straße İstanbul ΣΊΣΥΦΟΣ 東京 タワー", "tab\tnew\nline\r\x00nul x_y"]
+    texts = [
+        "Hello, World! a b c d e f g h i j",
+        "Ünïcode ｆｕｌｌwidth ﬁ a b c d e f g h",
+        "",
+        "x y",
+        "  --__  ",
+        "ÀÉÎ straße İstanbul ΣΊΣΥΦΟΣ 東京 タワー",
+        "tab\tnew\nline\r\x00nul x_y",
+    ]
     for n in (1, 2, 3, 8, 13):
         chunk = hash_documents(texts, n)
         for d, text in enumerate(texts):
@@ -63,8 +83,10 @@ def test_token_hash_is_fnv1a_then_splitmix64():
 
 
 @settings(max_examples=150, deadline=None)
-@given(texts=st.lists(st.text(max_size=80) | st.text(alphabet="ab cD,.é", max_size=60), max_size=6),
-       n=st.sampled_from([1, 2, 3, 5, 8, 13]))
+@given(
+    texts=st.lists(st.text(max_size=80) | st.text(alphabet="ab cD,.é", max_size=60), max_size=6),
+    n=st.sampled_from([1, 2, 3, 5, 8, 13]),
+)
 def test_kernel_equals_the_oracle_on_arbitrary_text(texts, n):
     chunk = hash_documents(texts, n)
     for d, text in enumerate(texts):
@@ -80,8 +102,9 @@ def test_prefilter_keeps_every_indexed_ngram_and_drops_most_others():
     docs = [" ".join(rng.choice(vocab, 300)) for _ in range(200)] + list(items.values())
     every, kept = hash_documents(docs, 4), hash_documents(docs, 4, index)
     in_index = np.isin(every.hashes, index.keys)
-    assert set(zip(every.doc[in_index].tolist(), every.position[in_index].tolist())) <= \
-        set(zip(kept.doc.tolist(), kept.position.tolist()))
+    assert set(zip(every.doc[in_index].tolist(), every.position[in_index].tolist())) <= set(
+        zip(kept.doc.tolist(), kept.position.tolist())
+    )
     assert in_index.sum() >= 50 * 27 and kept.hashes.size < 0.05 * every.hashes.size
 
 
@@ -107,7 +130,7 @@ def test_scan_against_a_set_of_ngram_tuples(tmp_path):
 
     def grams(text):
         tokens = normalize(text).split()
-        return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+        return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
 
     corpus_grams = set().union(*(set(grams(t)) for t in docs))
     for row in scan.items.itertuples():
@@ -128,8 +151,11 @@ def test_every_corpus_format_finds_the_leak(tmp_path, suffix):
 
         pq.write_table(pa.table({"doc_id": [d for d, _ in docs], "text": [t for _, t in docs]}), path)
     else:
-        lines = ("".join(json.dumps({"doc_id": d, "text": t}) + "\n" for d, t in docs) if "jsonl" in suffix
-                 else "".join(t + "\n" for _, t in docs))
+        lines = (
+            "".join(json.dumps({"doc_id": d, "text": t}) + "\n" for d, t in docs)
+            if "jsonl" in suffix
+            else "".join(t + "\n" for _, t in docs)
+        )
         data = lines.encode()
         path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
     scan = scan_corpus(build_index(EVAL, 8), path)
@@ -149,8 +175,14 @@ def test_bad_corpus_line_is_an_input_error(tmp_path):
 
 @pytest.mark.parametrize("chunk_bytes", [1, 37, 1 << 20])
 def test_iter_corpus_blocks_keep_line_numbers_blank_lines_and_missing_ids(tmp_path, chunk_bytes):
-    lines = ['{"doc_id": "a", "text": "one"}', "", '{"text": "two"}', "   ", '{"doc_id": 7, "text": "thr\\u00e9e"}',
-             '{"text": "four"}\r']
+    lines = [
+        '{"doc_id": "a", "text": "one"}',
+        "",
+        '{"text": "two"}',
+        "   ",
+        '{"doc_id": 7, "text": "thr\\u00e9e"}',
+        '{"text": "four"}\r',
+    ]
     path = tmp_path / "c.jsonl"
     path.write_bytes(("\n".join(lines) + "\n\n").encode())
     ids, texts = map(lambda parts: sum(parts, []), zip(*iter_corpus(path, chunk_bytes=chunk_bytes)))
@@ -164,14 +196,18 @@ def test_iter_corpus_blocks_keep_line_numbers_blank_lines_and_missing_ids(tmp_pa
 def test_byte_ranges_partition_the_lines_and_name_them_by_offset(tmp_path, suffix):
     rng = np.random.default_rng(4)
     texts = [" ".join(rng.choice(["x", "yy", "zzz"], rng.integers(0, 9))) for _ in range(60)]
-    body = ("".join(json.dumps({"text": t}) + "\n" for t in texts) if suffix == ".jsonl"
-            else "".join(t + "\n" for t in texts)).encode()
+    body = (
+        "".join(json.dumps({"text": t}) + "\n" for t in texts)
+        if suffix == ".jsonl"
+        else "".join(t + "\n" for t in texts)
+    ).encode()
     path = tmp_path / f"c{suffix}"
     path.write_bytes(body)
     whole_ids, whole = map(lambda parts: sum(parts, []), zip(*iter_corpus(path, id_field=None)))
     assert whole == texts and whole_ids == [f"{path.name}:{i + 1}" for i in range(60)]
-    parts = [batch for r in byte_ranges(path, 53) for batch in iter_corpus(path, id_field=None, chunk_bytes=40,
-                                                                          byte_range=r)]
+    parts = [
+        batch for r in byte_ranges(path, 53) for batch in iter_corpus(path, id_field=None, chunk_bytes=40, byte_range=r)
+    ]
     ids, ranged = sum([p[0] for p in parts], []), sum([p[1] for p in parts], [])
     assert ranged == texts
     line_starts = np.concatenate(([0], np.flatnonzero(np.frombuffer(body, np.uint8) == 10)[:-1] + 1))
@@ -179,6 +215,7 @@ def test_byte_ranges_partition_the_lines_and_name_them_by_offset(tmp_path, suffi
 
 
 # ---------------------------------------------------------------------------- the fixture
+
 
 @pytest.fixture(scope="module")
 def fixture_check():
@@ -207,14 +244,18 @@ def test_every_planted_leak_is_found_with_no_false_positive(fixture_check):
 
 
 def test_clean_vs_leaked_scores_and_gate(fixture_check):
-    claim, study, contests, check = fixture_check
+    _claim, _study, contests, check = fixture_check
     effect = check.effect
     # the 4 leaked opponent answers each meet the policy in 3 runs: 12 contests
     assert effect.n_leaked == 12 and effect.n_contests == 720
     scored = contests.scores("both_orders")
     assert effect.clean_estimate == pytest.approx(
-        scored.values[~scored.frame["contest_id"].isin(
-            contests.frame.loc[contests.frame["opponent_response"].isin(check.scan.leaked_items), "contest_id"])].mean())
+        scored.values[
+            ~scored.frame["contest_id"].isin(
+                contests.frame.loc[contests.frame["opponent_response"].isin(check.scan.leaked_items), "contest_id"]
+            )
+        ].mean()
+    )
     assert effect.difference_ci[0] <= effect.difference <= effect.difference_ci[1]
 
     class Ctx:
@@ -255,6 +296,7 @@ def test_check_returns_none_without_a_corpus(fixture_check):
 
 # ---------------------------------------------------------------------------- distributed
 
+
 def test_dask_local_cluster_scan_equals_the_serial_scan(tmp_path):
     distributed = pytest.importorskip("distributed")
     rng = np.random.default_rng(2)
@@ -266,8 +308,10 @@ def test_dask_local_cluster_scan_equals_the_serial_scan(tmp_path):
     path.write_text("".join(json.dumps({"doc_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(docs)))
     index = build_index(EVAL, 8)
     serial = scan_corpus(index, path)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         parallel = scan_corpus_dask(index, path, client, block_bytes=7919)  # many ranges, cut mid-line
     assert parallel.n_docs == serial.n_docs == 400
     assert parallel.leaked_items == serial.leaked_items == ("a1", "a2")
@@ -291,10 +335,14 @@ def test_cli_leakage_exits_1_on_the_fixture_leaks_and_2_on_bad_input(tmp_path):
     from honestci.audit.cli.selection import leakage
 
     runner = CliRunner()
-    result = runner.invoke(leakage, ["--eval", str(FIXTURE / "responses.jsonl"), "--corpus",
-                                     str(FIXTURE / "corpus.jsonl"), "--out", str(tmp_path)])
+    result = runner.invoke(
+        leakage,
+        ["--eval", str(FIXTURE / "responses.jsonl"), "--corpus", str(FIXTURE / "corpus.jsonl"), "--out", str(tmp_path)],
+    )
     assert result.exit_code == 1, result.output
     assert "gpt4-v3-33" in result.output and (tmp_path / "leakage_items.csv").exists()
-    bad = runner.invoke(leakage, ["--eval", str(FIXTURE / "responses.jsonl"), "--eval-id", "nope",
-                                  "--corpus", str(FIXTURE / "corpus.jsonl")])
+    bad = runner.invoke(
+        leakage,
+        ["--eval", str(FIXTURE / "responses.jsonl"), "--eval-id", "nope", "--corpus", str(FIXTURE / "corpus.jsonl")],
+    )
     assert bad.exit_code == 2 and "nope" in bad.output

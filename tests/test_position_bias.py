@@ -11,8 +11,13 @@ from click.testing import CliRunner
 from scipy import stats
 from scipy.special import logit
 
+from honestci.audit.checks.position_bias import (
+    gate_position_bias,
+    position_bias,
+    position_bias_for_judge,
+    sign_flip_test,
+)
 from honestci.audit.policy import Verdict
-from honestci.audit.checks.position_bias import gate_position_bias, position_bias, position_bias_for_judge, sign_flip_test
 from honestci.fixtures.truth import JudgeParams, system_estimands
 
 STUDY = Path(__file__).resolve().parents[1] / "fixtures" / "study"
@@ -45,23 +50,32 @@ def test_single_order_is_not_identifiable():
 
 
 def test_single_order_contests_from_tables_are_not_identifiable(study):
-    from honestci.audit.data.contests import build_contests
     from honestci.audit.checks.position_bias import position_bias_from_contests
+    from honestci.audit.data.contests import build_contests
 
     judgments = study.judgments.frame
     one_order = judgments[judgments["response_first"].str.startswith("grpo")]
-    contests = build_contests({"responses": study.responses.frame, "judgments": one_order}, POLICY, OPPONENT,
-                              judge="llama-3.1-70b", allow_single_order=True)
+    contests = build_contests(
+        {"responses": study.responses.frame, "judgments": one_order},
+        POLICY,
+        OPPONENT,
+        judge="llama-3.1-70b",
+        allow_single_order=True,
+    )
     result = position_bias_from_contests(contests)
     assert not result.identifiable and result.n_single_order == 720
-    assert "one presentation order" in gate_position_bias(result).message or "not identifiable" in gate_position_bias(result).message
+    assert (
+        "one presentation order" in gate_position_bias(result).message
+        or "not identifiable" in gate_position_bias(result).message
+    )
 
 
 def test_hand_example_and_exact_sign_flip():
     first = ["win", "win", "win", "tie", "loss", "win", "win", "loss"]
     second = ["loss", "loss", "win", "tie", "loss", "tie", "loss", "win"]
-    result = position_bias(first, second, [f"v{i % 5}" for i in range(8)], min_clusters=2, bootstrap_draws=99,
-                           permutation_draws=999)
+    result = position_bias(
+        first, second, [f"v{i % 5}" for i in range(8)], min_clusters=2, bootstrap_draws=99, permutation_draws=999
+    )
     # W1 = 5/8, W2 = 2/8; consistent: (win,win), (tie,tie), (loss,loss)
     assert result.order_effect.estimate == pytest.approx(3 / 8)
     assert result.consistency.estimate == pytest.approx(3 / 8)

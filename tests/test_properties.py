@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.data.contests import score_contests
 from honestci.audit.policy import Verdict
+from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.winrate import ALL_METHODS, winrate_ci
 
 settings.register_profile("estimators", derandomize=True, max_examples=60, deadline=None)
@@ -27,8 +27,16 @@ CORE_METHODS = ("wilson", "stratified", "cr1", "cr2", "cr2_logit", "wild_webb")
 SYMMETRIC_METHODS = ("wilson", "wald", "stratified", "cr0", "cr1", "cr2", "cr2_logit", "wild_webb")
 #: Methods whose intervals stay in [0, 1] (clipped, or by construction as on the logit scale); the
 #: other regression-based ones (CR, wild bootstrap) do not.
-CLIPPED_METHODS = ("wilson", "wald", "agresti_coull", "clopper_pearson", "stratified", "cr2_logit",
-                   "cluster_bootstrap_percentile", "cluster_bootstrap_bca")
+CLIPPED_METHODS = (
+    "wilson",
+    "wald",
+    "agresti_coull",
+    "clopper_pearson",
+    "stratified",
+    "cr2_logit",
+    "cluster_bootstrap_percentile",
+    "cluster_bootstrap_bca",
+)
 DRAWS = 199
 SEED = 20261129
 OUTCOMES = ("win", "loss", "tie", "invalid")
@@ -57,6 +65,7 @@ def same_interval(a, b, tol=1e-9):
 
 
 # --- invariance ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("method", CORE_METHODS)
 @settings(PROFILE, max_examples=30)
@@ -103,8 +112,10 @@ def test_cluster_robust_ols_is_invariant_to_row_order_and_cluster_names(data, or
     renamed = np.array([f"renamed-{c[::-1]}" for c in clusters])
     for vcov in ("CR1", "CR2"):
         base = cluster_robust_ols(X, y, clusters, vcov=vcov)
-        for other in (cluster_robust_ols(X[order], y[order], clusters[order], vcov=vcov),
-                      cluster_robust_ols(X, y, renamed, vcov=vcov)):
+        for other in (
+            cluster_robust_ols(X[order], y[order], clusters[order], vcov=vcov),
+            cluster_robust_ols(X, y, renamed, vcov=vcov),
+        ):
             np.testing.assert_allclose(other.coef, base.coef, rtol=1e-9, atol=1e-12)
             np.testing.assert_allclose(other.se, base.se, rtol=1e-8, atol=1e-12)
             np.testing.assert_allclose(other.df, base.df, rtol=1e-8)
@@ -112,9 +123,12 @@ def test_cluster_robust_ols_is_invariant_to_row_order_and_cluster_names(data, or
 
 # --- swapping policy and opponent -----------------------------------------------------------------
 
+
 @settings(PROFILE, max_examples=100)
-@given(st.lists(st.tuples(st.sampled_from(OUTCOMES), st.sampled_from(OUTCOMES)), min_size=1, max_size=40),
-       st.sampled_from(("both_orders", "order_average")))
+@given(
+    st.lists(st.tuples(st.sampled_from(OUTCOMES), st.sampled_from(OUTCOMES)), min_size=1, max_size=40),
+    st.sampled_from(("both_orders", "order_average")),
+)
 def test_swapping_policy_and_opponent_scores_one_minus(pairs, rule):
     first, second = map(np.array, zip(*pairs))
     # The opponent's "shown first" order is the policy's "shown second" one, with the outcome reversed.
@@ -139,6 +153,7 @@ def test_swapped_interval_is_the_mirror_image(method, data):
 
 
 # --- what an interval may report ------------------------------------------------------------------
+
 
 @st.composite
 def any_scores(draw):
@@ -171,6 +186,6 @@ def test_reported_interval_has_width_and_contains_its_estimate(method, data):
         return
     assert result.ci_high > result.ci_low, f"zero-width interval reported as {result.verdict}: {result}"
     if method in CLIPPED_METHODS:
-        assert 0 <= result.ci_low and result.ci_high <= 1
+        assert result.ci_low >= 0 and result.ci_high <= 1
     if method in CORE_METHODS:  # percentile-type bootstrap intervals need not contain the estimate
         assert result.ci_low <= result.estimate + 1e-9 and result.estimate - 1e-9 <= result.ci_high

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from honestci.audit.pipeline import run_audit, _json_safe
+from honestci.audit.pipeline import run_audit
+from honestci.audit.report_model import Report, json_safe
 from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
-from honestci.audit.report_model import Report
 from honestci.reports.render import render
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
@@ -24,7 +24,7 @@ VOLATILE = ("git_commit", "python", "packages")
 @pytest.fixture(scope="module")
 def headline_report() -> Report:
     result = run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False)
-    data = _json_safe(result.to_dict())
+    data = json_safe(result.to_dict())
     for key in VOLATILE:
         data["provenance"][key] = {} if key == "packages" else "<volatile>"
     data["claim"]["path"] = "<claim path>"
@@ -41,8 +41,9 @@ def test_snapshot(headline_report, fmt, name):
     if fmt == "json":
         # Floats from numerical integration (AKM) and BLAS differ in the last digits between
         # machines: every float is compared to 1e-8 relative, everything else exactly.
-        assert _same(json.loads(text), json.loads(expected)), \
+        assert _same(json.loads(text), json.loads(expected)), (
             f"{name} changed; review the diff, then UPDATE_SNAPSHOTS=1 to accept"
+        )
     else:
         assert text == expected, f"{name} changed; review the diff, then UPDATE_SNAPSHOTS=1 to accept"
 
@@ -59,8 +60,17 @@ def _same(left, right) -> bool:
 
 def test_markdown_has_every_gate_and_the_model_card_section(headline_report):
     text = render(headline_report, "md")
-    for gate in ("enough_clusters", "ci_low_clears_bar", "comparison_valid", "claimed_figures_reproduce",
-                 "judge_calibrated", "position_bias", "winners_curse", "leakage", "training_healthy"):
+    for gate in (
+        "enough_clusters",
+        "ci_low_clears_bar",
+        "comparison_valid",
+        "claimed_figures_reproduce",
+        "judge_calibrated",
+        "position_bias",
+        "winners_curse",
+        "leakage",
+        "training_healthy",
+    ):
         assert f"| {gate} |" in text
     assert "model-index:" in text and "iid Wilson (optimistic)" in text
 
@@ -71,8 +81,10 @@ def test_report_model_rejects_other_documents():
     with pytest.raises(InputError, match="missing"):
         Report.from_dict({"schema_version": 1})
     with pytest.raises(InputError, match="schema version 99"):
-        Report.from_dict({k: {} for k in ("claim", "verdict", "gates", "intervals", "contests", "provenance")}
-                         | {"schema_version": 99})
+        Report.from_dict(
+            {k: {} for k in ("claim", "verdict", "gates", "intervals", "contests", "provenance")}
+            | {"schema_version": 99}
+        )
 
 
 def test_written_files_are_complete_and_atomic(tmp_path, headline_report):
@@ -151,11 +163,26 @@ class _RecordingProxy:
 
 def _dump_dom(html_path: Path, proxy_port: int, tmp_path: Path) -> str:
     result = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", f"--proxy-server=http://127.0.0.1:{proxy_port}",
-         "--proxy-bypass-list=<-loopback>", "--dump-dom", html_path.as_uri()],
-        capture_output=True, text=True, timeout=120)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--proxy-server=http://127.0.0.1:{proxy_port}",
+            "--proxy-bypass-list=<-loopback>",
+            "--dump-dom",
+            html_path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 

@@ -12,14 +12,20 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from honestci.audit.checks.selection import (
+    analyse_selection,
+    selection_covariance,
+    selection_null,
+    selection_truncation,
+    truncated_normal_log_cdf,
+    winner_inference,
+)
 from honestci.audit.data.claims import load_claim
 from honestci.audit.data.contests import ContestTable
-from honestci.audit.errors import InputError
-from honestci.audit.policy import Verdict
-from honestci.audit.gates import run_gate
 from honestci.audit.data.io import load_study
-from honestci.audit.checks.selection import (analyse_selection, selection_covariance, selection_null, selection_truncation,
-                             truncated_normal_log_cdf, winner_inference)
+from honestci.audit.errors import InputError
+from honestci.audit.gates import run_gate
+from honestci.audit.policy import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "study"
@@ -28,12 +34,16 @@ ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval"
 
 # ---------------------------------------------------------------------------- truncated normal
 
-@pytest.mark.parametrize("x, mean, low, high", [
-    (0.3, 0.0, -1.0, 2.0),
-    (1.5, -2.0, 1.0, math.inf),     # far upper tail relative to the mean
-    (-4.0, 3.0, -math.inf, -3.5),   # far lower tail
-    (9.0, 0.0, 8.5, 9.5),
-])
+
+@pytest.mark.parametrize(
+    "x, mean, low, high",
+    [
+        (0.3, 0.0, -1.0, 2.0),
+        (1.5, -2.0, 1.0, math.inf),  # far upper tail relative to the mean
+        (-4.0, 3.0, -math.inf, -3.5),  # far lower tail
+        (9.0, 0.0, 8.5, 9.5),
+    ],
+)
 def test_truncated_normal_cdf_matches_scipy_truncnorm(x, mean, low, high):
     log_f, log_sf = truncated_normal_log_cdf(x, mean, 1.0, low, high)
     # scipy.stats.truncnorm(a, b, loc, scale).logcdf / .logsf
@@ -84,7 +94,7 @@ def _brute_force_cdf(x, sigma, mu_k, rng, n=400_000, critical_value=None):
     if critical_value is not None:
         keep &= np.abs(draws - mu_k) <= critical_value * sd
     w = np.exp(log_w[keep] - log_w[keep].max())
-    ess = w.sum() ** 2 / (w ** 2).sum()
+    ess = w.sum() ** 2 / (w**2).sum()
     return float(np.sum(w * (draws[keep] <= x[k])) / w.sum()), float(ess)
 
 
@@ -98,14 +108,88 @@ def test_akm_quantiles_agree_with_brute_force_conditional_simulation(case):
     else:
         # The 37-arm example shipped with AKM's general-use replication script (estimates and a
         # diagonal variance matrix; first 8 arms here keep the test fast, the rest are far below).
-        x = np.array([0.8133, 0.6121, 0.7137, 0.9223, 0.8127, 0.9806, 0.8919, 0.7804, 1.5162, 0.7866, 0.9257,
-                      1.2708, 1.0291, 1.4218, 0.8127, 1.5070, 0.5751, 1.3362, 1.0205, 0.5286, 0.8621, 1.1153,
-                      1.1012, 1.2231, 0.8082, 1.2438, 0.9052, 1.4028, 0.8112, 0.8813, 0.6907, 1.2605, 0.5793,
-                      0.7026, 0.8903, 0.9644, 0.9217])
-        sigma = np.diag([0.0040, 0.0301, 0.1020, 0.0887, 0.1043, 0.0737, 0.0654, 0.0518, 0.1208, 0.0685, 0.0645,
-                         0.2555, 0.1026, 0.1532, 0.0593, 0.2115, 0.0401, 0.1849, 0.0660, 0.0213, 0.0517, 0.0817,
-                         0.0996, 0.0917, 0.0711, 0.1214, 0.0621, 0.1301, 0.0460, 0.0564, 0.0372, 0.0955, 0.0330,
-                         0.0397, 0.0910, 0.0893, 0.0531])
+        x = np.array(
+            [
+                0.8133,
+                0.6121,
+                0.7137,
+                0.9223,
+                0.8127,
+                0.9806,
+                0.8919,
+                0.7804,
+                1.5162,
+                0.7866,
+                0.9257,
+                1.2708,
+                1.0291,
+                1.4218,
+                0.8127,
+                1.5070,
+                0.5751,
+                1.3362,
+                1.0205,
+                0.5286,
+                0.8621,
+                1.1153,
+                1.1012,
+                1.2231,
+                0.8082,
+                1.2438,
+                0.9052,
+                1.4028,
+                0.8112,
+                0.8813,
+                0.6907,
+                1.2605,
+                0.5793,
+                0.7026,
+                0.8903,
+                0.9644,
+                0.9217,
+            ]
+        )
+        sigma = np.diag(
+            [
+                0.0040,
+                0.0301,
+                0.1020,
+                0.0887,
+                0.1043,
+                0.0737,
+                0.0654,
+                0.0518,
+                0.1208,
+                0.0685,
+                0.0645,
+                0.2555,
+                0.1026,
+                0.1532,
+                0.0593,
+                0.2115,
+                0.0401,
+                0.1849,
+                0.0660,
+                0.0213,
+                0.0517,
+                0.0817,
+                0.0996,
+                0.0917,
+                0.0711,
+                0.1214,
+                0.0621,
+                0.1301,
+                0.0460,
+                0.0564,
+                0.0372,
+                0.0955,
+                0.0330,
+                0.0397,
+                0.0910,
+                0.0893,
+                0.0531,
+            ]
+        )
     result = winner_inference(x, sigma, seed=5, n_draws=50_000)
     checks = [(result.median_unbiased, 0.5), (result.conditional_ci[0], 0.975), (result.conditional_ci[1], 0.025)]
     for mu, expected in checks:
@@ -113,8 +197,11 @@ def test_akm_quantiles_agree_with_brute_force_conditional_simulation(case):
         assert kept > 500
         assert observed == pytest.approx(expected, abs=4 * math.sqrt(expected * (1 - expected) / kept) + 1e-3)
     gamma = (0.05 - result.beta) / (1 - result.beta)
-    for mu, expected in [(result.hybrid_estimate, 0.5), (result.hybrid_ci[0], 1 - gamma / 2),
-                         (result.hybrid_ci[1], gamma / 2)]:
+    for mu, expected in [
+        (result.hybrid_estimate, 0.5),
+        (result.hybrid_ci[0], 1 - gamma / 2),
+        (result.hybrid_ci[1], gamma / 2),
+    ]:
         if mu in result.projection_ci:  # clipped at the projection interval: no equality to check
             continue
         observed, kept = _brute_force_cdf(x, sigma, mu, rng, critical_value=result.projection_critical_value)
@@ -141,6 +228,7 @@ def test_precomputed_null_must_match_beta_and_inputs_are_checked():
 
 
 # ---------------------------------------------------------------------------- coverage
+
 
 def _coverage(n_candidates, reps, seed):
     """Coverage of μ_winner by naive, conditional and hybrid 95% intervals, all means equal."""
@@ -218,6 +306,7 @@ def test_akm_coverage_with_clustered_covariance_from_contests():
 
 # ---------------------------------------------------------------------------- clustered covariance
 
+
 def test_selection_covariance_cr0_matches_the_hand_formula():
     rng = np.random.default_rng(4)
     clusters = np.repeat(np.arange(8), 5)
@@ -232,6 +321,7 @@ def test_selection_covariance_cr0_matches_the_hand_formula():
 
 # ---------------------------------------------------------------------------- the fixture study
 
+
 @pytest.fixture(scope="module")
 def fixture_study():
     claim = load_claim(FIXTURE / "claim.yaml")
@@ -239,7 +329,7 @@ def fixture_study():
 
 
 def test_fixture_selection_pool_recovers_truth(fixture_study):
-    claim, study = fixture_study
+    _claim, study = fixture_study
     truth = json.loads((FIXTURE / "truth.json").read_text())["best_of_n"]
     analysis = analyse_selection(study, "gpt-4-0314", truth["judge"], seed=3)
     assert set(analysis.inference.candidates) == set(truth["candidates"])
@@ -283,8 +373,8 @@ def test_gate_pass_when_the_policy_is_not_a_candidate(fixture_study):
 
 
 def test_gate_fails_when_the_claim_rests_on_its_selection_pool(tmp_path):
-    from honestci.audit.data.contests import build_contests
     from honestci.audit.checks.selection import _check
+    from honestci.audit.data.contests import build_contests
 
     claim = load_claim(_claim_copy(tmp_path, "grpo-ckpt-5"))
     study = load_study(claim.data_paths)
@@ -300,7 +390,7 @@ def test_gate_on_held_out_evidence_warns_on_material_shrinkage(fixture_study, po
     # held-out (shrinkage 0.083 > 0.05: WARN); ckpt-5 0.800 and 0.800 (PASS).
     from honestci.audit.data.contests import build_contests
 
-    claim, study = fixture_study
+    _claim, study = fixture_study
     contests = build_contests(study, policy, "gpt-4-0314", "llama-3.1-70b")
     pool = dict(zip(study.responses.frame["response_id"], study.responses.frame["pool"]))
     held = contests.frame[contests.frame["policy_response"].map(pool) == "heldout"].reset_index(drop=True)
@@ -311,9 +401,9 @@ def test_gate_on_held_out_evidence_warns_on_material_shrinkage(fixture_study, po
 
 
 def test_check_returns_none_without_a_selection_pool(fixture_study):
-    from honestci.audit.data.io import table_from_frame
     from honestci.audit.checks.selection import _check
     from honestci.audit.data.contests import build_contests
+    from honestci.audit.data.io import table_from_frame
 
     claim, study = fixture_study
     responses = study.responses.frame.copy()
@@ -328,9 +418,11 @@ def test_check_returns_none_without_a_selection_pool(fixture_study):
 
 # ---------------------------------------------------------------------------- AlpacaEval real cases
 
-ALPACA_PAIRS = [("ultralm-13b-v2.0", "ultralm-13b-v2.0-best-of-16"),
-                ("tulu-2-dpo-13b", "pairrm-tulu-2-13b"),
-                ("zephyr-7b-beta", "pairrm-zephyr-7b-beta")]
+ALPACA_PAIRS = [
+    ("ultralm-13b-v2.0", "ultralm-13b-v2.0-best-of-16"),
+    ("tulu-2-dpo-13b", "pairrm-tulu-2-13b"),
+    ("zephyr-7b-beta", "pairrm-zephyr-7b-beta"),
+]
 
 
 @pytest.mark.reference
@@ -354,13 +446,16 @@ def test_alpaca_eval_best_of_n_pairs(base, selected):
     scores = {m: (wide[m].to_numpy(), wide.index.to_numpy()) for m in (base, selected)}
     est = selection_covariance(scores)
     r = winner_inference(est.estimates, est.covariance, candidates=est.candidates, seed=1)
-    diff = paired_difference(*scores[selected], *scores[base], system_a=selected, system_b=base,
-                             opponent="text_davinci_003")
+    diff = paired_difference(
+        *scores[selected], *scores[base], system_a=selected, system_b=base, opponent="text_davinci_003"
+    )
     corr = est.covariance[0, 1] / math.sqrt(est.covariance[0, 0] * est.covariance[1, 1])
-    print(f"\n{selected} vs {base}: n={len(wide)} prompts; win rates {dict(zip(est.candidates, est.estimates.round(4)))}; "
-          f"corr {corr:.3f}; winner {r.winner}: naive {r.naive_estimate:.4f} {np.round(r.naive_ci, 4)}, "
-          f"AKM median {r.median_unbiased:.4f} {np.round(r.conditional_ci, 4)}, hybrid {np.round(r.hybrid_ci, 4)}; "
-          f"paired diff {diff.estimate:+.4f} [{diff.ci_low:+.4f}, {diff.ci_high:+.4f}] (CR2 by prompt)")
+    print(
+        f"\n{selected} vs {base}: n={len(wide)} prompts; win rates {dict(zip(est.candidates, est.estimates.round(4)))}; "
+        f"corr {corr:.3f}; winner {r.winner}: naive {r.naive_estimate:.4f} {np.round(r.naive_ci, 4)}, "
+        f"AKM median {r.median_unbiased:.4f} {np.round(r.conditional_ci, 4)}, hybrid {np.round(r.hybrid_ci, 4)}; "
+        f"paired diff {diff.estimate:+.4f} [{diff.ci_low:+.4f}, {diff.ci_high:+.4f}] (CR2 by prompt)"
+    )
     # published leaderboard win rates (percent) are the naive estimates of each model
     board = pd.read_csv(ALPACA / "alpaca_eval_gpt4_leaderboard_recount.csv").set_index("model")
     assert r.winner == selected

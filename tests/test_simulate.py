@@ -49,23 +49,23 @@ def _contests(study, judge: str) -> pd.DataFrame:
     rows = study.judgments[study.judgments["judge"] == judge]
     first_system = rows["response_first"].map(system_of)
     system_first = first_system != sim.OPPONENT
-    table = pd.DataFrame({
-        "response": np.where(system_first, rows["response_first"], rows["response_second"]),
-        "opponent": np.where(system_first, rows["response_second"], rows["response_first"]),
-        "order": np.where(system_first, "system_first", "system_second"),
-        "verdict": rows["verdict"].to_numpy(),
-        "vignette_id": rows["vignette_id"].to_numpy(),
-    })
-    wide = table.pivot(index=["response", "opponent", "vignette_id"], columns="order",
-                       values="verdict").reset_index()
+    table = pd.DataFrame(
+        {
+            "response": np.where(system_first, rows["response_first"], rows["response_second"]),
+            "opponent": np.where(system_first, rows["response_second"], rows["response_first"]),
+            "order": np.where(system_first, "system_first", "system_second"),
+            "verdict": rows["verdict"].to_numpy(),
+            "vignette_id": rows["vignette_id"].to_numpy(),
+        }
+    )
+    wide = table.pivot(index=["response", "opponent", "vignette_id"], columns="order", values="verdict").reset_index()
     wide["system"] = wide["response"].map(system_of)
     return wide
 
 
 def _score(contests: pd.DataFrame) -> pd.DataFrame:
     """Contest scores (1 win both, 0 lose both, 0.5 otherwise), invalid contests left out."""
-    valid = contests[(contests["system_first"] != "invalid")
-                     & (contests["system_second"] != "invalid")].copy()
+    valid = contests[(contests["system_first"] != "invalid") & (contests["system_second"] != "invalid")].copy()
     win_both = (valid["system_first"] == "first") & (valid["system_second"] == "second")
     lose_both = (valid["system_first"] == "second") & (valid["system_second"] == "first")
     valid["score"] = np.where(win_both, 1.0, np.where(lose_both, 0.0, 0.5))
@@ -82,11 +82,15 @@ def _clustered_mean_se(values: np.ndarray, clusters: np.ndarray) -> tuple[float,
 
 # --- determinism -----------------------------------------------------------------------------
 
+
 def test_same_seed_writes_identical_bytes(tmp_path):
     first = write_study(tmp_path / "a", seed=7)
     second = write_study(tmp_path / "b", seed=7)
-    assert [p.name for p in first] == [p.name for p in second] == sorted(
-        list(sim.TABLE_FILES.values()) + ["claim.yaml", "truth.json", *sim.OTHER_CLAIM_FILES])
+    assert (
+        [p.name for p in first]
+        == [p.name for p in second]
+        == sorted(list(sim.TABLE_FILES.values()) + ["claim.yaml", "truth.json", *sim.OTHER_CLAIM_FILES])
+    )
     for a, b in zip(first, second):
         assert a.read_bytes() == b.read_bytes(), a.name
 
@@ -99,7 +103,8 @@ def test_committed_study_equals_fresh_generation(tmp_path):
         assert (DEFAULT_STUDY_DIR / path.name).read_bytes() == path.read_bytes(), (
             f"{path.name} differs: regenerate with "
             "`python -c 'from honestci.fixtures import write_study, DEFAULT_STUDY_DIR; "
-            "write_study(DEFAULT_STUDY_DIR)'`")
+            "write_study(DEFAULT_STUDY_DIR)'`"
+        )
 
 
 def test_different_seed_gives_different_data(study):
@@ -132,6 +137,7 @@ def test_writing_over_a_file_is_an_input_error(tmp_path):
 
 # --- truth: independent recomputation --------------------------------------------------------
 
+
 def _logistic_cdf(x: float) -> float:
     """P(eps <= x) for eps ~ Logistic(0, 1)."""
     return 1.0 / (1.0 + math.exp(-x))
@@ -149,9 +155,12 @@ def _order_probs_from_rule(x: float, kappa: float, b: float, t: float) -> tuple[
 
 
 def _quad_expectation(function, mean: float, sd: float) -> float:
-    density = lambda x: math.exp(-0.5 * ((x - mean) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
-    value, error = integrate.quad(lambda x: function(x) * density(x), mean - 12 * sd,
-                                  mean + 12 * sd, epsabs=1e-12, epsrel=1e-12, limit=200)
+    def density(x):
+        return math.exp(-0.5 * ((x - mean) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+
+    value, error = integrate.quad(
+        lambda x: function(x) * density(x), mean - 12 * sd, mean + 12 * sd, epsabs=1e-12, epsrel=1e-12, limit=200
+    )
     assert error < 1e-9
     return value
 
@@ -163,8 +172,12 @@ def test_per_vignette_truth_matches_adaptive_quadrature(study, system):
     for judge, params in truth["judges"].items():
         kappa, b, t = params["kappa"], params["b"], params["t"]
         for vid, recorded in truth["estimands"][system][judge]["per_vignette"].items():
-            mean = (truth["alpha"][system] - truth["alpha"][sim.OPPONENT]
-                    + truth["u"][system][vid] - truth["u"][sim.OPPONENT][vid])
+            mean = (
+                truth["alpha"][system]
+                - truth["alpha"][sim.OPPONENT]
+                + truth["u"][system][vid]
+                - truth["u"][sim.OPPONENT][vid]
+            )
 
             def score(x):
                 wf, lf, ws, ls = _order_probs_from_rule(x, kappa, b, t)
@@ -176,17 +189,20 @@ def test_per_vignette_truth_matches_adaptive_quadrature(study, system):
 
             sd = math.sqrt(2) * tau
             # truth.json rounds to 9 decimals; quad is accurate to ~1e-12.
-            assert recorded["contest_score"] == pytest.approx(_quad_expectation(score, mean, sd),
-                                                              abs=2e-9)
-            assert recorded["order_effect"] == pytest.approx(
-                _quad_expectation(order_effect, mean, sd), abs=2e-9)
+            assert recorded["contest_score"] == pytest.approx(_quad_expectation(score, mean, sd), abs=2e-9)
+            assert recorded["order_effect"] == pytest.approx(_quad_expectation(order_effect, mean, sd), abs=2e-9)
 
 
 def _monte_carlo_contests(rng, n, alpha_diff, sigma_sys, sigma_opp, tau, params):
     """Simulate n new-vignette contests from scratch: vignette effects, response terms,
     logistic noise, thresholds. Returns per-contest (score, win_first - win_second, consistent)."""
-    diff = (alpha_diff + rng.normal(0, sigma_sys, n) - rng.normal(0, sigma_opp, n)
-            + rng.normal(0, tau, n) - rng.normal(0, tau, n))
+    diff = (
+        alpha_diff
+        + rng.normal(0, sigma_sys, n)
+        - rng.normal(0, sigma_opp, n)
+        + rng.normal(0, tau, n)
+        - rng.normal(0, tau, n)
+    )
     kappa, b, t = params["kappa"], params["b"], params["t"]
     z_first = kappa * diff + b + rng.logistic(0, 1, n)  # system shown first
     z_second = -kappa * diff + b + rng.logistic(0, 1, n)  # system shown second
@@ -208,10 +224,15 @@ def test_new_vignette_truth_matches_monte_carlo(study, system):
     for judge, params in truth["judges"].items():
         recorded = truth["estimands"][system][judge]["new_vignette"]
         score, order, consistent = _monte_carlo_contests(
-            rng, n, truth["alpha"][system] - truth["alpha"][sim.OPPONENT],
-            truth["sigma"][system], truth["sigma"][sim.OPPONENT], truth["tau"], params)
-        for value, key in ((score, "contest_score"), (order, "order_effect"),
-                           (consistent, "consistency_rate")):
+            rng,
+            n,
+            truth["alpha"][system] - truth["alpha"][sim.OPPONENT],
+            truth["sigma"][system],
+            truth["sigma"][sim.OPPONENT],
+            truth["tau"],
+            params,
+        )
+        for value, key in ((score, "contest_score"), (order, "order_effect"), (consistent, "consistency_rate")):
             se = value.std() / math.sqrt(n)
             assert abs(value.mean() - recorded[key]) < Z_TOLERANCE * se, (judge, key)
 
@@ -224,10 +245,10 @@ def test_checkpoint_truth_matches_monte_carlo(study):
     bon = truth["best_of_n"]
     for ckpt in sim.CHECKPOINTS[:3]:
         # Shared and own vignette effects are independent normals: their sum has the recorded SD.
-        assert truth["sigma"][ckpt] == pytest.approx(math.hypot(bon["sigma_shared"],
-                                                                bon["sigma_own"]), abs=1e-9)
-        score, _, _ = _monte_carlo_contests(rng, n, truth["alpha"][ckpt], truth["sigma"][ckpt],
-                                            truth["sigma"][sim.OPPONENT], truth["tau"], params)
+        assert truth["sigma"][ckpt] == pytest.approx(math.hypot(bon["sigma_shared"], bon["sigma_own"]), abs=1e-9)
+        score, _, _ = _monte_carlo_contests(
+            rng, n, truth["alpha"][ckpt], truth["sigma"][ckpt], truth["sigma"][sim.OPPONENT], truth["tau"], params
+        )
         se = score.std() / math.sqrt(n)
         recorded = bon["candidates"][ckpt]["win_rate_new_vignette"]
         assert abs(score.mean() - recorded) < Z_TOLERANCE * se
@@ -244,25 +265,26 @@ def test_human_agreement_truth_matches_monte_carlo(study):
         for vid in truth["u"][sim.OPPONENT]:
             for system, weight in rating["rated_contests_per_vignette"].items():
                 n = 8_000 * weight
-                q_a = (truth["alpha"][system] + truth["u"][system][vid]
-                       + rng.normal(0, truth["tau"], n))
-                q_b = (truth["alpha"][sim.OPPONENT] + truth["u"][sim.OPPONENT][vid]
-                       + rng.normal(0, truth["tau"], n))
+                q_a = truth["alpha"][system] + truth["u"][system][vid] + rng.normal(0, truth["tau"], n)
+                q_b = truth["alpha"][sim.OPPONENT] + truth["u"][sim.OPPONENT][vid] + rng.normal(0, truth["tau"], n)
 
                 def scores(q):
-                    latent = (rating["intercept"] + rating["slope"] * q[:, None] + biases
-                              + rng.normal(0, rating["noise_sd"], (n, len(biases))))
+                    latent = (
+                        rating["intercept"]
+                        + rating["slope"] * q[:, None]
+                        + biases
+                        + rng.normal(0, rating["noise_sd"], (n, len(biases)))
+                    )
                     return np.clip(np.round(latent), 1, 7).sum(axis=1)
 
                 human = np.sign(scores(q_a) - scores(q_b))
                 z_a_first = params["kappa"] * (q_a - q_b) + params["b"] + rng.logistic(0, 1, n)
                 z_b_first = params["kappa"] * (q_b - q_a) + params["b"] + rng.logistic(0, 1, n)
-                judge_a_first = np.where(z_a_first > params["t"], 1,
-                                         np.where(z_a_first < -params["t"], -1, 0))
-                judge_b_first = np.where(z_b_first > params["t"], -1,
-                                         np.where(z_b_first < -params["t"], 1, 0))
+                judge_a_first = np.where(z_a_first > params["t"], 1, np.where(z_a_first < -params["t"], -1, 0))
+                judge_b_first = np.where(z_b_first > params["t"], -1, np.where(z_b_first < -params["t"], 1, 0))
                 agree = ((judge_a_first == human) & (human != 0)).astype(float) + (
-                    (judge_b_first == human) & (human != 0))
+                    (judge_b_first == human) & (human != 0)
+                )
                 agree_parts.append(agree)
                 pref_parts.append(2.0 * (human != 0))
         agree, pref = np.concatenate(agree_parts), np.concatenate(pref_parts)
@@ -277,8 +299,12 @@ def test_truth_parameters_are_the_ones_that_generated_the_data(study):
     system_of = dict(zip(study.responses["response_id"], study.responses["system"]))
     vignette_of = dict(zip(study.responses["response_id"], study.responses["vignette_id"]))
     assert set(truth["quality"]) == set(system_of)
-    e = np.array([q - truth["alpha"][system_of[r]] - truth["u"][system_of[r]][vignette_of[r]]
-                  for r, q in truth["quality"].items()])
+    e = np.array(
+        [
+            q - truth["alpha"][system_of[r]] - truth["u"][system_of[r]][vignette_of[r]]
+            for r, q in truth["quality"].items()
+        ]
+    )
     # e ~ N(0, tau): mean SE = tau / sqrt(n), SD SE ~= tau / sqrt(2 n).
     n = len(e)
     assert abs(e.mean()) < Z_TOLERANCE * truth["tau"] / math.sqrt(n)
@@ -294,8 +320,7 @@ def test_truth_parameters_are_the_ones_that_generated_the_data(study):
 
 
 def test_true_win_rates_are_near_the_model_card(study):
-    new = {s: study.truth["estimands"][s][sim.CLAIM_JUDGE]["new_vignette"]["contest_score"]
-           for s in MAIN_SYSTEMS}
+    new = {s: study.truth["estimands"][s][sim.CLAIM_JUDGE]["new_vignette"]["contest_score"] for s in MAIN_SYSTEMS}
     targets = {sim.POLICY: 0.80, sim.POLICY_V1: 0.58, sim.BASE: 0.46, sim.REFERENCE: 0.77}
     for system, target in targets.items():
         assert new[system] == pytest.approx(target, abs=0.01)
@@ -320,6 +345,7 @@ def test_true_win_rates_are_near_the_model_card(study):
 
 # --- the data agree with the truth -------------------------------------------------------
 
+
 @pytest.mark.parametrize("judge", list(sim.JUDGES))
 def test_empirical_win_rates_match_truth_on_these_vignettes(study, judge):
     scored = _score(_contests(study, judge))
@@ -340,11 +366,14 @@ def test_empirical_per_vignette_policy_rates_match_truth(study):
 
 def _order_effect(study, judge):
     contests = _contests(study, judge)
-    contests = contests[(contests["system"] == sim.POLICY)
-                        & (contests["system_first"] != "invalid")
-                        & (contests["system_second"] != "invalid")]
-    difference = ((contests["system_first"] == "first").astype(float)
-                  - (contests["system_second"] == "second").astype(float))
+    contests = contests[
+        (contests["system"] == sim.POLICY)
+        & (contests["system_first"] != "invalid")
+        & (contests["system_second"] != "invalid")
+    ]
+    difference = (contests["system_first"] == "first").astype(float) - (contests["system_second"] == "second").astype(
+        float
+    )
     return _clustered_mean_se(difference.to_numpy(), contests["opponent"].to_numpy())
 
 
@@ -376,8 +405,12 @@ def test_invalid_and_tie_rates(study):
         # Tie rate of the policy's judged orders against its truth, and "a few percent".
         contests = _contests(study, judge)
         contests = contests[contests["system"] == sim.POLICY]
-        orders = pd.concat([contests[["system_first", "opponent"]].set_axis(["v", "o"], axis=1),
-                            contests[["system_second", "opponent"]].set_axis(["v", "o"], axis=1)])
+        orders = pd.concat(
+            [
+                contests[["system_first", "opponent"]].set_axis(["v", "o"], axis=1),
+                contests[["system_second", "opponent"]].set_axis(["v", "o"], axis=1),
+            ]
+        )
         orders = orders[orders["v"] != "invalid"]
         tie, tie_se = _clustered_mean_se((orders["v"] == "tie").to_numpy(float), orders["o"])
         truth = study.truth["estimands"][sim.POLICY][judge]["these_vignettes"]["p_tie"]
@@ -386,6 +419,7 @@ def test_invalid_and_tie_rates(study):
 
 
 # --- design counts ------------------------------------------------------------------------
+
 
 def test_contest_counts_and_both_orders(study):
     assert len(study.vignettes) == 6
@@ -449,8 +483,7 @@ def test_empirical_judge_agreement_matches_truth(study):
         agree, pref = [], []
         for key, human in preferred.items():
             first, second = contests.loc[key, ["system_first", "system_second"]]
-            picks = [{"first": "a", "second": "b"}.get(first),
-                     {"first": "b", "second": "a"}.get(second)]
+            picks = [{"first": "a", "second": "b"}.get(first), {"first": "b", "second": "a"}.get(second)]
             valid = [first != "invalid", second != "invalid"]
             agree.append(sum(p == human and v for p, v in zip(picks, valid)))
             pref.append(sum(valid))
@@ -462,6 +495,7 @@ def test_empirical_judge_agreement_matches_truth(study):
 
 
 # --- claim ----------------------------------------------------------------------------------
+
 
 def test_claim_reproduces_from_the_data(study):
     claim = yaml.safe_load(default_claim_path().read_text())
@@ -484,6 +518,7 @@ def test_claim_reproduces_from_the_data(study):
 
 
 # --- schema ---------------------------------------------------------------------------------
+
 
 def _documented_columns() -> dict[str, dict[str, bool]]:
     """Columns and their required flags, parsed from docs/data-formats.md."""
@@ -520,8 +555,7 @@ def test_written_files_round_trip_to_the_tables(study):
         frame = study.tables[name]
         assert len(records) == len(frame)
         assert all(list(r) == sorted(frame.columns) for r in records)
-        expected = [{k: sim._plain(v) for k, v in row.items()}
-                    for row in frame.to_dict(orient="records")]
+        expected = [{k: sim._plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
         assert records == expected, name
 
 
@@ -567,17 +601,17 @@ def test_policy_raw_holds_a_reasoning_trace_then_the_answer(study):
 
 # --- leakage ------------------------------------------------------------------------------
 
+
 def _ngrams(text: str, n: int = 12) -> set[tuple[str, ...]]:
     words = re.sub(r"[^\w\s]", " ", text.lower()).split()
-    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
 def test_leaks_are_exactly_the_recorded_documents(study):
     responses = study.responses
     opponent = responses[responses["system"] == sim.OPPONENT]
     others = responses[responses["system"] != sim.OPPONENT]
-    opponent_grams = {rid: _ngrams(text) for rid, text in zip(opponent["response_id"],
-                                                                opponent["text"])}
+    opponent_grams = {rid: _ngrams(text) for rid, text in zip(opponent["response_id"], opponent["text"])}
     # Every 12-word run of an opponent answer belongs to that answer alone ...
     counts: dict[tuple[str, ...], int] = {}
     for grams in opponent_grams.values():
@@ -624,8 +658,7 @@ def test_study_folder_stays_small():
 
 def test_to_frame_lists_every_estimand(study):
     frame = study.to_frame()
-    assert list(frame.columns) == ["system", "judge", "population", "win_rate", "order_effect",
-                                   "consistency_rate"]
+    assert list(frame.columns) == ["system", "judge", "population", "win_rate", "order_effect", "consistency_rate"]
     assert len(frame) == 2 * (4 * 3 + 8)
     assert "true win rates" in str(study)
 

@@ -16,9 +16,18 @@ VIGNETTES = Path(__file__).resolve().parents[1] / "fixtures" / "study" / "vignet
 
 def test_http_generation_writes_a_valid_responses_table_with_recorded_seeds(tmp_path):
     with StubJudgeServer(StubConfig(fault_rates={"500": 0.2}, seed=1)) as server:
-        job = GenerationJob(system="my-policy", vignettes=VIGNETTES, out=tmp_path / "responses.jsonl", backend="openai",
-                            base_url=server.base_url, model="policy", samples_per_vignette=3, run="run-2", seed=7,
-                            backoff_base_s=0.01)
+        job = GenerationJob(
+            system="my-policy",
+            vignettes=VIGNETTES,
+            out=tmp_path / "responses.jsonl",
+            backend="openai",
+            base_url=server.base_url,
+            model="policy",
+            samples_per_vignette=3,
+            run="run-2",
+            seed=7,
+            backoff_base_s=0.01,
+        )
         run = generate_responses(job)
         logged = len(server.log)
     rows = [json.loads(line) for line in open(tmp_path / "responses.jsonl")]
@@ -33,8 +42,14 @@ def test_http_generation_writes_a_valid_responses_table_with_recorded_seeds(tmp_
 
 def test_fresh_seeds_differ_between_runs_unless_given(tmp_path):
     with StubJudgeServer() as server:
-        common = dict(system="p", vignettes=VIGNETTES, backend="openai", base_url=server.base_url, model="m",
-                      samples_per_vignette=1)
+        common = dict(
+            system="p",
+            vignettes=VIGNETTES,
+            backend="openai",
+            base_url=server.base_url,
+            model="m",
+            samples_per_vignette=1,
+        )
         a = generate_responses(GenerationJob(out=tmp_path / "a.jsonl", **common))
         b = generate_responses(GenerationJob(out=tmp_path / "b.jsonl", **common))
     assert a.base_seed != b.base_seed
@@ -44,9 +59,18 @@ def test_failed_generations_stop_the_run_and_write_nothing(tmp_path):
     from honestci.audit.errors import InputError
 
     with StubJudgeServer(StubConfig(fault_rates={"500": 1.0})) as server:
-        job = GenerationJob(system="p", vignettes=VIGNETTES, out=tmp_path / "r.jsonl", backend="openai",
-                            base_url=server.base_url, model="m", samples_per_vignette=1, seed=0, max_retries=1,
-                            backoff_base_s=0.01)
+        job = GenerationJob(
+            system="p",
+            vignettes=VIGNETTES,
+            out=tmp_path / "r.jsonl",
+            backend="openai",
+            base_url=server.base_url,
+            model="m",
+            samples_per_vignette=1,
+            seed=0,
+            max_retries=1,
+            backoff_base_s=0.01,
+        )
         with pytest.raises(InputError, match="got no usable reply"):
             generate_responses(job)
     assert not (tmp_path / "r.jsonl").exists()

@@ -8,14 +8,14 @@ import pytest
 
 pytest.importorskip("trl")
 
-from training_support import changed_tensors, tiny_base, untrained_ensemble  # noqa: E402
+from training_support import changed_tensors, tiny_base, untrained_ensemble
 
-from honestci.audit.policy import Verdict  # noqa: E402
-from honestci.training.config import TrainingConfigError, load_config  # noqa: E402
-from honestci.training.grpo import REWARD_LOG, GatedEnsembleReward, GRPOJob, grpo_config, train_grpo  # noqa: E402
-from honestci.audit.checks.training_health import assess_training_log  # noqa: E402
-from honestci.training.reward_models import RewardEnsemble  # noqa: E402
-from honestci.training.task import SYSTEM_PROMPT, USER_TEMPLATE  # noqa: E402
+from honestci.audit.checks.training_health import assess_training_log
+from honestci.audit.policy import Verdict
+from honestci.training.config import TrainingConfigError, load_config
+from honestci.training.grpo import REWARD_LOG, GatedEnsembleReward, GRPOJob, grpo_config, train_grpo
+from honestci.training.reward_models import RewardEnsemble
+from honestci.training.task import SYSTEM_PROMPT, USER_TEMPLATE
 
 VIGNETTES = "fixtures/study/vignettes.jsonl"
 
@@ -34,26 +34,45 @@ def _job(base, ensemble_dir, out, **kw):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    return GRPOJob(**{"model": base, "reward_model": ensemble_dir, "vignettes": root / VIGNETTES, "output_dir": out,
-                      "learning_rate": 1e-3, "num_generations": 4, "per_device_train_batch_size": 4, "max_steps": 3,
-                      "max_completion_length": 16, "device": "cpu", "trainer": {"save_strategy": "no"}, **kw})
+    return GRPOJob(
+        **{
+            "model": base,
+            "reward_model": ensemble_dir,
+            "vignettes": root / VIGNETTES,
+            "output_dir": out,
+            "learning_rate": 1e-3,
+            "num_generations": 4,
+            "per_device_train_batch_size": 4,
+            "max_steps": 3,
+            "max_completion_length": 16,
+            "device": "cpu",
+            "trainer": {"save_strategy": "no"},
+            **kw,
+        }
+    )
 
 
 def test_gated_reward_penalises_empty_and_long_answers_and_scores_the_rest(ensemble_dir):
     ensemble = RewardEnsemble(ensemble_dir)
     reward = GatedEnsembleReward(ensemble, max_sentences=2, penalty=-3.0)
-    completions = [[{"role": "assistant", "content": text}] for text in (
-        "<think>Hurt, but maybe not meant.</think>\n\nMaybe your friend was swamped. You matter to them.",
-        "<think>still thinking and never closes",
-        "One. Two. Three sentences is too many.",
-        "",
-        "Perhaps they were nervous about their own standing")]
+    completions = [
+        [{"role": "assistant", "content": text}]
+        for text in (
+            "<think>Hurt, but maybe not meant.</think>\n\nMaybe your friend was swamped. You matter to them.",
+            "<think>still thinking and never closes",
+            "One. Two. Three sentences is too many.",
+            "",
+            "Perhaps they were nervous about their own standing",
+        )
+    ]
     scenario = ["A friend forgot my birthday."] * 5
     rewards = reward(prompts=[None] * 5, completions=completions, scenario=scenario)
     batch = reward.history[-1]
     assert batch.gate_reasons == ("ok", "empty", "too_long", "empty", "ok")
-    direct = ensemble.score([scenario[0]] * 2, ["Maybe your friend was swamped. You matter to them.",
-                                                 "Perhaps they were nervous about their own standing"])
+    direct = ensemble.score(
+        [scenario[0]] * 2,
+        ["Maybe your friend was swamped. You matter to them.", "Perhaps they were nervous about their own standing"],
+    )
     np.testing.assert_allclose([rewards[0], rewards[4]], direct.reward)
     assert rewards[1:4] == [-3.0, -3.0, -3.0]
     # mean - 0.5 sd of two different heads: strictly below their mean
@@ -92,10 +111,16 @@ def test_beta_zero_is_refused_with_the_reason(base, ensemble_dir, tmp_path):
         _job(base, ensemble_dir, tmp_path, beta=0.0)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"num_generations": 1}, "num_generations"), ({"per_device_train_batch_size": 6}, "not a multiple"),
-    ({"vllm_mode": "colocate"}, "only 'server'"), ({"temperature": 0}, "temperature"),
-    ({"learning_rate": -1}, "learning_rate")])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"num_generations": 1}, "num_generations"),
+        ({"per_device_train_batch_size": 6}, "not a multiple"),
+        ({"vllm_mode": "colocate"}, "only 'server'"),
+        ({"temperature": 0}, "temperature"),
+        ({"learning_rate": -1}, "learning_rate"),
+    ],
+)
 def test_config_validation_names_the_field(base, ensemble_dir, tmp_path, change, message):
     with pytest.raises(TrainingConfigError, match=message):
         _job(base, ensemble_dir, tmp_path, **change)
@@ -113,8 +138,18 @@ def test_cpu_refuses_bf16_and_vllm_and_unknown_trainer_keys(base, ensemble_dir, 
 def test_defaults_are_the_model_card_recipe_and_vllm_is_server_mode(base, ensemble_dir, tmp_path):
     job = GRPOJob(model=base, reward_model=ensemble_dir, vignettes=tmp_path, output_dir=tmp_path)
     assert (job.learning_rate, job.beta, job.num_generations, job.max_steps) == (8e-6, 0.04, 12, 500)
-    config = grpo_config(GRPOJob(model=base, reward_model=ensemble_dir, vignettes=tmp_path, output_dir=tmp_path,
-                                 use_vllm=True, vllm_server_port=8123, bf16=False), "cuda")
+    config = grpo_config(
+        GRPOJob(
+            model=base,
+            reward_model=ensemble_dir,
+            vignettes=tmp_path,
+            output_dir=tmp_path,
+            use_vllm=True,
+            vllm_server_port=8123,
+            bf16=False,
+        ),
+        "cuda",
+    )
     assert (config.use_vllm, config.vllm_mode, config.vllm_server_port) == (True, "server", 8123)
     assert config.learning_rate == 8e-6 and config.beta == 0.04 and config.num_generations == 12
 
@@ -124,8 +159,13 @@ def test_yaml_configs_load_with_overrides():
 
     root = Path(__file__).resolve().parents[1] / "training" / "configs"
     recipe = load_config(GRPOJob, root / "grpo.yaml")
-    assert (recipe.learning_rate, recipe.beta, recipe.num_generations, recipe.max_steps, recipe.bf16) == \
-        (8e-6, 0.04, 12, 500, True)
+    assert (recipe.learning_rate, recipe.beta, recipe.num_generations, recipe.max_steps, recipe.bf16) == (
+        8e-6,
+        0.04,
+        12,
+        500,
+        True,
+    )
     assert recipe.model == (root / "../../models/policy-base")
     tiny = load_config(GRPOJob, root / "grpo_cpu_tiny.yaml", ["beta=0.1", "trainer.warmup_ratio=0.5"])
     assert tiny.beta == 0.1 and tiny.trainer == {"save_strategy": "no", "warmup_ratio": 0.5}
@@ -136,5 +176,5 @@ def test_yaml_configs_load_with_overrides():
 
 
 def test_prompts_follow_the_protocol():
-    assert "two sentences" in SYSTEM_PROMPT and "\"you\"" in SYSTEM_PROMPT
+    assert "two sentences" in SYSTEM_PROMPT and '"you"' in SYSTEM_PROMPT
     assert "{scenario}" in USER_TEMPLATE and "two sentences" in USER_TEMPLATE

@@ -15,9 +15,14 @@ import numpy as np
 import pytest
 
 from honestci.audit.checks.registry import ReportSection
+from honestci.audit.checks.training_health import (
+    _training_health_check,
+    _training_healthy_gate,
+    assess_training_log,
+    plot_training_health,
+    read_training_log,
+)
 from honestci.audit.policy import THRESHOLDS, Verdict
-from honestci.audit.checks.training_health import (_training_health_check, _training_healthy_gate, assess_training_log,
-                             plot_training_health, read_training_log)
 
 N_STEPS = 200
 
@@ -39,8 +44,10 @@ def synthetic_log(kind: str = "healthy", n: int = N_STEPS, seed: int = 0) -> lis
         zero = np.clip(t * 1.2, 0, 1)
     elif kind == "reward_falling":
         reward = 0.5 - 1.0 * t + rng.normal(0, 0.05, n)
-    return [{"step": i + 1, "loss": 0.01, "reward": r, "reward_std": s, "kl": k, "entropy": e,
-             "frac_reward_zero_std": z} for i, (r, s, k, e, z) in enumerate(zip(reward, reward_std, kl, entropy, zero))]
+    return [
+        {"step": i + 1, "loss": 0.01, "reward": r, "reward_std": s, "kl": k, "entropy": e, "frac_reward_zero_std": z}
+        for i, (r, s, k, e, z) in enumerate(zip(reward, reward_std, kl, entropy, zero))
+    ]
 
 
 def write_jsonl(rows, path: Path) -> Path:
@@ -65,9 +72,15 @@ def test_healthy_log_passes_every_criterion(tmp_path):
     assert gain == pytest.approx(0.8, abs=0.05)
 
 
-@pytest.mark.parametrize("kind, failing", [("kl_blowup", "KL bounded"), ("entropy_collapse", "entropy alive"),
-                                           ("reward_std_collapse", "reward spread alive"),
-                                           ("reward_falling", "reward rising")])
+@pytest.mark.parametrize(
+    "kind, failing",
+    [
+        ("kl_blowup", "KL bounded"),
+        ("entropy_collapse", "entropy alive"),
+        ("reward_std_collapse", "reward spread alive"),
+        ("reward_falling", "reward rising"),
+    ],
+)
 def test_each_collapse_fails_its_own_criterion_and_only_it(tmp_path, kind, failing):
     result = assess_training_log(write_jsonl(synthetic_log(kind), tmp_path / "log.jsonl"))
     by_name = verdicts(result)
@@ -161,8 +174,12 @@ def test_check_resolves_the_log_relative_to_the_claim_and_reports(tmp_path):
 def test_plot_has_the_four_panels(tmp_path):
     result = assess_training_log(write_jsonl(synthetic_log("kl_blowup"), tmp_path / "log.jsonl"))
     figure = plot_training_health(result)
-    assert [a.get_title() for a in figure.axes] == ["reward (± group sd)", "KL to reference", "entropy (nats/token)",
-                                                    "within-group reward sd"]
+    assert [a.get_title() for a in figure.axes] == [
+        "reward (± group sd)",
+        "KL to reference",
+        "entropy (nats/token)",
+        "within-group reward sd",
+    ]
     kl_line = figure.axes[1].lines[0].get_ydata()
     assert np.allclose(kl_line, result.series["kl"]) and math.isclose(max(kl_line), max(result.series["kl"]))
 
@@ -170,5 +187,7 @@ def test_plot_has_the_four_panels(tmp_path):
 def test_check_prefers_the_path_the_claim_loader_resolved(tmp_path):
     log = write_jsonl(synthetic_log(), tmp_path / "elsewhere.jsonl")
     context = _context(tmp_path, "ignored-when-resolved.jsonl")
-    context.claim.training_log_path = log  # honestci.audit.data.claims.load_claim resolves training_log like the data paths
+    context.claim.training_log_path = (
+        log  # honestci.audit.data.claims.load_claim resolves training_log like the data paths
+    )
     assert _training_health_check(context).log_path == str(log)

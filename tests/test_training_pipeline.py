@@ -29,7 +29,9 @@ def _config(tmp_path, **changes) -> Path:
 
 
 def test_pipeline_fails_closed_without_the_leakage_module(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "honestci.audit.checks.leakage", None)  # import honestci.audit.checks.leakage -> ModuleNotFoundError
+    monkeypatch.setitem(
+        sys.modules, "honestci.audit.checks.leakage", None
+    )  # import honestci.audit.checks.leakage -> ModuleNotFoundError
     with pytest.raises(PipelineRefused, match="leakage check .* is not installed"):
         run_pipeline(_config(tmp_path, base_model=str(tmp_path / "no-model")))
     assert not (tmp_path / "run" / "reward_model").exists() and not (tmp_path / "MODEL_CARD.md").exists()
@@ -42,10 +44,11 @@ def test_pipeline_fails_closed_without_the_leakage_module(tmp_path, monkeypatch)
 
 @pytest.fixture(scope="module")
 def fixture_verdict():
-    from honestci.audit.pipeline import _json_safe, run_audit
+    from honestci.audit.pipeline import run_audit
+    from honestci.audit.report_model import json_safe
 
     result = run_audit(FIXTURE / "claim.yaml", bayes=False)
-    return _json_safe(result.to_dict())
+    return json_safe(result.to_dict())
 
 
 def test_figures_are_written_only_when_every_required_gate_passes(tmp_path, fixture_verdict):
@@ -58,10 +61,14 @@ def test_figures_are_written_only_when_every_required_gate_passes(tmp_path, fixt
     publish_figures(fixture_verdict, passing, ["ci_low_clears_bar", "training_healthy"], card)  # replaces, no dup
     assert card.read_text().count(CARD_START) == 1 and card.read_text().count(CARD_END) == 1
     before = card.read_text()
-    for gates, required in (([passing[0], GateResult("training_healthy", Verdict.INCONCLUSIVE, "3 steps")],
-                             ["ci_low_clears_bar", "training_healthy"]),
-                            ([passing[0], GateResult("training_healthy", Verdict.WARN, "meh")], ["training_healthy"]),
-                            (passing, ["ci_low_clears_bar", "training_healthy", "leakage"])):  # leakage not run
+    for gates, required in (
+        (
+            [passing[0], GateResult("training_healthy", Verdict.INCONCLUSIVE, "3 steps")],
+            ["ci_low_clears_bar", "training_healthy"],
+        ),
+        ([passing[0], GateResult("training_healthy", Verdict.WARN, "meh")], ["training_healthy"]),
+        (passing, ["ci_low_clears_bar", "training_healthy", "leakage"]),
+    ):  # leakage not run
         with pytest.raises(PipelineRefused, match="no figures were written"):
             publish_figures(fixture_verdict, gates, required, card)
         assert card.read_text() == before
@@ -76,8 +83,18 @@ class _HashJudge(BaseHTTPRequestHandler):
     def do_POST(self):
         payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         digest = hashlib.sha256(json.dumps(payload["messages"]).encode()).digest()[0]
-        body = json.dumps({"choices": [{"message": {"role": "assistant",
-                                                    "content": "Final verdict: " + ("[[A]]" if digest % 2 else "[[B]]")}}]})
+        body = json.dumps(
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "role": "assistant",
+                            "content": "Final verdict: " + ("[[A]]" if digest % 2 else "[[B]]"),
+                        }
+                    }
+                ]
+            }
+        )
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -105,9 +122,9 @@ def test_pipeline_refuses_the_fixture_corpus_with_its_planted_leaks(tmp_path):
 def test_pipeline_runs_end_to_end_on_cpu_and_is_refused_when_a_gate_fails(tmp_path):
     pytest.importorskip("trl")
     from click.testing import CliRunner
+    from training_support import tiny_base
 
     from honestci.audit.cli.training import pipeline_command
-    from training_support import tiny_base
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _HashJudge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -116,10 +133,17 @@ def test_pipeline_runs_end_to_end_on_cpu_and_is_refused_when_a_gate_fails(tmp_pa
         # The fixture's texts are composed from shared fragment banks, so every rated answer is a
         # near duplicate of some held-out one: the near-duplicate WARN is switched off here and the
         # verbatim n-gram leak check stays on.
-        config = _config(tmp_path, base_model=str(base), corpus=_clean_corpus(tmp_path),
-                         thresholds={"leakage_near_duplicate_jaccard": 1.01},
-                         judge={"backend": "vllm", "base_url": f"http://127.0.0.1:{server.server_address[1]}/v1",
-                                "model": "hash-judge"})
+        config = _config(
+            tmp_path,
+            base_model=str(base),
+            corpus=_clean_corpus(tmp_path),
+            thresholds={"leakage_near_duplicate_jaccard": 1.01},
+            judge={
+                "backend": "vllm",
+                "base_url": f"http://127.0.0.1:{server.server_address[1]}/v1",
+                "model": "hash-judge",
+            },
+        )
         outcome = CliRunner().invoke(pipeline_command, [str(config)])
     finally:
         server.shutdown()
@@ -128,8 +152,14 @@ def test_pipeline_runs_end_to_end_on_cpu_and_is_refused_when_a_gate_fails(tmp_pa
     assert not (tmp_path / "MODEL_CARD.md").exists()
     run = tmp_path / "run"
     record = json.loads((run / "pipeline.json").read_text())
-    assert [s["stage"] for s in record["stages"]] == ["leakage check", "reward models", "GRPO", "generation",
-                                                      "judging", "audit"]
+    assert [s["stage"] for s in record["stages"]] == [
+        "leakage check",
+        "reward models",
+        "GRPO",
+        "generation",
+        "judging",
+        "audit",
+    ]
     gates = {g["gate"]: g for g in record["gates"]}
     assert gates["leakage"]["verdict"] == "PASS" and gates["training_healthy"]["verdict"] == "INCONCLUSIVE"
     assert gates["training_healthy"]["required"] and gates["leakage"]["required"]
@@ -137,6 +167,8 @@ def test_pipeline_runs_end_to_end_on_cpu_and_is_refused_when_a_gate_fails(tmp_pa
     assert "Training health" in report and "tiny-grpo" in report
     assert (run / "report" / "training_health.svg").read_text().startswith("<svg")
     policy = [json.loads(line) for line in open(run / "data" / "policy_responses.jsonl")]
-    assert len(policy) == 6 * 4 and {r["pool"] for r in policy} == {"heldout"} and len({r["seed"] for r in policy}) == 24
+    assert (
+        len(policy) == 6 * 4 and {r["pool"] for r in policy} == {"heldout"} and len({r["seed"] for r in policy}) == 24
+    )
     judgments = [json.loads(line) for line in open(run / "data" / "judgments.jsonl")]
     assert len(judgments) == 2 * 24  # both orders of every contest

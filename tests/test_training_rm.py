@@ -8,12 +8,18 @@ import pytest
 
 pytest.importorskip("trl")
 
-from training_support import changed_tensors, tiny_base, tiny_study  # noqa: E402
+from training_support import changed_tensors, tiny_base, tiny_study
 
-from honestci.audit.stats.winrate import winrate_ci  # noqa: E402
-from honestci.training.config import TrainingConfigError  # noqa: E402
-from honestci.training.reward_models import (RewardEnsemble, RewardModelJob, build_reward_data, ensemble_reward,  # noqa: E402
-                                    heldout_accuracy, train_reward_models)
+from honestci.audit.stats.winrate import winrate_ci
+from honestci.training.config import TrainingConfigError
+from honestci.training.reward_models import (
+    RewardEnsemble,
+    RewardModelJob,
+    build_reward_data,
+    ensemble_reward,
+    heldout_accuracy,
+    train_reward_models,
+)
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +33,24 @@ def base(tmp_path_factory):
 
 
 def _job(base, study, out, **kw):
-    return RewardModelJob(**{"base_model": base, "output_dir": out, "vignettes": study["vignettes"],
-                             "responses": study["responses"], "human_pairs": study["human_pairs"],
-                             "human_ratings": study["human_ratings"], "seeds": (0, 1), "max_steps": 2,
-                             "learning_rate": 1e-3, "heldout_fraction": 0.5, "per_device_train_batch_size": 4,
-                             "max_length": 512, "device": "cpu", **kw})
+    return RewardModelJob(
+        **{
+            "base_model": base,
+            "output_dir": out,
+            "vignettes": study["vignettes"],
+            "responses": study["responses"],
+            "human_pairs": study["human_pairs"],
+            "human_ratings": study["human_ratings"],
+            "seeds": (0, 1),
+            "max_steps": 2,
+            "learning_rate": 1e-3,
+            "heldout_fraction": 0.5,
+            "per_device_train_batch_size": 4,
+            "max_length": 512,
+            "device": "cpu",
+            **kw,
+        }
+    )
 
 
 def test_ensemble_reward_is_mean_minus_lambda_sd():
@@ -49,7 +68,9 @@ def test_heldout_split_keeps_every_heldout_answer_out_of_training(study, tmp_pat
     assert len(data.pairs_heldout) + data.n_heldout_ties == 12
     assert data.pairs_heldout["vignette_id"].value_counts().max() <= 2
     heldout_texts = set(data.pairs_heldout["preferred"]) | set(data.pairs_heldout["other"])
-    train_texts = set(data.pairs_train["chosen"]) | set(data.pairs_train["rejected"]) | set(data.ratings_train["answer"])
+    train_texts = (
+        set(data.pairs_train["chosen"]) | set(data.pairs_train["rejected"]) | set(data.ratings_train["answer"])
+    )
     assert not heldout_texts & train_texts
     assert len(data.ratings_train) <= 12 * 2  # at most the answers of the 12 training pairs (rater means)
     assert data.n_repeats_of_heldout > 0  # the fixture's templated answers repeat across ids
@@ -110,10 +131,17 @@ def test_regression_ensemble_regresses_the_mean_rating(base, study, tmp_path):
     assert scores.member_z.shape == (1, 2)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"seeds": ()}, "seeds"), ({"seeds": (1, 1)}, "repeats"), ({"ensemble_lambda": -1}, "ensemble_lambda"),
-    ({"kind": "dpo"}, "kind"), ({"heldout_fraction": 1.0}, "heldout_fraction"),
-    ({"human_pairs": None}, "Bradley-Terry model trains on pairs")])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"seeds": ()}, "seeds"),
+        ({"seeds": (1, 1)}, "repeats"),
+        ({"ensemble_lambda": -1}, "ensemble_lambda"),
+        ({"kind": "dpo"}, "kind"),
+        ({"heldout_fraction": 1.0}, "heldout_fraction"),
+        ({"human_pairs": None}, "Bradley-Terry model trains on pairs"),
+    ],
+)
 def test_config_errors_name_the_field(study, tmp_path, change, message):
     with pytest.raises(TrainingConfigError, match=message):
         _job(tmp_path, study, tmp_path, **change)
@@ -124,7 +152,8 @@ def test_ensemble_refuses_folders_without_safetensors(tmp_path):
 
     (tmp_path / "member").mkdir()
     (tmp_path / "member" / "pytorch_model.bin").write_bytes(b"not loaded")
-    (tmp_path / "ensemble.json").write_text(json.dumps({"ensemble_lambda": 0.5, "members": [
-        {"path": "member", "mean": 0, "std": 1}]}))
+    (tmp_path / "ensemble.json").write_text(
+        json.dumps({"ensemble_lambda": 0.5, "members": [{"path": "member", "mean": 0, "std": 1}]})
+    )
     with pytest.raises(InputError, match="safetensors"):
         RewardEnsemble(tmp_path)

@@ -6,22 +6,34 @@ from honestci.training.config import TrainingConfigError, parse_overrides
 from honestci.training.task import count_sentences, extract_answer, format_gate, messages_for
 
 
-@pytest.mark.parametrize("output, answer", [
-    ("<think>reasoning</think>\n\nMaybe they were busy.", "Maybe they were busy."),
-    ("<think>a</think> first </think> second.", "second."),  # the last close tag ends the trace
-    ("<think>never closed", ""),
-    ("No tags at all. ", "No tags at all."),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "output, answer",
+    [
+        ("<think>reasoning</think>\n\nMaybe they were busy.", "Maybe they were busy."),
+        ("<think>a</think> first </think> second.", "second."),  # the last close tag ends the trace
+        ("<think>never closed", ""),
+        ("No tags at all. ", "No tags at all."),
+        ("", ""),
+    ],
+)
 def test_extract_answer(output, answer):
     assert extract_answer(output) == answer
 
 
-@pytest.mark.parametrize("text, n", [
-    ("", 0), ("   ", 0), ("One sentence.", 1), ("One. Two!", 2), ("One? Two?! Three...", 3),
-    ("A fragment without a stop", 1), ("One. And a trailing fragment", 2), ("It costs 3.5 dollars.", 1),
-    ("Wait... really? Yes.", 3),
-])
+@pytest.mark.parametrize(
+    "text, n",
+    [
+        ("", 0),
+        ("   ", 0),
+        ("One sentence.", 1),
+        ("One. Two!", 2),
+        ("One? Two?! Three...", 3),
+        ("A fragment without a stop", 1),
+        ("One. And a trailing fragment", 2),
+        ("It costs 3.5 dollars.", 1),
+        ("Wait... really? Yes.", 3),
+    ],
+)
 def test_count_sentences(text, n):
     assert count_sentences(text) == n
 
@@ -40,7 +52,11 @@ def test_messages_put_the_scenario_in_the_user_turn():
 
 
 def test_overrides_parse_yaml_values_and_dotted_keys():
-    assert parse_overrides(["beta=0.1", "trainer.warmup_ratio=0.05", "seeds=[1, 2]", "name=x=y"]) == \
-        {"beta": 0.1, "trainer": {"warmup_ratio": 0.05}, "seeds": [1, 2], "name": "x=y"}
+    assert parse_overrides(["beta=0.1", "trainer.warmup_ratio=0.05", "seeds=[1, 2]", "name=x=y"]) == {
+        "beta": 0.1,
+        "trainer": {"warmup_ratio": 0.05},
+        "seeds": [1, 2],
+        "name": "x=y",
+    }
     with pytest.raises(TrainingConfigError, match="not KEY=VALUE"):
         parse_overrides(["beta"])

@@ -61,8 +61,13 @@ def test_pvalues_identical_to_wildboottest(row):
     wildboottest p-value must match too.
     """
     X, y, clusters = _load(row["data"])
-    args = dict(coef=int(row["coef"]), theta0=float(row["theta0"]), weights=row["weights"], B=int(row["B"]),
-                rng=int(row["seed"]))
+    args = dict(
+        coef=int(row["coef"]),
+        theta0=float(row["theta0"]),
+        weights=row["weights"],
+        B=int(row["B"]),
+        rng=int(row["seed"]),
+    )
     p_symmetric = wild_cluster_pvalue(X, y, clusters, **args)
     p_equal_tailed = wild_cluster_pvalue(X, y, clusters, pvalue_type="equal-tailed", **args)
     assert p_symmetric == float(row["pvalue_ge"])
@@ -75,7 +80,7 @@ def test_pvalues_identical_to_wildboottest(row):
         assert p_symmetric - n_ties / n_draws - 1e-12 <= float(row["pvalue_wbt"]) <= p_symmetric
 
     tstats = wild_cluster_tstats(X, y, clusters, **args)
-    assert tstats.B == n_draws
+    assert n_draws == tstats.B
     assert tstats.enumerated == (row["enumerated"] == "True")
     assert tstats.t_observed == pytest.approx(float(row["t_stat"]), rel=1e-12)
     quantiles = [float(k.removeprefix("tboot_q")) for k in row if k.startswith("tboot_q")]
@@ -91,9 +96,10 @@ def test_enumerated_tstats_match_wildboottest_draw_by_draw(row):
         RESULTS / f"tboot_{row['data']}_{row['weights']}_coef{row['coef']}_theta{float(row['theta0']):g}.csv",
         skiprows=1,
     )
-    tstats = wild_cluster_tstats(X, y, clusters, coef=int(row["coef"]), theta0=float(row["theta0"]),
-                                 weights=row["weights"], B=int(row["B"]))
-    assert tstats.enumerated and tstats.B == expected.size
+    tstats = wild_cluster_tstats(
+        X, y, clusters, coef=int(row["coef"]), theta0=float(row["theta0"]), weights=row["weights"], B=int(row["B"])
+    )
+    assert tstats.enumerated and expected.size == tstats.B
     np.testing.assert_allclose(tstats.t_bootstrap, expected, rtol=1e-11, atol=1e-12)
     # Draw order is itertools.product over the support, cluster 0 varying slowest (as wildboottest).
     values = WEIGHT_VALUES[row["weights"]]
@@ -102,12 +108,22 @@ def test_enumerated_tstats_match_wildboottest_draw_by_draw(row):
 
 
 @pytest.mark.reference
-@pytest.mark.parametrize("row", _read_csv(RESULTS / "wildboottest_ci.csv"), ids=lambda r: f"{r['data']}-coef{r['coef']}")
+@pytest.mark.parametrize(
+    "row", _read_csv(RESULTS / "wildboottest_ci.csv"), ids=lambda r: f"{r['data']}-coef{r['coef']}"
+)
 def test_ci_matches_inverting_wildboottest(row):
     """The interval equals the one found by bisecting wildboottest's own p-value (same draws)."""
     X, y, clusters = _load(row["data"])
-    result = wild_cluster_ci(X, y, clusters, coef=int(row["coef"]), level=float(row["level"]),
-                             weights=row["weights"], B=int(row["B"]), rng=int(row["seed"]))
+    result = wild_cluster_ci(
+        X,
+        y,
+        clusters,
+        coef=int(row["coef"]),
+        level=float(row["level"]),
+        weights=row["weights"],
+        B=int(row["B"]),
+        rng=int(row["seed"]),
+    )
     tolerance = float(row["endpoint_tolerance"]) + 1e-8 * result.se_cr1
     assert result.estimate == pytest.approx(float(row["estimate"]), rel=1e-12)
     assert result.se_cr1 == pytest.approx(float(row["se_cr1"]), rel=1e-10)
@@ -184,10 +200,12 @@ def test_ci_endpoints_are_crossings_of_the_pvalue():
     result = wild_cluster_ci(X, y, clusters, coef=1, level=0.9, B=None, pvalue_type="equal-tailed")
     alpha, step = 0.1, 1e-6 * result.se_cr1
     for end, outward in ((result.ci_low, -1.0), (result.ci_high, 1.0)):
-        inside = wild_cluster_pvalue(X, y, clusters, coef=1, theta0=end - outward * step, B=None,
-                                     pvalue_type="equal-tailed")
-        outside = wild_cluster_pvalue(X, y, clusters, coef=1, theta0=end + outward * step, B=None,
-                                      pvalue_type="equal-tailed")
+        inside = wild_cluster_pvalue(
+            X, y, clusters, coef=1, theta0=end - outward * step, B=None, pvalue_type="equal-tailed"
+        )
+        outside = wild_cluster_pvalue(
+            X, y, clusters, coef=1, theta0=end + outward * step, B=None, pvalue_type="equal-tailed"
+        )
         assert inside >= alpha > outside
     assert result.enumerated and result.B == 6**6
     assert result.n_pvalue_evaluations > 10
@@ -317,5 +335,5 @@ def test_webb_wcr_covers_where_cr1_fails_with_unequal_cluster_sizes_fast_tier():
 def test_webb_wcr_covers_the_mean_slow_tier(sizes, B):
     """2000 replications (MC SE 0.49 points); balanced G = 6 enumerates all 46,656 Webb draws."""
     reps = 2000
-    wild, cr1 = _coverage(sizes, reps=reps, B=B, seed=2000 + len(sizes) + sum(sizes))
+    wild, _cr1 = _coverage(sizes, reps=reps, B=B, seed=2000 + len(sizes) + sum(sizes))
     _assert_near_nominal(wild, reps, "wcr")

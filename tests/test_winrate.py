@@ -136,8 +136,11 @@ def test_cr2_logit_matches_r_survey_svyciprop_logit(row):
     scores, clusters = _logit_reference_inputs(reference["analysis"])
     assert scores.size == reference["n_obs"]
     result = winrate_ci(scores, clusters, method="cr2_logit", level=float(reference["level"]))
-    np.testing.assert_allclose([result.estimate, result.ci_low, result.ci_high],
-                               reference[["estimate", "ci_lower", "ci_upper"]].to_numpy(float), rtol=1e-8)
+    np.testing.assert_allclose(
+        [result.estimate, result.ci_low, result.ci_high],
+        reference[["estimate", "ci_lower", "ci_upper"]].to_numpy(float),
+        rtol=1e-8,
+    )
     assert result.df == pytest.approx(reference["n_clusters"] - 1)
 
 
@@ -150,8 +153,11 @@ def test_cr2_logit_is_the_cr2_interval_on_the_logit_scale():
     assert (logit.estimate, logit.se, logit.df) == (cr2.estimate, cr2.se, cr2.df)
     to_logit = lambda p: np.log(p / (1 - p))  # noqa: E731
     half = stats.t.ppf(0.975, cr2.df) * cr2.se / (cr2.estimate * (1 - cr2.estimate))
-    np.testing.assert_allclose([to_logit(logit.ci_low), to_logit(logit.ci_high)],
-                               [to_logit(cr2.estimate) - half, to_logit(cr2.estimate) + half], rtol=1e-12)
+    np.testing.assert_allclose(
+        [to_logit(logit.ci_low), to_logit(logit.ci_high)],
+        [to_logit(cr2.estimate) - half, to_logit(cr2.estimate) + half],
+        rtol=1e-12,
+    )
 
 
 def test_cr2_logit_is_inconclusive_when_every_contest_is_won():

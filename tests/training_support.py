@@ -23,8 +23,12 @@ def tiny_study(folder: Path, pairs_per_vignette: int = 4) -> dict[str, Path]:
     pairs = pairs[pairs["key"].isin([k for keys in keep for k in keys])].drop(columns="key")
     ratings = pd.read_json(FIXTURE / "human_ratings.jsonl", lines=True, dtype=False)
     ratings = ratings[ratings["response_id"].isin(set(pairs["response_a"]) | set(pairs["response_b"]))]
-    paths = {"vignettes": FIXTURE / "vignettes.jsonl", "responses": FIXTURE / "responses.jsonl",
-             "human_pairs": folder / "human_pairs.jsonl", "human_ratings": folder / "human_ratings.jsonl"}
+    paths = {
+        "vignettes": FIXTURE / "vignettes.jsonl",
+        "responses": FIXTURE / "responses.jsonl",
+        "human_pairs": folder / "human_pairs.jsonl",
+        "human_ratings": folder / "human_ratings.jsonl",
+    }
     pairs.to_json(paths["human_pairs"], orient="records", lines=True)
     ratings.to_json(paths["human_ratings"], orient="records", lines=True)
     return paths
@@ -57,8 +61,9 @@ def untrained_ensemble(base: Path, folder: Path, seeds=(0, 1), ensemble_lambda: 
         model.save_pretrained(folder / f"member-seed{seed}", safe_serialization=True)
         tokenizer.save_pretrained(folder / f"member-seed{seed}")
         members.append({"seed": seed, "path": f"member-seed{seed}", "mean": 0.0, "std": 1.0})
-    (folder / "ensemble.json").write_text(json.dumps({"kind": "untrained", "ensemble_lambda": ensemble_lambda,
-                                                      "max_length": 256, "members": members}))
+    (folder / "ensemble.json").write_text(
+        json.dumps({"kind": "untrained", "ensemble_lambda": ensemble_lambda, "max_length": 256, "members": members})
+    )
     return folder
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -58,7 +59,9 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
 def _merge(base: dict, extra: dict) -> dict:
     merged = dict(base)
     for key, value in extra.items():
-        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        merged[key] = (
+            _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
     return merged
 
 
@@ -71,9 +74,10 @@ def read_yaml_mapping(path: str | Path) -> dict:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise TrainingConfigError(f"Config file {path} is not valid YAML.",
-                                  [Problem(str(path), mark.line + 1 if mark else None, None,
-                                           str(getattr(exc, "problem", exc)))]) from None
+        raise TrainingConfigError(
+            f"Config file {path} is not valid YAML.",
+            [Problem(str(path), mark.line + 1 if mark else None, None, str(getattr(exc, "problem", exc)))],
+        ) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -90,9 +94,11 @@ def build_config(schema: type[T], values: dict, *, source: str, base_dir: Path |
     fields = {f.name: f for f in dataclasses.fields(schema)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise TrainingConfigError(f"{source}: unknown key(s) {unknown}.",
-                                  [Problem(source, None, key, "unknown key") for key in unknown],
-                                  fix=f"known keys: {sorted(fields)}")
+        raise TrainingConfigError(
+            f"{source}: unknown key(s) {unknown}.",
+            [Problem(source, None, key, "unknown key") for key in unknown],
+            fix=f"known keys: {sorted(fields)}",
+        )
     hints = typing.get_type_hints(schema)
     kwargs = {}
     for name, value in values.items():
@@ -120,12 +126,14 @@ def load_config(schema: type[T], path: str | Path, overrides: Sequence[str] = ()
 def require(condition: bool, field: str, message: str, fix: str = "") -> None:
     """Raise :class:`TrainingConfigError` naming ``field`` unless ``condition`` holds."""
     if not condition:
-        raise TrainingConfigError(f"Invalid training config: {field} {message}.", [Problem("config", None, field, message)],
-                                  fix=fix)
+        raise TrainingConfigError(
+            f"Invalid training config: {field} {message}.", [Problem("config", None, field, message)], fix=fix
+        )
 
 
 def to_plain(config) -> dict:
     """A JSON/YAML-safe dict of a config dataclass (paths as strings), for the run's record."""
+
     def plain(value):
         if isinstance(value, Path):
             return str(value)

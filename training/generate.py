@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -57,19 +57,31 @@ class GenerationJob:
     device: str = "auto"
 
     def __post_init__(self):
-        require(self.backend in BACKENDS, "backend", f"is {self.backend!r}; use one of {list(BACKENDS)}",
-                "openai = any OpenAI-compatible server, e.g. vLLM's")
+        require(
+            self.backend in BACKENDS,
+            "backend",
+            f"is {self.backend!r}; use one of {list(BACKENDS)}",
+            "openai = any OpenAI-compatible server, e.g. vLLM's",
+        )
         require(self.pool in POOLS, "pool", f"is {self.pool!r}; use one of {list(POOLS)}")
         require(self.samples_per_vignette >= 1, "samples_per_vignette", "must be >= 1")
         require(self.temperature >= 0, "temperature", "must be >= 0")
         require(self.max_tokens >= 1, "max_tokens", "must be >= 1")
         require(bool(self.system.strip()) and bool(self.run.strip()), "system/run", "must be non-empty")
         if self.backend == "transformers":
-            require(self.model_path is not None, "model_path", "is missing for the transformers backend",
-                    "pass --model-path FOLDER")
+            require(
+                self.model_path is not None,
+                "model_path",
+                "is missing for the transformers backend",
+                "pass --model-path FOLDER",
+            )
         else:
-            require(bool(self.base_url) and bool(self.model), "base_url/model", "are needed for the openai backend",
-                    "e.g. --base-url http://127.0.0.1:8000/v1 --model NAME")
+            require(
+                bool(self.base_url) and bool(self.model),
+                "base_url/model",
+                "are needed for the openai backend",
+                "e.g. --base-url http://127.0.0.1:8000/v1 --model NAME",
+            )
 
 
 @dataclass(frozen=True)
@@ -91,14 +103,17 @@ class GenerationRun:
         return pd.DataFrame([self.__dict__])
 
     def __str__(self) -> str:
-        return (f"{self.n_rows} responses of {self.system} (run {self.run}, pool {self.pool}, base seed "
-                f"{self.base_seed}) -> {self.out}; {self.n_empty_answers} empty answer(s); {self.seconds:.1f} s")
+        return (
+            f"{self.n_rows} responses of {self.system} (run {self.run}, pool {self.pool}, base seed "
+            f"{self.base_seed}) -> {self.out}; {self.n_empty_answers} empty answer(s); {self.seconds:.1f} s"
+        )
 
 
 def sample_seeds(base_seed: int, n: int) -> list[int]:
     """``n`` independent 31-bit seeds from ``base_seed`` (SeedSequence spawning)."""
-    return [int(child.generate_state(1, dtype=np.uint32)[0] >> 1)
-            for child in np.random.SeedSequence(base_seed).spawn(n)]
+    return [
+        int(child.generate_state(1, dtype=np.uint32)[0] >> 1) for child in np.random.SeedSequence(base_seed).spawn(n)
+    ]
 
 
 def _slug(text: str) -> str:
@@ -116,22 +131,31 @@ def _generate_transformers(job: GenerationJob, plan) -> list[str]:
     model = AutoModelForCausalLM.from_pretrained(job.model_path, local_files_only=True).to(device).eval()
     outputs = []
     for scenario, seed in plan:
-        encoded = tokenizer.apply_chat_template(messages_for(scenario), add_generation_prompt=True,
-                                                return_tensors="pt", return_dict=True)
-        options = {"max_new_tokens": job.max_tokens,
-                   "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id}
+        encoded = tokenizer.apply_chat_template(
+            messages_for(scenario), add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        options = {
+            "max_new_tokens": job.max_tokens,
+            "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        }
         if job.temperature > 0:
             options.update(do_sample=True, temperature=job.temperature, top_p=job.top_p)
         else:
             options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         with torch.random.fork_rng(devices=[device] if device.startswith("cuda") else []), torch.inference_mode():
             torch.manual_seed(seed)
-            ids = model.generate(input_ids=encoded["input_ids"].to(device),
-                                 attention_mask=encoded["attention_mask"].to(device), **options)
+            ids = model.generate(
+                input_ids=encoded["input_ids"].to(device),
+                attention_mask=encoded["attention_mask"].to(device),
+                **options,
+            )
         # Keep the think tags (they are special tokens): the answer is what follows </think>.
-        new = ids[0, encoded["input_ids"].shape[1]:]
-        outputs.append(tokenizer.decode(new, skip_special_tokens=False)
-                       .replace(tokenizer.eos_token or "\0", "").replace(tokenizer.pad_token or "\0", ""))
+        new = ids[0, encoded["input_ids"].shape[1] :]
+        outputs.append(
+            tokenizer.decode(new, skip_special_tokens=False)
+            .replace(tokenizer.eos_token or "\0", "")
+            .replace(tokenizer.pad_token or "\0", "")
+        )
     return outputs
 
 
@@ -139,26 +163,43 @@ def _generate_http(job: GenerationJob, plan, keys) -> list[str]:
     from honestci.judges.backends.base import JudgeRequest
     from honestci.judges.backends.openai_http import OpenAICompatibleBackend
 
-    backend = OpenAICompatibleBackend(job.base_url, job.model, api_key_env=job.api_key_env,
-                                      concurrency=job.concurrency, max_retries=job.max_retries,
-                                      backoff_base_s=job.backoff_base_s)
+    backend = OpenAICompatibleBackend(
+        job.base_url,
+        job.model,
+        api_key_env=job.api_key_env,
+        concurrency=job.concurrency,
+        max_retries=job.max_retries,
+        backoff_base_s=job.backoff_base_s,
+    )
 
     async def run_all():
         try:
-            requests = [JudgeRequest(vid, rid, "", tuple(messages_for(scenario)),
-                                     {"temperature": job.temperature, "top_p": job.top_p,
-                                      "max_tokens": job.max_tokens, "seed": seed})
-                        for (scenario, seed), (vid, rid) in zip(plan, keys)]
+            requests = [
+                JudgeRequest(
+                    vid,
+                    rid,
+                    "",
+                    tuple(messages_for(scenario)),
+                    {"temperature": job.temperature, "top_p": job.top_p, "max_tokens": job.max_tokens, "seed": seed},
+                )
+                for (scenario, seed), (vid, rid) in zip(plan, keys)
+            ]
             return await asyncio.gather(*(backend.complete(r) for r in requests))
         finally:
             await backend.aclose()
 
     completions = asyncio.run(run_all())
-    failed = [Problem(job.base_url, None, rid, c.error or "no reply") for c, (_, rid) in zip(completions, keys)
-              if c.text is None]
+    failed = [
+        Problem(job.base_url, None, rid, c.error or "no reply")
+        for c, (_, rid) in zip(completions, keys)
+        if c.text is None
+    ]
     if failed:
-        raise InputError(f"{len(failed)} generation(s) got no usable reply from {job.base_url}.", failed,
-                         fix="check the server and run the same command again (nothing was written)")
+        raise InputError(
+            f"{len(failed)} generation(s) got no usable reply from {job.base_url}.",
+            failed,
+            fix="check the server and run the same command again (nothing was written)",
+        )
     return [c.text for c in completions]
 
 
@@ -182,9 +223,28 @@ def generate_responses(job: GenerationJob, progress: Callable[[str], None] = lam
     progress(f"generating {len(plan)} answers of {job.system} with {job.backend}")
     started = time.perf_counter()
     outputs = _generate_transformers(job, plan) if job.backend == "transformers" else _generate_http(job, plan, keys)
-    rows = [{"response_id": rid, "vignette_id": vid, "system": job.system, "text": extract_answer(raw), "raw": raw,
-             "run": job.run, "pool": job.pool, "seed": seed, "sample_idx": sample}
-            for (vid, rid), (_, sample, seed), raw in zip(keys, meta, outputs)]
+    rows = [
+        {
+            "response_id": rid,
+            "vignette_id": vid,
+            "system": job.system,
+            "text": extract_answer(raw),
+            "raw": raw,
+            "run": job.run,
+            "pool": job.pool,
+            "seed": seed,
+            "sample_idx": sample,
+        }
+        for (vid, rid), (_, sample, seed), raw in zip(keys, meta, outputs)
+    ]
     write_table(rows, job.out, RESPONSE_TABLE_COLUMNS)
-    return GenerationRun(str(job.out), job.system, job.run, job.pool, base_seed, len(rows),
-                         sum(not r["text"] for r in rows), time.perf_counter() - started)
+    return GenerationRun(
+        str(job.out),
+        job.system,
+        job.run,
+        job.pool,
+        base_seed,
+        len(rows),
+        sum(not r["text"] for r in rows),
+        time.perf_counter() - started,
+    )

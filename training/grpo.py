@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -65,25 +65,45 @@ class GRPOJob:
     trainer: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        require(self.beta > 0, "beta", f"is {self.beta}; it must be > 0",
-                "keep the KL penalty on (the recipe uses 0.04): with beta = 0 the policy drifts freely from "
-                "the reference, collapses and learns to hack the reward model")
+        require(
+            self.beta > 0,
+            "beta",
+            f"is {self.beta}; it must be > 0",
+            "keep the KL penalty on (the recipe uses 0.04): with beta = 0 the policy drifts freely from "
+            "the reference, collapses and learns to hack the reward model",
+        )
         require(self.learning_rate > 0, "learning_rate", f"is {self.learning_rate}; it must be > 0")
-        require(self.num_generations >= 2, "num_generations", f"is {self.num_generations}; it must be >= 2",
-                "GRPO's advantage is relative to the group: one completion per prompt gives no signal")
+        require(
+            self.num_generations >= 2,
+            "num_generations",
+            f"is {self.num_generations}; it must be >= 2",
+            "GRPO's advantage is relative to the group: one completion per prompt gives no signal",
+        )
         require(self.max_steps >= 1, "max_steps", f"is {self.max_steps}; it must be >= 1")
         require(self.max_completion_length >= 1, "max_completion_length", "must be >= 1")
-        require(self.temperature > 0, "temperature", f"is {self.temperature}; it must be > 0",
-                "greedy rollouts make every completion in a group identical (zero reward spread)")
+        require(
+            self.temperature > 0,
+            "temperature",
+            f"is {self.temperature}; it must be > 0",
+            "greedy rollouts make every completion in a group identical (zero reward spread)",
+        )
         require(self.max_sentences >= 1, "max_sentences", "must be >= 1")
         require(self.ensemble_lambda is None or self.ensemble_lambda >= 0, "ensemble_lambda", "must be >= 0")
         generation_batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
-        require(generation_batch % self.num_generations == 0, "per_device_train_batch_size",
-                f"x gradient_accumulation_steps = {generation_batch} is not a multiple of num_generations "
-                f"({self.num_generations})", "every prompt needs its whole group of completions in one generation batch")
+        require(
+            generation_batch % self.num_generations == 0,
+            "per_device_train_batch_size",
+            f"x gradient_accumulation_steps = {generation_batch} is not a multiple of num_generations "
+            f"({self.num_generations})",
+            "every prompt needs its whole group of completions in one generation batch",
+        )
         require(self.device in ("auto", "cpu", "cuda"), "device", f"is {self.device!r}; use auto, cpu or cuda")
-        require(self.vllm_mode == "server", "vllm_mode", f"is {self.vllm_mode!r}; only 'server' is supported",
-                "vLLM pins its own CUDA torch, so it runs as a separate server (trl vllm-serve), never in-process")
+        require(
+            self.vllm_mode == "server",
+            "vllm_mode",
+            f"is {self.vllm_mode!r}; only 'server' is supported",
+            "vLLM pins its own CUDA torch, so it runs as a separate server (trl vllm-serve), never in-process",
+        )
         if not isinstance(self.trainer, dict):
             raise TrainingConfigError("Invalid training config: trainer must be a mapping of GRPOConfig keys.")
 
@@ -123,8 +143,10 @@ class GatedEnsembleReward:
 
     def __call__(self, prompts, completions, scenario=None, **_) -> list[float]:
         if scenario is None:
-            raise InputError("The GRPO dataset has no 'scenario' column for the reward model.",
-                             fix="build the dataset with honestci.training.grpo.prompt_dataset")
+            raise InputError(
+                "The GRPO dataset has no 'scenario' column for the reward model.",
+                fix="build the dataset with honestci.training.grpo.prompt_dataset",
+            )
         answers = [extract_answer(self._text(c)) for c in completions]
         gates = [format_gate(a, self.max_sentences) for a in answers]
         passing = [i for i, g in enumerate(gates) if g.passed]
@@ -140,9 +162,18 @@ class GatedEnsembleReward:
             counts = {reason: batch.gate_reasons.count(reason) for reason in ("ok", "empty", "too_long")}
             gated = [e for e in ensemble if e is not None]
             with open(self.log_path, "a", encoding="utf-8") as out:
-                out.write(json.dumps({"batch": len(self.history), "n": len(answers), **counts,
-                                      "ensemble_mean": float(np.mean(gated)) if gated else None,
-                                      "reward_mean": float(np.mean(rewards))}) + "\n")
+                out.write(
+                    json.dumps(
+                        {
+                            "batch": len(self.history),
+                            "n": len(answers),
+                            **counts,
+                            "ensemble_mean": float(np.mean(gated)) if gated else None,
+                            "reward_mean": float(np.mean(rewards)),
+                        }
+                    )
+                    + "\n"
+                )
         return rewards
 
 
@@ -153,8 +184,12 @@ def prompt_dataset(vignettes_path: Path):
     from honestci.audit.data.io import load_table
 
     frame = load_table(vignettes_path, "vignettes").frame
-    return Dataset.from_list([{"prompt": messages_for(text), "scenario": text, "vignette_id": vid}
-                              for vid, text in zip(frame["vignette_id"], frame["text"])])
+    return Dataset.from_list(
+        [
+            {"prompt": messages_for(text), "scenario": text, "vignette_id": vid}
+            for vid, text in zip(frame["vignette_id"], frame["text"])
+        ]
+    )
 
 
 def grpo_config(job: GRPOJob, device: str):
@@ -167,20 +202,38 @@ def grpo_config(job: GRPOJob, device: str):
         require(not job.use_vllm, "use_vllm", "is true on CPU", "vLLM rollouts need the GPU environment")
     unknown = sorted(set(job.trainer) - set(GRPOConfig.__dataclass_fields__))
     if unknown:
-        raise TrainingConfigError(f"Invalid training config: unknown trainer key(s) {unknown} for GRPOConfig.",
-                                  fix="see the fields of trl.GRPOConfig")
-    args = dict(output_dir=str(job.output_dir), learning_rate=job.learning_rate, beta=job.beta,
-                num_generations=job.num_generations, max_steps=job.max_steps, bf16=bf16,
-                per_device_train_batch_size=job.per_device_train_batch_size,
-                gradient_accumulation_steps=job.gradient_accumulation_steps,
-                max_completion_length=job.max_completion_length, temperature=job.temperature, seed=job.seed,
-                logging_steps=job.logging_steps, save_steps=job.save_steps, report_to=[], use_cpu=device == "cpu",
-                disable_tqdm=True, log_completions=False)
+        raise TrainingConfigError(
+            f"Invalid training config: unknown trainer key(s) {unknown} for GRPOConfig.",
+            fix="see the fields of trl.GRPOConfig",
+        )
+    args = dict(
+        output_dir=str(job.output_dir),
+        learning_rate=job.learning_rate,
+        beta=job.beta,
+        num_generations=job.num_generations,
+        max_steps=job.max_steps,
+        bf16=bf16,
+        per_device_train_batch_size=job.per_device_train_batch_size,
+        gradient_accumulation_steps=job.gradient_accumulation_steps,
+        max_completion_length=job.max_completion_length,
+        temperature=job.temperature,
+        seed=job.seed,
+        logging_steps=job.logging_steps,
+        save_steps=job.save_steps,
+        report_to=[],
+        use_cpu=device == "cpu",
+        disable_tqdm=True,
+        log_completions=False,
+    )
     if device == "cpu":
         args["activation_checkpointing"] = False  # TRL's default is on; on CPU it only costs time
     if job.use_vllm:
-        args.update(use_vllm=True, vllm_mode="server", vllm_server_host=job.vllm_server_host,
-                    vllm_server_port=job.vllm_server_port)
+        args.update(
+            use_vllm=True,
+            vllm_mode="server",
+            vllm_server_host=job.vllm_server_host,
+            vllm_server_port=job.vllm_server_port,
+        )
         if job.vllm_server_base_url:
             args["vllm_server_base_url"] = job.vllm_server_base_url
     return GRPOConfig(**{**args, **job.trainer})
@@ -205,13 +258,19 @@ class GRPORun:
         return pd.DataFrame([{k: v for k, v in self.__dict__.items() if k != "log_history"}])
 
     def __str__(self) -> str:
-        return (f"GRPO policy in {self.output_dir}: {self.steps} steps in {self.seconds:.1f} s "
-                f"({self.seconds_per_step:.2f} s/step); {self.n_completions_scored} completions scored, "
-                f"{self.n_gated_out} failed the format gate; log {self.training_log}")
+        return (
+            f"GRPO policy in {self.output_dir}: {self.steps} steps in {self.seconds:.1f} s "
+            f"({self.seconds_per_step:.2f} s/step); {self.n_completions_scored} completions scored, "
+            f"{self.n_gated_out} failed the format gate; log {self.training_log}"
+        )
 
 
-def train_grpo(job: GRPOJob, progress: Callable[[str], None] = lambda _: None, *,
-               reward_function: GatedEnsembleReward | None = None) -> GRPORun:
+def train_grpo(
+    job: GRPOJob,
+    progress: Callable[[str], None] = lambda _: None,
+    *,
+    reward_function: GatedEnsembleReward | None = None,
+) -> GRPORun:
     """Run GRPO as configured; save the policy (safetensors), ``trainer_state.json`` and the
     trainer's log history as JSON Lines (``training_log.jsonl``, read by :mod:`honestci.audit.checks.training_health`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -233,12 +292,21 @@ def train_grpo(job: GRPOJob, progress: Callable[[str], None] = lambda _: None, *
         reward_device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if device == "cuda" else device
         ensemble = RewardEnsemble(job.reward_model, device=reward_device, ensemble_lambda=job.ensemble_lambda)
         main_process = os.environ.get("RANK", "0") == "0"  # one reward log, not one per accelerate process
-        reward_function = GatedEnsembleReward(ensemble, max_sentences=job.max_sentences, penalty=job.format_penalty,
-                                              log_path=out / REWARD_LOG if main_process else None)
+        reward_function = GatedEnsembleReward(
+            ensemble,
+            max_sentences=job.max_sentences,
+            penalty=job.format_penalty,
+            log_path=out / REWARD_LOG if main_process else None,
+        )
     tokenizer = AutoTokenizer.from_pretrained(job.model, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(job.model, local_files_only=True)
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward_function], args=args,
-                          train_dataset=prompt_dataset(job.vignettes), processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[reward_function],
+        args=args,
+        train_dataset=prompt_dataset(job.vignettes),
+        processing_class=tokenizer,
+    )
     progress(f"GRPO: {job.max_steps} steps on {device}")
     started = time.perf_counter()
     trainer.train()
@@ -255,5 +323,13 @@ def train_grpo(job: GRPOJob, progress: Callable[[str], None] = lambda _: None, *
     steps = int(trainer.state.global_step)
     scored = sum(len(b.answers) for b in reward_function.history)
     gated_out = sum(r != "ok" for b in reward_function.history for r in b.gate_reasons)
-    return GRPORun(str(out), steps, seconds, seconds / max(steps, 1), str(log_path), scored, gated_out,
-                   tuple(trainer.state.log_history))
+    return GRPORun(
+        str(out),
+        steps,
+        seconds,
+        seconds / max(steps, 1),
+        str(log_path),
+        scored,
+        gated_out,
+        tuple(trainer.state.log_history),
+    )

@@ -19,16 +19,16 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from honestci.audit.errors import HonestCIError, InputError
 from honestci.audit.policy import DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GateResult, Verdict
-from honestci.training.config import build_config, parse_overrides, read_yaml_mapping, require, _merge
+from honestci.training.config import _merge, build_config, parse_overrides, read_yaml_mapping, require
 
 CARD_START = "<!-- honestci:figures:start -->"
 CARD_END = "<!-- honestci:figures:end -->"
@@ -73,10 +73,16 @@ class PipelineJob:
     def __post_init__(self):
         require(0 < self.bar < 1, "bar", f"is {self.bar}; it must be in (0, 1)")
         require(self.policy != self.opponent, "policy", "must differ from opponent")
-        require(self.human_pairs is not None or self.human_ratings is not None, "human_pairs/human_ratings",
-                "are both missing: the reward models train on human judgements")
-        require(self.judge.get("backend") in ("transformers", "openai", "vllm"), "judge.backend",
-                f"is {self.judge.get('backend')!r}; use transformers, openai or vllm")
+        require(
+            self.human_pairs is not None or self.human_ratings is not None,
+            "human_pairs/human_ratings",
+            "are both missing: the reward models train on human judgements",
+        )
+        require(
+            self.judge.get("backend") in ("transformers", "openai", "vllm"),
+            "judge.backend",
+            f"is {self.judge.get('backend')!r}; use transformers, openai or vllm",
+        )
 
 
 @dataclass(frozen=True)
@@ -101,8 +107,10 @@ def _stage(stages: list, name: str, started: float, **extra) -> None:
 def _write_jsonl(frame: pd.DataFrame, path: Path) -> Path:
     from honestci.judges.tables import write_table
 
-    records = [{k: (None if (isinstance(v, float) and v != v) else v) for k, v in row.items()}
-               for row in frame.to_dict(orient="records")]
+    records = [
+        {k: (None if (isinstance(v, float) and v != v) else v) for k, v in row.items()}
+        for row in frame.to_dict(orient="records")
+    ]
     return write_table(records, path, list(frame.columns))
 
 
@@ -120,8 +128,11 @@ def prepare_data(job: PipelineJob, data_dir: Path) -> dict[str, Path]:
     data_dir.mkdir(parents=True, exist_ok=True)
     vignettes = _load(job.vignettes, "vignettes")
     responses = _load(job.responses, "responses")
-    pairs, ratings, extra = (_load(job.human_pairs, "human_pairs"), _load(job.human_ratings, "human_ratings"),
-                             _load(job.corpus, "corpus"))
+    pairs, ratings, extra = (
+        _load(job.human_pairs, "human_pairs"),
+        _load(job.human_ratings, "human_ratings"),
+        _load(job.corpus, "corpus"),
+    )
     rated = set()
     if pairs is not None:
         rated |= set(pairs["response_a"]) | set(pairs["response_b"])
@@ -130,22 +141,34 @@ def prepare_data(job: PipelineJob, data_dir: Path) -> dict[str, Path]:
     opponent = responses[responses["system"] == job.opponent]
     heldout = opponent[~opponent["response_id"].isin(rated)]
     if heldout.empty:
-        raise InputError(f"No held-out answers of the opponent {job.opponent!r}: every one is in a human table "
-                         "(training text).", fix="give opponent answers that the reward models do not train on")
+        raise InputError(
+            f"No held-out answers of the opponent {job.opponent!r}: every one is in a human table (training text).",
+            fix="give opponent answers that the reward models do not train on",
+        )
     if job.policy in set(responses["system"]):
-        raise InputError(f"The responses table already has answers of the policy {job.policy!r}.",
-                         fix="name the policy anew: the pipeline generates its answers")
+        raise InputError(
+            f"The responses table already has answers of the policy {job.policy!r}.",
+            fix="name the policy anew: the pipeline generates its answers",
+        )
     texts = dict(zip(responses["response_id"], responses["text"]))
-    corpus = [{"doc_id": f"prompt-{v}", "text": USER_TEMPLATE.format(scenario=t), "source": "task prompt"}
-              for v, t in zip(vignettes["vignette_id"], vignettes["text"])]
-    corpus += [{"doc_id": f"rated-{r}", "text": texts[r], "source": "reward-model training answer"} for r in sorted(rated)]
+    corpus = [
+        {"doc_id": f"prompt-{v}", "text": USER_TEMPLATE.format(scenario=t), "source": "task prompt"}
+        for v, t in zip(vignettes["vignette_id"], vignettes["text"])
+    ]
+    corpus += [
+        {"doc_id": f"rated-{r}", "text": texts[r], "source": "reward-model training answer"} for r in sorted(rated)
+    ]
     if extra is not None:
-        corpus += [{"doc_id": f"extra-{d}", "text": t, "source": s if isinstance(s, str) else "corpus"}
-                   for d, t, s in zip(extra["doc_id"], extra["text"], extra.get("source", [None] * len(extra)))]
-    paths = {"vignettes": _write_jsonl(vignettes, data_dir / "vignettes.jsonl"),
-             "corpus": _write_jsonl(pd.DataFrame(corpus, columns=["doc_id", "text", "source"]), data_dir / "corpus.jsonl"),
-             "eval_answers": _write_jsonl(heldout, data_dir / "eval_answers.jsonl"),
-             "source_responses": _write_jsonl(responses, data_dir / "source_responses.jsonl")}
+        corpus += [
+            {"doc_id": f"extra-{d}", "text": t, "source": s if isinstance(s, str) else "corpus"}
+            for d, t, s in zip(extra["doc_id"], extra["text"], extra.get("source", [None] * len(extra)))
+        ]
+    paths = {
+        "vignettes": _write_jsonl(vignettes, data_dir / "vignettes.jsonl"),
+        "corpus": _write_jsonl(pd.DataFrame(corpus, columns=["doc_id", "text", "source"]), data_dir / "corpus.jsonl"),
+        "eval_answers": _write_jsonl(heldout, data_dir / "eval_answers.jsonl"),
+        "source_responses": _write_jsonl(responses, data_dir / "source_responses.jsonl"),
+    }
     for name, frame in (("human_pairs", pairs), ("human_ratings", ratings)):
         if frame is not None:
             paths[name] = _write_jsonl(frame, data_dir / f"{name}.jsonl")
@@ -162,39 +185,66 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
 
     from honestci.audit.checks.registry import run_check
     from honestci.audit.data.claims import Claim, ClaimSpec
-    from honestci.audit.policy import THRESHOLDS, Thresholds
-    from honestci.audit.gates import run_gate
     from honestci.audit.data.io import LoadedTable, Study, load_table
+    from honestci.audit.gates import run_gate
     from honestci.audit.pipeline import AuditContext
+    from honestci.audit.policy import THRESHOLDS, Thresholds
 
     try:
         importlib.import_module("honestci.audit.checks.leakage")
     except ModuleNotFoundError as exc:
         if exc.name != "honestci.audit.checks.leakage":
             raise
-        raise PipelineRefused("Refused: the leakage check (audit/leakage.py) is not installed, so the training "
-                              "text cannot be checked against the held-out eval answers; nothing was trained.") from None
-    data = {"vignettes": "vignettes.jsonl", "responses": "eval_answers.jsonl", "judgments": "judgments.jsonl",
-            "corpus": "corpus.jsonl"}
-    spec = ClaimSpec.model_validate({"version": 1, "name": f"{job.name} (pre-training leakage check)",
-                                     "policy": job.policy, "opponent": job.opponent, "bar": job.bar,
-                                     "population": job.population, "data": data, "thresholds": job.thresholds})
+        raise PipelineRefused(
+            "Refused: the leakage check (audit/leakage.py) is not installed, so the training "
+            "text cannot be checked against the held-out eval answers; nothing was trained."
+        ) from None
+    data = {
+        "vignettes": "vignettes.jsonl",
+        "responses": "eval_answers.jsonl",
+        "judgments": "judgments.jsonl",
+        "corpus": "corpus.jsonl",
+    }
+    spec = ClaimSpec.model_validate(
+        {
+            "version": 1,
+            "name": f"{job.name} (pre-training leakage check)",
+            "policy": job.policy,
+            "opponent": job.opponent,
+            "bar": job.bar,
+            "population": job.population,
+            "data": data,
+            "thresholds": job.thresholds,
+        }
+    )
     thresholds = Thresholds(**{**THRESHOLDS.__dict__, **job.thresholds})
     claim = Claim(spec, claim_path, {k: claim_path.parent / v for k, v in data.items()}, thresholds)
     # Nothing is judged before training: an empty judgments table (the loaders refuse empty files).
-    empty_judgments = LoadedTable("judgments", "<not judged yet>", "", pd.DataFrame(
-        columns=["judge", "vignette_id", "response_first", "response_second", "verdict"]), np.zeros(0, int))
-    study = Study(vignettes=load_table(paths["vignettes"], "vignettes"),
-                  responses=load_table(paths["eval_answers"], "responses"), judgments=empty_judgments,
-                  corpus=load_table(paths["corpus"], "corpus"))
+    empty_judgments = LoadedTable(
+        "judgments",
+        "<not judged yet>",
+        "",
+        pd.DataFrame(columns=["judge", "vignette_id", "response_first", "response_second", "verdict"]),
+        np.zeros(0, int),
+    )
+    study = Study(
+        vignettes=load_table(paths["vignettes"], "vignettes"),
+        responses=load_table(paths["eval_answers"], "responses"),
+        judgments=empty_judgments,
+        corpus=load_table(paths["corpus"], "corpus"),
+    )
     context = AuditContext(claim, study, None, None, GATE_METHOD_FOR_POPULATION[job.population], None, None, ())
     try:
         context.checks["leakage"] = run_check("leakage", context)
     except KeyError:
-        raise PipelineRefused("Refused: honestci.audit.checks.leakage registers no 'leakage' check; nothing was trained.") from None
+        raise PipelineRefused(
+            "Refused: honestci.audit.checks.leakage registers no 'leakage' check; nothing was trained."
+        ) from None
     except (AttributeError, TypeError) as exc:
-        raise PipelineRefused(f"Refused: the leakage check could not run before training ({type(exc).__name__}: "
-                              f"{exc}); nothing was trained.") from None
+        raise PipelineRefused(
+            f"Refused: the leakage check could not run before training ({type(exc).__name__}: "
+            f"{exc}); nothing was trained."
+        ) from None
     gate = run_gate("leakage", context)
     if gate.verdict != Verdict.PASS:
         raise PipelineRefused(f"Refused before training: leakage gate {gate.verdict}: {gate.message}", [gate])
@@ -209,8 +259,10 @@ def _contests(policy_rows: pd.DataFrame, eval_answers: pd.DataFrame):
     for vid, group in policy_rows.groupby("vignette_id", sort=True):
         opponents = sorted(eval_answers.loc[eval_answers["vignette_id"] == vid, "response_id"])
         if not opponents:
-            raise InputError(f"Vignette {vid!r} has no held-out opponent answer to compare with.",
-                             fix="give the opponent an answer for every vignette")
+            raise InputError(
+                f"Vignette {vid!r} has no held-out opponent answer to compare with.",
+                fix="give the opponent an answer for every vignette",
+            )
         for i, rid in enumerate(sorted(group["response_id"])):
             contests.append(Contest(vid, rid, opponents[i % len(opponents)]))
     return contests
@@ -221,24 +273,44 @@ def _judge_backend(judge: dict, seed: int):
     if backend == "transformers":
         from honestci.judges.backends.transformers_local import TransformersBackend
 
-        return TransformersBackend(judge["model_path"], device=judge.get("device", "cpu"),
-                                   judge_name=judge.get("name"), seed=seed)
+        return TransformersBackend(
+            judge["model_path"], device=judge.get("device", "cpu"), judge_name=judge.get("name"), seed=seed
+        )
     from honestci.judges.backends.openai_http import OpenAICompatibleBackend
 
-    return OpenAICompatibleBackend(judge["base_url"], judge["model"], api_key_env=judge.get("api_key_env", "OPENAI_API_KEY"),
-                                   concurrency=int(judge.get("concurrency", 8)), seed=seed)
+    return OpenAICompatibleBackend(
+        judge["base_url"],
+        judge["model"],
+        api_key_env=judge.get("api_key_env", "OPENAI_API_KEY"),
+        concurrency=int(judge.get("concurrency", 8)),
+        seed=seed,
+    )
 
 
 def write_claim(job: PipelineJob, data_dir: Path, tables: dict[str, str], training_log: Path) -> Path:
     """The audit's claim (YAML) in ``data_dir``, naming a copy of the training log beside it."""
     import yaml
 
-    required = list(job.required_gates) if job.required_gates is not None else [
-        g for g in DEFAULT_REQUIRED_GATES if job.bayes or g != "sampler_converged"] + list(PIPELINE_GATES)
+    required = (
+        list(job.required_gates)
+        if job.required_gates is not None
+        else [g for g in DEFAULT_REQUIRED_GATES if job.bayes or g != "sampler_converged"] + list(PIPELINE_GATES)
+    )
     shutil.copyfile(training_log, data_dir / "training_log.jsonl")
-    claim = {"version": 1, "name": job.name, "policy": job.policy, "opponent": job.opponent,
-             "judge": None, "metric": "winrate", "bar": job.bar, "population": job.population, "data": tables,
-             "training_log": "training_log.jsonl", "required_gates": required, "thresholds": dict(job.thresholds)}
+    claim = {
+        "version": 1,
+        "name": job.name,
+        "policy": job.policy,
+        "opponent": job.opponent,
+        "judge": None,
+        "metric": "winrate",
+        "bar": job.bar,
+        "population": job.population,
+        "data": tables,
+        "training_log": "training_log.jsonl",
+        "required_gates": required,
+        "thresholds": dict(job.thresholds),
+    }
     path = data_dir / "claim.yaml"
     path.write_text(yaml.safe_dump(claim, sort_keys=False), encoding="utf-8")
     return path
@@ -257,8 +329,11 @@ def publish_figures(verdict: dict, gates: Sequence[GateResult], required: Sequen
     missing = sorted(required - {g.name for g in gates})
     if blocking or missing:
         reasons = [f"{g.name} {g.verdict}: {g.message}" for g in blocking] + [f"{m}: not run" for m in missing]
-        raise PipelineRefused("Refused: no figures were written into the model card because required gate(s) "
-                              "did not pass:\n  - " + "\n  - ".join(reasons), blocking)
+        raise PipelineRefused(
+            "Refused: no figures were written into the model card because required gate(s) "
+            "did not pass:\n  - " + "\n  - ".join(reasons),
+            blocking,
+        )
     block = f"{CARD_START}\n{model_card_section(verdict)}\n{CARD_END}"
     text = model_card.read_text(encoding="utf-8") if model_card.is_file() else ""
     if CARD_START in text and CARD_END in text:
@@ -283,17 +358,18 @@ def _nested_path(value, base: Path) -> Path | None:
     return value if value.is_absolute() else base / value
 
 
-def run_pipeline(config_path: str | Path, overrides: Sequence[str] = (),
-                 progress: Callable[[str], None] = lambda _: None) -> PipelineResult:
+def run_pipeline(
+    config_path: str | Path, overrides: Sequence[str] = (), progress: Callable[[str], None] = lambda _: None
+) -> PipelineResult:
     """Run every stage; raise :class:`PipelineRefused` when a gate blocks (the report is still written)."""
-    from honestci.audit.pipeline import _json_safe, run_audit
-    from honestci.audit.report_model import Report
-    from honestci.reports.render import write_report
+    from honestci.audit.checks.training_health import assess_training_log, training_health_svg
+    from honestci.audit.pipeline import run_audit
+    from honestci.audit.report_model import Report, json_safe
     from honestci.judges.prompts import DEFAULT_TEMPLATE, get_template
     from honestci.judges.run import load_texts, run_judging
+    from honestci.reports.render import write_report
     from honestci.training.generate import GenerationJob, generate_responses
     from honestci.training.grpo import GRPOJob, train_grpo
-    from honestci.audit.checks.training_health import assess_training_log, training_health_svg
     from honestci.training.reward_models import RewardModelJob, train_reward_models
 
     job, base = load_pipeline_job(config_path, overrides)
@@ -308,25 +384,49 @@ def run_pipeline(config_path: str | Path, overrides: Sequence[str] = (),
     _stage(stages, "leakage check", started, verdict=str(leakage_gate.verdict))
 
     started = time.perf_counter()
-    rm_job = build_config(RewardModelJob, {**job.reward_model, "base_model": job.base_model,
-                                           "output_dir": out / "reward_model", "vignettes": paths["vignettes"],
-                                           "responses": paths["source_responses"],
-                                           "human_pairs": paths.get("human_pairs"),
-                                           "human_ratings": paths.get("human_ratings")}, source=f"{config_path}: reward_model")
+    rm_job = build_config(
+        RewardModelJob,
+        {
+            **job.reward_model,
+            "base_model": job.base_model,
+            "output_dir": out / "reward_model",
+            "vignettes": paths["vignettes"],
+            "responses": paths["source_responses"],
+            "human_pairs": paths.get("human_pairs"),
+            "human_ratings": paths.get("human_ratings"),
+        },
+        source=f"{config_path}: reward_model",
+    )
     rm_run = train_reward_models(rm_job, progress)
-    _stage(stages, "reward models", started, members=len(rm_run.members),
-           seconds_per_step=[round(m.seconds_per_step, 3) for m in rm_run.members],
-           heldout_accuracy=rm_run.accuracy[-1].__dict__)
+    _stage(
+        stages,
+        "reward models",
+        started,
+        members=len(rm_run.members),
+        seconds_per_step=[round(m.seconds_per_step, 3) for m in rm_run.members],
+        heldout_accuracy=rm_run.accuracy[-1].__dict__,
+    )
 
     started = time.perf_counter()
-    grpo_values = {**job.grpo, "model": job.base_model, "reward_model": out / "reward_model",
-                   "vignettes": paths["vignettes"], "output_dir": out / "policy"}
+    grpo_values = {
+        **job.grpo,
+        "model": job.base_model,
+        "reward_model": out / "reward_model",
+        "vignettes": paths["vignettes"],
+        "output_dir": out / "policy",
+    }
     grpo_run = train_grpo(build_config(GRPOJob, grpo_values, source=f"{config_path}: grpo"), progress)
     _stage(stages, "GRPO", started, steps=grpo_run.steps, seconds_per_step=round(grpo_run.seconds_per_step, 3))
 
     started = time.perf_counter()
-    generation = {"backend": "transformers", **job.generation, "system": job.policy, "vignettes": paths["vignettes"],
-                  "out": data_dir / "policy_responses.jsonl", "pool": "heldout"}
+    generation = {
+        "backend": "transformers",
+        **job.generation,
+        "system": job.policy,
+        "vignettes": paths["vignettes"],
+        "out": data_dir / "policy_responses.jsonl",
+        "pool": "heldout",
+    }
     if generation["backend"] == "transformers":
         generation.setdefault("model_path", out / "policy")
     gen_run = generate_responses(build_config(GenerationJob, generation, source=f"{config_path}: generation"), progress)
@@ -341,25 +441,36 @@ def run_pipeline(config_path: str | Path, overrides: Sequence[str] = (),
         judge["model_path"] = _nested_path(judge["model_path"], base)
     template = get_template(judge.get("template") or DEFAULT_TEMPLATE)
     texts = load_texts(paths["vignettes"], responses_path)
-    summary = run_judging(_contests(policy_rows, _load(paths["eval_answers"], "responses")), texts,
-                          _judge_backend(judge, job.seed), template, data_dir / "judgments.jsonl", seed=job.seed,
-                          sampling={"temperature": float(judge.get("temperature", 0.0)),
-                                    "max_tokens": int(judge.get("max_tokens", 512))}, progress=False)
+    summary = run_judging(
+        _contests(policy_rows, _load(paths["eval_answers"], "responses")),
+        texts,
+        _judge_backend(judge, job.seed),
+        template,
+        data_dir / "judgments.jsonl",
+        seed=job.seed,
+        sampling={"temperature": float(judge.get("temperature", 0.0)), "max_tokens": int(judge.get("max_tokens", 512))},
+        progress=False,
+    )
     _stage(stages, "judging", started, judgments=summary.n_jobs, invalid=summary.n_invalid)
 
     started = time.perf_counter()
-    tables = {"vignettes": "vignettes.jsonl", "responses": "responses.jsonl", "judgments": "judgments.jsonl",
-              "corpus": "corpus.jsonl"} | {k: f"{k}.jsonl" for k in ("human_pairs", "human_ratings") if k in paths}
+    tables = {
+        "vignettes": "vignettes.jsonl",
+        "responses": "responses.jsonl",
+        "judgments": "judgments.jsonl",
+        "corpus": "corpus.jsonl",
+    } | {k: f"{k}.jsonl" for k in ("human_pairs", "human_ratings") if k in paths}
     claim_path = write_claim(job, data_dir, tables, Path(grpo_run.training_log))
     result = run_audit(claim_path, bayes=job.bayes, seed=job.seed, progress=progress)
     gates = list(result.gates)
     report_dir = out / "report"
-    verdict = _json_safe(result.to_dict())
+    verdict = json_safe(result.to_dict())
     written = write_report(Report.from_dict(verdict), report_dir)
     # The same assessment the audit's check made, kept for the plot beside the report.
     health = assess_training_log(data_dir / "training_log.jsonl", result_thresholds(job))
-    (report_dir / "training_health.svg").write_text(training_health_svg(health, result_thresholds(job)),
-                                                    encoding="utf-8")
+    (report_dir / "training_health.svg").write_text(
+        training_health_svg(health, result_thresholds(job)), encoding="utf-8"
+    )
     _stage(stages, "audit", started, verdict=str(result.verdict), report=str(written["md"]))
 
     published = False
@@ -371,19 +482,31 @@ def run_pipeline(config_path: str | Path, overrides: Sequence[str] = (),
         else:
             blocking = [g for g in gates if g.name in result.required_gates and g.verdict != Verdict.PASS]
             if blocking:
-                raise PipelineRefused("Refused: required gate(s) did not pass:\n  - " + "\n  - ".join(
-                    f"{g.name} {g.verdict}: {g.message}" for g in blocking), blocking)
+                raise PipelineRefused(
+                    "Refused: required gate(s) did not pass:\n  - "
+                    + "\n  - ".join(f"{g.name} {g.verdict}: {g.message}" for g in blocking),
+                    blocking,
+                )
     finally:
-        record = {"name": job.name, "stages": stages, "published": published,
-                  "gates": [g.as_row() | {"required": g.name in result.required_gates} for g in gates],
-                  "report": {k: str(v) for k, v in written.items()}}
+        record = {
+            "name": job.name,
+            "stages": stages,
+            "published": published,
+            "gates": [g.as_row() | {"required": g.name in result.required_gates} for g in gates],
+            "report": {k: str(v) for k, v in written.items()},
+        }
         summary_path.write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
-    return PipelineResult(str(out), tuple(stages), tuple(gates), tuple(result.required_gates), published,
-                          {k: str(v) for k, v in written.items()})
+    return PipelineResult(
+        str(out),
+        tuple(stages),
+        tuple(gates),
+        tuple(result.required_gates),
+        published,
+        {k: str(v) for k, v in written.items()},
+    )
 
 
 def result_thresholds(job: PipelineJob):
     from honestci.audit.policy import THRESHOLDS, Thresholds
 
     return Thresholds(**{**THRESHOLDS.__dict__, **job.thresholds})
-

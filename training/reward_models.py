@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -76,28 +76,49 @@ class RewardModelJob:
     def __post_init__(self):
         require(self.kind in KINDS, "kind", f"is {self.kind!r}; use one of {list(KINDS)}")
         require(len(self.seeds) >= 1, "seeds", "is empty", "give at least one seed (three for the ensemble recipe)")
-        require(len(set(self.seeds)) == len(self.seeds), "seeds", f"repeats a seed {list(self.seeds)}",
-                "give distinct seeds: repeated members add no information")
-        require(self.ensemble_lambda >= 0, "ensemble_lambda", f"is {self.ensemble_lambda}; it must be >= 0",
-                "0 uses the plain mean; the recipe's default is 0.5")
-        require(0 < self.heldout_fraction < 1, "heldout_fraction", f"is {self.heldout_fraction}; it must be in (0, 1)",
-                "hold out some pairs (0.25 by default) to measure accuracy")
+        require(
+            len(set(self.seeds)) == len(self.seeds),
+            "seeds",
+            f"repeats a seed {list(self.seeds)}",
+            "give distinct seeds: repeated members add no information",
+        )
+        require(
+            self.ensemble_lambda >= 0,
+            "ensemble_lambda",
+            f"is {self.ensemble_lambda}; it must be >= 0",
+            "0 uses the plain mean; the recipe's default is 0.5",
+        )
+        require(
+            0 < self.heldout_fraction < 1,
+            "heldout_fraction",
+            f"is {self.heldout_fraction}; it must be in (0, 1)",
+            "hold out some pairs (0.25 by default) to measure accuracy",
+        )
         require(self.learning_rate > 0, "learning_rate", f"is {self.learning_rate}; it must be > 0")
         require(self.max_steps == -1 or self.max_steps >= 1, "max_steps", "must be -1 (use epochs) or >= 1")
         require(self.per_device_train_batch_size >= 1, "per_device_train_batch_size", "must be >= 1")
         require(self.device in ("auto", "cpu", "cuda"), "device", f"is {self.device!r}; use auto, cpu or cuda")
         require(len(self.rating_columns) >= 1, "rating_columns", "is empty")
         if self.kind == "bradley_terry":
-            require(self.human_pairs is not None, "human_pairs", "is missing: the Bradley-Terry model trains on pairs",
-                    "give a human_pairs table, or use kind: regression with human_ratings")
+            require(
+                self.human_pairs is not None,
+                "human_pairs",
+                "is missing: the Bradley-Terry model trains on pairs",
+                "give a human_pairs table, or use kind: regression with human_ratings",
+            )
         else:
-            require(self.human_ratings is not None, "human_ratings", "is missing: the regression head trains on ratings",
-                    "give a human_ratings table")
+            require(
+                self.human_ratings is not None,
+                "human_ratings",
+                "is missing: the regression head trains on ratings",
+                "give a human_ratings table",
+            )
         if not isinstance(self.trainer, dict):
             raise TrainingConfigError("Invalid training config: trainer must be a mapping of TRL config keys.")
 
 
 # --- data -------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RewardData:
@@ -148,38 +169,66 @@ def build_reward_data(job: RewardModelJob) -> RewardData:
             for key in chosen:
                 heldout_responses.update(key)
                 votes = group[group["key"] == key]
-                a_wins = int((((votes["label"] == "a") & (votes["response_a"] == key[0])) |
-                              ((votes["label"] == "b") & (votes["response_b"] == key[0]))).sum())
+                a_wins = int(
+                    (
+                        ((votes["label"] == "a") & (votes["response_a"] == key[0]))
+                        | ((votes["label"] == "b") & (votes["response_b"] == key[0]))
+                    ).sum()
+                )
                 b_wins = int((votes["label"] != "tie").sum()) - a_wins
                 if a_wins == b_wins:
                     n_ties += 1
                     continue
                 preferred, other = (key[0], key[1]) if a_wins > b_wins else (key[1], key[0])
-                heldout_rows.append({"vignette_id": vignette, "scenario": scenario[vignette],
-                                     "preferred": text[preferred], "other": text[other],
-                                     "preferred_id": preferred, "other_id": other})
-        train_pairs = pairs[~(pairs["response_a"].isin(heldout_responses) | pairs["response_b"].isin(heldout_responses))]
+                heldout_rows.append(
+                    {
+                        "vignette_id": vignette,
+                        "scenario": scenario[vignette],
+                        "preferred": text[preferred],
+                        "other": text[other],
+                        "preferred_id": preferred,
+                        "other_id": other,
+                    }
+                )
+        train_pairs = pairs[
+            ~(pairs["response_a"].isin(heldout_responses) | pairs["response_b"].isin(heldout_responses))
+        ]
         train_pairs = train_pairs[train_pairs["label"] != "tie"]
         won_a = train_pairs["label"] == "a"
-        pairs_train = pd.DataFrame({
-            "vignette_id": train_pairs["vignette_id"].to_numpy(),
-            "scenario": [scenario[v] for v in train_pairs["vignette_id"]],
-            "chosen": [text[a] if w else text[b] for a, b, w in zip(train_pairs["response_a"], train_pairs["response_b"], won_a)],
-            "rejected": [text[b] if w else text[a] for a, b, w in zip(train_pairs["response_a"], train_pairs["response_b"], won_a)]})
+        pairs_train = pd.DataFrame(
+            {
+                "vignette_id": train_pairs["vignette_id"].to_numpy(),
+                "scenario": [scenario[v] for v in train_pairs["vignette_id"]],
+                "chosen": [
+                    text[a] if w else text[b]
+                    for a, b, w in zip(train_pairs["response_a"], train_pairs["response_b"], won_a)
+                ],
+                "rejected": [
+                    text[b] if w else text[a]
+                    for a, b, w in zip(train_pairs["response_a"], train_pairs["response_b"], won_a)
+                ],
+            }
+        )
     else:
         pairs_train = pd.DataFrame(columns=["vignette_id", "scenario", "chosen", "rejected"])
 
     if ratings is not None:
         missing = [c for c in job.rating_columns if c not in ratings.columns]
         if missing:
-            raise InputError(f"The human_ratings table has no column(s) {missing}.",
-                             fix=f"set rating_columns to columns of the table ({list(ratings.columns)})")
+            raise InputError(
+                f"The human_ratings table has no column(s) {missing}.",
+                fix=f"set rating_columns to columns of the table ({list(ratings.columns)})",
+            )
         kept = ratings[~ratings["response_id"].isin(heldout_responses)]
         means = kept.groupby("response_id", sort=True)[list(job.rating_columns)].mean()
-        ratings_train = pd.DataFrame({"response_id": means.index,
-                                      "vignette_id": [vignette_of[r] for r in means.index],
-                                      "scenario": [scenario[vignette_of[r]] for r in means.index],
-                                      "answer": [text[r] for r in means.index]})
+        ratings_train = pd.DataFrame(
+            {
+                "response_id": means.index,
+                "vignette_id": [vignette_of[r] for r in means.index],
+                "scenario": [scenario[vignette_of[r]] for r in means.index],
+                "answer": [text[r] for r in means.index],
+            }
+        )
         for column in job.rating_columns:
             ratings_train[column] = means[column].to_numpy(float)
     else:
@@ -192,35 +241,54 @@ def build_reward_data(job: RewardModelJob) -> RewardData:
     n_repeats = int(repeats.sum() + rating_repeats.sum())
     pairs_train, ratings_train = pairs_train[~repeats], ratings_train[~rating_repeats]
     if job.kind == "bradley_terry" and pairs_train.empty:
-        raise InputError("No training pairs are left after holding pairs out and dropping ties.",
-                         fix="give more human pairs or lower heldout_fraction")
+        raise InputError(
+            "No training pairs are left after holding pairs out and dropping ties.",
+            fix="give more human pairs or lower heldout_fraction",
+        )
     if job.kind == "regression" and ratings_train.empty:
-        raise InputError("No rated responses are left for training after the held-out split.",
-                         fix="give more ratings or lower heldout_fraction")
+        raise InputError(
+            "No rated responses are left for training after the held-out split.",
+            fix="give more ratings or lower heldout_fraction",
+        )
     # Responses the members are standardised on: every training answer (pairs and ratings).
-    answers = pd.concat([
-        pairs_train[["vignette_id", "scenario", "chosen"]].rename(columns={"chosen": "answer"}),
-        pairs_train[["vignette_id", "scenario", "rejected"]].rename(columns={"rejected": "answer"}),
-        ratings_train[["vignette_id", "scenario", "answer"]]], ignore_index=True).drop_duplicates()
-    return RewardData(pairs_train.reset_index(drop=True), ratings_train.reset_index(drop=True),
-                      pd.DataFrame(heldout_rows, columns=["vignette_id", "scenario", "preferred", "other",
-                                                          "preferred_id", "other_id"]),
-                      answers.reset_index(drop=True), n_ties, n_repeats, job.split_seed)
+    answers = pd.concat(
+        [
+            pairs_train[["vignette_id", "scenario", "chosen"]].rename(columns={"chosen": "answer"}),
+            pairs_train[["vignette_id", "scenario", "rejected"]].rename(columns={"rejected": "answer"}),
+            ratings_train[["vignette_id", "scenario", "answer"]],
+        ],
+        ignore_index=True,
+    ).drop_duplicates()
+    return RewardData(
+        pairs_train.reset_index(drop=True),
+        ratings_train.reset_index(drop=True),
+        pd.DataFrame(
+            heldout_rows, columns=["vignette_id", "scenario", "preferred", "other", "preferred_id", "other_id"]
+        ),
+        answers.reset_index(drop=True),
+        n_ties,
+        n_repeats,
+        job.split_seed,
+    )
 
 
 # --- scoring ----------------------------------------------------------------------------------
+
 
 def encode(tokenizer, scenario: str, answer: str, max_length: int | None = None) -> list[int]:
     """Token ids of the chat (system, user with the scenario, assistant answer) a reward model scores.
 
     The same rendering TRL's RewardTrainer uses for conversational pairs (``apply_chat_template``).
     """
-    ids = tokenizer.apply_chat_template(messages_for(scenario) + [{"role": "assistant", "content": answer}],
-                                        tokenize=True, return_dict=True)["input_ids"]
+    ids = tokenizer.apply_chat_template(
+        messages_for(scenario) + [{"role": "assistant", "content": answer}], tokenize=True, return_dict=True
+    )["input_ids"]
     return list(ids[-max_length:]) if max_length else list(ids)
 
 
-def raw_scores(model, tokenizer, scenarios, answers, *, batch_size: int = 16, max_length: int | None = None) -> np.ndarray:
+def raw_scores(
+    model, tokenizer, scenarios, answers, *, batch_size: int = 16, max_length: int | None = None
+) -> np.ndarray:
     """The model's head outputs (n x d) for each (scenario, answer), in inference mode."""
     import torch
 
@@ -230,14 +298,16 @@ def raw_scores(model, tokenizer, scenarios, answers, *, batch_size: int = 16, ma
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(answers), batch_size):
-            ids = [encode(tokenizer, s, a, max_length) for s, a in
-                   zip(scenarios[start:start + batch_size], answers[start:start + batch_size])]
+            ids = [
+                encode(tokenizer, s, a, max_length)
+                for s, a in zip(scenarios[start : start + batch_size], answers[start : start + batch_size])
+            ]
             width = max(len(x) for x in ids)
             input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
             mask = torch.zeros((len(ids), width), dtype=torch.long)
             for i, x in enumerate(ids):  # right padding: the sequence-classification head reads the last real token
-                input_ids[i, :len(x)] = torch.tensor(x)
-                mask[i, :len(x)] = 1
+                input_ids[i, : len(x)] = torch.tensor(x)
+                mask[i, : len(x)] = 1
             logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).logits
             out.append(logits.float().cpu().numpy())
     return np.concatenate(out, axis=0) if out else np.zeros((0, 1))
@@ -279,18 +349,25 @@ class RewardEnsemble:
         folder = Path(folder)
         manifest_path = folder / ENSEMBLE_FILE
         if not manifest_path.is_file():
-            raise InputError(f"{folder} has no {ENSEMBLE_FILE}: not a reward-model ensemble folder.",
-                             fix="train one with `honestci train rm CONFIG`")
+            raise InputError(
+                f"{folder} has no {ENSEMBLE_FILE}: not a reward-model ensemble folder.",
+                fix="train one with `honestci train rm CONFIG`",
+            )
         self.manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         self.ensemble_lambda = float(self.manifest["ensemble_lambda"] if ensemble_lambda is None else ensemble_lambda)
         self.members = []
         for member in self.manifest["members"]:
             path = folder / member["path"]
             if not (path / "model.safetensors").is_file() and not any(path.glob("model-*.safetensors")):
-                raise InputError(f"{path}: no safetensors weights.",
-                                 fix="honestci loads safetensors only (never pickled weights); re-save the member")
-            model = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True,
-                                                                       use_safetensors=True).to(device).eval()
+                raise InputError(
+                    f"{path}: no safetensors weights.",
+                    fix="honestci loads safetensors only (never pickled weights); re-save the member",
+                )
+            model = (
+                AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True, use_safetensors=True)
+                .to(device)
+                .eval()
+            )
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
             self.members.append((model, tokenizer, float(member["mean"]), float(member["std"])))
         self.max_length = self.manifest.get("max_length")
@@ -306,6 +383,7 @@ class RewardEnsemble:
 
 
 # --- held-out accuracy ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RMAccuracy:
@@ -330,8 +408,9 @@ class RMAccuracy:
         return self.to_frame().to_string(index=False)
 
 
-def heldout_accuracy(name: str, preferred_reward, other_reward, vignettes, *, n_ties_excluded: int = 0,
-                     level: float = 0.95) -> RMAccuracy:
+def heldout_accuracy(
+    name: str, preferred_reward, other_reward, vignettes, *, n_ties_excluded: int = 0, level: float = 0.95
+) -> RMAccuracy:
     """Share of held-out pairs whose human-preferred answer scores higher (equal scores count ½).
 
     Interval: CR2 with Satterthwaite df, clustered by vignette (:func:`honestci.audit.stats.winrate.winrate_ci`);
@@ -349,13 +428,28 @@ def heldout_accuracy(name: str, preferred_reward, other_reward, vignettes, *, n_
     wilson = iid.proportion_ci(float(correct.sum()), int(correct.size), method="wilson", level=level)
     # winrate_ci never raises for too few vignettes or no variance: it reports INCONCLUSIVE (no bounds).
     cr2 = winrate_ci(correct, clusters, method="cr2", level=level)
-    clip = (lambda v: None if v is None else min(1.0, max(0.0, float(v))))  # an accuracy lives in [0, 1]
+
+    def clip(v):
+        return None if v is None else min(1.0, max(0.0, float(v)))  # an accuracy lives in [0, 1]
+
     low, high, note = clip(cr2.ci_low), clip(cr2.ci_high), cr2.note or "CR2, clustered by vignette"
-    return RMAccuracy(name, float(correct.mean()), low, high, float(wilson[0]), float(wilson[1]),
-                      int(correct.size), n_clusters, n_ties_excluded, level, note)
+    return RMAccuracy(
+        name,
+        float(correct.mean()),
+        low,
+        high,
+        float(wilson[0]),
+        float(wilson[1]),
+        int(correct.size),
+        n_clusters,
+        n_ties_excluded,
+        level,
+        note,
+    )
 
 
 # --- training ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class MemberRun:
@@ -388,13 +482,19 @@ class RewardModelRun:
         return pd.concat([a.to_frame() for a in self.accuracy], ignore_index=True)
 
     def __str__(self) -> str:
-        lines = [f"reward-model ensemble ({self.kind}, K = {len(self.members)}) in {self.output_dir}",
-                 f"training pairs {self.n_train_pairs}, rated responses {self.n_train_rated}, "
-                 f"held-out pairs {self.n_heldout_pairs}"]
-        lines += [f"  member seed {m.seed}: {m.steps} steps, {m.seconds_per_step:.2f} s/step"
-                  + (f", {m.n_too_long} example(s) over max_length left out" if m.n_too_long else "")
-                  for m in self.members]
-        frame = self.to_frame()[["name", "estimate", "ci_low", "ci_high", "iid_low", "iid_high", "n_pairs", "n_clusters"]]
+        lines = [
+            f"reward-model ensemble ({self.kind}, K = {len(self.members)}) in {self.output_dir}",
+            f"training pairs {self.n_train_pairs}, rated responses {self.n_train_rated}, "
+            f"held-out pairs {self.n_heldout_pairs}",
+        ]
+        lines += [
+            f"  member seed {m.seed}: {m.steps} steps, {m.seconds_per_step:.2f} s/step"
+            + (f", {m.n_too_long} example(s) over max_length left out" if m.n_too_long else "")
+            for m in self.members
+        ]
+        frame = self.to_frame()[
+            ["name", "estimate", "ci_low", "ci_high", "iid_low", "iid_high", "n_pairs", "n_clusters"]
+        ]
         return "\n".join(lines) + "\n" + frame.to_string(index=False, float_format=lambda v: f"{v:.3f}")
 
 
@@ -410,11 +510,23 @@ def resolve_device(device: str) -> str:
 def _common_trainer_args(job, device: str, seed: int, out: Path) -> dict:
     bf16 = (device == "cuda") if job.bf16 is None else job.bf16
     if bf16 and device == "cpu":
-        raise TrainingConfigError("Invalid training config: bf16 is true on CPU.", fix="set bf16: false (or device: cuda)")
-    args = dict(output_dir=str(out), seed=seed, learning_rate=job.learning_rate, num_train_epochs=job.num_train_epochs,
-                max_steps=job.max_steps, per_device_train_batch_size=job.per_device_train_batch_size,
-                logging_steps=job.logging_steps, save_strategy="no", report_to=[], bf16=bf16,
-                use_cpu=device == "cpu", disable_tqdm=True)
+        raise TrainingConfigError(
+            "Invalid training config: bf16 is true on CPU.", fix="set bf16: false (or device: cuda)"
+        )
+    args = dict(
+        output_dir=str(out),
+        seed=seed,
+        learning_rate=job.learning_rate,
+        num_train_epochs=job.num_train_epochs,
+        max_steps=job.max_steps,
+        per_device_train_batch_size=job.per_device_train_batch_size,
+        logging_steps=job.logging_steps,
+        save_strategy="no",
+        report_to=[],
+        bf16=bf16,
+        use_cpu=device == "cpu",
+        disable_tqdm=True,
+    )
     if device == "cpu":
         args["activation_checkpointing"] = False  # TRL turns it on by default; on CPU it only costs time
     return {**args, **job.trainer}
@@ -424,8 +536,10 @@ def _check_trainer_keys(config_class, keys, what: str) -> None:
     known = set(config_class.__dataclass_fields__)
     unknown = sorted(set(keys) - known)
     if unknown:
-        raise TrainingConfigError(f"Invalid training config: unknown trainer key(s) {unknown} for {what}.",
-                                  fix=f"see the fields of {config_class.__module__}.{config_class.__name__}")
+        raise TrainingConfigError(
+            f"Invalid training config: unknown trainer key(s) {unknown} for {what}.",
+            fix=f"see the fields of {config_class.__module__}.{config_class.__name__}",
+        )
 
 
 def _train_bradley_terry(job, data: RewardData, seed: int, out: Path, device: str):
@@ -434,9 +548,14 @@ def _train_bradley_terry(job, data: RewardData, seed: int, out: Path, device: st
     from trl import RewardConfig, RewardTrainer
 
     _check_trainer_keys(RewardConfig, job.trainer, "RewardConfig")
-    rows = [{"prompt": messages_for(s), "chosen": [{"role": "assistant", "content": c}],
-             "rejected": [{"role": "assistant", "content": r}]}
-            for s, c, r in zip(data.pairs_train["scenario"], data.pairs_train["chosen"], data.pairs_train["rejected"])]
+    rows = [
+        {
+            "prompt": messages_for(s),
+            "chosen": [{"role": "assistant", "content": c}],
+            "rejected": [{"role": "assistant", "content": r}],
+        }
+        for s, c, r in zip(data.pairs_train["scenario"], data.pairs_train["chosen"], data.pairs_train["rejected"])
+    ]
     args = RewardConfig(**_common_trainer_args(job, device, seed, out), max_length=job.max_length)
     set_seed(seed)  # the score head is initialised at load time
     model = AutoModelForSequenceClassification.from_pretrained(job.base_model, num_labels=1, local_files_only=True)
@@ -447,8 +566,14 @@ def _train_bradley_terry(job, data: RewardData, seed: int, out: Path, device: st
 
 def _train_regression(job, data: RewardData, seed: int, out: Path, device: str):
     from datasets import Dataset
-    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
-                              TrainingArguments, set_seed)
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+        set_seed,
+    )
 
     _check_trainer_keys(TrainingArguments, job.trainer, "TrainingArguments")
     columns = list(job.rating_columns)
@@ -456,16 +581,24 @@ def _train_regression(job, data: RewardData, seed: int, out: Path, device: str):
     centre, scale = targets.mean(axis=0), targets.std(axis=0)
     scale[scale == 0] = 1.0  # a constant dimension carries no signal; keep it finite
     tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
-    rows = [{"input_ids": encode(tokenizer, s, a), "labels": list((t - centre) / scale)}
-            for s, a, t in zip(data.ratings_train["scenario"], data.ratings_train["answer"], targets)]
+    rows = [
+        {"input_ids": encode(tokenizer, s, a), "labels": list((t - centre) / scale)}
+        for s, a, t in zip(data.ratings_train["scenario"], data.ratings_train["answer"], targets)
+    ]
     kept = [row for row in rows if len(row["input_ids"]) <= job.max_length]  # as RewardTrainer filters pairs
     set_seed(seed)
-    model = AutoModelForSequenceClassification.from_pretrained(job.base_model, num_labels=len(columns),
-                                                               problem_type="regression", local_files_only=True)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        job.base_model, num_labels=len(columns), problem_type="regression", local_files_only=True
+    )
     model.config.pad_token_id = tokenizer.pad_token_id
     args = TrainingArguments(**_common_trainer_args(job, device, seed, out), remove_unused_columns=False)
-    trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(kept),
-                      data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(kept),
+        data_collator=DataCollatorWithPadding(tokenizer),
+        processing_class=tokenizer,
+    )
     return trainer, model, tokenizer, len(rows) - len(kept)
 
 
@@ -474,8 +607,10 @@ def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = l
     held-out accuracy of each member and of the ensemble."""
     device = resolve_device(job.device)
     if not (Path(job.base_model) / "config.json").is_file():
-        raise InputError(f"{job.base_model}: no config.json, not a local model folder.",
-                         fix="point base_model at a folder saved with save_pretrained (nothing is downloaded)")
+        raise InputError(
+            f"{job.base_model}: no config.json, not a local model folder.",
+            fix="point base_model at a folder saved with save_pretrained (nothing is downloaded)",
+        )
     data = build_reward_data(job)
     out = Path(job.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -489,41 +624,85 @@ def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = l
         if n_too_long:
             n_examples = len(data.pairs_train) if job.kind == "bradley_terry" else len(data.ratings_train)
             if n_too_long == n_examples:
-                raise InputError(f"Every training example is longer than max_length = {job.max_length} tokens.",
-                                 fix="raise max_length")
+                raise InputError(
+                    f"Every training example is longer than max_length = {job.max_length} tokens.",
+                    fix="raise max_length",
+                )
             progress(f"{n_too_long} of {n_examples} training examples are longer than max_length and were left out")
         started = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - started
         model.save_pretrained(member_dir, safe_serialization=True)
         tokenizer.save_pretrained(member_dir)
-        train_raw = raw_scores(model, tokenizer, list(data.train_responses["scenario"]),
-                               list(data.train_responses["answer"]), max_length=job.max_length).mean(axis=1)
+        train_raw = raw_scores(
+            model,
+            tokenizer,
+            list(data.train_responses["scenario"]),
+            list(data.train_responses["answer"]),
+            max_length=job.max_length,
+        ).mean(axis=1)
         mean, std = float(train_raw.mean()), float(train_raw.std())
         std = std if std > 0 else 1.0
         z = []
         for column in ("preferred", "other"):
-            raw = raw_scores(model, tokenizer, list(heldout["scenario"]), list(heldout[column]),
-                             max_length=job.max_length).mean(axis=1)
+            raw = raw_scores(
+                model, tokenizer, list(heldout["scenario"]), list(heldout[column]), max_length=job.max_length
+            ).mean(axis=1)
             z.append((raw - mean) / std)
         heldout_z.append(z)
         steps = int(trainer.state.global_step)
-        members.append(MemberRun(seed, member_dir.name, steps, seconds, seconds / max(steps, 1), mean, std,
-                                 n_too_long, tuple(trainer.state.log_history)))
-    accuracy = [heldout_accuracy(f"member seed {m.seed}", z[0], z[1], heldout["vignette_id"],
-                                 n_ties_excluded=data.n_heldout_ties) for m, z in zip(members, heldout_z)]
+        members.append(
+            MemberRun(
+                seed,
+                member_dir.name,
+                steps,
+                seconds,
+                seconds / max(steps, 1),
+                mean,
+                std,
+                n_too_long,
+                tuple(trainer.state.log_history),
+            )
+        )
+    accuracy = [
+        heldout_accuracy(
+            f"member seed {m.seed}", z[0], z[1], heldout["vignette_id"], n_ties_excluded=data.n_heldout_ties
+        )
+        for m, z in zip(members, heldout_z)
+    ]
     preferred = ensemble_reward(np.column_stack([z[0] for z in heldout_z]), job.ensemble_lambda).reward
     other = ensemble_reward(np.column_stack([z[1] for z in heldout_z]), job.ensemble_lambda).reward
-    accuracy.append(heldout_accuracy(f"ensemble (mean - {job.ensemble_lambda:g} sd)", preferred, other,
-                                     heldout["vignette_id"], n_ties_excluded=data.n_heldout_ties))
-    run = RewardModelRun(str(out), job.kind, tuple(members), tuple(accuracy), len(data.pairs_train),
-                         len(data.ratings_train), len(heldout))
-    manifest = {"kind": job.kind, "ensemble_lambda": job.ensemble_lambda, "max_length": job.max_length,
-                "rating_columns": list(job.rating_columns), "split_seed": job.split_seed,
-                "members": [{"seed": m.seed, "path": m.path, "mean": m.mean, "std": m.std, "steps": m.steps,
-                             "n_too_long": m.n_too_long}
-                            for m in members],
-                "heldout_accuracy": [a.__dict__ for a in accuracy], "job": to_plain(job)}
+    accuracy.append(
+        heldout_accuracy(
+            f"ensemble (mean - {job.ensemble_lambda:g} sd)",
+            preferred,
+            other,
+            heldout["vignette_id"],
+            n_ties_excluded=data.n_heldout_ties,
+        )
+    )
+    run = RewardModelRun(
+        str(out),
+        job.kind,
+        tuple(members),
+        tuple(accuracy),
+        len(data.pairs_train),
+        len(data.ratings_train),
+        len(heldout),
+    )
+    manifest = {
+        "kind": job.kind,
+        "ensemble_lambda": job.ensemble_lambda,
+        "max_length": job.max_length,
+        "rating_columns": list(job.rating_columns),
+        "split_seed": job.split_seed,
+        "members": [
+            {"seed": m.seed, "path": m.path, "mean": m.mean, "std": m.std, "steps": m.steps, "n_too_long": m.n_too_long}
+            for m in members
+        ],
+        "heldout_accuracy": [a.__dict__ for a in accuracy],
+        "job": to_plain(job),
+    }
     (out / ENSEMBLE_FILE).write_text(json.dumps(manifest, indent=1, default=str), encoding="utf-8")
     heldout.to_json(out / "heldout_pairs.jsonl", orient="records", lines=True, force_ascii=False)
     return run

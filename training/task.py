@@ -14,11 +14,13 @@ from dataclasses import dataclass
 SYSTEM_PROMPT = (
     "Someone is upset about a short interpersonal scenario. Give them another, more charitable way of "
     "reading what happened, so that the negative feeling loses some of its hold. Talk to them directly "
-    "as \"you\", keep it to two sentences or fewer, and write only that reinterpretation: no list of "
-    "emotions, no preamble.")
+    'as "you", keep it to two sentences or fewer, and write only that reinterpretation: no list of '
+    "emotions, no preamble."
+)
 USER_TEMPLATE = (
     "Scenario:\n{scenario}\n\n"
-    "In two sentences or fewer, and speaking to the person as \"you\", offer a reinterpretation of this scenario.")
+    'In two sentences or fewer, and speaking to the person as "you", offer a reinterpretation of this scenario.'
+)
 THINK_CLOSE = "</think>"
 THINK_OPEN = "<think>"
 #: A sentence ends at ., ! or ? (runs such as "?!" or "..." count once) followed by space or the end.
@@ -27,8 +29,10 @@ _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 
 def messages_for(scenario: str) -> list[dict]:
     """The chat the policy is given for one scenario (system prompt + user turn)."""
-    return [{"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": USER_TEMPLATE.format(scenario=scenario)}]
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": USER_TEMPLATE.format(scenario=scenario)},
+    ]
 
 
 def extract_answer(output: str) -> str:
@@ -51,7 +55,7 @@ def count_sentences(text: str) -> int:
     if not text:
         return 0
     ends = list(_SENTENCE_END.finditer(text))
-    trailing = text[ends[-1].end():].strip() if ends else text
+    trailing = text[ends[-1].end() :].strip() if ends else text
     return len(ends) + (1 if trailing else 0)
 
 

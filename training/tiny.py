@@ -9,13 +9,14 @@ and a ChatML chat template. A random model never emits EOS on its own, so genera
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 #: ChatML, as Qwen models use; ``add_generation_prompt`` opens the assistant turn.
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<pad>", "<think>", "</think>")
 
 #: Varied filler so the BPE vocabulary is not tiny even when the caller's texts are few.
@@ -37,11 +38,13 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512):
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
     bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                             initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+    )
     bpe.train_from_iterator(list(texts) * 5 + list(_FILLER) * 20, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<pad>",
-                                        bos_token=None)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<pad>", bos_token=None)
     tokenizer.chat_template = CHATML_TEMPLATE
     return tokenizer
 
@@ -50,14 +53,24 @@ def tiny_config(tokenizer, *, hidden_size: int = 64, num_hidden_layers: int = 2)
     """A ``Qwen3Config`` sized for CPU tests, with the tokenizer's vocabulary and special ids."""
     from transformers import Qwen3Config
 
-    return Qwen3Config(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                       num_hidden_layers=num_hidden_layers, num_attention_heads=4, num_key_value_heads=2,
-                       head_dim=16, max_position_embeddings=2048, tie_word_embeddings=True,
-                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    return Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
 
 
-def build_tiny_causal_lm(folder: str | Path, texts: Iterable[str] = (), *, seed: int = 0,
-                         vocab_size: int = 512) -> Path:
+def build_tiny_causal_lm(
+    folder: str | Path, texts: Iterable[str] = (), *, seed: int = 0, vocab_size: int = 512
+) -> Path:
     """Save a randomly initialised tiny causal LM and its tokenizer into ``folder`` (safetensors).
 
     Parameters
@@ -96,7 +109,9 @@ def fixture_texts() -> list[str]:
     for name in ("vignettes.jsonl", "responses.jsonl", "corpus.jsonl"):
         path = study / name
         if path.is_file():
-            texts += [json.loads(line).get("text") or "" for line in path.read_text(encoding="utf-8").splitlines()[:400]]
+            texts += [
+                json.loads(line).get("text") or "" for line in path.read_text(encoding="utf-8").splitlines()[:400]
+            ]
     return texts
 
 
@@ -104,5 +119,7 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m honestci.training.tiny FOLDER  (a tiny Qwen3 model + tokenizer trained on the fixture texts)")
+        sys.exit(
+            "usage: python -m honestci.training.tiny FOLDER  (a tiny Qwen3 model + tokenizer trained on the fixture texts)"
+        )
     print(build_tiny_causal_lm(sys.argv[1], fixture_texts()))

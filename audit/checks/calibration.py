@@ -45,11 +45,16 @@ import numpy as np
 import pandas as pd
 
 from honestci.audit.checks.registry import ReportSection, register_check
-from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
-from honestci.audit.stats.clustered_estimate import DEFAULT_BOOTSTRAP_DRAWS, ClusteredEstimate, clustered_mean, from_contrast
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import THRESHOLDS, GateResult, Thresholds, Verdict
 from honestci.audit.gates import register_gate
+from honestci.audit.policy import THRESHOLDS, GateResult, Thresholds, Verdict
+from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
+from honestci.audit.stats.clustered_estimate import (
+    DEFAULT_BOOTSTRAP_DRAWS,
+    ClusteredEstimate,
+    clustered_mean,
+    from_contrast,
+)
 from honestci.audit.stats.random_state import resolve_rng
 
 PREFERS_A, TIE, PREFERS_B = 1.0, 0.0, -1.0
@@ -63,8 +68,10 @@ SOURCES = ("auto", "pairs", "ratings")
 
 # --- codes ----------------------------------------------------------------------------------
 
-def verdict_to_preference(verdict, response_first, response_second, response_a, response_b,
-                          invalid_as: str = "missing") -> np.ndarray:
+
+def verdict_to_preference(
+    verdict, response_first, response_second, response_a, response_b, invalid_as: str = "missing"
+) -> np.ndarray:
     """Code each judged order's verdict as a preference between the item's responses a and b.
 
     ``first`` prefers ``response_first``, ``second`` prefers ``response_second``; the preferred
@@ -81,17 +88,27 @@ def verdict_to_preference(verdict, response_first, response_second, response_a, 
     a, b = np.asarray(response_a, dtype=object), np.asarray(response_b, dtype=object)
     same = ((first == a) & (second == b)) | ((first == b) & (second == a))
     if not same.all():
-        raise InputError(f"{int((~same).sum())} judged order(s) compare responses other than their item's a and b.",
-                         fix="match judgments to items by their unordered response pair")
+        raise InputError(
+            f"{int((~same).sum())} judged order(s) compare responses other than their item's a and b.",
+            fix="match judgments to items by their unordered response pair",
+        )
     if invalid_as not in ("missing", "tie"):
-        raise InputError(f"invalid_as={invalid_as!r} is not 'missing' or 'tie'.", fix="use 'missing' (default) or 'tie'")
+        raise InputError(
+            f"invalid_as={invalid_as!r} is not 'missing' or 'tie'.", fix="use 'missing' (default) or 'tie'"
+        )
     known = np.isin(verdict, ("first", "second", "tie", "invalid"))
     if not known.all():
         raise InputError(f"unknown verdict {verdict[~known][0]!r}", fix="use first, second, tie or invalid")
     first_is_a = first == a
-    code = np.where(verdict == "first", np.where(first_is_a, PREFERS_A, PREFERS_B),
-                    np.where(verdict == "second", np.where(first_is_a, PREFERS_B, PREFERS_A),
-                             np.where(verdict == "tie", TIE, TIE if invalid_as == "tie" else np.nan)))
+    code = np.where(
+        verdict == "first",
+        np.where(first_is_a, PREFERS_A, PREFERS_B),
+        np.where(
+            verdict == "second",
+            np.where(first_is_a, PREFERS_B, PREFERS_A),
+            np.where(verdict == "tie", TIE, TIE if invalid_as == "tie" else np.nan),
+        ),
+    )
     return code.astype(float)
 
 
@@ -128,6 +145,7 @@ def majority_preference(rater_codes, split: str = "tie") -> np.ndarray:
 
 # --- point metrics --------------------------------------------------------------------------
 
+
 def _class_index(codes: np.ndarray) -> np.ndarray:
     return np.round(codes).astype(int) + 1  # -1, 0, +1 -> 0, 1, 2
 
@@ -157,8 +175,17 @@ class ClassificationMetrics:
     confusion: tuple[tuple[float, ...], ...] = field(repr=False)
 
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([{"accuracy": self.accuracy, "macro_precision": self.macro_precision,
-                              "macro_recall": self.macro_recall, "macro_f1": self.macro_f1, "n": self.n}])
+        return pd.DataFrame(
+            [
+                {
+                    "accuracy": self.accuracy,
+                    "macro_precision": self.macro_precision,
+                    "macro_recall": self.macro_recall,
+                    "macro_f1": self.macro_f1,
+                    "n": self.n,
+                }
+            ]
+        )
 
 
 def classification_metrics(judge_codes, human_codes) -> ClassificationMetrics:
@@ -172,8 +199,14 @@ def classification_metrics(judge_codes, human_codes) -> ClassificationMetrics:
     precision = np.divide(tp, predicted, out=np.zeros(3), where=predicted > 0)
     recall = np.divide(tp, actual, out=np.zeros(3), where=actual > 0)
     f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros(3), where=precision + recall > 0)
-    return ClassificationMetrics(float(tp.sum() / n), float(precision.mean()), float(recall.mean()),
-                                 float(f1.mean()), int(n), tuple(map(tuple, table)))
+    return ClassificationMetrics(
+        float(tp.sum() / n),
+        float(precision.mean()),
+        float(recall.mean()),
+        float(f1.mean()),
+        int(n),
+        tuple(map(tuple, table)),
+    )
 
 
 def agreement_indicator(judge_codes, human_codes, ties: str = GATE_TIE_POLICY) -> tuple[np.ndarray, np.ndarray]:
@@ -189,9 +222,18 @@ def agreement_indicator(judge_codes, human_codes, ties: str = GATE_TIE_POLICY) -
     return keep, (j[keep] == h[keep]).astype(float)
 
 
-def agreement_ci(judge_codes, human_codes, clusters, *, ties: str = GATE_TIE_POLICY, level: float = 0.95,
-                 rng: int | None = 0, bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
-                 min_clusters: int = THRESHOLDS.min_clusters, name: str | None = None) -> ClusteredEstimate:
+def agreement_ci(
+    judge_codes,
+    human_codes,
+    clusters,
+    *,
+    ties: str = GATE_TIE_POLICY,
+    level: float = 0.95,
+    rng: int | None = 0,
+    bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    min_clusters: int = THRESHOLDS.min_clusters,
+    name: str | None = None,
+) -> ClusteredEstimate:
     """Agreement of a judge with the human reference, with a vignette-clustered interval.
 
     Estimand: P(judge code = human code) over judged rows kept by the tie policy ``ties``, for a
@@ -206,11 +248,19 @@ def agreement_ci(judge_codes, human_codes, clusters, *, ties: str = GATE_TIE_POL
     groups = np.asarray(clusters).reshape(-1)
     if groups.size != keep.size:
         raise InputError(f"{groups.size} cluster labels for {keep.size} judged rows.", fix="one vignette per row")
-    return clustered_mean(agree, groups[keep], name or f"agreement ({ties})", level=level, rng=rng,
-                          bootstrap_draws=bootstrap_draws, min_clusters=min_clusters)
+    return clustered_mean(
+        agree,
+        groups[keep],
+        name or f"agreement ({ties})",
+        level=level,
+        rng=rng,
+        bootstrap_draws=bootstrap_draws,
+        min_clusters=min_clusters,
+    )
 
 
 # --- kappa ----------------------------------------------------------------------------------
+
 
 def _agreement_weights(weights: str | None) -> np.ndarray:
     distance = np.abs(np.subtract.outer(np.arange(3), np.arange(3))) / 2.0
@@ -220,7 +270,9 @@ def _agreement_weights(weights: str | None) -> np.ndarray:
         return 1.0 - distance
     if weights == "quadratic":
         return 1.0 - distance**2
-    raise InputError(f"weights={weights!r} is not None, 'linear' or 'quadratic'.", fix="use None, 'linear' or 'quadratic'")
+    raise InputError(
+        f"weights={weights!r} is not None, 'linear' or 'quadratic'.", fix="use None, 'linear' or 'quadratic'"
+    )
 
 
 def _kappa_from_tables(tables: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -232,9 +284,17 @@ def _kappa_from_tables(tables: np.ndarray, w: np.ndarray) -> np.ndarray:
     return (observed - expected) / (1.0 - expected)
 
 
-def cohen_kappa(judge_codes, human_codes, clusters, *, weights: str | None = None, level: float = 0.95,
-                rng: int | None = 0, bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
-                min_clusters: int = THRESHOLDS.min_clusters) -> ClusteredEstimate:
+def cohen_kappa(
+    judge_codes,
+    human_codes,
+    clusters,
+    *,
+    weights: str | None = None,
+    level: float = 0.95,
+    rng: int | None = 0,
+    bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> ClusteredEstimate:
     """Cohen's kappa (``weights=None``) or weighted kappa (``"linear"``/``"quadratic"``) over the 3 ordered classes.
 
     κ = (p_o − p_e)/(1 − p_e) with p_o = Σ w_ij p_ij and p_e = Σ w_ij r_i c_j (r, c: the judge's and
@@ -263,19 +323,63 @@ def cohen_kappa(judge_codes, human_codes, clusters, *, weights: str | None = Non
     rows, cols = p.sum(axis=1), p.sum(axis=0)
     observed, expected = float((w * p).sum()), float(rows @ w @ cols)
     if expected >= 1.0:
-        return ClusteredEstimate(name, None, None, None, None, None, None, None, n, int(np.unique(groups).size),
-                                 level, verdict=Verdict.INCONCLUSIVE, note="one class only: kappa is undefined")
+        return ClusteredEstimate(
+            name,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            n,
+            int(np.unique(groups).size),
+            level,
+            verdict=Verdict.INCONCLUSIVE,
+            note="one class only: kappa is undefined",
+        )
     kappa = (observed - expected) / (1.0 - expected)
-    influence = ((w[ji, hi] - observed) - (1.0 - kappa) * ((w @ cols)[ji] + (rows @ w)[hi] - 2.0 * expected)) / (1.0 - expected)
+    influence = ((w[ji, hi] - observed) - (1.0 - kappa) * ((w @ cols)[ji] + (rows @ w)[hi] - 2.0 * expected)) / (
+        1.0 - expected
+    )
     linear = clustered_mean(kappa + influence, groups, name, level=level, rng=None, min_clusters=min_clusters)
     if not linear.reportable:
-        return ClusteredEstimate(name, kappa, None, None, None, None, None, None, n, linear.n_clusters, level,
-                                 verdict=Verdict.INCONCLUSIVE, note=linear.note)
-    boot, seed = (None, None) if rng is None else _bootstrap_tables(
-        _cluster_tables(ji, hi, groups, 3), lambda t: _kappa_from_tables(t, w), bootstrap_draws, rng, level)
-    return ClusteredEstimate(name, kappa, linear.se, linear.df, linear.ci_low, linear.ci_high,
-                             None if boot is None else boot[0], None if boot is None else boot[1],
-                             n, linear.n_clusters, level, seed)
+        return ClusteredEstimate(
+            name,
+            kappa,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            n,
+            linear.n_clusters,
+            level,
+            verdict=Verdict.INCONCLUSIVE,
+            note=linear.note,
+        )
+    boot, seed = (
+        (None, None)
+        if rng is None
+        else _bootstrap_tables(
+            _cluster_tables(ji, hi, groups, 3), lambda t: _kappa_from_tables(t, w), bootstrap_draws, rng, level
+        )
+    )
+    return ClusteredEstimate(
+        name,
+        kappa,
+        linear.se,
+        linear.df,
+        linear.ci_low,
+        linear.ci_high,
+        None if boot is None else boot[0],
+        None if boot is None else boot[1],
+        n,
+        linear.n_clusters,
+        level,
+        seed,
+    )
 
 
 def _cluster_tables(rows: np.ndarray, cols: np.ndarray, groups: np.ndarray, k: int, weights=None) -> np.ndarray:
@@ -349,12 +453,21 @@ class AlphaResult:
     def text(self) -> str:
         if self.boot_low is None:
             return f"{self.estimate:.3f} ({self.level_of_measurement})"
-        return (f"{self.estimate:.3f} [{self.boot_low:.3f}, {self.boot_high:.3f}] "
-                f"({self.level_of_measurement}; cluster bootstrap, G = {self.n_clusters})")
+        return (
+            f"{self.estimate:.3f} [{self.boot_low:.3f}, {self.boot_high:.3f}] "
+            f"({self.level_of_measurement}; cluster bootstrap, G = {self.n_clusters})"
+        )
 
 
-def krippendorff_alpha(rater_codes, clusters=None, *, level_of_measurement: str = "nominal", level: float = 0.95,
-                       rng: int | None = 0, bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS) -> AlphaResult:
+def krippendorff_alpha(
+    rater_codes,
+    clusters=None,
+    *,
+    level_of_measurement: str = "nominal",
+    level: float = 0.95,
+    rng: int | None = 0,
+    bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+) -> AlphaResult:
     """Krippendorff's alpha of an items x raters code matrix (NaN = not rated).
 
     α = 1 − D_o/D_e = 1 − (n − 1) Σ_ck o_ck δ_ck / Σ_ck n_c n_k δ_ck, with the coincidence matrix
@@ -366,8 +479,10 @@ def krippendorff_alpha(rater_codes, clusters=None, *, level_of_measurement: str 
     (``tests/test_calibration.py``).
     """
     if level_of_measurement not in ALPHA_LEVELS:
-        raise InputError(f"level_of_measurement={level_of_measurement!r} is not one of {ALPHA_LEVELS}.",
-                         fix="use 'nominal', 'ordinal' or 'interval'")
+        raise InputError(
+            f"level_of_measurement={level_of_measurement!r} is not one of {ALPHA_LEVELS}.",
+            fix="use 'nominal', 'ordinal' or 'interval'",
+        )
     codes = np.asarray(rater_codes, dtype=float)
     values = np.unique(codes[~np.isnan(codes)])
     if values.size < 2:
@@ -380,17 +495,28 @@ def krippendorff_alpha(rater_codes, clusters=None, *, level_of_measurement: str 
     if rng is not None:
         tables = np.zeros((g.max() + 1, values.size, values.size))
         np.add.at(tables, g, per_unit)
-        boot, seed = _bootstrap_tables(tables, lambda t: _alpha_from_coincidences(t, values, level_of_measurement),
-                                       bootstrap_draws, rng, level)
-    return AlphaResult(level_of_measurement, estimate, None if boot is None else boot[0],
-                       None if boot is None else boot[1], int(((~np.isnan(codes)).sum(axis=1) >= 2).sum()),
-                       int(codes.shape[1]), int(g.max() + 1), level, seed)
+        boot, seed = _bootstrap_tables(
+            tables, lambda t: _alpha_from_coincidences(t, values, level_of_measurement), bootstrap_draws, rng, level
+        )
+    return AlphaResult(
+        level_of_measurement,
+        estimate,
+        None if boot is None else boot[0],
+        None if boot is None else boot[1],
+        int(((~np.isnan(codes)).sum(axis=1) >= 2).sum()),
+        int(codes.shape[1]),
+        int(g.max() + 1),
+        level,
+        seed,
+    )
 
 
 # --- human ceiling, judge vs ceiling, judge vs judge -------------------------------------------
 
-def leave_one_rater_out(rater_codes, *, rater_differences=None, min_margin: float = 0.0,
-                        split: str = "tie") -> tuple[np.ndarray, np.ndarray]:
+
+def leave_one_rater_out(
+    rater_codes, *, rater_differences=None, min_margin: float = 0.0, split: str = "tie"
+) -> tuple[np.ndarray, np.ndarray]:
     """Each rater's code and the reference of the other raters, as (own, rest) items x raters matrices.
 
     From pairwise labels the rest's reference is their majority (``split`` as in
@@ -411,25 +537,52 @@ def leave_one_rater_out(rater_codes, *, rater_differences=None, min_margin: floa
     return codes, rest
 
 
-def human_ceiling(rater_codes, clusters, *, rater_differences=None, min_margin: float = 0.0, split: str = "tie",
-                  ties: str = GATE_TIE_POLICY, level: float = 0.95, rng: int | None = 0,
-                  bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
-                  min_clusters: int = THRESHOLDS.min_clusters) -> ClusteredEstimate:
+def human_ceiling(
+    rater_codes,
+    clusters,
+    *,
+    rater_differences=None,
+    min_margin: float = 0.0,
+    split: str = "tie",
+    ties: str = GATE_TIE_POLICY,
+    level: float = 0.95,
+    rng: int | None = 0,
+    bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> ClusteredEstimate:
     """Human-human ceiling: each rater against the reference of the rest (leave one rater out).
 
     Estimand: P(a rater's label = the other raters' reference) over (item, rater) rows kept by
     the tie policy, clustered by vignette (rows of one item and of one vignette are dependent).
     MT-Bench (Zheng et al. 2023, sec. 4.2) and AlpacaEval report this ceiling beside a judge.
     """
-    own, rest = leave_one_rater_out(rater_codes, rater_differences=rater_differences, min_margin=min_margin,
-                                    split=split)
+    own, rest = leave_one_rater_out(
+        rater_codes, rater_differences=rater_differences, min_margin=min_margin, split=split
+    )
     groups = np.repeat(np.asarray(clusters).reshape(-1, 1), own.shape[1], axis=1)
-    return agreement_ci(own.ravel(), rest.ravel(), groups.ravel(), ties=ties, level=level, rng=rng,
-                        bootstrap_draws=bootstrap_draws, min_clusters=min_clusters, name=f"human ceiling ({ties})")
+    return agreement_ci(
+        own.ravel(),
+        rest.ravel(),
+        groups.ravel(),
+        ties=ties,
+        level=level,
+        rng=rng,
+        bootstrap_draws=bootstrap_draws,
+        min_clusters=min_clusters,
+        name=f"human ceiling ({ties})",
+    )
 
 
-def stacked_difference(values_a, clusters_a, values_b, clusters_b, name: str, *, level: float = 0.95,
-                       min_clusters: int = THRESHOLDS.min_clusters) -> ClusteredEstimate:
+def stacked_difference(
+    values_a,
+    clusters_a,
+    values_b,
+    clusters_b,
+    name: str,
+    *,
+    level: float = 0.95,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> ClusteredEstimate:
     """mean(a) − mean(b) from ``lm(y ~ 1 + is_a)`` on the stacked rows, CR2 clustered by vignette.
 
     Rows of a and b sharing a vignette are dependent; stacking with one cluster variable keeps
@@ -441,21 +594,54 @@ def stacked_difference(values_a, clusters_a, values_b, clusters_b, name: str, *,
     n_clusters = int(np.unique(groups).size)
     point = float(a.mean() - b.mean()) if a.size and b.size else None
     if point is None or n_clusters < max(min_clusters, 2):
-        return ClusteredEstimate(name, point, None, None, None, None, None, None, int(y.size), n_clusters, level,
-                                 verdict=Verdict.INCONCLUSIVE, note=f"{n_clusters} cluster(s) < {max(min_clusters, 2)}"
-                                 if point is not None else "no rows")
+        return ClusteredEstimate(
+            name,
+            point,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            int(y.size),
+            n_clusters,
+            level,
+            verdict=Verdict.INCONCLUSIVE,
+            note=f"{n_clusters} cluster(s) < {max(min_clusters, 2)}" if point is not None else "no rows",
+        )
     X = np.column_stack([np.ones(y.size), np.r_[np.ones(a.size), np.zeros(b.size)]])
     try:
         fit = cluster_robust_ols(X, y, groups, vcov="CR2", level=level, coef_names=("b", "a_minus_b"))
     except EstimationError:
-        return ClusteredEstimate(name, point, None, None, None, None, None, None, int(y.size), n_clusters, level,
-                                 verdict=Verdict.INCONCLUSIVE, note="no variation: no variance to estimate")
+        return ClusteredEstimate(
+            name,
+            point,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            int(y.size),
+            n_clusters,
+            level,
+            verdict=Verdict.INCONCLUSIVE,
+            note="no variation: no variance to estimate",
+        )
     return from_contrast(linear_contrast(fit, {"a_minus_b": 1.0}, label=name), name)
 
 
-def compare_judges(agree_a, agree_b, clusters, *, name: str = "judge A − judge B", level: float = 0.95,
-                   rng: int | None = 0, bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
-                   min_clusters: int = THRESHOLDS.min_clusters) -> ClusteredEstimate:
+def compare_judges(
+    agree_a,
+    agree_b,
+    clusters,
+    *,
+    name: str = "judge A − judge B",
+    level: float = 0.95,
+    rng: int | None = 0,
+    bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> ClusteredEstimate:
     """Paired difference in agreement of two judges on the same judged rows (NaN rows dropped).
 
     Estimand: P(A agrees) − P(B agrees) on a new vignette; the per-row difference is averaged and
@@ -464,14 +650,24 @@ def compare_judges(agree_a, agree_b, clusters, *, name: str = "judge A − judge
     a, b = np.asarray(agree_a, float), np.asarray(agree_b, float)
     groups = np.asarray(clusters).reshape(-1)
     if not (a.shape == b.shape == groups.shape):
-        raise InputError("paired comparison needs both judges' rows on the same items.",
-                         fix="align the two judges' agreement indicators item by item")
+        raise InputError(
+            "paired comparison needs both judges' rows on the same items.",
+            fix="align the two judges' agreement indicators item by item",
+        )
     ok = ~np.isnan(a) & ~np.isnan(b)
-    return clustered_mean(a[ok] - b[ok], groups[ok], name, level=level, rng=rng, bootstrap_draws=bootstrap_draws,
-                          min_clusters=min_clusters)
+    return clustered_mean(
+        a[ok] - b[ok],
+        groups[ok],
+        name,
+        level=level,
+        rng=rng,
+        bootstrap_draws=bootstrap_draws,
+        min_clusters=min_clusters,
+    )
 
 
 # --- judge selection --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class JudgeSelection:
@@ -494,21 +690,39 @@ class JudgeSelection:
     seed: int | None
 
     def to_frame(self) -> pd.DataFrame:
-        rows = [{"judge": judge, "split": "selection", "estimate": value, "selected": judge == self.selected}
-                for judge, value in self.selection_estimates.items()]
-        rows.append({"judge": self.selected, "split": "held-out", "estimate": self.heldout.estimate,
-                     "ci_low": self.heldout.ci_low, "ci_high": self.heldout.ci_high, "selected": True})
+        rows = [
+            {"judge": judge, "split": "selection", "estimate": value, "selected": judge == self.selected}
+            for judge, value in self.selection_estimates.items()
+        ]
+        rows.append(
+            {
+                "judge": self.selected,
+                "split": "held-out",
+                "estimate": self.heldout.estimate,
+                "ci_low": self.heldout.ci_low,
+                "ci_high": self.heldout.ci_high,
+                "selected": True,
+            }
+        )
         return pd.DataFrame(rows)
 
     def text(self) -> str:
-        return (f"{self.selected} chosen among {len(self.candidates)} judges on {len(self.selection_vignettes)} "
-                f"vignette(s) (agreement there {self.selection_estimates[self.selected]:.3f}, a winner's figure, "
-                f"biased upward); on {len(self.heldout_vignettes)} held-out vignette(s) it agrees "
-                f"{self.heldout.text()} (seed {self.seed})")
+        return (
+            f"{self.selected} chosen among {len(self.candidates)} judges on {len(self.selection_vignettes)} "
+            f"vignette(s) (agreement there {self.selection_estimates[self.selected]:.3f}, a winner's figure, "
+            f"biased upward); on {len(self.heldout_vignettes)} held-out vignette(s) it agrees "
+            f"{self.heldout.text()} (seed {self.seed})"
+        )
 
 
-def select_judge(agreement_by_judge: dict[str, tuple], *, heldout_fraction: float = 0.5, level: float = 0.95,
-                 rng: int | np.random.Generator = 0, min_clusters: int = THRESHOLDS.min_clusters) -> JudgeSelection:
+def select_judge(
+    agreement_by_judge: dict[str, tuple],
+    *,
+    heldout_fraction: float = 0.5,
+    level: float = 0.95,
+    rng: int | np.random.Generator = 0,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> JudgeSelection:
     """Choose the judge with the highest agreement on a seeded split of vignettes; report it on the rest.
 
     ``agreement_by_judge`` maps each candidate to ``(agree indicators, vignette of each row)``.
@@ -534,22 +748,44 @@ def select_judge(agreement_by_judge: dict[str, tuple], *, heldout_fraction: floa
     agree, clusters = (np.asarray(x) for x in agreement_by_judge[chosen])
     clusters = clusters.reshape(-1)
     in_sample_rows, heldout_rows = np.isin(clusters, selection), np.isin(clusters, heldout)
-    in_sample = clustered_mean(agree[in_sample_rows], clusters[in_sample_rows], f"{chosen} on its selection vignettes",
-                               level=level, rng=None, min_clusters=min_clusters)
-    held = clustered_mean(agree[heldout_rows], clusters[heldout_rows], f"{chosen} on held-out vignettes",
-                          level=level, rng=None, min_clusters=min_clusters)
-    return JudgeSelection(tuple(agreement_by_judge), chosen, tuple(map(str, selection)), tuple(map(str, heldout)),
-                          estimates, in_sample, held, seed)
+    in_sample = clustered_mean(
+        agree[in_sample_rows],
+        clusters[in_sample_rows],
+        f"{chosen} on its selection vignettes",
+        level=level,
+        rng=None,
+        min_clusters=min_clusters,
+    )
+    held = clustered_mean(
+        agree[heldout_rows],
+        clusters[heldout_rows],
+        f"{chosen} on held-out vignettes",
+        level=level,
+        rng=None,
+        min_clusters=min_clusters,
+    )
+    return JudgeSelection(
+        tuple(agreement_by_judge),
+        chosen,
+        tuple(map(str, selection)),
+        tuple(map(str, heldout)),
+        estimates,
+        in_sample,
+        held,
+        seed,
+    )
 
 
 # --- from tables: items, judged rows ----------------------------------------------------------
+
 
 def _pair_key(vignette, x, y) -> np.ndarray:
     """Key of the unordered pair {x, y} of a vignette."""
     x, y = np.asarray(x, dtype=str), np.asarray(y, dtype=str)
     low, high = np.where(x <= y, x, y), np.where(x <= y, y, x)
-    return np.char.add(np.char.add(np.asarray(vignette, dtype=str), "\x1f"),
-                       np.char.add(np.char.add(low, "\x1f"), high))
+    return np.char.add(
+        np.char.add(np.asarray(vignette, dtype=str), "\x1f"), np.char.add(np.char.add(low, "\x1f"), high)
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -582,8 +818,15 @@ def _frame(table) -> pd.DataFrame | None:
     return frame if len(frame) else None
 
 
-def calibration_items(*, human_pairs=None, human_ratings=None, judgments=None, source: str = "auto",
-                      min_margin: float = 0.0, split: str = "tie") -> CalibrationItems:
+def calibration_items(
+    *,
+    human_pairs=None,
+    human_ratings=None,
+    judgments=None,
+    source: str = "auto",
+    min_margin: float = 0.0,
+    split: str = "tie",
+) -> CalibrationItems:
     """Build calibration items from human pairwise labels or from human ratings.
 
     ``source="pairs"``: items are the labelled pairs; each rater's label (a, b, tie; a row with a
@@ -600,9 +843,13 @@ def calibration_items(*, human_pairs=None, human_ratings=None, judgments=None, s
     if source == "auto":
         source = "pairs" if pairs is not None else "ratings"
     if source == "pairs" and pairs is None:
-        raise InputError("calibration from pairwise labels needs a human_pairs table.", fix="add human_pairs to the claim's data")
+        raise InputError(
+            "calibration from pairwise labels needs a human_pairs table.", fix="add human_pairs to the claim's data"
+        )
     if source == "ratings" and ratings is None:
-        raise InputError("calibration from ratings needs a human_ratings table.", fix="add human_ratings to the claim's data")
+        raise InputError(
+            "calibration from ratings needs a human_ratings table.", fix="add human_ratings to the claim's data"
+        )
     if source == "pairs":
         return _items_from_pairs(pairs, split)
     return _items_from_ratings(ratings, pairs, judged, min_margin)
@@ -610,8 +857,14 @@ def calibration_items(*, human_pairs=None, human_ratings=None, judgments=None, s
 
 def _orient(keys, vignettes, a, b) -> pd.DataFrame:
     """One row per distinct key, oriented as its first appearance."""
-    frame = pd.DataFrame({"item_key": keys, "vignette_id": np.asarray(vignettes, dtype=str),
-                          "response_a": np.asarray(a, dtype=str), "response_b": np.asarray(b, dtype=str)})
+    frame = pd.DataFrame(
+        {
+            "item_key": keys,
+            "vignette_id": np.asarray(vignettes, dtype=str),
+            "response_a": np.asarray(a, dtype=str),
+            "response_b": np.asarray(b, dtype=str),
+        }
+    )
     return frame.drop_duplicates("item_key").reset_index(drop=True)
 
 
@@ -629,8 +882,10 @@ def _items_from_pairs(pairs: pd.DataFrame, split: str) -> CalibrationItems:
     labels = np.where(swapped, -labels, labels)
     duplicate = pd.Series(list(zip(index, rater_index))).duplicated()
     if duplicate.any():
-        raise InputError(f"{int(duplicate.sum())} pair(s) were labelled twice by the same rater.",
-                         fix="keep one label per (pair, rater)")
+        raise InputError(
+            f"{int(duplicate.sum())} pair(s) were labelled twice by the same rater.",
+            fix="keep one label per (pair, rater)",
+        )
     codes = np.full((len(items), len(raters)), np.nan)
     codes[index, rater_index] = labels
     items["human"] = majority_preference(codes, split=split)
@@ -644,14 +899,16 @@ def _items_from_ratings(ratings: pd.DataFrame, pairs, judged, min_margin: float)
     elif judged is not None:
         vig, a, b = judged["vignette_id"], judged["response_first"], judged["response_second"]
     else:
-        raise InputError("calibration from ratings needs the pairs to compare (human_pairs or judgments).",
-                         fix="add the judgments table")
+        raise InputError(
+            "calibration from ratings needs the pairs to compare (human_pairs or judgments).",
+            fix="add the judgments table",
+        )
     items = _orient(_pair_key(vig, a, b), vig, a, b)
     rated = items["response_a"].isin(scores.index) & items["response_b"].isin(scores.index)
     items = items[rated.to_numpy()].reset_index(drop=True)
     if items.empty:
         raise InputError("no compared pair has ratings of both responses.", fix="rate both responses of judged pairs")
-    differences = (scores.loc[items["response_a"]].to_numpy() - scores.loc[items["response_b"]].to_numpy())
+    differences = scores.loc[items["response_a"]].to_numpy() - scores.loc[items["response_b"]].to_numpy()
     codes = preference_from_difference(differences, 0.0)
     counted = (~np.isnan(differences)).sum(axis=1)
     mean = np.where(counted > 0, np.nansum(differences, axis=1) / np.maximum(counted, 1), np.nan)
@@ -673,14 +930,23 @@ def judged_rows(items: CalibrationItems, judgments, judge: str, invalid_as: str 
     index = pd.Index(items.items["item_key"]).get_indexer(keys)
     frame, index = frame[index >= 0], index[index >= 0]
     item = items.items.iloc[index]
-    return pd.DataFrame({
-        "item": index, "vignette_id": item["vignette_id"].to_numpy(),
-        "response_first": frame["response_first"].astype(str).to_numpy(),
-        "verdict": frame["verdict"].astype(str).to_numpy(),
-        "judge_code": verdict_to_preference(frame["verdict"].to_numpy(), frame["response_first"].to_numpy(),
-                                            frame["response_second"].to_numpy(), item["response_a"].to_numpy(),
-                                            item["response_b"].to_numpy(), invalid_as=invalid_as),
-        "human": item["human"].to_numpy()})
+    return pd.DataFrame(
+        {
+            "item": index,
+            "vignette_id": item["vignette_id"].to_numpy(),
+            "response_first": frame["response_first"].astype(str).to_numpy(),
+            "verdict": frame["verdict"].astype(str).to_numpy(),
+            "judge_code": verdict_to_preference(
+                frame["verdict"].to_numpy(),
+                frame["response_first"].to_numpy(),
+                frame["response_second"].to_numpy(),
+                item["response_a"].to_numpy(),
+                item["response_b"].to_numpy(),
+                invalid_as=invalid_as,
+            ),
+            "human": item["human"].to_numpy(),
+        }
+    )
 
 
 # --- one judge, everything -------------------------------------------------------------------
@@ -726,7 +992,7 @@ class CalibrationResult:
         """One row per figure: what, estimate, CR2 interval, cluster-bootstrap interval, n, G."""
         rows = [self.agreement_for(t) for t in TIE_POLICIES] + [self.kappa, self.weighted_kappa]
         rows += [r for r in (self.ceiling, self.gap_to_ceiling) if r is not None]
-        for other, agreement, difference in self.comparisons:
+        for _other, agreement, difference in self.comparisons:
             rows += [agreement, difference]
         frame = pd.DataFrame([r.as_row() for r in rows])
         frame.insert(0, "judge", self.judge)
@@ -748,20 +1014,42 @@ class CalibrationResult:
             f"Cohen's kappa {self.kappa.text()}; weighted kappa {self.weighted_kappa.text()}",
         ]
         if self.ceiling is not None:
-            lines.append(f"human-human ceiling (each rater vs the rest, leave one rater out): {self.ceiling.text()}; "
-                         f"judge minus ceiling {self.gap_to_ceiling.text()}")
+            lines.append(
+                f"human-human ceiling (each rater vs the rest, leave one rater out): {self.ceiling.text()}; "
+                f"judge minus ceiling {self.gap_to_ceiling.text()}"
+            )
         if self.alpha is not None:
             lines.append(f"Krippendorff's alpha across human raters: {self.alpha.text()}")
         for other, agreement, difference in self.comparisons:
-            lines.append(f"vs judge {other} on the same items: its agreement {agreement.text()}; "
-                         f"{self.judge} minus {other} {difference.text()}")
+            lines.append(
+                f"vs judge {other} on the same items: its agreement {agreement.text()}; "
+                f"{self.judge} minus {other} {difference.text()}"
+            )
         if self.selection is not None:
             lines.append("judge selection: " + self.selection.text())
         if self.ppi is not None:
             lines.append("judge-error-corrected (PPI++) win rate, human-preference scale: " + self.ppi.text())
-        table = tuple({k: v for k, v in row.items() if k in (
-            "judge", "name", "estimate", "ci_low", "ci_high", "boot_low", "boot_high", "df", "n", "n_clusters",
-            "note")} for row in self.to_frame().to_dict(orient="records"))
+        table = tuple(
+            {
+                k: v
+                for k, v in row.items()
+                if k
+                in (
+                    "judge",
+                    "name",
+                    "estimate",
+                    "ci_low",
+                    "ci_high",
+                    "boot_low",
+                    "boot_high",
+                    "df",
+                    "n",
+                    "n_clusters",
+                    "note",
+                )
+            }
+            for row in self.to_frame().to_dict(orient="records")
+        )
         return ReportSection("calibration", "Judge calibration against human preferences", tuple(lines), table)
 
 
@@ -773,26 +1061,55 @@ def _agree_series(rows: pd.DataFrame, ties: str) -> pd.Series:
     return pd.Series(values, index=pd.MultiIndex.from_arrays([rows["item"], rows["response_first"]]))
 
 
-def calibrate_judge(judge: str, *, judgments, human_pairs=None, human_ratings=None, source: str = "auto",
-                    min_margin: float = 0.0, split: str = "tie", invalid_as: str = "missing",
-                    other_judges: tuple[str, ...] | None = None, level: float = 0.95, seed: int = CHECK_SEED,
-                    bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
-                    min_clusters: int = THRESHOLDS.min_clusters) -> CalibrationResult:
+def calibrate_judge(
+    judge: str,
+    *,
+    judgments,
+    human_pairs=None,
+    human_ratings=None,
+    source: str = "auto",
+    min_margin: float = 0.0,
+    split: str = "tie",
+    invalid_as: str = "missing",
+    other_judges: tuple[str, ...] | None = None,
+    level: float = 0.95,
+    seed: int = CHECK_SEED,
+    bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> CalibrationResult:
     """Every calibration figure of ``judge``: agreement (3 tie policies), kappa, alpha, ceiling, comparisons.
 
     ``other_judges``: judges to compare with on the same judged orders and to select among
     (default: every other judge with verdicts on the items). Raises :class:`InputError` when the
     judge has no verdict on any human-labelled item.
     """
-    items = calibration_items(human_pairs=human_pairs, human_ratings=human_ratings, judgments=judgments,
-                              source=source, min_margin=min_margin, split=split)
+    items = calibration_items(
+        human_pairs=human_pairs,
+        human_ratings=human_ratings,
+        judgments=judgments,
+        source=source,
+        min_margin=min_margin,
+        split=split,
+    )
     rows = judged_rows(items, judgments, judge, invalid_as)
     if rows.empty:
-        raise InputError(f"judge {judge!r} judged none of the {len(items.items)} human-labelled pairs.",
-                         fix="judge the human-labelled pairs, or label pairs the judge saw")
+        raise InputError(
+            f"judge {judge!r} judged none of the {len(items.items)} human-labelled pairs.",
+            fix="judge the human-labelled pairs, or label pairs the judge saw",
+        )
     common = dict(level=level, bootstrap_draws=bootstrap_draws, min_clusters=min_clusters)
-    agreement = tuple(agreement_ci(rows["judge_code"], rows["human"], rows["vignette_id"], ties=t, rng=seed,
-                                   name=f"{judge} agreement ({t})", **common) for t in TIE_POLICIES)
+    agreement = tuple(
+        agreement_ci(
+            rows["judge_code"],
+            rows["human"],
+            rows["vignette_id"],
+            ties=t,
+            rng=seed,
+            name=f"{judge} agreement ({t})",
+            **common,
+        )
+        for t in TIE_POLICIES
+    )
     kappa = cohen_kappa(rows["judge_code"], rows["human"], rows["vignette_id"], rng=seed, **common)
     weighted = cohen_kappa(rows["judge_code"], rows["human"], rows["vignette_id"], weights="linear", rng=seed, **common)
     n_raters = items.rater_codes.shape[1]
@@ -800,15 +1117,29 @@ def calibrate_judge(judge: str, *, judgments, human_pairs=None, human_ratings=No
     alpha = ceiling = gap = None
     if n_raters >= 2:
         alpha = krippendorff_alpha(items.rater_codes, clusters, level=level, rng=seed, bootstrap_draws=bootstrap_draws)
-        ceiling = human_ceiling(items.rater_codes, clusters, rater_differences=items.rater_differences,
-                                min_margin=items.min_margin, split=split, rng=seed, **common)
-        own, rest = leave_one_rater_out(items.rater_codes, rater_differences=items.rater_differences,
-                                        min_margin=items.min_margin, split=split)
+        ceiling = human_ceiling(
+            items.rater_codes,
+            clusters,
+            rater_differences=items.rater_differences,
+            min_margin=items.min_margin,
+            split=split,
+            rng=seed,
+            **common,
+        )
+        own, rest = leave_one_rater_out(
+            items.rater_codes, rater_differences=items.rater_differences, min_margin=items.min_margin, split=split
+        )
         keep_h, agree_h = agreement_indicator(own.ravel(), rest.ravel(), GATE_TIE_POLICY)
         keep_j, agree_j = agreement_indicator(rows["judge_code"], rows["human"], GATE_TIE_POLICY)
-        gap = stacked_difference(agree_j, rows["vignette_id"].to_numpy()[keep_j], agree_h,
-                                 np.repeat(clusters, n_raters)[keep_h], f"{judge} minus human ceiling",
-                                 level=level, min_clusters=min_clusters)
+        gap = stacked_difference(
+            agree_j,
+            rows["vignette_id"].to_numpy()[keep_j],
+            agree_h,
+            np.repeat(clusters, n_raters)[keep_h],
+            f"{judge} minus human ceiling",
+            level=level,
+            min_clusters=min_clusters,
+        )
     frame = _frame(judgments)
     if other_judges is None:
         other_judges = tuple(j for j in pd.unique(frame["judge"].astype(str)) if j != judge)
@@ -823,29 +1154,58 @@ def calibrate_judge(judge: str, *, judgments, human_pairs=None, human_ratings=No
         common_index = mine.index.intersection(theirs.index)
         keep_o, agree_o = agreement_indicator(other_rows["judge_code"], other_rows["human"], GATE_TIE_POLICY)
         candidates[other] = (agree_o, other_rows["vignette_id"].to_numpy()[keep_o])
-        comparisons.append((other,
-                            agreement_ci(other_rows["judge_code"], other_rows["human"], other_rows["vignette_id"],
-                                         ties=GATE_TIE_POLICY, rng=seed, name=f"{other} agreement ({GATE_TIE_POLICY})",
-                                         **common),
-                            compare_judges(mine.loc[common_index].to_numpy(), theirs.loc[common_index].to_numpy(),
-                                           vignette_of_item[common_index.get_level_values(0)],
-                                           name=f"{judge} minus {other} (paired)", rng=seed, **common)))
+        comparisons.append(
+            (
+                other,
+                agreement_ci(
+                    other_rows["judge_code"],
+                    other_rows["human"],
+                    other_rows["vignette_id"],
+                    ties=GATE_TIE_POLICY,
+                    rng=seed,
+                    name=f"{other} agreement ({GATE_TIE_POLICY})",
+                    **common,
+                ),
+                compare_judges(
+                    mine.loc[common_index].to_numpy(),
+                    theirs.loc[common_index].to_numpy(),
+                    vignette_of_item[common_index.get_level_values(0)],
+                    name=f"{judge} minus {other} (paired)",
+                    rng=seed,
+                    **common,
+                ),
+            )
+        )
     selection = None
     if len(candidates) >= 2:
         selection = select_judge(candidates, level=level, rng=seed, min_clusters=min_clusters)
     n_items_judged = rows["item"].nunique()
     return CalibrationResult(
-        judge=judge, source=items.source, min_margin=items.min_margin, invalid_as=invalid_as,
-        n_items=int(len(items.items)), n_items_human_tie=int((items.items["human"] == TIE).sum()),
-        n_rows=int(len(rows)), n_invalid=int((rows["verdict"] == "invalid").sum()),
-        n_orders_per_item=float(len(rows) / n_items_judged), agreement=agreement,
-        metrics=classification_metrics(rows["judge_code"], rows["human"]), kappa=kappa, weighted_kappa=weighted,
-        alpha=alpha, ceiling=ceiling, gap_to_ceiling=gap, comparisons=tuple(comparisons), selection=selection,
-        ppi=None, level=level, seed=seed)
+        judge=judge,
+        source=items.source,
+        min_margin=items.min_margin,
+        invalid_as=invalid_as,
+        n_items=int(len(items.items)),
+        n_items_human_tie=int((items.items["human"] == TIE).sum()),
+        n_rows=int(len(rows)),
+        n_invalid=int((rows["verdict"] == "invalid").sum()),
+        n_orders_per_item=float(len(rows) / n_items_judged),
+        agreement=agreement,
+        metrics=classification_metrics(rows["judge_code"], rows["human"]),
+        kappa=kappa,
+        weighted_kappa=weighted,
+        alpha=alpha,
+        ceiling=ceiling,
+        gap_to_ceiling=gap,
+        comparisons=tuple(comparisons),
+        selection=selection,
+        ppi=None,
+        level=level,
+        seed=seed,
+    )
 
 
-def ppi_winrate(contests, items: CalibrationItems, *, level: float = 0.95,
-                min_clusters: int = THRESHOLDS.min_clusters):
+def ppi_winrate(contests, items: CalibrationItems, *, level: float = 0.95, min_clusters: int = THRESHOLDS.min_clusters):
     """PPI++ win rate of the contests' policy on the human-preference scale (clustered by vignette).
 
     Y = 1 when humans prefer the policy's response, ½ on a human tie, 0 otherwise (on contests
@@ -855,7 +1215,8 @@ def ppi_winrate(contests, items: CalibrationItems, *, level: float = 0.95,
     from honestci.audit.stats.ppi import ppi_mean_clustered
 
     scored = contests.scores("both_orders").frame.merge(
-        contests.frame[["contest_id", "policy_response", "opponent_response"]], on="contest_id")
+        contests.frame[["contest_id", "policy_response", "opponent_response"]], on="contest_id"
+    )
     keys = _pair_key(scored["vignette_id"], scored["policy_response"], scored["opponent_response"])
     index = pd.Index(items.items["item_key"]).get_indexer(keys)
     labelled = index >= 0
@@ -868,11 +1229,19 @@ def ppi_winrate(contests, items: CalibrationItems, *, level: float = 0.95,
     ok = ~np.isnan(y)
     f = scored["score"].to_numpy()
     vignettes = scored["vignette_id"].to_numpy()
-    return ppi_mean_clustered(y[ok], f[labelled][ok], f[~labelled], vignettes[labelled][ok], vignettes[~labelled],
-                              level=level, min_clusters=min_clusters)
+    return ppi_mean_clustered(
+        y[ok],
+        f[labelled][ok],
+        f[~labelled],
+        vignettes[labelled][ok],
+        vignettes[~labelled],
+        level=level,
+        min_clusters=min_clusters,
+    )
 
 
 # --- the audit check and gate -----------------------------------------------------------------
+
 
 @register_check("calibration")
 def _calibration_check(context) -> CalibrationResult | None:
@@ -882,11 +1251,18 @@ def _calibration_check(context) -> CalibrationResult | None:
     thresholds = context.claim.thresholds
     level = thresholds.confidence_level
     try:
-        result = calibrate_judge(context.contests.judge, judgments=study.judgments, human_pairs=study.human_pairs,
-                                 human_ratings=study.human_ratings, level=level, min_clusters=thresholds.min_clusters,
-                                 seed=context.seed)
-        items = calibration_items(human_pairs=study.human_pairs, human_ratings=study.human_ratings,
-                                  judgments=study.judgments)
+        result = calibrate_judge(
+            context.contests.judge,
+            judgments=study.judgments,
+            human_pairs=study.human_pairs,
+            human_ratings=study.human_ratings,
+            level=level,
+            min_clusters=thresholds.min_clusters,
+            seed=context.seed,
+        )
+        items = calibration_items(
+            human_pairs=study.human_pairs, human_ratings=study.human_ratings, judgments=study.judgments
+        )
     except InputError:
         return None
     from dataclasses import replace
@@ -901,28 +1277,51 @@ def gate_judge_calibrated(result: CalibrationResult | None, thresholds: Threshol
     INCONCLUSIVE when there is no human data or no honest interval."""
     name = "judge_calibrated"
     if result is None:
-        return GateResult(name, Verdict.INCONCLUSIVE,
-                          "not run: needs human preference labels (human_pairs or human_ratings) on pairs the judge judged")
+        return GateResult(
+            name,
+            Verdict.INCONCLUSIVE,
+            "not run: needs human preference labels (human_pairs or human_ratings) on pairs the judge judged",
+        )
     agreement = result.agreement_for(GATE_TIE_POLICY)
-    evidence = {"agreement": agreement.as_row(), "min_judge_agreement": thresholds.min_judge_agreement,
-                "max_judge_ceiling_gap": thresholds.max_judge_ceiling_gap,
-                "gap_to_ceiling": None if result.gap_to_ceiling is None else result.gap_to_ceiling.as_row()}
+    evidence = {
+        "agreement": agreement.as_row(),
+        "min_judge_agreement": thresholds.min_judge_agreement,
+        "max_judge_ceiling_gap": thresholds.max_judge_ceiling_gap,
+        "gap_to_ceiling": None if result.gap_to_ceiling is None else result.gap_to_ceiling.as_row(),
+    }
     if not agreement.reportable:
-        return GateResult(name, Verdict.INCONCLUSIVE, f"no honest interval for the agreement: {agreement.note}", evidence)
+        return GateResult(
+            name, Verdict.INCONCLUSIVE, f"no honest interval for the agreement: {agreement.note}", evidence
+        )
     if agreement.ci_low < thresholds.min_judge_agreement:
-        return GateResult(name, Verdict.FAIL, f"agreement {agreement.text()}: CI-low below "
-                          f"{thresholds.min_judge_agreement:.2f}", evidence)
+        return GateResult(
+            name,
+            Verdict.FAIL,
+            f"agreement {agreement.text()}: CI-low below {thresholds.min_judge_agreement:.2f}",
+            evidence,
+        )
     message = f"agreement {agreement.text()} >= {thresholds.min_judge_agreement:.2f}"
     gap = result.gap_to_ceiling
     if gap is None or not gap.reportable:
-        return GateResult(name, Verdict.WARN, message + "; no human ceiling to compare with (needs 2+ raters)", evidence)
+        return GateResult(
+            name, Verdict.WARN, message + "; no human ceiling to compare with (needs 2+ raters)", evidence
+        )
     tolerance = thresholds.max_judge_ceiling_gap
     if gap.ci_high < -tolerance:
-        return GateResult(name, Verdict.FAIL, message + f"; but materially below the human ceiling: judge minus "
-                          f"ceiling {gap.text()} lies below -{tolerance:.2f}", evidence)
+        return GateResult(
+            name,
+            Verdict.FAIL,
+            message + f"; but materially below the human ceiling: judge minus "
+            f"ceiling {gap.text()} lies below -{tolerance:.2f}",
+            evidence,
+        )
     if gap.estimate < -tolerance:
-        return GateResult(name, Verdict.WARN, message + f"; judge minus ceiling {gap.text()}: possibly more than "
-                          f"{tolerance:.2f} below the human ceiling", evidence)
+        return GateResult(
+            name,
+            Verdict.WARN,
+            message + f"; judge minus ceiling {gap.text()}: possibly more than {tolerance:.2f} below the human ceiling",
+            evidence,
+        )
     return GateResult(name, Verdict.PASS, message + f"; judge minus human ceiling {gap.text()}", evidence)
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from honestci.audit.stats import iid
 from honestci.audit.policy import GateResult, Verdict
+from honestci.audit.stats import iid
 from honestci.audit.stats.intervals import IntervalTable
 from honestci.audit.stats.winrate import IID_METHODS
 
@@ -77,10 +77,15 @@ class ClaimedFigureAudit:
     def gate(self) -> GateResult:
         """``claimed_figures_reproduce``: FAIL when a figure does not reproduce or is mislabelled."""
         flags = self.all_flags()
-        evidence = {"point": self.point, "n": self.n, "n_effective": self.n_effective,
-                    "reproducing_methods": list(self.reproducing_methods), "flags": list(flags),
-                    "stated": self.stated,
-                    "table": {system: list(audit.reproducing_methods) for system, audit in self.table_rows}}
+        evidence = {
+            "point": self.point,
+            "n": self.n,
+            "n_effective": self.n_effective,
+            "reproducing_methods": list(self.reproducing_methods),
+            "flags": list(flags),
+            "stated": self.stated,
+            "table": {system: list(audit.reproducing_methods) for system, audit in self.table_rows},
+        }
         failing = [f for f in flags if f.startswith("FAIL")]
         warning = [f for f in flags if f.startswith("WARN")]
         if failing:
@@ -88,8 +93,12 @@ class ClaimedFigureAudit:
         if warning:
             return GateResult("claimed_figures_reproduce", Verdict.WARN, "; ".join(f[6:] for f in warning), evidence)
         methods = ", ".join(self.reproducing_methods) or "no interval stated"
-        return GateResult("claimed_figures_reproduce", Verdict.PASS,
-                          f"stated figures reproduce from the raw data (interval: {methods})", evidence)
+        return GateResult(
+            "claimed_figures_reproduce",
+            Verdict.PASS,
+            f"stated figures reproduce from the raw data (interval: {methods})",
+            evidence,
+        )
 
 
 def audit_claimed_figures(stated: dict, intervals: IntervalTable) -> ClaimedFigureAudit:
@@ -110,8 +119,9 @@ def audit_claimed_figures(stated: dict, intervals: IntervalTable) -> ClaimedFigu
             checks.append(MethodCheck(row.method, "raw data", row.ci_low, row.ci_high, ok))
         if stated.get("point") is not None and stated.get("n") is not None:
             for method in IID_METHODS:
-                low, high = iid.proportion_ci(stated["point"] * stated["n"], int(stated["n"]), method=method,
-                                              level=stated.get("level", 0.95))
+                low, high = iid.proportion_ci(
+                    stated["point"] * stated["n"], int(stated["n"]), method=method, level=stated.get("level", 0.95)
+                )
                 ok = all(reproduces(v, bounds[k]) for k, v in (("ci_low", low), ("ci_high", high)) if k in bounds)
                 checks.append(MethodCheck(method, "stated point and n", low, high, ok))
 
@@ -125,22 +135,40 @@ def audit_claimed_figures(stated: dict, intervals: IntervalTable) -> ClaimedFigu
     if bounds and not matched:
         flags.append("FAIL: no interval method reproduces the stated interval")
     elif bounds and stated_method and stated_method not in matched:
-        flags.append(f"FAIL: the stated method '{stated_method}' does not reproduce the interval; "
-                     f"{', '.join(dict.fromkeys(matched))} does")
-    elif bounds and not stated_method and all(m in IID_METHODS for m in matched) \
-            and reference.design_effect >= UNLABELLED_IID_DEFF:
-        flags.append(f"WARN: an unlabelled iid interval ({', '.join(dict.fromkeys(matched))}) is presented while "
-                     f"contests cluster on {reference.n_clusters} vignettes (design effect "
-                     f"{reference.design_effect:.1f}, n_effective {reference.n_effective:.1f} of n {n})")
+        flags.append(
+            f"FAIL: the stated method '{stated_method}' does not reproduce the interval; "
+            f"{', '.join(dict.fromkeys(matched))} does"
+        )
+    elif (
+        bounds
+        and not stated_method
+        and all(m in IID_METHODS for m in matched)
+        and reference.design_effect >= UNLABELLED_IID_DEFF
+    ):
+        flags.append(
+            f"WARN: an unlabelled iid interval ({', '.join(dict.fromkeys(matched))}) is presented while "
+            f"contests cluster on {reference.n_clusters} vignettes (design effect "
+            f"{reference.design_effect:.1f}, n_effective {reference.n_effective:.1f} of n {n})"
+        )
     if stated.get("n") is not None and n_ok and reference.design_effect >= UNLABELLED_IID_DEFF:
         # n counted in contests misleads only when the interval beside it does not account for
         # clustering; beside a clustered interval it is a note.
         severity = "NOTE" if stated_method and stated_method not in IID_METHODS else "WARN"
         if severity == "NOTE" or not stated_method:
-            flags.append(f"{severity}: n is counted in contests ({n}) although n_effective is "
-                         f"{reference.n_effective:.1f}")
-    return ClaimedFigureAudit(dict(stated), point, n, float(reference.n_effective), float(reference.design_effect),
-                              point_ok, n_ok, tuple(checks), tuple(flags))
+            flags.append(
+                f"{severity}: n is counted in contests ({n}) although n_effective is {reference.n_effective:.1f}"
+            )
+    return ClaimedFigureAudit(
+        dict(stated),
+        point,
+        n,
+        float(reference.n_effective),
+        float(reference.design_effect),
+        point_ok,
+        n_ok,
+        tuple(checks),
+        tuple(flags),
+    )
 
 
 def audit_claimed_table(headline: ClaimedFigureAudit, rows: dict[str, ClaimedFigureAudit]) -> ClaimedFigureAudit:
@@ -149,11 +177,13 @@ def audit_claimed_table(headline: ClaimedFigureAudit, rows: dict[str, ClaimedFig
     from dataclasses import replace
 
     with_intervals = {"headline": headline, **rows}
-    method_sets = {name: set(audit.reproducing_methods) for name, audit in with_intervals.items()
-                   if audit.reproducing_methods}
+    method_sets = {
+        name: set(audit.reproducing_methods) for name, audit in with_intervals.items() if audit.reproducing_methods
+    }
     table_flags = []
     if len(method_sets) > 1 and not set.intersection(*method_sets.values()):
         listed = "; ".join(f"{name}: {', '.join(sorted(methods))}" for name, methods in method_sets.items())
-        table_flags.append(f"WARN: rows of one table use different interval methods ({listed}); "
-                           "state one method per column")
+        table_flags.append(
+            f"WARN: rows of one table use different interval methods ({listed}); state one method per column"
+        )
     return replace(headline, table_rows=tuple(rows.items()), table_flags=tuple(table_flags))

@@ -33,16 +33,16 @@ from __future__ import annotations
 import gzip
 import re
 import unicodedata
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from honestci.audit.checks.registry import ReportSection, register_check
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import GateResult, Verdict
 from honestci.audit.gates import register_gate
+from honestci.audit.policy import GateResult, Verdict
 
 DEFAULT_NGRAM = 8
 GPT3_NGRAM = 13
@@ -59,7 +59,8 @@ _NON_WORD = re.compile(r"[\W_]+")
 #: ASCII bytes: letters lower-cased, digits kept, everything else a space; bytes >= 128 kept.
 _ASCII_TABLE = bytes(
     (b + 32 if 65 <= b <= 90 else b) if (48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122 or b >= 128) else 32
-    for b in range(256))
+    for b in range(256)
+)
 _BYTE_TABLE = np.frombuffer(_ASCII_TABLE, np.uint8)
 #: A bitmap that lets every n-gram through (1 bit of hash, both values set).
 _PASS_ALL = (np.array([3], np.uint64), 63)
@@ -119,8 +120,7 @@ class HashedChunk:
     n_tokens: np.ndarray  # per document
 
 
-def hash_documents(texts: Sequence[str] | EncodedDocuments, n: int, prefilter: "NgramIndex | None" = None
-                   ) -> HashedChunk:
+def hash_documents(texts: Sequence[str] | EncodedDocuments, n: int, prefilter: NgramIndex | None = None) -> HashedChunk:
     """Hash the word n-grams of every text in one compiled pass (see the module docstring).
 
     Token hash t = splitmix64(FNV-1a-64(token bytes)); the n-gram starting at token i hashes to
@@ -136,8 +136,9 @@ def hash_documents(texts: Sequence[str] | EncodedDocuments, n: int, prefilter: "
         raise InputError(f"prefilter index has n = {prefilter.n}, not {n}", fix="hash with the index's n")
     encoded = texts if isinstance(texts, EncodedDocuments) else encode_documents(texts)
     bitmap, shift = (prefilter.bitmap, prefilter.bitmap_shift) if prefilter is not None else _PASS_ALL
-    hashes, doc, position, n_tokens = ngram_hashes(encoded.buffer, encoded.starts, _BYTE_TABLE, n, bitmap,
-                                                   np.uint64(shift))
+    hashes, doc, position, n_tokens = ngram_hashes(
+        encoded.buffer, encoded.starts, _BYTE_TABLE, n, bitmap, np.uint64(shift)
+    )
     return HashedChunk(hashes, doc, position, n_tokens)
 
 
@@ -165,7 +166,7 @@ def reference_ngram_hashes(text: str, n: int) -> list[int]:
     out = []
     for i in range(len(tokens) - n + 1):
         h = 0
-        for t in tokens[i: i + n]:
+        for t in tokens[i : i + n]:
             h = (h * _NGRAM_BASE + t) & _MASK
         out.append(_mix(h))
     return out
@@ -198,8 +199,12 @@ class NgramIndex:
 
     @property
     def nbytes(self) -> int:
-        return int(sum(a.nbytes for a in (self.keys, self.occurrence_start, self.occurrence_item,
-                                           self.occurrence_position, self.bitmap)))
+        return int(
+            sum(
+                a.nbytes
+                for a in (self.keys, self.occurrence_start, self.occurrence_item, self.occurrence_position, self.bitmap)
+            )
+        )
 
     def lookup(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(indices into ``hashes`` that are in the index, their key indices)."""
@@ -229,17 +234,32 @@ def build_index(items: Mapping[str, str], n: int = DEFAULT_NGRAM) -> NgramIndex:
     np.bitwise_or.at(bitmap, slots >> np.uint64(6), np.uint64(1) << (slots & np.uint64(63)))
     key_of_row = np.repeat(np.arange(keys.size), np.diff(starts))
     item_keys = tuple(np.unique(key_of_row[doc == j]) for j in range(len(ids)))
-    return NgramIndex(n, ids, item_ngrams, chunk.n_tokens, keys, starts, doc.astype(np.int32),
-                      position.astype(np.int32), bitmap, shift, item_keys)
+    return NgramIndex(
+        n,
+        ids,
+        item_ngrams,
+        chunk.n_tokens,
+        keys,
+        starts,
+        doc.astype(np.int32),
+        position.astype(np.int32),
+        bitmap,
+        shift,
+        item_keys,
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Reading corpora in bounded chunks
 
 
-def iter_corpus(path: str | Path, text_field: str = "text", id_field: str | None = "doc_id",
-                chunk_bytes: int = DEFAULT_CHUNK_BYTES, byte_range: tuple[int, int] | None = None
-                ) -> Iterator[tuple[list[str], list[str]]]:
+def iter_corpus(
+    path: str | Path,
+    text_field: str = "text",
+    id_field: str | None = "doc_id",
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    byte_range: tuple[int, int] | None = None,
+) -> Iterator[tuple[list[str], list[str]]]:
     """Yield (doc ids, texts) batches of about ``chunk_bytes`` from one corpus file.
 
     Formats by suffix: ``.jsonl``/``.json``/``.ndjson`` (one object per line; ``.gz`` allowed),
@@ -287,7 +307,10 @@ def iter_corpus(path: str | Path, text_field: str = "text", id_field: str | None
                 newlines = len(lines) - 1
                 if block.endswith(b"\n"):
                     lines.pop()
-                ids, texts = [locate(k) for k in range(len(lines))], [raw.decode("utf-8", errors="replace") for raw in lines]
+                ids, texts = (
+                    [locate(k) for k in range(len(lines))],
+                    [raw.decode("utf-8", errors="replace") for raw in lines],
+                )
             yield ids, texts
             position += len(block)
             if line_number is not None:
@@ -310,8 +333,9 @@ class _Locator:
         return f"{self.name}@{self.position + self._line_starts[k]}"
 
 
-def _parse_jsonl_block(block: bytes, locate: _Locator, text_field: str, id_field: str | None, loads
-                       ) -> tuple[list[str], list[str], int]:
+def _parse_jsonl_block(
+    block: bytes, locate: _Locator, text_field: str, id_field: str | None, loads
+) -> tuple[list[str], list[str], int]:
     """(ids, texts, newlines in the block) of a block of whole JSONL lines."""
     from honestci.audit.checks.ngram_kernel import jsonl_as_array
 
@@ -355,8 +379,11 @@ def _iter_parquet(path: Path, text_field: str, id_field: str | None, chunk_bytes
     row = 0
     for batch in parquet.iter_batches(batch_size=max(1, chunk_bytes // 2048), columns=columns):
         texts = batch.column(text_field).to_pylist()
-        ids = (batch.column(id_field).to_pylist() if len(columns) == 2
-               else [f"{path.name}:{row + k + 1}" for k in range(len(texts))])
+        ids = (
+            batch.column(id_field).to_pylist()
+            if len(columns) == 2
+            else [f"{path.name}:{row + k + 1}" for k in range(len(texts))]
+        )
         row += len(texts)
         yield [str(i) for i in ids], [t or "" for t in texts]
 
@@ -389,7 +416,7 @@ class _Matches:
     n_docs: int = 0
     n_bytes: int = 0
 
-    def merge(self, other: "_Matches") -> None:
+    def merge(self, other: _Matches) -> None:
         offset = len(self.doc_ids)
         self.doc_ids += other.doc_ids
         self.doc += [d + offset for d in other.doc]
@@ -401,8 +428,13 @@ class _Matches:
         self.n_bytes += other.n_bytes
 
 
-def scan_batch(index: NgramIndex, ids: Sequence[str], texts: Sequence[str],
-               near_index: NgramIndex | None = None, near_threshold: float = NEAR_THRESHOLD) -> _Matches:
+def scan_batch(
+    index: NgramIndex,
+    ids: Sequence[str],
+    texts: Sequence[str],
+    near_index: NgramIndex | None = None,
+    near_threshold: float = NEAR_THRESHOLD,
+) -> _Matches:
     """Matches of one batch of documents against the index (only matching documents are kept)."""
     encoded = encode_documents(texts)
     out = _Matches(n_docs=len(texts), n_bytes=sum(map(len, texts)))
@@ -411,7 +443,9 @@ def scan_batch(index: NgramIndex, ids: Sequence[str], texts: Sequence[str],
     if rows.size:
         counts = index.occurrence_start[keys + 1] - index.occurrence_start[keys]
         expanded_rows = np.repeat(rows, counts)
-        occurrence = np.repeat(index.occurrence_start[keys] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        occurrence = np.repeat(index.occurrence_start[keys] - np.cumsum(counts) + counts, counts) + np.arange(
+            counts.sum()
+        )
         docs = chunk.doc[expanded_rows]
         matched_docs, local = np.unique(docs, return_inverse=True)
         out.doc_ids = [ids[d] for d in matched_docs]
@@ -424,8 +458,9 @@ def scan_batch(index: NgramIndex, ids: Sequence[str], texts: Sequence[str],
     return out
 
 
-def _near_duplicates(index: NgramIndex, ids, encoded: EncodedDocuments, threshold: float
-                     ) -> list[tuple[int, str, float]]:
+def _near_duplicates(
+    index: NgramIndex, ids, encoded: EncodedDocuments, threshold: float
+) -> list[tuple[int, str, float]]:
     """(item, doc id, Jaccard): per document, the item whose shingle set best matches a window.
 
     Candidates: a document holding at least ``threshold`` of an item's distinct shingles (a
@@ -444,10 +479,12 @@ def _near_duplicates(index: NgramIndex, ids, encoded: EncodedDocuments, threshol
         doc_keys = np.unique(keys[docs == d])
         # distinct shared shingles per item, from the index's occurrence lists (vectorised)
         starts, stops = index.occurrence_start[doc_keys], index.occurrence_start[doc_keys + 1]
-        occurrences = np.repeat(starts - np.cumsum(stops - starts) + (stops - starts), stops - starts) + \
-            np.arange(int((stops - starts).sum()))
-        pairs = np.unique(index.occurrence_item[occurrences].astype(np.int64) * index.keys.size
-                          + key_items[occurrences])
+        occurrences = np.repeat(starts - np.cumsum(stops - starts) + (stops - starts), stops - starts) + np.arange(
+            int((stops - starts).sum())
+        )
+        pairs = np.unique(
+            index.occurrence_item[occurrences].astype(np.int64) * index.keys.size + key_items[occurrences]
+        )
         shared = np.bincount(pairs // index.keys.size, minlength=len(index.item_ids))
         sizes = np.array([k.size for k in index.item_keys])
         candidates = np.flatnonzero((sizes > 0) & (shared >= threshold * sizes))
@@ -458,8 +495,9 @@ def _near_duplicates(index: NgramIndex, ids, encoded: EncodedDocuments, threshol
                 start, stop = encoded.starts[d], encoded.starts[d + 1]
                 one_doc = EncodedDocuments(encoded.buffer[start:stop], np.array([0, stop - start], np.int64))
                 doc_hashes = hash_documents(one_doc, index.n).hashes.tolist()
-            scores[item] = _best_window_jaccard(doc_hashes, set(index.keys[index.item_keys[item]].tolist()),
-                                                int(index.item_ngrams[item]))
+            scores[item] = _best_window_jaccard(
+                doc_hashes, set(index.keys[index.item_keys[item]].tolist()), int(index.item_ngrams[item])
+            )
         # a document is attributed to its best-matching item(s): templated answers share phrases
         # with their siblings, which would otherwise all be flagged by one copied answer
         top = max(scores.values(), default=0.0)
@@ -520,9 +558,11 @@ class LeakageScan:
 
     def __str__(self) -> str:
         flagged = self.items[self.items["matched_ngrams"] > 0]
-        return (f"{self.n}-gram scan of {self.n_docs} documents ({self.n_bytes / 1e6:.1f} MB): "
-                f"{len(self.leaked_items)} leaked item(s), {len(self.near_duplicate_items)} near-duplicate(s)\n"
-                + flagged.to_string(index=False))
+        return (
+            f"{self.n}-gram scan of {self.n_docs} documents ({self.n_bytes / 1e6:.1f} MB): "
+            f"{len(self.leaked_items)} leaked item(s), {len(self.near_duplicate_items)} near-duplicate(s)\n"
+            + flagged.to_string(index=False)
+        )
 
 
 def summarize_matches(index: NgramIndex, matches: _Matches, min_overlap: float, seconds: float = 0.0) -> LeakageScan:
@@ -562,31 +602,50 @@ def summarize_matches(index: NgramIndex, matches: _Matches, min_overlap: float, 
     for i, doc_id, jaccard in matches.near:
         if jaccard > near.get(i, (0.0, None))[0]:
             near[i] = (jaccard, doc_id)
-    items = pd.DataFrame({
-        "item_id": list(index.item_ids), "n_tokens": index.item_tokens, "n_ngrams": n_ngrams,
-        "matched_ngrams": matched, "overlap": overlap,
-        "longest_span": np.where(longest > 0, longest + index.n - 1, 0),
-        "n_docs": [len(x) for x in docs_of], "doc_ids": [";".join(sorted(x)) for x in docs_of],
-        "leaked": overlap >= min_overlap,
-        "near_duplicate": [i in near for i in range(n_items)],
-        "near_jaccard": [near[i][0] if i in near else np.nan for i in range(n_items)],
-        "near_doc_id": [near[i][1] if i in near else None for i in range(n_items)],
-    })
+    items = pd.DataFrame(
+        {
+            "item_id": list(index.item_ids),
+            "n_tokens": index.item_tokens,
+            "n_ngrams": n_ngrams,
+            "matched_ngrams": matched,
+            "overlap": overlap,
+            "longest_span": np.where(longest > 0, longest + index.n - 1, 0),
+            "n_docs": [len(x) for x in docs_of],
+            "doc_ids": [";".join(sorted(x)) for x in docs_of],
+            "leaked": overlap >= min_overlap,
+            "near_duplicate": [i in near for i in range(n_items)],
+            "near_jaccard": [near[i][0] if i in near else np.nan for i in range(n_items)],
+            "near_doc_id": [near[i][1] if i in near else None for i in range(n_items)],
+        }
+    )
     doc_rows = []
     if doc.size:
         for dd in np.unique(doc):
             sel = doc == dd
             names = sorted({index.item_ids[i] for i in item[sel].tolist()})
-            doc_rows.append({"doc_id": matches.doc_ids[dd], "matched_ngrams": int(np.unique(doc_pos[sel]).size),
-                             "items": ";".join(names),
-                             "leaks": ";".join(n for n in names if bool(items.loc[index.item_ids.index(n), "leaked"]))})
+            doc_rows.append(
+                {
+                    "doc_id": matches.doc_ids[dd],
+                    "matched_ngrams": int(np.unique(doc_pos[sel]).size),
+                    "items": ";".join(names),
+                    "leaks": ";".join(n for n in names if bool(items.loc[index.item_ids.index(n), "leaked"])),
+                }
+            )
     documents = pd.DataFrame(doc_rows, columns=["doc_id", "matched_ngrams", "items", "leaks"])
     return LeakageScan(index.n, min_overlap, items, documents, matches.n_docs, matches.n_bytes, seconds)
 
 
-def scan_corpus(index: NgramIndex, paths: Iterable[str | Path] | str | Path, *, text_field: str = "text",
-                id_field: str | None = "doc_id", min_overlap: float = 0.5, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                near_index: NgramIndex | None = None, near_threshold: float = NEAR_THRESHOLD) -> LeakageScan:
+def scan_corpus(
+    index: NgramIndex,
+    paths: Iterable[str | Path] | str | Path,
+    *,
+    text_field: str = "text",
+    id_field: str | None = "doc_id",
+    min_overlap: float = 0.5,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    near_index: NgramIndex | None = None,
+    near_threshold: float = NEAR_THRESHOLD,
+) -> LeakageScan:
     """Stream corpus files through the index, one chunk at a time (memory: index + one chunk).
 
     Parameters
@@ -617,14 +676,24 @@ def scan_corpus(index: NgramIndex, paths: Iterable[str | Path] | str | Path, *, 
     return summarize_matches(index, total, min_overlap, time.perf_counter() - started)
 
 
-def scan_texts(index: NgramIndex, ids: Sequence[str], texts: Sequence[str], *, min_overlap: float = 0.5,
-               near_index: NgramIndex | None = None, near_threshold: float = NEAR_THRESHOLD,
-               batch_docs: int = 4096) -> LeakageScan:
+def scan_texts(
+    index: NgramIndex,
+    ids: Sequence[str],
+    texts: Sequence[str],
+    *,
+    min_overlap: float = 0.5,
+    near_index: NgramIndex | None = None,
+    near_threshold: float = NEAR_THRESHOLD,
+    batch_docs: int = 4096,
+) -> LeakageScan:
     """:func:`scan_corpus` for documents already in memory (e.g. a study's corpus table)."""
     total = _Matches()
     for start in range(0, len(texts), batch_docs):
-        total.merge(scan_batch(index, ids[start: start + batch_docs], texts[start: start + batch_docs],
-                               near_index, near_threshold))
+        total.merge(
+            scan_batch(
+                index, ids[start : start + batch_docs], texts[start : start + batch_docs], near_index, near_threshold
+            )
+        )
     return summarize_matches(index, total, min_overlap)
 
 
@@ -638,18 +707,28 @@ def byte_ranges(path: str | Path, block_bytes: int) -> list[tuple[int, int]]:
     return [(start, min(size, start + block_bytes)) for start in range(0, size, block_bytes)] or [(0, 0)]
 
 
-def _scan_range(index: NgramIndex, path: str, byte_range, text_field, id_field, chunk_bytes, near_index,
-                near_threshold) -> _Matches:
+def _scan_range(
+    index: NgramIndex, path: str, byte_range, text_field, id_field, chunk_bytes, near_index, near_threshold
+) -> _Matches:
     total = _Matches()
     for ids, texts in iter_corpus(path, text_field, id_field, chunk_bytes, byte_range=byte_range):
         total.merge(scan_batch(index, ids, texts, near_index, near_threshold))
     return total
 
 
-def scan_corpus_dask(index: NgramIndex, paths: Iterable[str | Path] | str | Path, client, *,
-                     text_field: str = "text", id_field: str | None = "doc_id", min_overlap: float = 0.5,
-                     block_bytes: int = 64 << 20, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                     near_index: NgramIndex | None = None, near_threshold: float = NEAR_THRESHOLD) -> LeakageScan:
+def scan_corpus_dask(
+    index: NgramIndex,
+    paths: Iterable[str | Path] | str | Path,
+    client,
+    *,
+    text_field: str = "text",
+    id_field: str | None = "doc_id",
+    min_overlap: float = 0.5,
+    block_bytes: int = 64 << 20,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    near_index: NgramIndex | None = None,
+    near_threshold: float = NEAR_THRESHOLD,
+) -> LeakageScan:
     """The same scan on a Dask cluster: one task per file block, the index broadcast once.
 
     Uncompressed JSONL/text files are split into ``block_bytes`` ranges (a line belongs to the range
@@ -666,9 +745,21 @@ def scan_corpus_dask(index: NgramIndex, paths: Iterable[str | Path] | str | Path
     futures = []
     for path in map(Path, paths):
         splittable = not path.name.lower().endswith((".gz", ".parquet"))
-        for byte_range in (byte_ranges(path, block_bytes) if splittable else [None]):
-            futures.append(client.submit(_scan_range, index_future, str(path), byte_range, text_field, id_field,
-                                         chunk_bytes, near_future, near_threshold, pure=False))
+        for byte_range in byte_ranges(path, block_bytes) if splittable else [None]:
+            futures.append(
+                client.submit(
+                    _scan_range,
+                    index_future,
+                    str(path),
+                    byte_range,
+                    text_field,
+                    id_field,
+                    chunk_bytes,
+                    near_future,
+                    near_threshold,
+                    pure=False,
+                )
+            )
     total = _Matches()
     for part in client.gather(futures):
         total.merge(part)
@@ -701,13 +792,23 @@ class LeakEffect:
     def to_frame(self):
         import pandas as pd
 
-        return pd.DataFrame([{"n_contests": self.n_contests, "n_leaked": self.n_leaked,
-                              "clean_estimate": self.clean_estimate, "clean_ci_low": self.clean_ci[0],
-                              "clean_ci_high": self.clean_ci[1], "leaked_estimate": self.leaked_estimate,
-                              "difference": self.difference,
-                              "difference_ci_low": None if self.difference_ci is None else self.difference_ci[0],
-                              "difference_ci_high": None if self.difference_ci is None else self.difference_ci[1],
-                              "n_clusters": self.n_clusters, "level": self.level}])
+        return pd.DataFrame(
+            [
+                {
+                    "n_contests": self.n_contests,
+                    "n_leaked": self.n_leaked,
+                    "clean_estimate": self.clean_estimate,
+                    "clean_ci_low": self.clean_ci[0],
+                    "clean_ci_high": self.clean_ci[1],
+                    "leaked_estimate": self.leaked_estimate,
+                    "difference": self.difference,
+                    "difference_ci_low": None if self.difference_ci is None else self.difference_ci[0],
+                    "difference_ci_high": None if self.difference_ci is None else self.difference_ci[1],
+                    "n_clusters": self.n_clusters,
+                    "level": self.level,
+                }
+            ]
+        )
 
 
 def leak_effect(scores, clusters, leaked, level: float = 0.95) -> LeakEffect:
@@ -725,14 +826,28 @@ def leak_effect(scores, clusters, leaked, level: float = 0.95) -> LeakEffect:
     if flag.any():
         leaked_mean = float(y[flag].mean())
         try:
-            fit = cluster_robust_ols(np.column_stack([np.ones_like(y), flag.astype(float)]), y, groups, vcov="CR2",
-                                     level=level, coef_names=("clean", "leaked_minus_clean"))
+            fit = cluster_robust_ols(
+                np.column_stack([np.ones_like(y), flag.astype(float)]),
+                y,
+                groups,
+                vcov="CR2",
+                level=level,
+                coef_names=("clean", "leaked_minus_clean"),
+            )
             diff, diff_ci = float(fit.coef[1]), (float(fit.ci_low[1]), float(fit.ci_high[1]))
         except (EstimationError, InputError):
             diff = leaked_mean - float(clean.coef[0])
-    return LeakEffect(int(y.size), int(flag.sum()), float(clean.coef[0]),
-                      (float(clean.ci_low[0]), float(clean.ci_high[0])), leaked_mean, diff, diff_ci,
-                      int(np.unique(groups).size), level)
+    return LeakEffect(
+        int(y.size),
+        int(flag.sum()),
+        float(clean.coef[0]),
+        (float(clean.ci_low[0]), float(clean.ci_high[0])),
+        leaked_mean,
+        diff,
+        diff_ci,
+        int(np.unique(groups).size),
+        level,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -752,46 +867,78 @@ class LeakageCheck:
 
     def report_section(self) -> ReportSection:
         scan = self.scan
-        lines = [f"{len(scan.items)} eval answers of the claim's contests indexed as {scan.n}-grams (normalised: "
-                 f"NFKC, lower-case, punctuation stripped); {scan.n_docs} corpus documents scanned.",
-                 f"Leaked (overlap >= {scan.min_overlap:g}): {', '.join(scan.leaked_items) or 'none'}; near duplicates "
-                 f"(paraphrases): {', '.join(scan.near_duplicate_items) or 'none'}."]
+        lines = [
+            f"{len(scan.items)} eval answers of the claim's contests indexed as {scan.n}-grams (normalised: "
+            f"NFKC, lower-case, punctuation stripped); {scan.n_docs} corpus documents scanned.",
+            f"Leaked (overlap >= {scan.min_overlap:g}): {', '.join(scan.leaked_items) or 'none'}; near duplicates "
+            f"(paraphrases): {', '.join(scan.near_duplicate_items) or 'none'}.",
+        ]
         if self.effect is not None and self.effect.difference is not None:
             e = self.effect
             ci = "" if e.difference_ci is None else f" [{e.difference_ci[0]:+.3f}, {e.difference_ci[1]:+.3f}]"
-            lines.append(f"Win rate on {e.n_contests - e.n_leaked} clean contests {e.clean_estimate:.3f} "
-                         f"[{e.clean_ci[0]:.3f}, {e.clean_ci[1]:.3f}]; on {e.n_leaked} contests with a leaked answer "
-                         f"{e.leaked_estimate:.3f}; difference {e.difference:+.3f}{ci} (CR2 by vignette).")
+            lines.append(
+                f"Win rate on {e.n_contests - e.n_leaked} clean contests {e.clean_estimate:.3f} "
+                f"[{e.clean_ci[0]:.3f}, {e.clean_ci[1]:.3f}]; on {e.n_leaked} contests with a leaked answer "
+                f"{e.leaked_estimate:.3f}; difference {e.difference:+.3f}{ci} (CR2 by vignette)."
+            )
         items = scan.items
         partial = int(((items["matched_ngrams"] > 0) & ~items["leaked"]).sum())
-        lines.append(f"{partial} other answer(s) share some {scan.n}-grams with the corpus (below the leak threshold); "
-                     f"the table lists leaks, near duplicates and overlaps >= {scan.min_overlap / 2:g} (at most 25).")
+        lines.append(
+            f"{partial} other answer(s) share some {scan.n}-grams with the corpus (below the leak threshold); "
+            f"the table lists leaks, near duplicates and overlaps >= {scan.min_overlap / 2:g} (at most 25)."
+        )
         shown = items["leaked"] | items["near_duplicate"] | (items["overlap"] >= scan.min_overlap / 2)
         flagged = items[shown].sort_values("overlap", ascending=False).head(25)
-        table = tuple({k: (None if isinstance(v, float) and np.isnan(v) else
-                           (v.item() if hasattr(v, "item") else v)) for k, v in row.items()}
-                      for row in flagged.to_dict(orient="records"))
+        table = tuple(
+            {
+                k: (None if isinstance(v, float) and np.isnan(v) else (v.item() if hasattr(v, "item") else v))
+                for k, v in row.items()
+            }
+            for row in flagged.to_dict(orient="records")
+        )
         return ReportSection("leakage", "Leakage of eval answers into the training corpus", tuple(lines), table)
 
     def gate(self) -> GateResult:
         leaked, near = self.scan.leaked_items, self.scan.near_duplicate_items
-        evidence = {"leaked": list(leaked), "near_duplicates": list(near), "n": self.scan.n,
-                    "min_overlap": self.scan.min_overlap}
+        evidence = {
+            "leaked": list(leaked),
+            "near_duplicates": list(near),
+            "n": self.scan.n,
+            "min_overlap": self.scan.min_overlap,
+        }
         if leaked:
-            return GateResult("leakage", Verdict.FAIL,
-                              f"{len(leaked)} held-out eval answer(s) used in the claim occur in the training corpus "
-                              f"({', '.join(leaked[:5])}{'…' if len(leaked) > 5 else ''})", evidence)
+            return GateResult(
+                "leakage",
+                Verdict.FAIL,
+                f"{len(leaked)} held-out eval answer(s) used in the claim occur in the training corpus "
+                f"({', '.join(leaked[:5])}{'…' if len(leaked) > 5 else ''})",
+                evidence,
+            )
         if near:
-            return GateResult("leakage", Verdict.WARN,
-                              f"no verbatim leak; {len(near)} near-duplicate(s) of eval answers in the corpus", evidence)
-        return GateResult("leakage", Verdict.PASS,
-                          f"no eval answer's {self.scan.n}-grams reach {self.scan.min_overlap:g} overlap with the corpus",
-                          evidence)
+            return GateResult(
+                "leakage",
+                Verdict.WARN,
+                f"no verbatim leak; {len(near)} near-duplicate(s) of eval answers in the corpus",
+                evidence,
+            )
+        return GateResult(
+            "leakage",
+            Verdict.PASS,
+            f"no eval answer's {self.scan.n}-grams reach {self.scan.min_overlap:g} overlap with the corpus",
+            evidence,
+        )
 
 
-def check_claim_leakage(study, contests, *, n: int = DEFAULT_NGRAM, min_overlap: float = 0.5,
-                        near_duplicates: bool = True, near_threshold: float = NEAR_THRESHOLD,
-                        level: float = 0.95) -> LeakageCheck:
+def check_claim_leakage(
+    study,
+    contests,
+    *,
+    n: int = DEFAULT_NGRAM,
+    min_overlap: float = 0.5,
+    near_duplicates: bool = True,
+    near_threshold: float = NEAR_THRESHOLD,
+    level: float = 0.95,
+) -> LeakageCheck:
     """Scan the study's corpus for the answers used in the claim's contests (both sides).
 
     With ``contests=None`` (before anything is judged, e.g. the training pipeline's preflight)
@@ -807,8 +954,14 @@ def check_claim_leakage(study, contests, *, n: int = DEFAULT_NGRAM, min_overlap:
     index = build_index(items, n)
     near_index = build_index(items, NEAR_SHINGLE) if near_duplicates else None
     corpus = study.corpus.frame
-    scan = scan_texts(index, list(corpus["doc_id"].astype(str)), list(corpus["text"].fillna("")),
-                      min_overlap=min_overlap, near_index=near_index, near_threshold=near_threshold)
+    scan = scan_texts(
+        index,
+        list(corpus["doc_id"].astype(str)),
+        list(corpus["text"].fillna("")),
+        min_overlap=min_overlap,
+        near_index=near_index,
+        near_threshold=near_threshold,
+    )
     if contests is None:
         return LeakageCheck(scan, None)
     leaked = set(scan.leaked_items)
@@ -824,14 +977,22 @@ def _check(context) -> LeakageCheck | None:
     if context.study.corpus is None:
         return None
     t = context.claim.thresholds
-    return check_claim_leakage(context.study, context.contests, n=t.leakage_ngram, min_overlap=t.leakage_min_overlap,
-                               near_duplicates=t.leakage_near_duplicate_jaccard <= 1,
-                               near_threshold=t.leakage_near_duplicate_jaccard, level=t.confidence_level)
+    return check_claim_leakage(
+        context.study,
+        context.contests,
+        n=t.leakage_ngram,
+        min_overlap=t.leakage_min_overlap,
+        near_duplicates=t.leakage_near_duplicate_jaccard <= 1,
+        near_threshold=t.leakage_near_duplicate_jaccard,
+        level=t.confidence_level,
+    )
 
 
 @register_gate("leakage")
 def _gate(context) -> GateResult:
     result = context.checks.get("leakage")
     if result is None:
-        return GateResult("leakage", Verdict.INCONCLUSIVE, "not run: needs a training corpus (the claim's `corpus` table)")
+        return GateResult(
+            "leakage", Verdict.INCONCLUSIVE, "not run: needs a training corpus (the claim's `corpus` table)"
+        )
     return result.gate()

@@ -39,11 +39,16 @@ from scipy import stats
 from scipy.special import logit
 
 from honestci.audit.checks.registry import ReportSection, register_check
-from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
-from honestci.audit.stats.clustered_estimate import DEFAULT_BOOTSTRAP_DRAWS, ClusteredEstimate, clustered_mean, from_contrast
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import THRESHOLDS, GateResult, Thresholds, Verdict
 from honestci.audit.gates import register_gate
+from honestci.audit.policy import THRESHOLDS, GateResult, Thresholds, Verdict
+from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
+from honestci.audit.stats.clustered_estimate import (
+    DEFAULT_BOOTSTRAP_DRAWS,
+    ClusteredEstimate,
+    clustered_mean,
+    from_contrast,
+)
 from honestci.audit.stats.random_state import resolve_rng
 
 PERMUTATION_DRAWS = 9999
@@ -88,10 +93,22 @@ class PositionBiasResult:
     def to_frame(self) -> pd.DataFrame:
         """One row per figure (none when not identifiable: the row says so)."""
         if not self.identifiable:
-            return pd.DataFrame([{"judge": self.judge, "name": "order effect", "estimate": None,
-                                  "verdict": str(Verdict.INCONCLUSIVE), "note": self.note}])
-        rows = [r.as_row() for r in (self.order_effect, self.order_effect_logit, self.consistency,
-                                     self.first_preference) if r is not None]
+            return pd.DataFrame(
+                [
+                    {
+                        "judge": self.judge,
+                        "name": "order effect",
+                        "estimate": None,
+                        "verdict": str(Verdict.INCONCLUSIVE),
+                        "note": self.note,
+                    }
+                ]
+            )
+        rows = [
+            r.as_row()
+            for r in (self.order_effect, self.order_effect_logit, self.consistency, self.first_preference)
+            if r is not None
+        ]
         frame = pd.DataFrame(rows)
         frame.insert(0, "judge", self.judge)
         return frame
@@ -111,18 +128,45 @@ class PositionBiasResult:
             f"consistency rate (same verdict in both orders): {self.consistency.text()}",
             "first-position preference among inconsistent contests: "
             + (self.first_preference.text() if self.first_preference is not None else "no inconsistent contest")
-            + ("" if self.first_preference_exact_p is None else f" (exact binomial p = {self.first_preference_exact_p:.3g})"),
+            + (
+                ""
+                if self.first_preference_exact_p is None
+                else f" (exact binomial p = {self.first_preference_exact_p:.3g})"
+            ),
         ]
 
     def __str__(self) -> str:
         return "\n".join(self.summary_lines())
 
 
-def not_identifiable(judge: str, policy: str, opponent: str, reason: str, *, n_single_order: int = 0,
-                     level: float = 0.95) -> PositionBiasResult:
+def not_identifiable(
+    judge: str, policy: str, opponent: str, reason: str, *, n_single_order: int = 0, level: float = 0.95
+) -> PositionBiasResult:
     """The result for data without both presentation orders: INCONCLUSIVE, never a number."""
-    return PositionBiasResult(judge, policy, opponent, False, 0, 0, n_single_order, None, None, None, None, None,
-                              None, None, 0, None, None, 0, None, (), level, reason)
+    return PositionBiasResult(
+        judge,
+        policy,
+        opponent,
+        False,
+        0,
+        0,
+        n_single_order,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        0,
+        None,
+        None,
+        0,
+        None,
+        (),
+        level,
+        reason,
+    )
 
 
 def _wins(outcomes) -> tuple[np.ndarray, np.ndarray]:
@@ -154,11 +198,21 @@ def sign_flip_test(differences, *, draws: int = PERMUTATION_DRAWS, rng: int | np
     return exact, monte_carlo, m, seed
 
 
-def position_bias(outcome_policy_first, outcome_policy_second, clusters, *, judge: str = "", policy: str = "",
-                  opponent: str = "", n_single_order: int = 0, level: float = 0.95,
-                  rng: int | np.random.Generator = CHECK_SEED, bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
-                  permutation_draws: int = PERMUTATION_DRAWS,
-                  min_clusters: int = THRESHOLDS.min_clusters) -> PositionBiasResult:
+def position_bias(
+    outcome_policy_first,
+    outcome_policy_second,
+    clusters,
+    *,
+    judge: str = "",
+    policy: str = "",
+    opponent: str = "",
+    n_single_order: int = 0,
+    level: float = 0.95,
+    rng: int | np.random.Generator = CHECK_SEED,
+    bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    permutation_draws: int = PERMUTATION_DRAWS,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> PositionBiasResult:
     """Position-bias figures from the policy's outcome in each order of each contest (module doc).
 
     Contests with an invalid verdict in either order are left out (counted).
@@ -167,20 +221,38 @@ def position_bias(outcome_policy_first, outcome_policy_second, clusters, *, judg
     second, win_second = _wins(outcome_policy_second)
     groups = np.asarray(clusters).reshape(-1)
     if not (first.shape == second.shape == groups.shape):
-        raise InputError("both orders' outcomes and the clusters must have one entry per contest.",
-                         fix="pass aligned arrays")
+        raise InputError(
+            "both orders' outcomes and the clusters must have one entry per contest.", fix="pass aligned arrays"
+        )
     valid = (first != "invalid") & (second != "invalid")
     if not valid.any():
-        return not_identifiable(judge, policy, opponent, "no contest has valid verdicts in both orders",
-                                n_single_order=n_single_order, level=level)
+        return not_identifiable(
+            judge,
+            policy,
+            opponent,
+            "no contest has valid verdicts in both orders",
+            n_single_order=n_single_order,
+            level=level,
+        )
     first, second, win_first, win_second, groups = (x[valid] for x in (first, second, win_first, win_second, groups))
     generator, seed = resolve_rng(rng)
     n = int(first.size)
     seeds = generator.integers(0, 2**31 - 1, size=3)
 
-    consistent = (first == "win") & (second == "win") | (first == "loss") & (second == "loss") | (first == "tie") & (second == "tie")
-    consistency = clustered_mean(consistent.astype(float), groups, "consistency rate", level=level,
-                                 rng=int(seeds[0]), bootstrap_draws=bootstrap_draws, min_clusters=min_clusters)
+    consistent = (
+        (first == "win") & (second == "win")
+        | (first == "loss") & (second == "loss")
+        | (first == "tie") & (second == "tie")
+    )
+    consistency = clustered_mean(
+        consistent.astype(float),
+        groups,
+        "consistency rate",
+        level=level,
+        rng=int(seeds[0]),
+        bootstrap_draws=bootstrap_draws,
+        min_clusters=min_clusters,
+    )
     # verdicts naming the response shown first: policy wins when first, or loses when second
     named_first = (first == "win").astype(int) + (second == "loss").astype(int)
     named_second = (first == "loss").astype(int) + (second == "win").astype(int)
@@ -188,76 +260,157 @@ def position_bias(outcome_policy_first, outcome_policy_second, clusters, *, judg
     first_preference = exact_first = None
     if inconsistent.any():
         prefers_first = (named_first > named_second)[inconsistent]
-        first_preference = clustered_mean(prefers_first.astype(float), groups[inconsistent],
-                                          "first-position preference (inconsistent contests)", level=level,
-                                          rng=int(seeds[1]), bootstrap_draws=bootstrap_draws, min_clusters=min_clusters)
+        first_preference = clustered_mean(
+            prefers_first.astype(float),
+            groups[inconsistent],
+            "first-position preference (inconsistent contests)",
+            level=level,
+            rng=int(seeds[1]),
+            bootstrap_draws=bootstrap_draws,
+            min_clusters=min_clusters,
+        )
         exact_first = float(stats.binomtest(int(prefers_first.sum()), int(prefers_first.size), 0.5).pvalue)
 
     difference = win_first.astype(float) - win_second.astype(float)
     p_first, p_second = float(win_first.mean()), float(win_second.mean())
-    boot = clustered_mean(difference, groups, "order effect", level=level, rng=int(seeds[2]),
-                          bootstrap_draws=bootstrap_draws, min_clusters=min_clusters)
+    boot = clustered_mean(
+        difference,
+        groups,
+        "order effect",
+        level=level,
+        rng=int(seeds[2]),
+        bootstrap_draws=bootstrap_draws,
+        min_clusters=min_clusters,
+    )
     order_effect = logit_effect = None
     if boot.reportable:
         y = np.concatenate([win_first, win_second]).astype(float)
         X = np.column_stack([np.ones(2 * n), np.r_[np.ones(n), np.zeros(n)]])
         try:
-            fit = cluster_robust_ols(X, y, np.concatenate([groups, groups]), vcov="CR2", level=level,
-                                     coef_names=("p_win_second", "order_effect"))
+            fit = cluster_robust_ols(
+                X,
+                y,
+                np.concatenate([groups, groups]),
+                vcov="CR2",
+                level=level,
+                coef_names=("p_win_second", "order_effect"),
+            )
         except EstimationError:
             fit = None
         if fit is not None:
-            order_effect = from_contrast(linear_contrast(fit, {"order_effect": 1.0}, label="order effect"),
-                                         "order effect (probability points)", boot=(boot.boot_low, boot.boot_high),
-                                         seed=boot.seed)
+            order_effect = from_contrast(
+                linear_contrast(fit, {"order_effect": 1.0}, label="order effect"),
+                "order effect (probability points)",
+                boot=(boot.boot_low, boot.boot_high),
+                seed=boot.seed,
+            )
             if 0 < p_first < 1 and 0 < p_second < 1:
                 slope_first, slope_second = 1 / (p_first * (1 - p_first)), 1 / (p_second * (1 - p_second))
                 logit_effect = from_contrast(
                     linear_contrast(fit, [slope_first - slope_second, slope_first], label="order effect (logit)"),
-                    "order effect (logit scale)", estimate=float(logit(p_first) - logit(p_second)))
+                    "order effect (logit scale)",
+                    estimate=float(logit(p_first) - logit(p_second)),
+                )
     if order_effect is None:
         order_effect = boot
     if logit_effect is None:
-        logit_effect = ClusteredEstimate("order effect (logit scale)", None, None, None, None, None, None, None, n,
-                                         boot.n_clusters, level, verdict=Verdict.INCONCLUSIVE,
-                                         note="a win probability of 0 or 1, or no variance")
-    exact_p, permutation_p, n_discordant, permutation_seed = sign_flip_test(
-        difference, draws=permutation_draws, rng=generator)
+        logit_effect = ClusteredEstimate(
+            "order effect (logit scale)",
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            n,
+            boot.n_clusters,
+            level,
+            verdict=Verdict.INCONCLUSIVE,
+            note="a win probability of 0 or 1, or no variance",
+        )
+    exact_p, permutation_p, n_discordant, _permutation_seed = sign_flip_test(
+        difference, draws=permutation_draws, rng=generator
+    )
 
     per_vignette = []
-    frame = pd.DataFrame({"vignette_id": groups, "consistent": consistent, "difference": difference,
-                          "inconsistent_first": np.where(inconsistent, named_first > named_second, np.nan)})
+    frame = pd.DataFrame(
+        {
+            "vignette_id": groups,
+            "consistent": consistent,
+            "difference": difference,
+            "inconsistent_first": np.where(inconsistent, named_first > named_second, np.nan),
+        }
+    )
     for vignette, part in frame.groupby("vignette_id", sort=True):
-        per_vignette.append({"vignette_id": str(vignette), "n": int(len(part)),
-                             "consistency": float(part["consistent"].mean()),
-                             "order_effect": float(part["difference"].mean()),
-                             "first_preference": (float(part["inconsistent_first"].mean())
-                                                  if part["inconsistent_first"].notna().any() else None)})
-    return PositionBiasResult(judge, policy, opponent, True, n, int((~valid).sum()), n_single_order, consistency,
-                              first_preference, exact_first, order_effect, logit_effect, p_first, p_second,
-                              n_discordant, exact_p, permutation_p, permutation_draws, seed, tuple(per_vignette),
-                              level)
+        per_vignette.append(
+            {
+                "vignette_id": str(vignette),
+                "n": int(len(part)),
+                "consistency": float(part["consistent"].mean()),
+                "order_effect": float(part["difference"].mean()),
+                "first_preference": (
+                    float(part["inconsistent_first"].mean()) if part["inconsistent_first"].notna().any() else None
+                ),
+            }
+        )
+    return PositionBiasResult(
+        judge,
+        policy,
+        opponent,
+        True,
+        n,
+        int((~valid).sum()),
+        n_single_order,
+        consistency,
+        first_preference,
+        exact_first,
+        order_effect,
+        logit_effect,
+        p_first,
+        p_second,
+        n_discordant,
+        exact_p,
+        permutation_p,
+        permutation_draws,
+        seed,
+        tuple(per_vignette),
+        level,
+    )
 
 
 def position_bias_from_contests(contests, **kwargs) -> PositionBiasResult:
     """Position bias of an :class:`honestci.audit.data.contests.ContestTable` (single-order contests were dropped and are counted)."""
     single = int(contests.dropped.get("single_order", 0))
     if len(contests.frame) == 0:
-        return not_identifiable(contests.judge, contests.policy, contests.opponent,
-                                f"all {single} contest(s) were judged in one presentation order only",
-                                n_single_order=single, level=kwargs.get("level", 0.95))
+        return not_identifiable(
+            contests.judge,
+            contests.policy,
+            contests.opponent,
+            f"all {single} contest(s) were judged in one presentation order only",
+            n_single_order=single,
+            level=kwargs.get("level", 0.95),
+        )
     frame = contests.frame
-    return position_bias(frame["outcome_policy_first"], frame["outcome_policy_second"], frame["vignette_id"],
-                         judge=contests.judge, policy=contests.policy, opponent=contests.opponent,
-                         n_single_order=single, **kwargs)
+    return position_bias(
+        frame["outcome_policy_first"],
+        frame["outcome_policy_second"],
+        frame["vignette_id"],
+        judge=contests.judge,
+        policy=contests.policy,
+        opponent=contests.opponent,
+        n_single_order=single,
+        **kwargs,
+    )
 
 
 def position_bias_for_judge(study, policy: str, opponent: str, judge: str, **kwargs) -> PositionBiasResult:
     """Build the judge's contests of ``policy`` vs ``opponent`` (single-order ones left out, counted) and measure."""
     from honestci.audit.data.contests import build_contests
 
-    return position_bias_from_contests(build_contests(study, policy, opponent, judge=judge, allow_single_order=True),
-                                       **kwargs)
+    return position_bias_from_contests(
+        build_contests(study, policy, opponent, judge=judge, allow_single_order=True), **kwargs
+    )
 
 
 @dataclass(frozen=True)
@@ -274,24 +427,50 @@ class PositionBiasCheck:
     def report_section(self) -> ReportSection:
         lines = list(self.claim_judge.summary_lines())
         for other in self.others:
-            lines.append(f"other judge {other.judge}: " + (other.summary_lines()[1] if other.identifiable
-                                                             else other.summary_lines()[0]))
+            lines.append(
+                f"other judge {other.judge}: "
+                + (other.summary_lines()[1] if other.identifiable else other.summary_lines()[0])
+            )
         lines.append(f"tolerance on the order effect: ±{self.tolerance:.2f}")
         table = []
         for result in (self.claim_judge, *self.others):
             if not result.identifiable:
-                table.append({"judge": result.judge, "figure": "order effect", "estimate": None,
-                              "verdict": "INCONCLUSIVE", "note": result.note})
+                table.append(
+                    {
+                        "judge": result.judge,
+                        "figure": "order effect",
+                        "estimate": None,
+                        "verdict": "INCONCLUSIVE",
+                        "note": result.note,
+                    }
+                )
                 continue
             for figure in (result.order_effect, result.order_effect_logit, result.consistency, result.first_preference):
                 if figure is not None:
-                    table.append({"judge": result.judge, "figure": figure.name, "estimate": figure.estimate,
-                                  "ci_low": figure.ci_low, "ci_high": figure.ci_high, "boot_low": figure.boot_low,
-                                  "boot_high": figure.boot_high, "n": figure.n, "n_clusters": figure.n_clusters})
+                    table.append(
+                        {
+                            "judge": result.judge,
+                            "figure": figure.name,
+                            "estimate": figure.estimate,
+                            "ci_low": figure.ci_low,
+                            "ci_high": figure.ci_high,
+                            "boot_low": figure.boot_low,
+                            "boot_high": figure.boot_high,
+                            "n": figure.n,
+                            "n_clusters": figure.n_clusters,
+                        }
+                    )
         for row in self.claim_judge.per_vignette:
-            table.append({"judge": self.claim_judge.judge, "figure": f"vignette {row['vignette_id']}",
-                          "estimate": row["order_effect"], "n": row["n"], "consistency": row["consistency"],
-                          "first_preference": row["first_preference"]})
+            table.append(
+                {
+                    "judge": self.claim_judge.judge,
+                    "figure": f"vignette {row['vignette_id']}",
+                    "estimate": row["order_effect"],
+                    "n": row["n"],
+                    "consistency": row["consistency"],
+                    "first_preference": row["first_preference"],
+                }
+            )
         return ReportSection("position_bias", "Position bias of the judge", tuple(lines), tuple(table))
 
 
@@ -323,19 +502,28 @@ def gate_position_bias(result: PositionBiasResult | None, thresholds: Thresholds
     tolerance = thresholds.position_bias_tolerance
     evidence = {"tolerance": tolerance, "judge": result.judge}
     if not result.identifiable:
-        return GateResult(name, Verdict.INCONCLUSIVE, f"position bias of {result.judge} is not identifiable: "
-                          f"{result.note}; judge both orders", evidence)
+        return GateResult(
+            name,
+            Verdict.INCONCLUSIVE,
+            f"position bias of {result.judge} is not identifiable: {result.note}; judge both orders",
+            evidence,
+        )
     effect = result.order_effect
     evidence["order_effect"] = effect.as_row()
     if not effect.reportable:
-        return GateResult(name, Verdict.INCONCLUSIVE, f"no honest interval for the order effect: {effect.note}", evidence)
+        return GateResult(
+            name, Verdict.INCONCLUSIVE, f"no honest interval for the order effect: {effect.note}", evidence
+        )
     text = f"{result.judge}: order effect {effect.text()}"
     if effect.ci_low > tolerance or effect.ci_high < -tolerance:
-        return GateResult(name, Verdict.FAIL, f"{text} lies outside ±{tolerance:.2f}: the judge favours a position", evidence)
+        return GateResult(
+            name, Verdict.FAIL, f"{text} lies outside ±{tolerance:.2f}: the judge favours a position", evidence
+        )
     if effect.ci_low >= -tolerance and effect.ci_high <= tolerance:
         return GateResult(name, Verdict.PASS, f"{text} lies within ±{tolerance:.2f}", evidence)
-    return GateResult(name, Verdict.WARN, f"{text} straddles ±{tolerance:.2f}: cannot rule out a material position bias",
-                      evidence)
+    return GateResult(
+        name, Verdict.WARN, f"{text} straddles ±{tolerance:.2f}: cannot rule out a material position bias", evidence
+    )
 
 
 @register_gate("position_bias")

@@ -10,11 +10,18 @@ inputs are absent) returns ``None`` and its gate reports INCONCLUSIVE ("not run:
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 #: Modules that register checks; imported by the audit before it runs them.
-CHECK_MODULES = ("honestci.audit.checks.calibration", "honestci.audit.checks.position_bias", "honestci.audit.checks.selection", "honestci.audit.checks.leakage", "honestci.audit.checks.training_health")
+CHECK_MODULES = (
+    "honestci.audit.checks.calibration",
+    "honestci.audit.checks.position_bias",
+    "honestci.audit.checks.selection",
+    "honestci.audit.checks.leakage",
+    "honestci.audit.checks.training_health",
+)
 _CHECKS: dict[str, Callable[[Any], Any]] = {}
 
 

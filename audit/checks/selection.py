@@ -19,17 +19,17 @@ over a study's tables (responses with ``pool`` = selection/heldout, ``system`` =
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 from scipy import optimize, special
 
 from honestci.audit.checks.registry import ReportSection, register_check
-from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import GateResult, Verdict
 from honestci.audit.gates import register_gate
+from honestci.audit.policy import GateResult, Verdict
+from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.random_state import resolve_rng
 
 DEFAULT_PROJECTION_DRAWS = 100_000
@@ -111,8 +111,9 @@ def _solve_truncated_quantile(x: float, sd: float, probability: float, bounds, b
 # The numeric core
 
 
-def selection_truncation(estimates: np.ndarray, covariance: np.ndarray, winner: int,
-                         exclude: np.ndarray | None = None) -> tuple[float, float]:
+def selection_truncation(
+    estimates: np.ndarray, covariance: np.ndarray, winner: int, exclude: np.ndarray | None = None
+) -> tuple[float, float]:
     """Bounds [L, U] on X_k implied by k = argmax X, given Z = X − Σ_{·k} X_k / Σ_kk.
 
     With c_j = 1 − Σ_jk/Σ_kk: X_k ≥ Z_j/c_j for c_j > 0 (L = the max of these) and
@@ -153,8 +154,9 @@ class SelectionNull:
     seed: int | None
 
 
-def selection_null(covariance, beta: float, rng: int | np.random.Generator,
-                   n_draws: int = DEFAULT_PROJECTION_DRAWS) -> SelectionNull:
+def selection_null(
+    covariance, beta: float, rng: int | np.random.Generator, n_draws: int = DEFAULT_PROJECTION_DRAWS
+) -> SelectionNull:
     """c_β and E[max_j ξ_j] for ξ ~ N(0, Σ), from one set of ``n_draws`` seeded draws.
 
     Σ may be singular (a clustered covariance of K > G candidates has rank ≤ G); draws use the
@@ -217,17 +219,36 @@ class WinnerInference:
             ("projection (level 1-beta, simultaneous)", self.naive_estimate, self.projection_ci, 1 - self.beta),
         ]
         return pd.DataFrame(
-            [{"winner": self.winner, "method": m, "estimate": e, "ci_low": ci[0], "ci_high": ci[1], "level": lvl,
-              "n_candidates": len(self.candidates)} for m, e, ci, lvl in rows])
+            [
+                {
+                    "winner": self.winner,
+                    "method": m,
+                    "estimate": e,
+                    "ci_low": ci[0],
+                    "ci_high": ci[1],
+                    "level": lvl,
+                    "n_candidates": len(self.candidates),
+                }
+                for m, e, ci, lvl in rows
+            ]
+        )
 
     def __str__(self) -> str:
         return self.to_frame().to_string(index=False)
 
 
-def winner_inference(estimates: Sequence[float], covariance, *, candidates: Sequence[str] | None = None,
-                     level: float = 0.95, beta: float | None = None, seed: int | np.random.Generator = 20240101,
-                     n_draws: int = DEFAULT_PROJECTION_DRAWS,
-                     null: SelectionNull | None = None, tie_tolerance: float = 1e-9) -> WinnerInference:
+def winner_inference(
+    estimates: Sequence[float],
+    covariance,
+    *,
+    candidates: Sequence[str] | None = None,
+    level: float = 0.95,
+    beta: float | None = None,
+    seed: int | np.random.Generator = 20240101,
+    n_draws: int = DEFAULT_PROJECTION_DRAWS,
+    null: SelectionNull | None = None,
+    tie_tolerance: float = 1e-9,
+) -> WinnerInference:
     """Conditional and hybrid inference on the winner (Andrews, Kitagawa & McCloskey 2024).
 
     Estimand: μ_k̂, the true score of the candidate with the highest estimate, k̂ = argmax_k X_k,
@@ -295,8 +316,10 @@ def winner_inference(estimates: Sequence[float], covariance, *, candidates: Sequ
     if not 0 < beta < alpha:
         problems.append(f"beta {beta} must lie strictly between 0 and alpha = {alpha:g}")
     if problems:
-        raise InputError("cannot run inference on the winner: " + "; ".join(problems),
-                         fix="pass K estimates and their K x K covariance")
+        raise InputError(
+            "cannot run inference on the winner: " + "; ".join(problems),
+            fix="pass K estimates and their K x K covariance",
+        )
     winner = int(np.argmax(x))
     xk = float(x[winner])
     variance = float(sigma[winner, winner])
@@ -321,7 +344,9 @@ def winner_inference(estimates: Sequence[float], covariance, *, candidates: Sequ
     if null is None:
         null = selection_null(sigma, beta, seed, n_draws)
     elif not math.isclose(null.beta, beta, rel_tol=1e-9):
-        raise InputError(f"the precomputed null is for beta = {null.beta}, not {beta}", fix="recompute it for this beta")
+        raise InputError(
+            f"the precomputed null is for beta = {null.beta}, not {beta}", fix="recompute it for this beta"
+        )
     c_beta = null.critical_value
     proj = (xk - c_beta * sd, xk + c_beta * sd)
 
@@ -334,13 +359,29 @@ def winner_inference(estimates: Sequence[float], covariance, *, candidates: Sequ
     hyb_med = _solve_truncated_quantile(xk, sd, 0.5, hybrid, bracket=proj)
 
     return WinnerInference(
-        candidates=names, estimates=tuple(map(float, x)), covariance=tuple(tuple(map(float, r)) for r in sigma),
-        winner=names[winner], winner_index=winner, level=level, beta=beta,
-        naive_estimate=xk, naive_se=sd, naive_ci=(xk - z_crit * sd, xk + z_crit * sd), truncation=(low, high),
-        tied_with=tuple(names[j] for j in np.flatnonzero(tied)), median_unbiased=median, conditional_ci=(cond_lo, cond_hi), hybrid_estimate=hyb_med,
-        hybrid_ci=(max(hyb_lo, proj[0]), min(hyb_hi, proj[1])), projection_ci=proj,
-        projection_critical_value=c_beta, inflation=xk - median, inflation_if_equal=null.expected_max,
-        seed=null.seed, n_draws=null.n_draws)
+        candidates=names,
+        estimates=tuple(map(float, x)),
+        covariance=tuple(tuple(map(float, r)) for r in sigma),
+        winner=names[winner],
+        winner_index=winner,
+        level=level,
+        beta=beta,
+        naive_estimate=xk,
+        naive_se=sd,
+        naive_ci=(xk - z_crit * sd, xk + z_crit * sd),
+        truncation=(low, high),
+        tied_with=tuple(names[j] for j in np.flatnonzero(tied)),
+        median_unbiased=median,
+        conditional_ci=(cond_lo, cond_hi),
+        hybrid_estimate=hyb_med,
+        hybrid_ci=(max(hyb_lo, proj[0]), min(hyb_hi, proj[1])),
+        projection_ci=proj,
+        projection_critical_value=c_beta,
+        inflation=xk - median,
+        inflation_if_equal=null.expected_max,
+        seed=null.seed,
+        n_draws=null.n_draws,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -361,9 +402,16 @@ class CandidateEstimates:
     def to_frame(self):
         import pandas as pd
 
-        return pd.DataFrame({"candidate": list(self.candidates), "estimate": self.estimates,
-                             "se": np.sqrt(np.diag(self.covariance)), "n_contests": list(self.n_contests),
-                             "n_clusters": self.n_clusters, "vcov": self.vcov})
+        return pd.DataFrame(
+            {
+                "candidate": list(self.candidates),
+                "estimate": self.estimates,
+                "se": np.sqrt(np.diag(self.covariance)),
+                "n_contests": list(self.n_contests),
+                "n_clusters": self.n_clusters,
+                "vcov": self.vcov,
+            }
+        )
 
 
 def selection_covariance(scores: Mapping[str, tuple[np.ndarray, np.ndarray]], vcov: str = "CR2") -> CandidateEstimates:
@@ -384,16 +432,19 @@ def selection_covariance(scores: Mapping[str, tuple[np.ndarray, np.ndarray]], vc
     for j, name in enumerate(names):
         values, clusters = (np.asarray(a) for a in scores[name])
         if values.size == 0:
-            raise InputError(f"candidate {name!r} has no scored contests on the selection pool",
-                             fix="judge every candidate on the selection pool")
+            raise InputError(
+                f"candidate {name!r} has no scored contests on the selection pool",
+                fix="judge every candidate on the selection pool",
+            )
         ys.append(values.astype(float))
         groups.append(clusters)
         onehot = np.zeros((values.size, len(names)))
         onehot[:, j] = 1.0
         design_rows.append(onehot)
         counts.append(int(values.size))
-    fit = cluster_robust_ols(np.vstack(design_rows), np.concatenate(ys), np.concatenate(groups), vcov=vcov,
-                             df="z", coef_names=names)
+    fit = cluster_robust_ols(
+        np.vstack(design_rows), np.concatenate(ys), np.concatenate(groups), vcov=vcov, df="z", coef_names=names
+    )
     return CandidateEstimates(names, fit.coef.copy(), fit.vcov.copy(), tuple(counts), fit.n_clusters, vcov)
 
 
@@ -444,10 +495,25 @@ class SelectionAnalysis:
         frame = self.inference.to_frame()
         if self.heldout is not None:
             h = self.heldout
-            frame = pd.concat([frame, pd.DataFrame([{
-                "winner": self.inference.winner, "method": "held-out replication (CR2, Satterthwaite)",
-                "estimate": h.estimate, "ci_low": h.ci_low, "ci_high": h.ci_high, "level": self.inference.level,
-                "n_candidates": len(self.inference.candidates)}])], ignore_index=True)
+            frame = pd.concat(
+                [
+                    frame,
+                    pd.DataFrame(
+                        [
+                            {
+                                "winner": self.inference.winner,
+                                "method": "held-out replication (CR2, Satterthwaite)",
+                                "estimate": h.estimate,
+                                "ci_low": h.ci_low,
+                                "ci_high": h.ci_high,
+                                "level": self.inference.level,
+                                "n_candidates": len(self.inference.candidates),
+                            }
+                        ]
+                    ),
+                ],
+                ignore_index=True,
+            )
         frame["opponent"], frame["judge"] = self.opponent, self.judge
         return frame
 
@@ -464,54 +530,95 @@ class SelectionAnalysis:
             f"(estimated inflation {inf.inflation:+.3f}; {inf.inflation_if_equal:+.3f} if all candidates were equal).",
         ]
         if self.heldout is not None:
-            lines.append(f"Held-out replication {self.heldout.estimate:.3f} [{self.heldout.ci_low:.3f}, "
-                         f"{self.heldout.ci_high:.3f}] (CR2): shrinkage {self.shrinkage:+.3f} from the selection estimate.")
+            lines.append(
+                f"Held-out replication {self.heldout.estimate:.3f} [{self.heldout.ci_low:.3f}, "
+                f"{self.heldout.ci_high:.3f}] (CR2): shrinkage {self.shrinkage:+.3f} from the selection estimate."
+            )
         if inf.tied_with:
-            lines.append(f"The winner ties with {', '.join(inf.tied_with)} on the selection pool; tied candidates are "
-                         "treated as co-winners (they impose no truncation bound), so the correction is a lower bound.")
+            lines.append(
+                f"The winner ties with {', '.join(inf.tied_with)} on the selection pool; tied candidates are "
+                "treated as co-winners (they impose no truncation bound), so the correction is a lower bound."
+            )
         if self.selection.n_clusters < len(inf.candidates):
-            lines.append(f"Only {self.selection.n_clusters} vignettes for {len(inf.candidates)} candidates: the "
-                         "clustered covariance is singular and noisy, so the AKM intervals are approximate.")
+            lines.append(
+                f"Only {self.selection.n_clusters} vignettes for {len(inf.candidates)} candidates: the "
+                "clustered covariance is singular and noisy, so the AKM intervals are approximate."
+            )
         if self.policy is not None:
-            lines.append(f"Claim policy {self.policy}: " + (
-                "a candidate; " + ("its evidence includes the selection pool." if self.claim_uses_selection_pool
-                                   else "its evidence is the held-out pool only.")
-                if self.policy_is_candidate else "not among the candidates."))
-        table = [{k: (float(v) if isinstance(v, (np.floating, float)) else v) for k, v in row.items()}
-                 for row in self.to_frame().to_dict(orient="records")]
+            lines.append(
+                f"Claim policy {self.policy}: "
+                + (
+                    "a candidate; "
+                    + (
+                        "its evidence includes the selection pool."
+                        if self.claim_uses_selection_pool
+                        else "its evidence is the held-out pool only."
+                    )
+                    if self.policy_is_candidate
+                    else "not among the candidates."
+                )
+            )
+        table = [
+            {k: (float(v) if isinstance(v, (np.floating, float)) else v) for k, v in row.items()}
+            for row in self.to_frame().to_dict(orient="records")
+        ]
         return ReportSection("winners_curse", "Winner's curse (selection among candidates)", tuple(lines), tuple(table))
 
     def gate(self) -> GateResult:
         """FAIL: the claim's evidence is the pool its policy was selected on. WARN: held-out
         replication materially below the selection estimate. PASS otherwise."""
-        evidence = {"winner": self.inference.winner, "naive": self.inference.naive_estimate,
-                    "median_unbiased": self.inference.median_unbiased,
-                    "heldout": None if self.heldout is None else self.heldout.estimate,
-                    "policy_is_candidate": self.policy_is_candidate,
-                    "claim_uses_selection_pool": self.claim_uses_selection_pool,
-                    "shrinkage_warn": self.shrinkage_warn}
+        evidence = {
+            "winner": self.inference.winner,
+            "naive": self.inference.naive_estimate,
+            "median_unbiased": self.inference.median_unbiased,
+            "heldout": None if self.heldout is None else self.heldout.estimate,
+            "policy_is_candidate": self.policy_is_candidate,
+            "claim_uses_selection_pool": self.claim_uses_selection_pool,
+            "shrinkage_warn": self.shrinkage_warn,
+        }
         if self.policy_is_candidate and self.claim_uses_selection_pool:
-            return GateResult("winners_curse", Verdict.FAIL,
-                              f"{self.policy} was selected among {len(self.inference.candidates)} candidates on the "
-                              "selection pool, and the claim's contests include that pool: evaluate it on a fresh "
-                              "held-out pool only", evidence)
+            return GateResult(
+                "winners_curse",
+                Verdict.FAIL,
+                f"{self.policy} was selected among {len(self.inference.candidates)} candidates on the "
+                "selection pool, and the claim's contests include that pool: evaluate it on a fresh "
+                "held-out pool only",
+                evidence,
+            )
         if self.policy_is_candidate:
             if self.policy_selection_estimate is None or self.policy_heldout_estimate is None:
-                return GateResult("winners_curse", Verdict.INCONCLUSIVE,
-                                  f"{self.policy} lacks a selection or held-out estimate", evidence)
+                return GateResult(
+                    "winners_curse",
+                    Verdict.INCONCLUSIVE,
+                    f"{self.policy} lacks a selection or held-out estimate",
+                    evidence,
+                )
             drop = self.policy_selection_estimate - self.policy_heldout_estimate
             evidence["policy_shrinkage"] = drop
             if drop > self.shrinkage_warn:
-                return GateResult("winners_curse", Verdict.WARN,
-                                  f"held-out {self.policy_heldout_estimate:.3f} falls {drop:.3f} below the selection "
-                                  f"estimate {self.policy_selection_estimate:.3f} (> {self.shrinkage_warn:g})", evidence)
-            return GateResult("winners_curse", Verdict.PASS,
-                              f"claim rests on the held-out pool; shrinkage {drop:+.3f} from selection", evidence)
-        return GateResult("winners_curse", Verdict.PASS,
-                          f"the claim's policy is not among the {len(self.inference.candidates)} selection candidates "
-                          f"(winner {self.inference.winner}: naive {self.inference.naive_estimate:.3f}, AKM "
-                          f"{self.inference.median_unbiased:.3f}"
-                          + ("" if self.heldout is None else f", held-out {self.heldout.estimate:.3f}") + ")", evidence)
+                return GateResult(
+                    "winners_curse",
+                    Verdict.WARN,
+                    f"held-out {self.policy_heldout_estimate:.3f} falls {drop:.3f} below the selection "
+                    f"estimate {self.policy_selection_estimate:.3f} (> {self.shrinkage_warn:g})",
+                    evidence,
+                )
+            return GateResult(
+                "winners_curse",
+                Verdict.PASS,
+                f"claim rests on the held-out pool; shrinkage {drop:+.3f} from selection",
+                evidence,
+            )
+        return GateResult(
+            "winners_curse",
+            Verdict.PASS,
+            f"the claim's policy is not among the {len(self.inference.candidates)} selection candidates "
+            f"(winner {self.inference.winner}: naive {self.inference.naive_estimate:.3f}, AKM "
+            f"{self.inference.median_unbiased:.3f}"
+            + ("" if self.heldout is None else f", held-out {self.heldout.estimate:.3f}")
+            + ")",
+            evidence,
+        )
 
 
 def _pool_scores(study, candidate: str, opponent: str, judge: str | None):
@@ -527,9 +634,20 @@ def _pool_scores(study, candidate: str, opponent: str, judge: str | None):
     return scored, pools, contests.judge
 
 
-def analyse_selection(study, opponent: str, judge: str | None = None, *, candidates: Sequence[str] | None = None,
-                      level: float = 0.95, beta: float | None = None, seed: int = 20240101, vcov: str = "CR2",
-                      policy: str | None = None, claim_contests=None, shrinkage_warn: float = 0.05) -> SelectionAnalysis:
+def analyse_selection(
+    study,
+    opponent: str,
+    judge: str | None = None,
+    *,
+    candidates: Sequence[str] | None = None,
+    level: float = 0.95,
+    beta: float | None = None,
+    seed: int = 20240101,
+    vcov: str = "CR2",
+    policy: str | None = None,
+    claim_contests=None,
+    shrinkage_warn: float = 0.05,
+) -> SelectionAnalysis:
     """Winner's-curse analysis of the candidates of a study's selection pool.
 
     Candidates are the systems with responses in ``pool == "selection"`` (or ``candidates``);
@@ -543,7 +661,9 @@ def analyse_selection(study, opponent: str, judge: str | None = None, *, candida
     """
     responses = study.responses.frame
     if "pool" not in responses or not (responses["pool"] == "selection").any():
-        raise InputError("the responses table has no selection pool", fix="mark candidate responses with pool = selection")
+        raise InputError(
+            "the responses table has no selection pool", fix="mark candidate responses with pool = selection"
+        )
     if candidates is None:
         candidates = sorted(set(responses.loc[responses["pool"] == "selection", "system"]))
     selection_scores, heldout_scores, used_judge = {}, {}, judge
@@ -555,8 +675,9 @@ def analyse_selection(study, opponent: str, judge: str | None = None, *, candida
         held = pools == "heldout"
         heldout_scores[name] = (frame.loc[held, "score"].to_numpy(float), frame.loc[held, "vignette_id"].to_numpy())
     estimates = selection_covariance(selection_scores, vcov=vcov)
-    inference = winner_inference(estimates.estimates, estimates.covariance, candidates=estimates.candidates,
-                                 level=level, beta=beta, seed=seed)
+    inference = winner_inference(
+        estimates.estimates, estimates.covariance, candidates=estimates.candidates, level=level, beta=beta, seed=seed
+    )
     heldout = _replication(inference.winner, *heldout_scores[inference.winner], level)
     heldout_by_candidate = tuple((n, float(v[0].mean())) for n, v in heldout_scores.items() if v[0].size)
 
@@ -573,8 +694,20 @@ def analyse_selection(study, opponent: str, judge: str | None = None, *, candida
             policy_held = float(scored.values.mean()) if scored.values.size else None
         else:
             policy_held = dict(heldout_by_candidate).get(policy)
-    return SelectionAnalysis(opponent, used_judge, estimates, inference, heldout, heldout_by_candidate,
-                             policy, policy_is_candidate, uses_selection, policy_sel, policy_held, shrinkage_warn)
+    return SelectionAnalysis(
+        opponent,
+        used_judge,
+        estimates,
+        inference,
+        heldout,
+        heldout_by_candidate,
+        policy,
+        policy_is_candidate,
+        uses_selection,
+        policy_sel,
+        policy_held,
+        shrinkage_warn,
+    )
 
 
 def _replication(candidate: str, values: np.ndarray, clusters: np.ndarray, level: float) -> HeldOutReplication | None:
@@ -584,8 +717,16 @@ def _replication(candidate: str, values: np.ndarray, clusters: np.ndarray, level
         fit = cluster_robust_ols(np.ones(values.size), values, clusters, vcov="CR2", level=level, df="satterthwaite")
     except EstimationError:
         return None
-    return HeldOutReplication(candidate, float(fit.coef[0]), float(fit.se[0]), float(fit.df[0]),
-                              float(fit.ci_low[0]), float(fit.ci_high[0]), int(values.size), fit.n_clusters)
+    return HeldOutReplication(
+        candidate,
+        float(fit.coef[0]),
+        float(fit.se[0]),
+        float(fit.df[0]),
+        float(fit.ci_low[0]),
+        float(fit.ci_high[0]),
+        int(values.size),
+        fit.n_clusters,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -604,15 +745,24 @@ def _check(context) -> SelectionAnalysis | None:
     if not (by_judge["response_first"].isin(selection_ids) | by_judge["response_second"].isin(selection_ids)).any():
         return None
     spec, thresholds = context.claim.spec, context.claim.thresholds
-    return analyse_selection(context.study, spec.opponent, context.contests.judge,
-                             level=thresholds.confidence_level, policy=spec.policy, claim_contests=context.contests,
-                             shrinkage_warn=thresholds.winners_curse_shrinkage_warn)
+    return analyse_selection(
+        context.study,
+        spec.opponent,
+        context.contests.judge,
+        level=thresholds.confidence_level,
+        policy=spec.policy,
+        claim_contests=context.contests,
+        shrinkage_warn=thresholds.winners_curse_shrinkage_warn,
+    )
 
 
 @register_gate("winners_curse")
 def _gate(context) -> GateResult:
     result = context.checks.get("winners_curse")
     if result is None:
-        return GateResult("winners_curse", Verdict.INCONCLUSIVE,
-                          "not run: needs a selection pool (responses with pool = selection) among the claim's data")
+        return GateResult(
+            "winners_curse",
+            Verdict.INCONCLUSIVE,
+            "not run: needs a selection pool (responses with pool = selection) among the claim's data",
+        )
     return result.gate()

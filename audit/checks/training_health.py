@@ -35,8 +35,8 @@ import numpy as np
 
 from honestci.audit.checks.registry import ReportSection, register_check
 from honestci.audit.errors import InputError
-from honestci.audit.policy import THRESHOLDS, GateResult, Thresholds, Verdict, worst
 from honestci.audit.gates import register_gate
+from honestci.audit.policy import THRESHOLDS, GateResult, Thresholds, Verdict, worst
 
 SERIES = ("reward", "reward_std", "kl", "entropy", "frac_reward_zero_std")
 
@@ -70,26 +70,53 @@ class TrainingHealth:
     def to_frame(self):
         import pandas as pd
 
-        return pd.DataFrame([{"criterion": c.name, "verdict": str(c.verdict), "value": c.value,
-                              "threshold": c.threshold, "message": c.message} for c in self.criteria])
+        return pd.DataFrame(
+            [
+                {
+                    "criterion": c.name,
+                    "verdict": str(c.verdict),
+                    "value": c.value,
+                    "threshold": c.threshold,
+                    "message": c.message,
+                }
+                for c in self.criteria
+            ]
+        )
 
     def __str__(self) -> str:
-        return f"training health of {self.log_path} ({self.n_steps} steps): {self.verdict}\n" + \
-            self.to_frame().to_string(index=False)
+        return (
+            f"training health of {self.log_path} ({self.n_steps} steps): {self.verdict}\n"
+            + self.to_frame().to_string(index=False)
+        )
 
     def gate(self) -> GateResult:
         failing = [c for c in self.criteria if c.verdict == self.verdict and c.verdict != Verdict.PASS]
-        message = ("healthy: " + "; ".join(c.message for c in self.criteria) if not failing
-                   else "; ".join(c.message for c in failing))
-        return GateResult("training_healthy", self.verdict, message,
-                          {"log": self.log_path, "n_steps": self.n_steps, "window": self.window,
-                           "criteria": {c.name: c.value for c in self.criteria}})
+        message = (
+            "healthy: " + "; ".join(c.message for c in self.criteria)
+            if not failing
+            else "; ".join(c.message for c in failing)
+        )
+        return GateResult(
+            "training_healthy",
+            self.verdict,
+            message,
+            {
+                "log": self.log_path,
+                "n_steps": self.n_steps,
+                "window": self.window,
+                "criteria": {c.name: c.value for c in self.criteria},
+            },
+        )
 
     def report_section(self) -> ReportSection:
-        lines = (f"training log {self.log_path}: {self.n_steps} logged steps, windows of {self.window}",
-                 *(f"{c.name}: {c.verdict} — {c.message}" for c in self.criteria))
-        table = tuple({"criterion": c.name, "verdict": str(c.verdict), "value": c.value, "threshold": c.threshold}
-                      for c in self.criteria)
+        lines = (
+            f"training log {self.log_path}: {self.n_steps} logged steps, windows of {self.window}",
+            *(f"{c.name}: {c.verdict} — {c.message}" for c in self.criteria),
+        )
+        table = tuple(
+            {"criterion": c.name, "verdict": str(c.verdict), "value": c.value, "threshold": c.threshold}
+            for c in self.criteria
+        )
         return ReportSection("training_health", "Training health", lines, table)
 
 
@@ -97,8 +124,10 @@ def read_training_log(path: str | Path) -> list[dict]:
     """The logged rows of a trainer log: ``trainer_state.json``, a JSON list, or JSON Lines."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"Training log {path} does not exist.",
-                         fix="point training_log at the trainer's trainer_state.json or training_log.jsonl")
+        raise InputError(
+            f"Training log {path} does not exist.",
+            fix="point training_log at the trainer's trainer_state.json or training_log.jsonl",
+        )
     text = path.read_text(encoding="utf-8")
     try:
         data = json.loads(text)
@@ -116,8 +145,10 @@ def read_training_log(path: str | Path) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise InputError(f"Training log {path}, line {number}: not JSON ({exc.msg}).",
-                                 fix="give TRL's trainer_state.json or one JSON object per line") from None
+                raise InputError(
+                    f"Training log {path}, line {number}: not JSON ({exc.msg}).",
+                    fix="give TRL's trainer_state.json or one JSON object per line",
+                ) from None
     if not all(isinstance(row, dict) for row in rows):
         raise InputError(f"Training log {path}: every entry must be a JSON object.")
     return rows
@@ -134,19 +165,28 @@ def assess_training_log(path: str | Path, thresholds: Thresholds = THRESHOLDS) -
     """Judge a training run from its log (see the module docstring for every criterion)."""
     rows = [r for r in read_training_log(path) if "reward" in r]
     steps = tuple(_float(r.get("step", i + 1)) for i, r in enumerate(rows))
-    series = {name: np.array([_float(r.get(name)) for r in rows]) for name in SERIES
-              if any(name in r for r in rows)}
+    series = {name: np.array([_float(r.get(name)) for r in rows]) for name in SERIES if any(name in r for r in rows)}
     n = len(rows)
     window = max(1, math.ceil(thresholds.training_window_fraction * n))
     if n < thresholds.training_min_steps:
-        criteria = (HealthCriterion("logged steps", Verdict.INCONCLUSIVE, float(n), f">= {thresholds.training_min_steps}",
-                                    f"only {n} logged step(s) with a reward; at least {thresholds.training_min_steps} "
-                                    "are needed to judge a trend (log every step: logging_steps: 1)"),)
+        criteria = (
+            HealthCriterion(
+                "logged steps",
+                Verdict.INCONCLUSIVE,
+                float(n),
+                f">= {thresholds.training_min_steps}",
+                f"only {n} logged step(s) with a reward; at least {thresholds.training_min_steps} "
+                "are needed to judge a trend (log every step: logging_steps: 1)",
+            ),
+        )
     else:
-        criteria = (_reward_trend(series, window, thresholds), _kl_bounded(series, window, thresholds),
-                    _entropy_alive(series, window, thresholds), _reward_spread(series, window, thresholds))
-    return TrainingHealth(str(path), n, window, steps, {k: tuple(map(float, v)) for k, v in series.items()},
-                          criteria)
+        criteria = (
+            _reward_trend(series, window, thresholds),
+            _kl_bounded(series, window, thresholds),
+            _entropy_alive(series, window, thresholds),
+            _reward_spread(series, window, thresholds),
+        )
+    return TrainingHealth(str(path), n, window, steps, {k: tuple(map(float, v)) for k, v in series.items()}, criteria)
 
 
 def _missing(name: str, what: str) -> HealthCriterion:
@@ -169,8 +209,13 @@ def _reward_trend(series, window, t: Thresholds) -> HealthCriterion:
     gain = last - first
     verdict = Verdict.PASS if gain > t.training_min_reward_gain else Verdict.FAIL
     word = "rose" if gain > 0 else "did not rise"
-    return HealthCriterion("reward rising", verdict, gain, f"> {t.training_min_reward_gain:g}",
-                           f"reward {word}: {first:.3f} -> {last:.3f} (gain {gain:+.3f})")
+    return HealthCriterion(
+        "reward rising",
+        verdict,
+        gain,
+        f"> {t.training_min_reward_gain:g}",
+        f"reward {word}: {first:.3f} -> {last:.3f} (gain {gain:+.3f})",
+    )
 
 
 def _kl_bounded(series, window, t: Thresholds) -> HealthCriterion:
@@ -182,9 +227,14 @@ def _kl_bounded(series, window, t: Thresholds) -> HealthCriterion:
     rolling = np.convolve(values, np.ones(window) / window, mode="valid")
     peak = float(rolling.max())
     verdict = Verdict.PASS if peak <= t.training_max_kl else Verdict.FAIL
-    return HealthCriterion("KL bounded", verdict, peak, f"<= {t.training_max_kl:g}",
-                           f"peak {window}-step mean KL {peak:.3g} ({'within' if verdict == Verdict.PASS else 'above'} "
-                           f"{t.training_max_kl:g})")
+    return HealthCriterion(
+        "KL bounded",
+        verdict,
+        peak,
+        f"<= {t.training_max_kl:g}",
+        f"peak {window}-step mean KL {peak:.3g} ({'within' if verdict == Verdict.PASS else 'above'} "
+        f"{t.training_max_kl:g})",
+    )
 
 
 def _entropy_alive(series, window, t: Thresholds) -> HealthCriterion:
@@ -196,10 +246,13 @@ def _entropy_alive(series, window, t: Thresholds) -> HealthCriterion:
     first, last = _windows(values, window)
     ratio = last / first if first > 0 else math.nan
     alive = last >= t.training_min_entropy and (math.isfinite(ratio) and ratio >= t.training_min_entropy_ratio)
-    return HealthCriterion("entropy alive", Verdict.PASS if alive else Verdict.FAIL, ratio,
-                           f"ratio >= {t.training_min_entropy_ratio:g} and last >= {t.training_min_entropy:g}",
-                           f"entropy {first:.3g} -> {last:.3g} nats/token (ratio {ratio:.2f})"
-                           + ("" if alive else ": collapsed"))
+    return HealthCriterion(
+        "entropy alive",
+        Verdict.PASS if alive else Verdict.FAIL,
+        ratio,
+        f"ratio >= {t.training_min_entropy_ratio:g} and last >= {t.training_min_entropy:g}",
+        f"entropy {first:.3g} -> {last:.3g} nats/token (ratio {ratio:.2f})" + ("" if alive else ": collapsed"),
+    )
 
 
 def _reward_spread(series, window, t: Thresholds) -> HealthCriterion:
@@ -216,9 +269,13 @@ def _reward_spread(series, window, t: Thresholds) -> HealthCriterion:
         zero = float(series["frac_reward_zero_std"][-window:].mean())
         message += f"; groups with no spread {zero:.0%}"
         alive = alive and zero <= t.training_max_frac_zero_std
-    return HealthCriterion("reward spread alive", Verdict.PASS if alive else Verdict.FAIL, ratio,
-                           f"ratio >= {t.training_min_reward_std_ratio:g}, zero-sd groups <= "
-                           f"{t.training_max_frac_zero_std:.0%}", message + ("" if alive else ": collapsed"))
+    return HealthCriterion(
+        "reward spread alive",
+        Verdict.PASS if alive else Verdict.FAIL,
+        ratio,
+        f"ratio >= {t.training_min_reward_std_ratio:g}, zero-sd groups <= {t.training_max_frac_zero_std:.0%}",
+        message + ("" if alive else ": collapsed"),
+    )
 
 
 def plot_training_health(result: TrainingHealth, thresholds: Thresholds = THRESHOLDS):
@@ -228,9 +285,12 @@ def plot_training_health(result: TrainingHealth, thresholds: Thresholds = THRESH
     plt = _pyplot()
     figure, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
     steps = np.array(result.steps)
-    panels = (("reward", "reward (± group sd)", None), ("kl", "KL to reference", thresholds.training_max_kl),
-              ("entropy", "entropy (nats/token)", thresholds.training_min_entropy),
-              ("reward_std", "within-group reward sd", None))
+    panels = (
+        ("reward", "reward (± group sd)", None),
+        ("kl", "KL to reference", thresholds.training_max_kl),
+        ("entropy", "entropy (nats/token)", thresholds.training_min_entropy),
+        ("reward_std", "within-group reward sd", None),
+    )
     for axis, (name, title, limit) in zip(axes.flat, panels):
         axis.set_title(title)
         values = np.array(result.series.get(name, ()))
@@ -283,7 +343,9 @@ def _training_health_check(context) -> TrainingHealth | None:
 def _training_healthy_gate(context) -> GateResult:
     result = context.checks.get("training_health")
     if result is None:
-        return GateResult("training_healthy", Verdict.INCONCLUSIVE,
-                          "not run: needs the claim's training_log (the trainer's trainer_state.json or "
-                          "training_log.jsonl)")
+        return GateResult(
+            "training_healthy",
+            Verdict.INCONCLUSIVE,
+            "not run: needs the claim's training_log (the trainer's trainer_state.json or training_log.jsonl)",
+        )
     return result.gate()

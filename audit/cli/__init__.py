@@ -12,9 +12,10 @@ from pathlib import Path
 import click
 
 from honestci import __version__
-from honestci.audit.policy import DEFAULT_SEED as DEFAULT_AUDIT_SEED
 from honestci.audit.cli.support import fail_cleanly as _fail_cleanly
 from honestci.audit.errors import InputError
+from honestci.audit.policy import DEFAULT_SEED
+
 
 def _progress(message: str) -> None:
     click.echo(f"… {message}", err=True)
@@ -28,8 +29,13 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder to write the study into (created if missing).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder to write the study into (created if missing).",
+)
 @click.option("--seed", type=int, default=None, help="Simulator seed (default: the embedded study's seed).")
 @_fail_cleanly
 def simulate(out_dir: Path, seed: int | None) -> None:
@@ -42,15 +48,15 @@ def simulate(out_dir: Path, seed: int | None) -> None:
 
 
 def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_outside_data: bool):
-    from honestci.audit.pipeline import run_audit, write_outputs
+    from honestci.audit.pipeline import run_audit
+    from honestci.reports.render import write_outputs
 
-    result = run_audit(claim, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data,
-                       progress=_progress)
-    paths = write_outputs(result, out_dir)
+    result = run_audit(claim, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=_progress)
+    paths = write_outputs(result.report(), out_dir, posterior=result.posterior)
     click.echo(str(result.intervals))
     click.echo("")
     for gate in result.gates:
-        click.echo(f"  gate {gate.name:<26} {str(gate.verdict):<13} {gate.message}")
+        click.echo(f"  gate {gate.name:<26} {gate.verdict!s:<13} {gate.message}")
     click.echo("")
     colour = "green" if result.verdict.name in ("PASS", "WARN") else "red"
     click.secho(f"verdict: {result.verdict}", fg=colour, bold=True)
@@ -64,23 +70,35 @@ def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_ou
 
 @main.command()
 @click.argument("claim", type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder for report.md, report.html, verdict.json (and posterior.nc with --bayes).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder for report.md, report.html, verdict.json (and posterior.nc with --bayes).",
+)
 @click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
-@click.option("--seed", type=int, default=DEFAULT_AUDIT_SEED, show_default=True, help="Seed of every resampling step.")
+@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="Seed of every resampling step.")
 @click.option("--allow-inconclusive", is_flag=True, help="Exit 0 when the worst gate is INCONCLUSIVE.")
 @click.option("--allow-outside-data", is_flag=True, help="Let data paths resolve outside the claim's folder.")
 @_fail_cleanly
-def audit(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_inconclusive: bool,
-          allow_outside_data: bool) -> None:
+def audit(
+    claim: Path, out_dir: Path, bayes: bool, seed: int, allow_inconclusive: bool, allow_outside_data: bool
+) -> None:
     """Audit CLAIM (a claim YAML file): exit 0 if the release may go ahead, 1 if blocked."""
     result = _run_and_report(claim, out_dir, bayes, seed, allow_outside_data)
     sys.exit(result.exit_code(allow_inconclusive=allow_inconclusive))
 
 
 @main.command()
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("honestci-demo"),
-              show_default=True, help="Folder for the demo report.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("honestci-demo"),
+    show_default=True,
+    help="Folder for the demo report.",
+)
 @click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
 @_fail_cleanly
 def demo(out_dir: Path, bayes: bool) -> None:
@@ -89,15 +107,20 @@ def demo(out_dir: Path, bayes: bool) -> None:
 
     claim = default_claim_path()
     click.echo(f"Auditing the embedded fixture claim {claim}", err=True)
-    result = _run_and_report(claim, out_dir, bayes, DEFAULT_AUDIT_SEED, False)
+    result = _run_and_report(claim, out_dir, bayes, DEFAULT_SEED, False)
     click.echo(f"(`honestci audit` on this claim would exit {result.exit_code()})")
 
 
 @main.command()
 @click.argument("result", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True)
-@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write to this file (atomically) instead of standard output.")
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write to this file (atomically) instead of standard output.",
+)
 @_fail_cleanly
 def report(result: Path, fmt: str, out_file: Path | None) -> None:
     """Render RESULT (a verdict.json from `honestci audit`) as Markdown, HTML or JSON."""
@@ -116,7 +139,7 @@ def report(result: Path, fmt: str, out_file: Path | None) -> None:
 @main.command()
 @click.argument("claim", type=click.Path(path_type=Path))
 @click.option("--method", "methods", multiple=True, help="Interval method (repeatable); default: all.")
-@click.option("--seed", type=int, default=DEFAULT_AUDIT_SEED, show_default=True, help="Seed of every resampling step.")
+@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="Seed of every resampling step.")
 @click.option("--level", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
 @_fail_cleanly
 def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> None:
@@ -128,35 +151,47 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> N
 
     loaded = load_claim(claim)
     study = load_study(loaded.data_paths)
-    contests = build_contests(study, policy=loaded.spec.policy, opponent=loaded.spec.opponent,
-                              judge=loaded.spec.judge, allow_single_order=loaded.spec.allow_single_order)
+    contests = build_contests(
+        study,
+        policy=loaded.spec.policy,
+        opponent=loaded.spec.opponent,
+        judge=loaded.spec.judge,
+        allow_single_order=loaded.spec.allow_single_order,
+    )
     scored = contests.scores("both_orders")
     scores, clusters = scored.values, scored.clusters
     for m in methods:
         if m not in ALL_METHODS:
             raise InputError(f"Unknown method {m!r}.", fix=f"use one of {list(ALL_METHODS)}")
-    table = winrate_table(scores, clusters, methods=methods or ALL_METHODS, level=level, seed=seed,
-                          thresholds=loaded.thresholds)
-    frame = table.to_frame()[["label", "population", "estimate", "ci_low", "ci_high", "n", "n_clusters",
-                              "n_effective", "verdict"]]
+    table = winrate_table(
+        scores, clusters, methods=methods or ALL_METHODS, level=level, seed=seed, thresholds=loaded.thresholds
+    )
+    frame = table.to_frame()[
+        ["label", "population", "estimate", "ci_low", "ci_high", "n", "n_clusters", "n_effective", "verdict"]
+    ]
     click.echo(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
 
 @main.command("coverage-study")
 @click.option("--reps", type=click.IntRange(10), default=1000, show_default=True, help="Replications per cell.")
 @click.option("--per-vignette", type=click.IntRange(2), default=40, show_default=True, help="Contests per vignette.")
-@click.option("--seed", type=int, default=DEFAULT_AUDIT_SEED, show_default=True)
+@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True)
 @click.option("--processes", type=click.IntRange(1), default=1, show_default=True, help="Worker processes.")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=Path("docs/coverage.md"),
-              show_default=True, help="Markdown table to write (a CSV is written beside it).")
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("docs/coverage.md"),
+    show_default=True,
+    help="Markdown table to write (a CSV is written beside it).",
+)
 @_fail_cleanly
 def coverage_study(reps: int, per_vignette: int, seed: int, processes: int, out_file: Path) -> None:
     """Seeded simulation of every interval's coverage over G x ICC x true rate."""
     from honestci.audit.stats.coverage_study import run_coverage_study
     from honestci.reports.writing import atomic_write_text
 
-    study = run_coverage_study(reps=reps, per_vignette=per_vignette, seed=seed, processes=processes,
-                               progress=_progress)
+    study = run_coverage_study(reps=reps, per_vignette=per_vignette, seed=seed, processes=processes, progress=_progress)
     atomic_write_text(out_file, study.to_markdown())
     atomic_write_text(out_file.with_suffix(".csv"), study.to_frame().to_csv(index=False))
     click.echo(str(out_file))
@@ -164,8 +199,8 @@ def coverage_study(reps: int, per_vignette: int, seed: int, processes: int, out_
 
 def _register_commands() -> None:
     from honestci.audit.cli.checks import calibrate_judge_command, position_bias_command
-    from honestci.audit.cli.selection import leakage, winners_curse
     from honestci.audit.cli.judges import import_command, judge_command
+    from honestci.audit.cli.selection import leakage, winners_curse
     from honestci.audit.cli.training import generate_command, pipeline_command, train_group
 
     main.add_command(judge_command, "judge")

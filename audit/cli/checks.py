@@ -14,8 +14,12 @@ import click
 from honestci.audit.cli.support import fail_cleanly
 from honestci.audit.errors import InputError
 
-_TABLE_OPTIONS = {"judgments": "judgments", "responses": "responses", "human_pairs": "human-pairs",
-                  "human_ratings": "human-ratings"}
+_TABLE_OPTIONS = {
+    "judgments": "judgments",
+    "responses": "responses",
+    "human_pairs": "human-pairs",
+    "human_ratings": "human-ratings",
+}
 
 
 def _tables(claim: Path | None, explicit: dict[str, Path | None], allow_outside_data: bool):
@@ -43,8 +47,13 @@ def _frame_text(frame, columns) -> str:
 
 
 def _path_option(name: str):
-    return click.option(f"--{_TABLE_OPTIONS[name]}", name, type=click.Path(dir_okay=False, path_type=Path),
-                        default=None, help=f"{name} table (JSONL/CSV/Parquet); overrides the claim's.")
+    return click.option(
+        f"--{_TABLE_OPTIONS[name]}",
+        name,
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=f"{name} table (JSONL/CSV/Parquet); overrides the claim's.",
+    )
 
 
 @click.command("calibrate-judge")
@@ -53,46 +62,110 @@ def _path_option(name: str):
 @_path_option("human_pairs")
 @_path_option("human_ratings")
 @click.option("--judge", default=None, help="Judge to calibrate (default: the claim's judge, or the only judge).")
-@click.option("--source", type=click.Choice(["auto", "pairs", "ratings"]), default="auto", show_default=True,
-              help="Human reference: pairwise labels (majority) or ratings (higher mean rating).")
-@click.option("--min-margin", type=float, default=0.0, show_default=True,
-              help="From ratings: a mean-rating difference at or below this is a tie.")
-@click.option("--split", type=click.Choice(["tie", "first_rater"]), default="tie", show_default=True,
-              help="Pairwise labels without a majority: a tie, or the first rater's label (PandaLM's rule).")
-@click.option("--invalid-as", type=click.Choice(["missing", "tie"]), default="missing", show_default=True,
-              help="Unparseable verdicts: left out (counted), or counted as ties (PandaLM's rule).")
+@click.option(
+    "--source",
+    type=click.Choice(["auto", "pairs", "ratings"]),
+    default="auto",
+    show_default=True,
+    help="Human reference: pairwise labels (majority) or ratings (higher mean rating).",
+)
+@click.option(
+    "--min-margin",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="From ratings: a mean-rating difference at or below this is a tie.",
+)
+@click.option(
+    "--split",
+    type=click.Choice(["tie", "first_rater"]),
+    default="tie",
+    show_default=True,
+    help="Pairwise labels without a majority: a tie, or the first rater's label (PandaLM's rule).",
+)
+@click.option(
+    "--invalid-as",
+    type=click.Choice(["missing", "tie"]),
+    default="missing",
+    show_default=True,
+    help="Unparseable verdicts: left out (counted), or counted as ties (PandaLM's rule).",
+)
 @click.option("--level", type=float, default=0.95, show_default=True)
-@click.option("--seed", type=int, default=20261129, show_default=True, help="Seed of the bootstraps and the selection split.")
+@click.option(
+    "--seed", type=int, default=20261129, show_default=True, help="Seed of the bootstraps and the selection split."
+)
 @click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
 @fail_cleanly
-def calibrate_judge_command(claim, judgments, human_pairs, human_ratings, judge, source, min_margin, split,
-                            invalid_as, level, seed, allow_outside_data) -> None:
+def calibrate_judge_command(
+    claim,
+    judgments,
+    human_pairs,
+    human_ratings,
+    judge,
+    source,
+    min_margin,
+    split,
+    invalid_as,
+    level,
+    seed,
+    allow_outside_data,
+) -> None:
     """Agreement of a judge with human preferences, with vignette-clustered intervals."""
     from honestci.audit.checks.calibration import calibrate_judge
 
-    tables, spec = _tables(claim, {"judgments": judgments, "human_pairs": human_pairs,
-                                   "human_ratings": human_ratings}, allow_outside_data)
+    tables, spec = _tables(
+        claim, {"judgments": judgments, "human_pairs": human_pairs, "human_ratings": human_ratings}, allow_outside_data
+    )
     if "judgments" not in tables:
         raise InputError("no judgments table.", fix="pass a claim file or --judgments PATH")
     if "human_pairs" not in tables and "human_ratings" not in tables:
-        raise InputError("calibration needs human preferences.", fix="pass --human-pairs or --human-ratings (or a claim with them)")
+        raise InputError(
+            "calibration needs human preferences.", fix="pass --human-pairs or --human-ratings (or a claim with them)"
+        )
     judges = sorted(set(tables["judgments"].frame["judge"].astype(str)))
     judge = judge or (spec.judge if spec is not None else None) or (judges[0] if len(judges) == 1 else None)
     if judge is None:
         raise InputError(f"several judges in the judgments: {', '.join(judges)}.", fix="name one with --judge")
     if judge not in judges:
         raise InputError(f"judge {judge!r} is not in the judgments.", fix=f"use one of: {', '.join(judges)}")
-    result = calibrate_judge(judge, judgments=tables["judgments"], human_pairs=tables.get("human_pairs"),
-                             human_ratings=tables.get("human_ratings"), source=source, min_margin=min_margin,
-                             split=split, invalid_as=invalid_as, level=level, seed=seed)
+    result = calibrate_judge(
+        judge,
+        judgments=tables["judgments"],
+        human_pairs=tables.get("human_pairs"),
+        human_ratings=tables.get("human_ratings"),
+        source=source,
+        min_margin=min_margin,
+        split=split,
+        invalid_as=invalid_as,
+        level=level,
+        seed=seed,
+    )
     section = result.report_section()
     for line in section.lines:
         click.echo(f"- {line}")
     click.echo("")
-    click.echo(_frame_text(result.to_frame(), ("name", "estimate", "ci_low", "ci_high", "boot_low", "boot_high",
-                                               "df", "n", "n_clusters", "verdict", "note")))
-    click.echo(f"\naccuracy {result.metrics.accuracy:.4f}  macro-P {result.metrics.macro_precision:.4f}  "
-               f"macro-R {result.metrics.macro_recall:.4f}  macro-F1 {result.metrics.macro_f1:.4f}  (3 classes)")
+    click.echo(
+        _frame_text(
+            result.to_frame(),
+            (
+                "name",
+                "estimate",
+                "ci_low",
+                "ci_high",
+                "boot_low",
+                "boot_high",
+                "df",
+                "n",
+                "n_clusters",
+                "verdict",
+                "note",
+            ),
+        )
+    )
+    click.echo(
+        f"\naccuracy {result.metrics.accuracy:.4f}  macro-P {result.metrics.macro_precision:.4f}  "
+        f"macro-R {result.metrics.macro_recall:.4f}  macro-F1 {result.metrics.macro_f1:.4f}  (3 classes)"
+    )
 
 
 @click.command("position-bias")
@@ -106,17 +179,20 @@ def calibrate_judge_command(claim, judgments, human_pairs, human_ratings, judge,
 @click.option("--seed", type=int, default=20261129, show_default=True, help="Seed of the bootstrap and the sign flips.")
 @click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
 @fail_cleanly
-def position_bias_command(claim, judgments, responses, judge, policy, opponent, level, seed,
-                          allow_outside_data) -> None:
+def position_bias_command(
+    claim, judgments, responses, judge, policy, opponent, level, seed, allow_outside_data
+) -> None:
     """Position bias of a judge from both-order verdicts (single-order data: not identifiable)."""
+    from honestci.audit.checks.position_bias import gate_position_bias, position_bias_from_contests
     from honestci.audit.data.contests import build_contests
     from honestci.audit.policy import THRESHOLDS
-    from honestci.audit.checks.position_bias import gate_position_bias, position_bias_from_contests
 
     tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
     missing = [name for name in ("judgments", "responses") if name not in tables]
     if missing:
-        raise InputError(f"missing table(s): {', '.join(missing)}.", fix="pass a claim file or --judgments and --responses")
+        raise InputError(
+            f"missing table(s): {', '.join(missing)}.", fix="pass a claim file or --judgments and --responses"
+        )
     policy = policy or (spec.policy if spec else None)
     opponent = opponent or (spec.opponent if spec else None)
     if policy is None or opponent is None:
@@ -128,8 +204,12 @@ def position_bias_command(claim, judgments, responses, judge, policy, opponent, 
         click.echo(f"- {line}")
     if result.identifiable:
         click.echo("")
-        click.echo(_frame_text(result.to_frame(), ("name", "estimate", "ci_low", "ci_high", "boot_low", "boot_high",
-                                                   "df", "n", "n_clusters")))
+        click.echo(
+            _frame_text(
+                result.to_frame(),
+                ("name", "estimate", "ci_low", "ci_high", "boot_low", "boot_high", "df", "n", "n_clusters"),
+            )
+        )
         click.echo("")
         import pandas as pd
 

@@ -15,6 +15,7 @@ from honestci.audit.cli.support import fail_cleanly as _fail_cleanly
 from honestci.audit.errors import InputError
 from honestci.judges.importers import FORMATS
 
+
 def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     out = {}
     for value in values:
@@ -29,20 +30,45 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
 @click.argument("contests", type=click.Path(path_type=Path))
 @click.option("--vignettes", type=click.Path(path_type=Path), required=True, help="Vignettes table.")
 @click.option("--responses", type=click.Path(path_type=Path), required=True, help="Responses table.")
-@click.option("--out", "out_path", type=click.Path(path_type=Path), required=True,
-              help="Judgments table to write (.jsonl, .csv or .parquet), atomically at the end.")
-@click.option("--backend", type=click.Choice(["openai", "vllm", "transformers", "replay"]), default="openai",
-              show_default=True, help="vllm = an OpenAI-compatible vLLM server (see judges/vllm_server.md).")
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Judgments table to write (.jsonl, .csv or .parquet), atomically at the end.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["openai", "vllm", "transformers", "replay"]),
+    default="openai",
+    show_default=True,
+    help="vllm = an OpenAI-compatible vLLM server (see judges/vllm_server.md).",
+)
 @click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
 @click.option("--model", help="Judge model name (sent to the server; the judge column).")
-@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
-              help="Environment variable holding the API key (the key itself is never logged or stored).")
+@click.option(
+    "--api-key-env",
+    default="OPENAI_API_KEY",
+    show_default=True,
+    help="Environment variable holding the API key (the key itself is never logged or stored).",
+)
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.001), default=60.0, show_default=True,
-              help="Per-request timeout in seconds.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0.001),
+    default=60.0,
+    show_default=True,
+    help="Per-request timeout in seconds.",
+)
 @click.option("--max-retries", type=click.IntRange(0, 100), default=5, show_default=True)
-@click.option("--backoff-base", type=click.FloatRange(min=0), default=0.5, show_default=True,
-              help="First retry delay in seconds (doubles each retry, with jitter).")
+@click.option(
+    "--backoff-base",
+    type=click.FloatRange(min=0),
+    default=0.5,
+    show_default=True,
+    help="First retry delay in seconds (doubles each retry, with jitter).",
+)
 @click.option("--backoff-cap", type=click.FloatRange(min=0), default=30.0, show_default=True)
 @click.option("--model-path", type=click.Path(path_type=Path), help="Local model folder (transformers backend).")
 @click.option("--device", default="cpu", show_default=True, help="transformers backend device.")
@@ -52,14 +78,42 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
 @click.option("--temperature", type=float, default=0.0, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(1), default=512, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the both-order shuffle.")
-@click.option("--cache", "cache_path", type=click.Path(path_type=Path), default=None,
-              help="SQLite cache (default: OUT.cache.sqlite); a rerun resumes from it.")
+@click.option(
+    "--cache",
+    "cache_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="SQLite cache (default: OUT.cache.sqlite); a rerun resumes from it.",
+)
 @click.option("--retry-failed", is_flag=True, help="Ask again for calls cached as failed after every retry.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: if a terminal).")
 @_fail_cleanly
-def judge_command(contests, vignettes, responses, out_path, backend, base_url, model, api_key_env, concurrency,
-                  timeout_s, max_retries, backoff_base, backoff_cap, model_path, device, replay_path, judge_name,
-                  template, temperature, max_tokens, seed, cache_path, retry_failed, progress):
+def judge_command(
+    contests,
+    vignettes,
+    responses,
+    out_path,
+    backend,
+    base_url,
+    model,
+    api_key_env,
+    concurrency,
+    timeout_s,
+    max_retries,
+    backoff_base,
+    backoff_cap,
+    model_path,
+    device,
+    replay_path,
+    judge_name,
+    template,
+    temperature,
+    max_tokens,
+    seed,
+    cache_path,
+    retry_failed,
+    progress,
+):
     """Judge every contest in CONTESTS (vignette_id, response_a, response_b) in both orders."""
     from honestci.judges.prompts import DEFAULT_TEMPLATE, get_template
     from honestci.judges.run import load_texts, run_judging
@@ -68,13 +122,23 @@ def judge_command(contests, vignettes, responses, out_path, backend, base_url, m
     texts = load_texts(vignettes, responses)
     if backend in ("openai", "vllm"):
         if not base_url or not model:
-            raise InputError(f"--backend {backend} needs --base-url and --model.",
-                             fix="e.g. --base-url http://127.0.0.1:8000/v1 --model meta-llama/Llama-3.1-70B-Instruct")
+            raise InputError(
+                f"--backend {backend} needs --base-url and --model.",
+                fix="e.g. --base-url http://127.0.0.1:8000/v1 --model meta-llama/Llama-3.1-70B-Instruct",
+            )
         from honestci.judges.backends.openai_http import OpenAICompatibleBackend
 
-        judge = OpenAICompatibleBackend(base_url, model, api_key_env=api_key_env, concurrency=concurrency,
-                                        timeout_s=timeout_s, max_retries=max_retries, backoff_base_s=backoff_base,
-                                        backoff_cap_s=backoff_cap, seed=seed)
+        judge = OpenAICompatibleBackend(
+            base_url,
+            model,
+            api_key_env=api_key_env,
+            concurrency=concurrency,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_base_s=backoff_base,
+            backoff_cap_s=backoff_cap,
+            seed=seed,
+        )
     elif backend == "transformers":
         if model_path is None:
             raise InputError("--backend transformers needs --model-path.", fix="pass a saved model folder")
@@ -87,9 +151,18 @@ def judge_command(contests, vignettes, responses, out_path, backend, base_url, m
         from honestci.judges.backends.replay import ReplayBackend
 
         judge = ReplayBackend(replay_path, judge=judge_name)
-    summary = run_judging(contests, texts, judge, chosen_template, out_path, cache_path=cache_path, seed=seed,
-                          sampling={"temperature": temperature, "max_tokens": max_tokens},
-                          retry_failed=retry_failed, progress=progress)
+    summary = run_judging(
+        contests,
+        texts,
+        judge,
+        chosen_template,
+        out_path,
+        cache_path=cache_path,
+        seed=seed,
+        sampling={"temperature": temperature, "max_tokens": max_tokens},
+        retry_failed=retry_failed,
+        progress=progress,
+    )
     click.echo(str(summary), err=True)
     click.echo(str(out_path))
 
@@ -97,15 +170,25 @@ def judge_command(contests, vignettes, responses, out_path, backend, base_url, m
 @click.command("import")
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMATS))
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out_path", type=click.Path(path_type=Path), required=True,
-              help="Judgments table; vignettes/responses/human_pairs go beside it (OUT.vignettes.jsonl ...).")
-@click.option("--judge-file", "judge_files", multiple=True,
-              help="pandalm: a judge result file, as PATH or NAME=PATH (repeatable).")
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Judgments table; vignettes/responses/human_pairs go beside it (OUT.vignettes.jsonl ...).",
+)
+@click.option(
+    "--judge-file",
+    "judge_files",
+    multiple=True,
+    help="pandalm: a judge result file, as PATH or NAME=PATH (repeatable).",
+)
 @click.option("--questions", type=click.Path(path_type=Path), help="mtbench: question.jsonl (writes vignettes).")
 @click.option("--answers", type=click.Path(path_type=Path), help="mtbench: model_answer/ folder (writes responses).")
 @click.option("--map", "mapping", multiple=True, help="generic: TARGET=SOURCE column (repeatable).")
-@click.option("--verdict-map", "verdict_map", multiple=True,
-              help="generic: SOURCE_VALUE=first|second|tie|invalid (repeatable).")
+@click.option(
+    "--verdict-map", "verdict_map", multiple=True, help="generic: SOURCE_VALUE=first|second|tie|invalid (repeatable)."
+)
 @click.option("--judge", "judge_name", help="generic: constant judge name.")
 @_fail_cleanly
 def import_command(fmt, paths, out_path, judge_files, questions, answers, mapping, verdict_map, judge_name):
@@ -125,9 +208,9 @@ def import_command(fmt, paths, out_path, judge_files, questions, answers, mappin
     elif fmt == "mtbench":
         tables = importers.import_mtbench(paths[0], questions=questions, answers_dir=answers)
     else:
-        tables = importers.import_generic(paths[0], _pairs(mapping, "--map"),
-                                          _pairs(verdict_map, "--verdict-map") or None,
-                                          judge=judge_name)
+        tables = importers.import_generic(
+            paths[0], _pairs(mapping, "--map"), _pairs(verdict_map, "--verdict-map") or None, judge=judge_name
+        )
     written = tables.write(out_path)
     invalid = sum(j["verdict"] == "invalid" for j in tables.judgments)
     click.echo(f"{len(tables.judgments)} judgments ({invalid} invalid, kept and counted)", err=True)

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import click
 
-from honestci.audit.policy import EXIT_BLOCKED
 from honestci.audit.cli.support import fail_cleanly
 from honestci.audit.errors import InputError
-
+from honestci.audit.policy import EXIT_BLOCKED
 
 
 @click.command("winners-curse")
@@ -27,19 +26,27 @@ def winners_curse(claim_file, opponent, judge, level, seed, out):
     Prints the naive winner estimate, the AKM median-unbiased estimate with conditional and
     hybrid intervals, the held-out replication and the gate; exits 1 when the gate FAILs.
     """
+    from honestci.audit.checks.selection import analyse_selection
     from honestci.audit.data.claims import load_claim
     from honestci.audit.data.contests import build_contests
     from honestci.audit.data.io import load_study
-    from honestci.audit.checks.selection import analyse_selection
 
     claim = load_claim(claim_file)
     spec, thresholds = claim.spec, claim.thresholds
     study = load_study(claim.data_paths)
-    contests = build_contests(study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge,
-                              allow_single_order=spec.allow_single_order)
-    analysis = analyse_selection(study, opponent or spec.opponent, judge or contests.judge,
-                                 level=level or thresholds.confidence_level, seed=seed, policy=spec.policy,
-                                 claim_contests=contests, shrinkage_warn=thresholds.winners_curse_shrinkage_warn)
+    contests = build_contests(
+        study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge, allow_single_order=spec.allow_single_order
+    )
+    analysis = analyse_selection(
+        study,
+        opponent or spec.opponent,
+        judge or contests.judge,
+        level=level or thresholds.confidence_level,
+        seed=seed,
+        policy=spec.policy,
+        claim_contests=contests,
+        shrinkage_warn=thresholds.winners_curse_shrinkage_warn,
+    )
     click.echo("\n".join(analysis.report_section().lines))
     click.echo(analysis.to_frame().to_string(index=False))
     gate = analysis.gate()
@@ -52,26 +59,56 @@ def winners_curse(claim_file, opponent, judge, level, seed, out):
 
 
 @click.command("leakage")
-@click.option("--eval", "eval_file", required=True, type=click.Path(dir_okay=False),
-              help="Held-out eval items (JSONL/CSV/Parquet) with an id and a text column.")
+@click.option(
+    "--eval",
+    "eval_file",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Held-out eval items (JSONL/CSV/Parquet) with an id and a text column.",
+)
 @click.option("--eval-id", default="response_id", show_default=True, help="Id column of the eval file.")
 @click.option("--eval-text", default="text", show_default=True, help="Text column of the eval file.")
-@click.option("--corpus", "corpora", required=True, multiple=True, type=click.Path(dir_okay=False),
-              help="Training corpus file (JSONL[.gz], Parquet, text[.gz]); repeat for several.")
+@click.option(
+    "--corpus",
+    "corpora",
+    required=True,
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Training corpus file (JSONL[.gz], Parquet, text[.gz]); repeat for several.",
+)
 @click.option("--text-field", default="text", show_default=True, help="Text field of corpus records.")
 @click.option("--id-field", default="doc_id", show_default=True, help="Id field of corpus records.")
 @click.option("-n", "--ngram", default=8, show_default=True, type=int, help="Word n-gram length (13: GPT-3).")
-@click.option("--min-overlap", default=0.5, show_default=True, type=float,
-              help="Fraction of an item's n-grams found that makes it leaked.")
-@click.option("--near-duplicates/--no-near-duplicates", default=False, show_default=True,
-              help="Also look for paraphrases (word-shingle Jaccard against document windows).")
-@click.option("--workers", default=0, show_default=True, type=int,
-              help="Scan on a local Dask cluster with this many worker processes (0: in this process).")
-@click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Write leakage_items.csv and leakage_documents.csv here.")
+@click.option(
+    "--min-overlap",
+    default=0.5,
+    show_default=True,
+    type=float,
+    help="Fraction of an item's n-grams found that makes it leaked.",
+)
+@click.option(
+    "--near-duplicates/--no-near-duplicates",
+    default=False,
+    show_default=True,
+    help="Also look for paraphrases (word-shingle Jaccard against document windows).",
+)
+@click.option(
+    "--workers",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Scan on a local Dask cluster with this many worker processes (0: in this process).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write leakage_items.csv and leakage_documents.csv here.",
+)
 @fail_cleanly
-def leakage(eval_file, eval_id, eval_text, corpora, text_field, id_field, ngram, min_overlap, near_duplicates,
-            workers, out):
+def leakage(
+    eval_file, eval_id, eval_text, corpora, text_field, id_field, ngram, min_overlap, near_duplicates, workers, out
+):
     """Scan training corpora for held-out eval answers; exit 1 when any answer leaked.
 
     The training pipeline runs this before it uses any text.
@@ -84,13 +121,23 @@ def leakage(eval_file, eval_id, eval_text, corpora, text_field, id_field, ngram,
     if workers > 0:
         from distributed import Client, LocalCluster
 
-        with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) as cluster, \
-                Client(cluster) as client:
-            scan = scan_corpus_dask(index, corpora, client, text_field=text_field, id_field=id_field,
-                                    min_overlap=min_overlap, near_index=near_index)
+        with (
+            LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) as cluster,
+            Client(cluster) as client,
+        ):
+            scan = scan_corpus_dask(
+                index,
+                corpora,
+                client,
+                text_field=text_field,
+                id_field=id_field,
+                min_overlap=min_overlap,
+                near_index=near_index,
+            )
     else:
-        scan = scan_corpus(index, corpora, text_field=text_field, id_field=id_field, min_overlap=min_overlap,
-                           near_index=near_index)
+        scan = scan_corpus(
+            index, corpora, text_field=text_field, id_field=id_field, min_overlap=min_overlap, near_index=near_index
+        )
     click.echo(str(scan))
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -117,8 +164,10 @@ def _read_eval_items(path: Path, id_column: str, text_column: str) -> dict[str, 
         raise InputError(f"{path}: cannot be read ({exc})", fix="pass JSONL, CSV or Parquet") from exc
     missing = [c for c in (id_column, text_column) if c not in frame.columns]
     if missing:
-        raise InputError(f"{path}: no column(s) {', '.join(missing)}",
-                         fix=f"name the id and text columns (--eval-id, --eval-text); columns: {', '.join(frame.columns)}")
+        raise InputError(
+            f"{path}: no column(s) {', '.join(missing)}",
+            fix=f"name the id and text columns (--eval-id, --eval-text); columns: {', '.join(frame.columns)}",
+        )
     frame = frame[frame[text_column].notna()]
     return dict(zip(frame[id_column].astype(str), frame[text_column].astype(str)))
 

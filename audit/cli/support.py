@@ -11,7 +11,6 @@ from honestci.audit.errors import InputError
 from honestci.audit.policy import EXIT_BAD_INPUT
 
 
-
 def fail_cleanly(command):
     """Print domain input errors as a readable message (no traceback) and exit 2."""
 

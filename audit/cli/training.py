@@ -16,9 +16,14 @@ import click
 from honestci.audit.cli.support import fail_cleanly
 
 EXIT_REFUSED = 1
-_SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                    help="Override a config key (repeatable; dotted keys reach the trainer block, "
-                         "e.g. --set trainer.warmup_ratio=0.1). VALUE is parsed as YAML.")
+_SET = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config key (repeatable; dotted keys reach the trainer block, "
+    "e.g. --set trainer.warmup_ratio=0.1). VALUE is parsed as YAML.",
+)
 
 
 def _progress(message: str) -> None:
@@ -49,9 +54,9 @@ def train_rm_command(config: Path, overrides: tuple[str, ...]) -> None:
 @fail_cleanly
 def train_grpo_command(config: Path, overrides: tuple[str, ...]) -> None:
     """Run GRPO as CONFIG says, rewarded by the gated reward-model ensemble; then judge its health."""
+    from honestci.audit.checks.training_health import assess_training_log
     from honestci.training.config import load_config
     from honestci.training.grpo import GRPOJob, train_grpo
-    from honestci.audit.checks.training_health import assess_training_log
 
     run = train_grpo(load_config(GRPOJob, config, overrides), _progress)
     click.echo(str(run))
@@ -62,15 +67,26 @@ def train_grpo_command(config: Path, overrides: tuple[str, ...]) -> None:
 @click.option("--system", required=True, help="System name written in the responses table.")
 @click.option("--vignettes", type=click.Path(path_type=Path), required=True, help="Vignettes table.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Responses table to write.")
-@click.option("--backend", type=click.Choice(["transformers", "openai", "vllm"]), default="transformers",
-              show_default=True, help="vllm = an OpenAI-compatible vLLM server.")
+@click.option(
+    "--backend",
+    type=click.Choice(["transformers", "openai", "vllm"]),
+    default="transformers",
+    show_default=True,
+    help="vllm = an OpenAI-compatible vLLM server.",
+)
 @click.option("--model-path", type=click.Path(path_type=Path), help="Local model folder (transformers).")
 @click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
 @click.option("--model", help="Model name the server expects.")
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
-@click.option("--samples", "samples_per_vignette", type=click.IntRange(1), default=20, show_default=True,
-              help="Answers per vignette.")
+@click.option(
+    "--samples",
+    "samples_per_vignette",
+    type=click.IntRange(1),
+    default=20,
+    show_default=True,
+    help="Answers per vignette.",
+)
 @click.option("--run", "run_tag", default="run-1", show_default=True, help="Evaluation run tag.")
 @click.option("--pool", type=click.Choice(["heldout", "selection"]), default="heldout", show_default=True)
 @click.option("--seed", type=int, default=None, help="Base seed (default: fresh entropy, recorded).")
@@ -79,16 +95,47 @@ def train_grpo_command(config: Path, overrides: tuple[str, ...]) -> None:
 @click.option("--max-tokens", type=click.IntRange(1), default=2048, show_default=True)
 @click.option("--device", default="auto", show_default=True)
 @fail_cleanly
-def generate_command(system, vignettes, out, backend, model_path, base_url, model, api_key_env, concurrency,
-                     samples_per_vignette, run_tag, pool, seed, temperature, top_p, max_tokens, device) -> None:
+def generate_command(
+    system,
+    vignettes,
+    out,
+    backend,
+    model_path,
+    base_url,
+    model,
+    api_key_env,
+    concurrency,
+    samples_per_vignette,
+    run_tag,
+    pool,
+    seed,
+    temperature,
+    top_p,
+    max_tokens,
+    device,
+) -> None:
     """Generate fresh answers per vignette into a responses table (tagged run and pool)."""
     from honestci.training.generate import GenerationJob, generate_responses
 
-    job = GenerationJob(system=system, vignettes=vignettes, out=out,
-                        backend="openai" if backend == "vllm" else backend, model_path=model_path,
-                        base_url=base_url, model=model, api_key_env=api_key_env, concurrency=concurrency,
-                        samples_per_vignette=samples_per_vignette, run=run_tag, pool=pool, seed=seed,
-                        temperature=temperature, top_p=top_p, max_tokens=max_tokens, device=device)
+    job = GenerationJob(
+        system=system,
+        vignettes=vignettes,
+        out=out,
+        backend="openai" if backend == "vllm" else backend,
+        model_path=model_path,
+        base_url=base_url,
+        model=model,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        samples_per_vignette=samples_per_vignette,
+        run=run_tag,
+        pool=pool,
+        seed=seed,
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
+        device=device,
+    )
     click.echo(str(generate_responses(job, _progress)))
 
 
@@ -109,13 +156,15 @@ def pipeline_command(config: Path, overrides: tuple[str, ...]) -> None:
     for stage in result.stages:
         click.echo(f"  {stage['stage']:<14} {stage['seconds']:>8.1f} s")
     for gate in result.gates:
-        click.echo(f"  gate {gate.name:<26} {str(gate.verdict):<13} {gate.message}")
+        click.echo(f"  gate {gate.name:<26} {gate.verdict!s:<13} {gate.message}")
     click.echo(f"report: {result.report.get('md')}")
-    click.secho("figures published" if result.published else "all required gates passed (no model card configured)",
-                fg="green")
+    click.secho(
+        "figures published" if result.published else "all required gates passed (no model card configured)", fg="green"
+    )
 
 
 if __name__ == "__main__":
+
     @click.group()
     def _main() -> None:
         """Stand-alone entry point of the training commands."""

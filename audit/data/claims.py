@@ -159,8 +159,8 @@ class _StrictSafeLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}",
-                    key_node.start_mark)
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -214,25 +214,32 @@ def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
     try:
         raw = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_StrictSafeLoader)
     except UnicodeDecodeError as exc:
-        raise ClaimError(f"Claim file {path} is not UTF-8 text (byte {exc.start}).",
-                         fix="save the claim as UTF-8") from None
+        raise ClaimError(
+            f"Claim file {path} is not UTF-8 text (byte {exc.start}).", fix="save the claim as UTF-8"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        raise ClaimError(f"Claim file {path} is not valid YAML.",
-                         [Problem(str(path), line, None, str(getattr(exc, "problem", exc)))],
-                         fix="fix the YAML syntax at the line shown") from None
+        raise ClaimError(
+            f"Claim file {path} is not valid YAML.",
+            [Problem(str(path), line, None, str(getattr(exc, "problem", exc)))],
+            fix="fix the YAML syntax at the line shown",
+        ) from None
     if raw is None:
         raise ClaimError(f"Claim file {path} is empty.", fix="see docs/claims.md for the claim spec")
     if not isinstance(raw, dict):
-        raise ClaimError(f"Claim file {path} must hold a YAML mapping (key: value pairs), not {type(raw).__name__}.",
-                         fix="see docs/claims.md for the claim spec")
+        raise ClaimError(
+            f"Claim file {path} must hold a YAML mapping (key: value pairs), not {type(raw).__name__}.",
+            fix="see docs/claims.md for the claim spec",
+        )
     try:
         spec = ClaimSpec.model_validate(raw)
     except ValidationError as exc:
-        raise ClaimError(f"Claim file {path} does not match the claim spec.",
-                         _problems_from_validation(path, exc),
-                         fix="see docs/claims.md for every key and its allowed values") from None
+        raise ClaimError(
+            f"Claim file {path} does not match the claim spec.",
+            _problems_from_validation(path, exc),
+            fix="see docs/claims.md for every key and its allowed values",
+        ) from None
 
     base = path.resolve().parent
     problems, data_paths = [], {}
@@ -242,26 +249,52 @@ def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
     for field_name, table, relative in entries:
         resolved = (base / relative).resolve()
         if not allow_outside and not resolved.is_relative_to(base):
-            problems.append(Problem(str(path), None, field_name,
-                                    f"'{relative}' resolves outside the claim's folder",
-                                    "move the data beside the claim or pass --allow-outside-data"))
+            problems.append(
+                Problem(
+                    str(path),
+                    None,
+                    field_name,
+                    f"'{relative}' resolves outside the claim's folder",
+                    "move the data beside the claim or pass --allow-outside-data",
+                )
+            )
         elif resolved.is_dir():
-            problems.append(Problem(str(path), None, field_name, f"'{relative}' is a directory, not a file",
-                                    "name the data file itself"))
+            problems.append(
+                Problem(
+                    str(path), None, field_name, f"'{relative}' is a directory, not a file", "name the data file itself"
+                )
+            )
         elif not resolved.is_file():
-            problems.append(Problem(str(path), None, field_name, f"file '{relative}' not found (looked in {base})",
-                                    "fix the path; data paths are relative to the claim file"))
+            problems.append(
+                Problem(
+                    str(path),
+                    None,
+                    field_name,
+                    f"file '{relative}' not found (looked in {base})",
+                    "fix the path; data paths are relative to the claim file",
+                )
+            )
         data_paths[table] = resolved
     if problems:
         raise ClaimError(f"Claim file {path} names data that cannot be used.", problems)
 
-    problems = [Problem(str(path), None, f"thresholds.{name}", message)
-                for name, value in spec.thresholds.items()
-                if (message := _threshold_problem(name, value)) is not None]
+    problems = [
+        Problem(str(path), None, f"thresholds.{name}", message)
+        for name, value in spec.thresholds.items()
+        if (message := _threshold_problem(name, value)) is not None
+    ]
     if problems:
-        raise ClaimError(f"Claim file {path} overrides thresholds with values that cannot be used.", problems,
-                         fix="give each threshold a value of its default's type (see audit/gates.py)")
+        raise ClaimError(
+            f"Claim file {path} overrides thresholds with values that cannot be used.",
+            problems,
+            fix="give each threshold a value of its default's type (see audit/gates.py)",
+        )
     thresholds = Thresholds(**{**THRESHOLDS.__dict__, **spec.thresholds})
     training_log_path = data_paths.pop("training_log", None)
-    return Claim(spec=spec, path=path.resolve(), data_paths=data_paths, thresholds=thresholds,
-                 training_log_path=training_log_path)
+    return Claim(
+        spec=spec,
+        path=path.resolve(),
+        data_paths=data_paths,
+        thresholds=thresholds,
+        training_log_path=training_log_path,
+    )

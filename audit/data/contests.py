@@ -7,14 +7,14 @@ policy's point of view.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
-from honestci.audit.errors import InputError, Problem, SchemaError
 from honestci.audit.data.io import LoadedTable, Study, check_references, table_from_frame
+from honestci.audit.errors import InputError, Problem, SchemaError
 
 OUTCOMES = ("win", "loss", "tie", "invalid")
 #: Value of one judged order for the policy; an invalid verdict has no value.
@@ -34,7 +34,9 @@ def _outcome_values(outcomes) -> np.ndarray:
         known = values != -1.0
     if not known.all():
         bad = array[~known].ravel().tolist()[0]
-        raise InputError(f"unknown contest outcome {bad!r}", fix=f"use one of {', '.join(OUTCOMES)}, or the values 1, 0.5, 0 and NaN")
+        raise InputError(
+            f"unknown contest outcome {bad!r}", fix=f"use one of {', '.join(OUTCOMES)}, or the values 1, 0.5, 0 and NaN"
+        )
     return values
 
 
@@ -65,7 +67,10 @@ def score_contests(outcome_first, outcome_second, rule: str = "both_orders") -> 
     """
     first, second = _outcome_values(outcome_first), _outcome_values(outcome_second)
     if first.shape != second.shape:
-        raise InputError(f"outcome arrays differ in shape: {first.shape} and {second.shape}", fix="give both orders' outcomes of the same contests")
+        raise InputError(
+            f"outcome arrays differ in shape: {first.shape} and {second.shape}",
+            fix="give both orders' outcomes of the same contests",
+        )
     if rule == "both_orders":
         scores = np.where((first == 1) & (second == 1), 1.0, np.where((first == 0) & (second == 0), 0.0, 0.5))
         return np.where(np.isnan(first) | np.isnan(second), np.nan, scores)
@@ -126,7 +131,9 @@ class ContestTable:
         return int(self._invalid_contests().sum())
 
     def _invalid_contests(self) -> np.ndarray:
-        return ((self.frame["outcome_policy_first"] == "invalid") | (self.frame["outcome_policy_second"] == "invalid")).to_numpy()
+        return (
+            (self.frame["outcome_policy_first"] == "invalid") | (self.frame["outcome_policy_second"] == "invalid")
+        ).to_numpy()
 
     def to_frame(self) -> pd.DataFrame:
         """One row per contest (a copy of :attr:`frame`)."""
@@ -160,19 +167,27 @@ class ContestTable:
         return int((self.frame[["outcome_policy_first", "outcome_policy_second"]] == "invalid").to_numpy().sum())
 
 
-def _contest_inputs(study_or_frames: Study | Mapping[str, LoadedTable | pd.DataFrame]) -> tuple[LoadedTable, LoadedTable]:
+def _contest_inputs(
+    study_or_frames: Study | Mapping[str, LoadedTable | pd.DataFrame],
+) -> tuple[LoadedTable, LoadedTable]:
     """The (responses, judgments) tables, validated and cross-checked when given as frames."""
     if isinstance(study_or_frames, Study):
         return study_or_frames.responses, study_or_frames.judgments
     tables = {}
     for name in ("responses", "judgments"):
         if name not in study_or_frames:
-            raise InputError(f"contests need the {name} table", fix="pass a Study, or a mapping with 'responses' and 'judgments'")
+            raise InputError(
+                f"contests need the {name} table", fix="pass a Study, or a mapping with 'responses' and 'judgments'"
+            )
         table = study_or_frames[name]
         tables[name] = table if isinstance(table, LoadedTable) else table_from_frame(table, name)
     problems = check_references(tables)
     if problems:
-        raise SchemaError("judgments refer to responses that do not match", problems, fix="make every response id refer to a response of the judgment's vignette")
+        raise SchemaError(
+            "judgments refer to responses that do not match",
+            problems,
+            fix="make every response id refer to a response of the judgment's vignette",
+        )
     return tables["responses"], tables["judgments"]
 
 
@@ -228,10 +243,14 @@ def build_contests(
         )
     judges = sorted(set(j.loc[selected, "judge"]))
     if judge is None and len(judges) > 1:
-        raise InputError(f"several judges compared {policy!r} with {opponent!r}: {', '.join(judges)}", fix="name the judge to use")
+        raise InputError(
+            f"several judges compared {policy!r} with {opponent!r}: {', '.join(judges)}", fix="name the judge to use"
+        )
     judge = judge if judge is not None else judges[0]
     if judge not in judges:
-        raise InputError(f"judge {judge!r} did not compare {policy!r} with {opponent!r}", fix=f"use one of: {', '.join(judges)}")
+        raise InputError(
+            f"judge {judge!r} did not compare {policy!r} with {opponent!r}", fix=f"use one of: {', '.join(judges)}"
+        )
     rows = selected & (j["judge"] == judge).to_numpy()
     pf = policy_first[rows]
     verdict = j.loc[rows, "verdict"].to_numpy()
@@ -279,7 +298,9 @@ def build_contests(
         )
     contests = contests[contests["orders"] == "both"]
     # contests in the order the file first mentions them
-    contests = contests.iloc[np.argsort(np.minimum(contests["line_policy_first"], contests["line_policy_second"]), kind="stable")]
+    contests = contests.iloc[
+        np.argsort(np.minimum(contests["line_policy_first"], contests["line_policy_second"]), kind="stable")
+    ]
     frame = pd.DataFrame(
         {
             "contest_id": judge + ":" + contests["policy_response"] + ":" + contests["opponent_response"],

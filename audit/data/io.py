@@ -17,15 +17,16 @@ import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from honestci.audit.errors import InputError, Problem, SchemaError
 from honestci.audit.data.schema import TYPE_WORDS, Column, TableSpec, table_spec
+from honestci.audit.errors import InputError, Problem, SchemaError
 
 EXTENSIONS = (".jsonl", ".jsonl.gz", ".csv", ".parquet")
 REQUIRED_STUDY_TABLES = ("vignettes", "responses", "judgments")
@@ -157,7 +158,9 @@ def _read_csv(data: bytes, file: str) -> _Raw:
         raw.problems.append(Problem(file, 1, None, f"header is not valid CSV ({error})", _SEE_DOCS))
         return raw
     for name in {name for name in raw.header if raw.header.count(name) > 1}:
-        raw.problems.append(Problem(file, 1, name, "column appears more than once in the header", "rename or remove the copy"))
+        raw.problems.append(
+            Problem(file, 1, name, "column appears more than once in the header", "rename or remove the copy")
+        )
     previous_end = reader.line_num
     while True:
         try:
@@ -165,7 +168,9 @@ def _read_csv(data: bytes, file: str) -> _Raw:
         except StopIteration:
             break
         except csv.Error as error:
-            raw.problems.append(Problem(file, previous_end + 1, None, f"is not valid CSV ({error})", "check the quoting"))
+            raw.problems.append(
+                Problem(file, previous_end + 1, None, f"is not valid CSV ({error})", "check the quoting")
+            )
             break
         line, previous_end = previous_end + 1, reader.line_num
         if not values:
@@ -191,7 +196,10 @@ def _read_parquet(data: bytes, file: str) -> _Raw:
     try:
         arrow = pq.read_table(io.BytesIO(data))
     except Exception as error:  # pyarrow raises several types for a damaged file
-        raise InputError(f"{file}: not a readable Parquet file ({error})", fix="write the file again with pandas.DataFrame.to_parquet or pyarrow") from error
+        raise InputError(
+            f"{file}: not a readable Parquet file ({error})",
+            fix="write the file again with pandas.DataFrame.to_parquet or pyarrow",
+        ) from error
     return _Raw(records=list(enumerate(arrow.to_pylist(), start=1)), header=list(arrow.column_names))
 
 
@@ -278,7 +286,15 @@ def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable
         absent = {c.name for c in spec.columns if c.name not in raw.header}
         for column in spec.columns:
             if column.required and column.name in absent:
-                problems.append(Problem(file, raw.header_line, column.name, "required column is missing", f"add the column: {column.doc}"))
+                problems.append(
+                    Problem(
+                        file,
+                        raw.header_line,
+                        column.name,
+                        "required column is missing",
+                        f"add the column: {column.doc}",
+                    )
+                )
     values: dict[str, list[Any]] = {name: [] for name in spec.names}
     for line, record in raw.records:
         for column in spec.columns:
@@ -297,7 +313,11 @@ def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable
         problems.append(Problem(file, None, None, "has no rows", f"write at least one {spec.name} row; {_SEE_DOCS}"))
     if problems:
         problems.sort(key=lambda problem: problem.line or 0)
-        raise SchemaError(f"{file}: {len(problems)} problem(s) in the {spec.name} table", problems, fix=f"correct the rows listed above ({_SEE_DOCS})")
+        raise SchemaError(
+            f"{file}: {len(problems)} problem(s) in the {spec.name} table",
+            problems,
+            fix=f"correct the rows listed above ({_SEE_DOCS})",
+        )
     pandas_types = {"str": "str", "int": "Int64", "float": "float64"}
     frame = pd.DataFrame({c.name: pd.Series(values[c.name], dtype=pandas_types[c.type]) for c in spec.columns})
     extras = dict.fromkeys(name for _, record in raw.records for name in record if name not in values)
@@ -311,7 +331,15 @@ def _distinct_problems(spec: TableSpec, values: dict[str, list], lines: np.ndarr
     for a, b in spec.distinct:
         for line, x, y in zip(lines, values[a], values[b]):
             if x is not None and x == y:
-                problems.append(Problem(file, int(line), b, f"equals {a} ({_short(x)})", f"{a} and {b} must name two different responses"))
+                problems.append(
+                    Problem(
+                        file,
+                        int(line),
+                        b,
+                        f"equals {a} ({_short(x)})",
+                        f"{a} and {b} must name two different responses",
+                    )
+                )
     return problems
 
 
@@ -351,7 +379,9 @@ def _extension(path: Path) -> str:
     for extension in sorted(EXTENSIONS, key=len, reverse=True):
         if name.endswith(extension):
             return extension
-    raise InputError(f"{path}: cannot tell the file's format from its name", fix=f"use one of the extensions {', '.join(EXTENSIONS)}")
+    raise InputError(
+        f"{path}: cannot tell the file's format from its name", fix=f"use one of the extensions {', '.join(EXTENSIONS)}"
+    )
 
 
 def load_table(path: str | Path, table: str) -> LoadedTable:
@@ -384,7 +414,9 @@ def load_table(path: str | Path, table: str) -> LoadedTable:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError) as error:
-            raise InputError(f"{path}: not a readable gzip file ({error})", fix="compress it again with gzip") from error
+            raise InputError(
+                f"{path}: not a readable gzip file ({error})", fix="compress it again with gzip"
+            ) from error
     return _validate(_READERS[extension](data, str(path)), spec, str(path), sha256)
 
 
@@ -437,10 +469,16 @@ def load_study(paths: Mapping[str, str | Path]) -> Study:
     """
     unknown = sorted(set(paths) - {f.name for f in fields(Study)})
     if unknown:
-        raise InputError(f"unknown table(s): {', '.join(unknown)}", fix=f"name tables as one of: {', '.join(f.name for f in fields(Study))}")
+        raise InputError(
+            f"unknown table(s): {', '.join(unknown)}",
+            fix=f"name tables as one of: {', '.join(f.name for f in fields(Study))}",
+        )
     missing = [name for name in REQUIRED_STUDY_TABLES if name not in paths]
     if missing:
-        raise InputError(f"a study needs the {', '.join(missing)} table(s)", fix="give a file for each of: " + ", ".join(REQUIRED_STUDY_TABLES))
+        raise InputError(
+            f"a study needs the {', '.join(missing)} table(s)",
+            fix="give a file for each of: " + ", ".join(REQUIRED_STUDY_TABLES),
+        )
     tables, problems = {}, []
     for name, path in paths.items():
         try:
@@ -450,10 +488,18 @@ def load_study(paths: Mapping[str, str | Path]) -> Study:
         except InputError as error:  # its message already starts with the file's name
             problems.append(Problem(str(path), None, None, error.message.removeprefix(f"{path}: "), error.fix))
     if problems:
-        raise SchemaError(f"{len(problems)} problem(s) in the study's files", problems, fix=f"correct the rows listed above ({_SEE_DOCS})")
+        raise SchemaError(
+            f"{len(problems)} problem(s) in the study's files",
+            problems,
+            fix=f"correct the rows listed above ({_SEE_DOCS})",
+        )
     problems = check_references(tables)
     if problems:
-        raise SchemaError(f"{len(problems)} reference(s) between the study's tables do not match", problems, fix="make every id refer to a row that exists, in the right vignette")
+        raise SchemaError(
+            f"{len(problems)} reference(s) between the study's tables do not match",
+            problems,
+            fix="make every id refer to a row that exists, in the right vignette",
+        )
     return Study(**tables)
 
 
@@ -469,13 +515,31 @@ def check_references(tables: Mapping[str, LoadedTable]) -> list[Problem]:
     def refs(table: LoadedTable, column: str, known, what: str, vignette_column: str | None = None) -> None:
         for line, value, vignette in zip(table.lines, table.frame[column], table.frame[vignette_column or column]):
             if value not in known:
-                problems.append(Problem(table.path, int(line), column, f"{what} {value!r} is not in the {what}s table", f"add the {what} or correct the id"))
+                problems.append(
+                    Problem(
+                        table.path,
+                        int(line),
+                        column,
+                        f"{what} {value!r} is not in the {what}s table",
+                        f"add the {what} or correct the id",
+                    )
+                )
             elif vignette_column and vignette_of[value] != vignette:
                 problems.append(
-                    Problem(table.path, int(line), column, f"response {value!r} belongs to vignette {vignette_of[value]!r}, not {vignette!r}", "pair only responses to the row's vignette")
+                    Problem(
+                        table.path,
+                        int(line),
+                        column,
+                        f"response {value!r} belongs to vignette {vignette_of[value]!r}, not {vignette!r}",
+                        "pair only responses to the row's vignette",
+                    )
                 )
 
-    for name, columns in (("responses", ()), ("judgments", ("response_first", "response_second")), ("human_pairs", ("response_a", "response_b"))):
+    for name, columns in (
+        ("responses", ()),
+        ("judgments", ("response_first", "response_second")),
+        ("human_pairs", ("response_a", "response_b")),
+    ):
         table = tables.get(name)
         if table is None:
             continue

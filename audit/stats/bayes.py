@@ -58,9 +58,10 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.special import expit
@@ -136,9 +137,7 @@ def _sigma_with_prior(prior: SigmaPrior):
     sigma = pm.HalfFlat("sigma")  # log-transformed; its density is the Potential below
     squared = (sigma / scale) ** 2
     safe_nu = pm.math.switch(nu > 0, nu, 1.0)  # keeps the unused branch's gradient finite
-    log_density = pm.math.switch(
-        nu > 0, -(safe_nu + 1.0) / 2.0 * pt.log1p(squared / safe_nu), -squared / 2.0
-    )
+    log_density = pm.math.switch(nu > 0, -(safe_nu + 1.0) / 2.0 * pt.log1p(squared / safe_nu), -squared / 2.0)
     pm.Potential("sigma_prior", log_density)
     return sigma
 
@@ -159,11 +158,14 @@ DEFAULT_SENSITIVITY_PRIORS: tuple[str, ...] = ("halfnormal0.5", "halfstudentt3",
 
 def _resolve_prior(prior: str | SigmaPrior) -> SigmaPrior:
     if isinstance(prior, SigmaPrior):
-        if prior.family not in ("halfnormal", "halfstudentt", "halfcauchy") or not prior.scale > 0 or (
-            prior.family == "halfstudentt" and not (prior.nu or 0) > 0
+        if (
+            prior.family not in ("halfnormal", "halfstudentt", "halfcauchy")
+            or not prior.scale > 0
+            or (prior.family == "halfstudentt" and not (prior.nu or 0) > 0)
         ):
-            raise InputError(f"Invalid prior {prior!r}.",
-                             fix="Use family halfnormal/halfstudentt/halfcauchy, scale > 0, nu > 0.")
+            raise InputError(
+                f"Invalid prior {prior!r}.", fix="Use family halfnormal/halfstudentt/halfcauchy, scale > 0, nu > 0."
+            )
         return prior
     if prior not in SIGMA_PRIORS:
         raise InputError(
@@ -254,14 +256,24 @@ def aggregate_cells(
     bad_outcome = ~np.isin(outcome_array, (0.0, 0.5, 1.0))
     for row in np.flatnonzero(bad_outcome)[:20]:
         problems.append(
-            Problem("outcome", int(row), "outcome", f"value {outcome_array[row]!r} is not 0, 0.5 or 1",
-                    "code a win as 1, a tie as 0.5 and a loss as 0")
+            Problem(
+                "outcome",
+                int(row),
+                "outcome",
+                f"value {outcome_array[row]!r} is not 0, 0.5 or 1",
+                "code a win as 1, a tie as 0.5 and a loss as 0",
+            )
         )
     bad_order = ~np.isin(order_array, (0.5, -0.5))
     for row in np.flatnonzero(bad_order)[:20]:
         problems.append(
-            Problem("order", int(row), "order", f"value {order_array[row]!r} is not +0.5 or -0.5",
-                    "use +0.5 when the policy is shown first and -0.5 when second")
+            Problem(
+                "order",
+                int(row),
+                "order",
+                f"value {order_array[row]!r} is not +0.5 or -0.5",
+                "use +0.5 when the policy is shown first and -0.5 when second",
+            )
         )
     if problems:
         raise InputError(
@@ -442,7 +454,7 @@ class SamplerDiagnostics:
     converged: bool
     problems: tuple[str, ...]
 
-    def to_frame(self) -> "pd.DataFrame":
+    def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame(
@@ -462,8 +474,9 @@ class SamplerDiagnostics:
         )
 
 
-def _diagnose(idata, var_names: list[str], chains: int, draws: int, tune: int,
-              thresholds: Thresholds) -> SamplerDiagnostics:
+def _diagnose(
+    idata, var_names: list[str], chains: int, draws: int, tune: int, thresholds: Thresholds
+) -> SamplerDiagnostics:
     import arviz as az
 
     posterior = idata.posterior[var_names]
@@ -549,11 +562,12 @@ def summarise_draws(draws: np.ndarray, level: float, bar: float | None = None) -
 # --------------------------------------------------------------------------------------------
 # Estimands (pure NumPy)
 # --------------------------------------------------------------------------------------------
-def normal_quadrature(step: float = NORMAL_GRID_STEP,
-                      half_width: float = NORMAL_GRID_HALF_WIDTH) -> tuple[np.ndarray, np.ndarray]:
+def normal_quadrature(
+    step: float = NORMAL_GRID_STEP, half_width: float = NORMAL_GRID_HALF_WIDTH
+) -> tuple[np.ndarray, np.ndarray]:
     """Nodes x and weights w with sum_k w_k f(x_k) ~= E[f(Z)], Z ~ N(0, 1) (trapezoidal rule)."""
     nodes = np.arange(-half_width, half_width + step / 2.0, step)
-    weights = np.exp(-nodes**2 / 2.0)
+    weights = np.exp(-(nodes**2) / 2.0)
     return nodes, weights / weights.sum()
 
 
@@ -594,11 +608,7 @@ def winrate_estimand_draws(
     eta_these = mu[:, None, None] + np.asarray(u, float)[:, :, None] + offsets[:, None, :]
     first, second = expit(eta_these + half_beta), expit(eta_these - half_beta)
     nodes, weights = normal_quadrature()
-    eta_new = (
-        mu[:, None, None]
-        + np.asarray(sigma, float)[:, None, None] * nodes[None, :, None]
-        + offsets[:, None, :]
-    )
+    eta_new = mu[:, None, None] + np.asarray(sigma, float)[:, None, None] * nodes[None, :, None] + offsets[:, None, :]
     first_new, second_new = expit(eta_new + half_beta), expit(eta_new - half_beta)
     return {
         "winrate_these": ((first + second) / 2.0).mean(axis=(1, 2)),
@@ -649,7 +659,7 @@ class PosteriorPredictiveCheck:
     def any_flagged(self) -> bool:
         return bool(np.any(self.flagged))
 
-    def to_frame(self) -> "pd.DataFrame":
+    def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame(
@@ -727,19 +737,19 @@ class PriorSensitivity:
     rows: tuple[PriorSensitivityRow, ...]
     bar: float | None
 
-    def to_frame(self) -> "pd.DataFrame":
+    def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         records = []
         for row in self.rows:
-            record: dict[str, Any] = {"prior": row.prior, "converged": row.converged,
-                                      "divergences": row.divergences}
+            record: dict[str, Any] = {"prior": row.prior, "converged": row.converged, "divergences": row.divergences}
             for name in ("winrate_these", "winrate_new", "sigma"):
                 summary = getattr(row, name)
                 for stat in ("mean", "lower", "upper"):
                     record[f"{name}_{stat}"] = math.nan if summary is None else getattr(summary, stat)
             record["p_new_above_bar"] = (
-                math.nan if row.winrate_new is None or row.winrate_new.p_above_bar is None
+                math.nan
+                if row.winrate_new is None or row.winrate_new.p_above_bar is None
                 else row.winrate_new.p_above_bar
             )
             records.append(record)
@@ -795,7 +805,7 @@ class BayesWinRateResult:
     #: None when the chains did not converge.
     idata: Any = field(default=None, repr=False, compare=False)
 
-    def to_frame(self) -> "pd.DataFrame":
+    def to_frame(self) -> pd.DataFrame:
         """One row per (estimand, population): win rate, order effect, beta and sigma."""
         import pandas as pd
 
@@ -814,9 +824,7 @@ class BayesWinRateResult:
                 record[stat] = math.nan if summary is None else getattr(summary, stat)
             record["level"] = self.level
             record["bar"] = math.nan if self.bar is None or estimand != "win_rate" else self.bar
-            record["p_above_bar"] = (
-                math.nan if summary is None or summary.p_above_bar is None else summary.p_above_bar
-            )
+            record["p_above_bar"] = math.nan if summary is None or summary.p_above_bar is None else summary.p_above_bar
             record["gated"] = estimand == "win_rate" and population == self.population
             record["verdict"] = str(self.verdict)
             record["converged"] = self.converged
@@ -840,8 +848,10 @@ def _resolve_seed(seed: int | np.random.Generator) -> int:
         return int(seed.integers(0, 2**31 - 1))
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0:
         return int(seed)
-    raise InputError(f"seed {seed!r} is neither a non-negative int nor a numpy Generator.",
-                     fix="Pass an int seed or numpy.random.default_rng(seed).")
+    raise InputError(
+        f"seed {seed!r} is neither a non-negative int nor a numpy Generator.",
+        fix="Pass an int seed or numpy.random.default_rng(seed).",
+    )
 
 
 def _resolve_parameterization(parameterization: str, cells: WinRateCells) -> str:
@@ -849,8 +859,9 @@ def _resolve_parameterization(parameterization: str, cells: WinRateCells) -> str
         per_vignette = cells.n_verdicts / cells.n_vignettes
         return "centred" if per_vignette >= CENTRED_MIN_VERDICTS_PER_VIGNETTE else "non_centred"
     if parameterization not in ("centred", "non_centred"):
-        raise InputError(f"Unknown parameterization {parameterization!r}.",
-                         fix="Use 'auto', 'centred' or 'non_centred'.")
+        raise InputError(
+            f"Unknown parameterization {parameterization!r}.", fix="Use 'auto', 'centred' or 'non_centred'."
+        )
     return parameterization
 
 
@@ -878,16 +889,24 @@ def _density_model(cells: WinRateCells, prior: SigmaPrior, centred: bool):
     return nutpie_model(cells, prior.student_t_nu, prior.scale, centred)
 
 
-def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, seed, progress,
-               thresholds) -> _Fit:
+def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, seed, progress, thresholds) -> _Fit:
     centred = parameterization == "centred"
     idata, sampler_used, note = _sample(
-        lambda: _build_hierarchical_model(cells, prior, centred), lambda: _density_model(cells, prior, centred),
-        sampler, chains, draws, tune, seed, progress,
+        lambda: _build_hierarchical_model(cells, prior, centred),
+        lambda: _density_model(cells, prior, centred),
+        sampler,
+        chains,
+        draws,
+        tune,
+        seed,
+        progress,
     )
     estimands = winrate_estimand_draws(
-        _stacked(idata, "mu"), _stacked(idata, "beta"), _stacked(idata, "sigma"),
-        _stacked(idata, "u"), _offset_draws(idata, cells),
+        _stacked(idata, "mu"),
+        _stacked(idata, "beta"),
+        _stacked(idata, "sigma"),
+        _stacked(idata, "u"),
+        _offset_draws(idata, cells),
     )
     n_chains = idata.posterior.sizes["chain"]
     n_draws = idata.posterior.sizes["draw"]
@@ -1022,29 +1041,29 @@ def fit_winrate_hierarchical(
     main_prior = _resolve_prior(prior)
     alternative_priors = [_resolve_prior(p) for p in sensitivity_priors] if prior_sensitivity else []
     if prior_sensitivity and not alternative_priors:
-        raise InputError("prior_sensitivity=True but no alternative priors given.",
-                         fix="Pass sensitivity_priors, e.g. ('halfnormal0.5', 'halfcauchy1').")
+        raise InputError(
+            "prior_sensitivity=True but no alternative priors given.",
+            fix="Pass sensitivity_priors, e.g. ('halfnormal0.5', 'halfcauchy1').",
+        )
     cells = aggregate_cells(vignette, order, outcome, run, judge)
     automatic = parameterization == "auto"
     parameterization = _resolve_parameterization(parameterization, cells)
     seed_int = _resolve_seed(seed)
 
-    fit = _fit_cells(cells, main_prior, parameterization, sampler, chains, draws, tune, seed_int,
-                     progress, thresholds)
+    fit = _fit_cells(cells, main_prior, parameterization, sampler, chains, draws, tune, seed_int, progress, thresholds)
     parameterization_note = ""
     if automatic and fit.diagnostics.divergences > thresholds.divergences_max:
         # Divergences flag a funnel the chosen form cannot cross (e.g. centred with sigma near 0):
         # the other form is the standard remedy, so "auto" tries it once.
         other = "non_centred" if parameterization == "centred" else "centred"
-        refit = _fit_cells(cells, main_prior, other, sampler, chains, draws, tune, seed_int,
-                           progress, thresholds)
-        parameterization_note = (f"{parameterization} form had {fit.diagnostics.divergences} "
-                                 f"divergence(s); refitted {other}")
+        refit = _fit_cells(cells, main_prior, other, sampler, chains, draws, tune, seed_int, progress, thresholds)
+        parameterization_note = (
+            f"{parameterization} form had {fit.diagnostics.divergences} divergence(s); refitted {other}"
+        )
         fit, parameterization = refit, other
     idata = fit.idata
     summaries: dict[str, PosteriorSummary | None] = dict.fromkeys(
-        ("winrate_these", "winrate_new", "order_effect_these", "order_effect_new",
-         "order_effect_logit", "sigma")
+        ("winrate_these", "winrate_new", "order_effect_these", "order_effect_new", "order_effect_logit", "sigma")
     )
     ppc = None
     quantiles = None
@@ -1054,24 +1073,31 @@ def fit_winrate_hierarchical(
         for name in ("winrate_these", "winrate_new"):
             summaries[name] = summarise_draws(fit.estimand_draws[name], level, bar)
         grid = np.linspace(0.0, 1.0, POSTERIOR_QUANTILES)
-        quantiles = {population_name: tuple(float(q) for q in np.quantile(fit.estimand_draws[name], grid))
-                     for population_name, name in (("these_vignettes", "winrate_these"),
-                                                   ("new_vignettes", "winrate_new"))}
+        quantiles = {
+            population_name: tuple(float(q) for q in np.quantile(fit.estimand_draws[name], grid))
+            for population_name, name in (("these_vignettes", "winrate_these"), ("new_vignettes", "winrate_new"))
+        }
         for name in ("order_effect_these", "order_effect_new"):
             summaries[name] = summarise_draws(fit.estimand_draws[name], level)
         summaries["order_effect_logit"] = summarise_draws(_stacked(idata, "beta"), level)
         summaries["sigma"] = summarise_draws(_stacked(idata, "sigma"), level)
         ppc = posterior_predictive_check(
-            cells, _stacked(idata, "mu"), _stacked(idata, "beta"), _stacked(idata, "u"),
+            cells,
+            _stacked(idata, "mu"),
+            _stacked(idata, "beta"),
+            _stacked(idata, "u"),
             _stacked(idata, "run_effect") if cells.n_runs > 1 else None,
             _stacked(idata, "judge_effect") if cells.n_judges > 1 else None,
-            np.random.default_rng(seed_int), level, ppc_alpha,
+            np.random.default_rng(seed_int),
+            level,
+            ppc_alpha,
         )
         if ppc.any_flagged:
             verdicts.append(Verdict.WARN)
             flagged = [v for v, f in zip(ppc.vignette, ppc.flagged) if f]
-            messages.append(f"posterior predictive check flags vignette(s) {flagged}: the model "
-                            "does not reproduce their win share")
+            messages.append(
+                f"posterior predictive check flags vignette(s) {flagged}: the model does not reproduce their win share"
+            )
         gated = summaries["winrate_these" if population == "these_vignettes" else "winrate_new"]
         if bar is None:
             verdicts.append(Verdict.PASS)
@@ -1084,24 +1110,31 @@ def fit_winrate_hierarchical(
             messages.append(f"{population} win rate {level:.0%} interval lower end {gated.lower:.4f} <= bar {bar}")
         if cells.n_vignettes < thresholds.min_clusters:
             verdicts.append(Verdict.INCONCLUSIVE)
-            messages.append(f"only {cells.n_vignettes} vignettes (< {thresholds.min_clusters}): "
-                            "sigma and the new-vignette win rate rest mostly on the prior")
+            messages.append(
+                f"only {cells.n_vignettes} vignettes (< {thresholds.min_clusters}): "
+                "sigma and the new-vignette win rate rest mostly on the prior"
+            )
         elif cells.n_vignettes < thresholds.few_clusters:
             verdicts.append(Verdict.WARN)
-            messages.append(f"{cells.n_vignettes} vignettes (< {thresholds.few_clusters}): "
-                            "the new-vignette interval depends on the prior of sigma")
+            messages.append(
+                f"{cells.n_vignettes} vignettes (< {thresholds.few_clusters}): "
+                "the new-vignette interval depends on the prior of sigma"
+            )
     else:
         verdicts.append(Verdict.INCONCLUSIVE)
-        messages.append("sampler did not converge, no estimate reported: "
-                        + "; ".join(fit.diagnostics.problems)
-                        + " (run longer chains or check the data)")
+        messages.append(
+            "sampler did not converge, no estimate reported: "
+            + "; ".join(fit.diagnostics.problems)
+            + " (run longer chains or check the data)"
+        )
 
     sensitivity = None
     if prior_sensitivity:
         rows = [_sensitivity_row(main_prior, fit, level, bar)]
         for alternative in alternative_priors:
-            alternative_fit = _fit_cells(cells, alternative, parameterization, sampler, chains, draws,
-                                         tune, seed_int, progress, thresholds)
+            alternative_fit = _fit_cells(
+                cells, alternative, parameterization, sampler, chains, draws, tune, seed_int, progress, thresholds
+            )
             rows.append(_sensitivity_row(alternative, alternative_fit, level, bar))
         sensitivity = PriorSensitivity(tuple(rows), bar)
         if fit.diagnostics.converged:
@@ -1171,7 +1204,7 @@ def _sensitivity_issue(sensitivity: PriorSensitivity, population: str, bar: floa
     return ""
 
 
-def fit_winrate_hierarchical_frame(frame: "pd.DataFrame", **kwargs: Any) -> BayesWinRateResult:
+def fit_winrate_hierarchical_frame(frame: pd.DataFrame, **kwargs: Any) -> BayesWinRateResult:
     """Thin wrapper over :func:`fit_winrate_hierarchical` for a long per-order frame.
 
     Columns: ``vignette_id``, ``policy_first`` (bool), ``value`` (1 / 0.5 / 0 for the policy), and
@@ -1179,12 +1212,16 @@ def fit_winrate_hierarchical_frame(frame: "pd.DataFrame", **kwargs: Any) -> Baye
     """
     missing = [c for c in ("vignette_id", "policy_first", "value") if c not in frame.columns]
     if missing:
-        raise InputError(f"The per-order frame lacks column(s) {missing}.",
-                         fix="Provide vignette_id, policy_first and value (run and judge optional).")
+        raise InputError(
+            f"The per-order frame lacks column(s) {missing}.",
+            fix="Provide vignette_id, policy_first and value (run and judge optional).",
+        )
     policy_first = frame["policy_first"].to_numpy()
     if frame["policy_first"].isna().any() or not np.isin(policy_first, (True, False)).all():
-        raise InputError("Column 'policy_first' must be true or false on every row.",
-                         fix="Mark whether the policy's response was shown first.")
+        raise InputError(
+            "Column 'policy_first' must be true or false on every row.",
+            fix="Mark whether the policy's response was shown first.",
+        )
     return fit_winrate_hierarchical(
         frame["vignette_id"].to_numpy(),
         np.where(policy_first.astype(bool), 0.5, -0.5),
@@ -1219,17 +1256,24 @@ class PooledBetaBinomialResult:
     sampler: str
     seed: int
 
-    def to_frame(self) -> "pd.DataFrame":
+    def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         summary = self.summary
         return pd.DataFrame(
             [
-                {"source": "sampled", "mean": math.nan if summary is None else summary.mean,
-                 "lower": math.nan if summary is None else summary.lower,
-                 "upper": math.nan if summary is None else summary.upper},
-                {"source": "closed_form", "mean": self.exact_mean, "lower": self.exact_lower,
-                 "upper": self.exact_upper},
+                {
+                    "source": "sampled",
+                    "mean": math.nan if summary is None else summary.mean,
+                    "lower": math.nan if summary is None else summary.lower,
+                    "upper": math.nan if summary is None else summary.upper,
+                },
+                {
+                    "source": "closed_form",
+                    "mean": self.exact_mean,
+                    "lower": self.exact_lower,
+                    "upper": self.exact_upper,
+                },
             ]
         )
 
@@ -1269,8 +1313,7 @@ def fit_pooled_beta_binomial(
             total = pm.Data("total", np.array(float(n)))
             successes = pm.Data("successes", np.array(float(wins)))
             p = pm.Beta("p", alpha=a, beta=b)
-            pm.Potential("quasi_binomial_loglik",
-                         _quasi_binomial_loglik(pm.math.logit(p), total, successes))
+            pm.Potential("quasi_binomial_loglik", _quasi_binomial_loglik(pm.math.logit(p), total, successes))
         return model
 
     def density_model():
@@ -1302,13 +1345,13 @@ def fit_pooled_beta_binomial(
 
 
 __all__ = [
-    "BayesWinRateResult",
     "DEFAULT_SENSITIVITY_PRIORS",
+    "SIGMA_PRIORS",
+    "BayesWinRateResult",
     "PooledBetaBinomialResult",
     "PosteriorPredictiveCheck",
     "PosteriorSummary",
     "PriorSensitivity",
-    "SIGMA_PRIORS",
     "SamplerDiagnostics",
     "SigmaPrior",
     "WinRateCells",

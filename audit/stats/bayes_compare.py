@@ -23,10 +23,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from honestci.audit.stats.bayes import (PosteriorSummary, SamplerDiagnostics, _diagnose, _quasi_binomial_loglik, _resolve_seed,
-                         _sample, _stacked, summarise_draws)
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS, Thresholds
+from honestci.audit.stats.bayes import (
+    PosteriorSummary,
+    SamplerDiagnostics,
+    _diagnose,
+    _quasi_binomial_loglik,
+    _resolve_seed,
+    _sample,
+    _stacked,
+    summarise_draws,
+)
 
 #: Monte Carlo draws of (u, w) per posterior draw for the new-vignette difference.
 NEW_VIGNETTE_DRAWS = 400
@@ -51,25 +59,39 @@ class BayesDifference:
 
     def to_frame(self) -> pd.DataFrame:
         rows = []
-        for population, summary, p in (("these_vignettes", self.difference_these, self.p_a_beats_b_these),
-                                       ("new_vignettes", self.difference_new, self.p_a_beats_b_new)):
-            rows.append({"system_a": self.system_a, "system_b": self.system_b, "population": population,
-                         "mean": None if summary is None else summary.mean,
-                         "lower": None if summary is None else summary.lower,
-                         "upper": None if summary is None else summary.upper,
-                         "p_a_beats_b": p, "converged": self.converged})
+        for population, summary, p in (
+            ("these_vignettes", self.difference_these, self.p_a_beats_b_these),
+            ("new_vignettes", self.difference_new, self.p_a_beats_b_new),
+        ):
+            rows.append(
+                {
+                    "system_a": self.system_a,
+                    "system_b": self.system_b,
+                    "population": population,
+                    "mean": None if summary is None else summary.mean,
+                    "lower": None if summary is None else summary.lower,
+                    "upper": None if summary is None else summary.upper,
+                    "p_a_beats_b": p,
+                    "converged": self.converged,
+                }
+            )
         return pd.DataFrame(rows)
 
 
 def _cells(frame_a: pd.DataFrame, frame_b: pd.DataFrame):
     stacked = pd.concat([frame_a.assign(system=1), frame_b.assign(system=0)], ignore_index=True)
     stacked["order"] = np.where(stacked["policy_first"].astype(bool), 0.5, -0.5)
-    cells = (stacked.groupby(["vignette_id", "order", "system"], sort=True)["value"]
-             .agg(n="size", wins="sum").reset_index())
+    cells = (
+        stacked.groupby(["vignette_id", "order", "system"], sort=True)["value"].agg(n="size", wins="sum").reset_index()
+    )
     labels, index = np.unique(cells["vignette_id"].astype(str), return_inverse=True)
-    return labels, {"cell_vignette": index.astype(np.int64), "cell_order": cells["order"].to_numpy(float),
-                    "cell_system": cells["system"].to_numpy(float), "cell_n": cells["n"].to_numpy(float),
-                    "cell_wins": cells["wins"].to_numpy(float)}
+    return labels, {
+        "cell_vignette": index.astype(np.int64),
+        "cell_order": cells["order"].to_numpy(float),
+        "cell_system": cells["system"].to_numpy(float),
+        "cell_n": cells["n"].to_numpy(float),
+        "cell_wins": cells["wins"].to_numpy(float),
+    }
 
 
 def _model(labels, data):
@@ -107,10 +129,21 @@ def _order_averaged(eta_mid: np.ndarray, beta: np.ndarray) -> np.ndarray:
     return 0.5 * (expit(eta_mid + beta / 2) + expit(eta_mid - beta / 2))
 
 
-def fit_paired_difference_bayes(frame_a: pd.DataFrame, frame_b: pd.DataFrame, *, system_a: str, system_b: str,
-                                opponent: str, level: float = 0.95, chains: int = 4, draws: int = 1000,
-                                tune: int = 1000, seed: int = 0, sampler: str = "auto",
-                                thresholds: Thresholds = THRESHOLDS) -> BayesDifference:
+def fit_paired_difference_bayes(
+    frame_a: pd.DataFrame,
+    frame_b: pd.DataFrame,
+    *,
+    system_a: str,
+    system_b: str,
+    opponent: str,
+    level: float = 0.95,
+    chains: int = 4,
+    draws: int = 1000,
+    tune: int = 1000,
+    seed: int = 0,
+    sampler: str = "auto",
+    thresholds: Thresholds = THRESHOLDS,
+) -> BayesDifference:
     """Fit the joint model to two systems' per-order outcomes (``ContestTable.per_order_outcomes()``).
 
     Raises
@@ -123,15 +156,19 @@ def fit_paired_difference_bayes(frame_a: pd.DataFrame, frame_b: pd.DataFrame, *,
         if missing:
             raise InputError(f"The per-order outcomes of {name} lack column(s) {sorted(missing)}.")
     if set(frame_a["vignette_id"]) != set(frame_b["vignette_id"]):
-        raise InputError(f"{system_a} and {system_b} were not judged on the same vignettes.",
-                         fix="compare systems on a shared set of vignettes")
+        raise InputError(
+            f"{system_a} and {system_b} were not judged on the same vignettes.",
+            fix="compare systems on a shared set of vignettes",
+        )
     seed = _resolve_seed(seed)
     started = time.perf_counter()
     labels, data = _cells(frame_a, frame_b)
-    idata, sampler_used, _ = _sample(lambda: _model(labels, data), lambda: _density_model(labels, data),
-                                     sampler, chains, draws, tune, seed, False)
-    diagnostics = _diagnose(idata, ["mu", "delta", "beta", "sigma_u", "sigma_w", "u_std", "w_std"],
-                            chains, draws, tune, thresholds)
+    idata, sampler_used, _ = _sample(
+        lambda: _model(labels, data), lambda: _density_model(labels, data), sampler, chains, draws, tune, seed, False
+    )
+    diagnostics = _diagnose(
+        idata, ["mu", "delta", "beta", "sigma_u", "sigma_w", "u_std", "w_std"], chains, draws, tune, thresholds
+    )
     summaries: dict = {"these": None, "new": None}
     p_beats = {"these": None, "new": None}
     if diagnostics.converged:
@@ -139,15 +176,28 @@ def fit_paired_difference_bayes(frame_a: pd.DataFrame, frame_b: pd.DataFrame, *,
         sigma_u, sigma_w = _stacked(idata, "sigma_u"), _stacked(idata, "sigma_w")
         u, w = _stacked(idata, "u"), _stacked(idata, "w")  # draws x vignettes
         b = beta[:, None]
-        these = (_order_averaged(mu[:, None] + delta[:, None] + u + w, b)
-                 - _order_averaged(mu[:, None] + u, b)).mean(axis=1)
+        these = (_order_averaged(mu[:, None] + delta[:, None] + u + w, b) - _order_averaged(mu[:, None] + u, b)).mean(
+            axis=1
+        )
         z = np.random.default_rng(seed).standard_normal((2, NEW_VIGNETTE_DRAWS))
         new_u, new_w = sigma_u[:, None] * z[0], sigma_w[:, None] * z[1]
-        new = (_order_averaged(mu[:, None] + delta[:, None] + new_u + new_w, b)
-               - _order_averaged(mu[:, None] + new_u, b)).mean(axis=1)
+        new = (
+            _order_averaged(mu[:, None] + delta[:, None] + new_u + new_w, b) - _order_averaged(mu[:, None] + new_u, b)
+        ).mean(axis=1)
         for key, values in (("these", these), ("new", new)):
             summaries[key] = summarise_draws(values, level)
             p_beats[key] = float(np.mean(values > 0))
-    return BayesDifference(system_a, system_b, opponent, summaries["these"], summaries["new"], p_beats["these"],
-                           p_beats["new"], diagnostics, diagnostics.converged, sampler_used, seed,
-                           time.perf_counter() - started)
+    return BayesDifference(
+        system_a,
+        system_b,
+        opponent,
+        summaries["these"],
+        summaries["new"],
+        p_beats["these"],
+        p_beats["new"],
+        diagnostics,
+        diagnostics.converged,
+        sampler_used,
+        seed,
+        time.perf_counter() - started,
+    )

@@ -76,8 +76,20 @@ HEADER = ("n_vignettes", "n_runs", "n_judges", "centred", "prior_nu", "prior_sca
 _HEADER_SIZE = len(HEADER)
 
 
-def pack(vignette_index, order, run_index, judge_index, n, wins, n_vignettes: int, n_runs: int,
-         n_judges: int, centred: bool, prior_nu: float, prior_scale: float) -> np.ndarray:
+def pack(
+    vignette_index,
+    order,
+    run_index,
+    judge_index,
+    n,
+    wins,
+    n_vignettes: int,
+    n_runs: int,
+    n_judges: int,
+    centred: bool,
+    prior_nu: float,
+    prior_scale: float,
+) -> np.ndarray:
     """The model's data as one contiguous float64 buffer (header :data:`HEADER`, then the cells).
 
     One buffer (not a dict of arrays) because nutpie hands the compiled C callbacks a single
@@ -85,8 +97,9 @@ def pack(vignette_index, order, run_index, judge_index, n, wins, n_vignettes: in
     """
     header = [n_vignettes, n_runs, n_judges, float(centred), prior_nu, prior_scale, len(n)]
     blocks = [vignette_index, order, run_index, judge_index, n, wins]
-    return np.ascontiguousarray(np.concatenate([np.asarray(header, float)]
-                                               + [np.asarray(b, float).ravel() for b in blocks]))
+    return np.ascontiguousarray(
+        np.concatenate([np.asarray(header, float)] + [np.asarray(b, float).ravel() for b in blocks])
+    )
 
 
 def n_parameters(packed: np.ndarray) -> int:
@@ -102,12 +115,12 @@ def logp_and_gradient(x, grad, packed):
     nu, scale = packed[4], packed[5]
     n_cells = int(packed[6])
     start = _HEADER_SIZE
-    cell_vignette = packed[start:start + n_cells]
-    cell_order = packed[start + n_cells:start + 2 * n_cells]
-    cell_run = packed[start + 2 * n_cells:start + 3 * n_cells]
-    cell_judge = packed[start + 3 * n_cells:start + 4 * n_cells]
-    cell_n = packed[start + 4 * n_cells:start + 5 * n_cells]
-    cell_wins = packed[start + 5 * n_cells:start + 6 * n_cells]
+    cell_vignette = packed[start : start + n_cells]
+    cell_order = packed[start + n_cells : start + 2 * n_cells]
+    cell_run = packed[start + 2 * n_cells : start + 3 * n_cells]
+    cell_judge = packed[start + 3 * n_cells : start + 4 * n_cells]
+    cell_n = packed[start + 4 * n_cells : start + 5 * n_cells]
+    cell_wins = packed[start + 5 * n_cells : start + 6 * n_cells]
     run_start = 3 + n_vignettes
     judge_start = run_start + (n_runs if n_runs > 1 else 0)
     for i in range(grad.shape[0]):
@@ -116,8 +129,9 @@ def logp_and_gradient(x, grad, packed):
     sigma = math.exp(log_sigma)
 
     # priors of mu and beta, Jacobian of sigma's log transform, sigma's prior potential
-    logp = (-0.5 * (mu / 1.5) ** 2 - _LOG_MU_PRIOR_SD - _HALF_LOG_TWO_PI
-            - 0.5 * beta * beta - _HALF_LOG_TWO_PI + log_sigma)
+    logp = (
+        -0.5 * (mu / 1.5) ** 2 - _LOG_MU_PRIOR_SD - _HALF_LOG_TWO_PI - 0.5 * beta * beta - _HALF_LOG_TWO_PI + log_sigma
+    )
     grad[0] = -mu / (1.5 * 1.5)
     grad[1] = -beta
     grad[2] = 1.0
@@ -199,12 +213,9 @@ def logp_and_gradient(x, grad, packed):
     return logp
 
 
-
-def parameter_blocks(n_vignettes: int, n_runs: int, n_judges: int,
-                     centred: bool) -> list[tuple[str, int]]:
+def parameter_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool) -> list[tuple[str, int]]:
     """(name, size) of each block of ``x``, named as PyMC's value variables (``initial_point()`` keys)."""
-    blocks = [("mu", 1), ("beta", 1), ("sigma_log__", 1),
-              ("vignette_logit" if centred else "u_std", n_vignettes)]
+    blocks = [("mu", 1), ("beta", 1), ("sigma_log__", 1), ("vignette_logit" if centred else "u_std", n_vignettes)]
     if n_runs > 1:
         blocks.append(("run_raw", n_runs))
     if n_judges > 1:
@@ -212,9 +223,7 @@ def parameter_blocks(n_vignettes: int, n_runs: int, n_judges: int,
     return blocks
 
 
-
-def expanded_blocks(n_vignettes: int, n_runs: int, n_judges: int,
-                    centred: bool) -> list[tuple[str, int]]:
+def expanded_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool) -> list[tuple[str, int]]:
     """(name, size) of each block written by :func:`expand`: the parameters, then sigma, u and the
     centred offsets (the names PyMC gives its value variables and deterministics)."""
     blocks = parameter_blocks(n_vignettes, n_runs, n_judges, centred) + [("sigma", 1), ("u", n_vignettes)]
@@ -255,12 +264,20 @@ def expand(x, out, packed):
 # nutpie's C ABI for a compiled model, as nutpie.compile_pymc builds it for PyTensor graphs:
 # logp(dim, x*, grad*, logp*, data*) -> 0 ok, 3 / 4 non-finite gradient / log density, -1 wrong size;
 # expand(dim, n_expanded, x*, out*, data*) -> 0 ok, -1 wrong size.
-_LOGP_SIGNATURE = numba.types.int64(numba.types.uint64, numba.types.CPointer(numba.types.double),
-                                    numba.types.CPointer(numba.types.double),
-                                    numba.types.CPointer(numba.types.double), numba.types.voidptr)
-_EXPAND_SIGNATURE = numba.types.int64(numba.types.uint64, numba.types.uint64,
-                                      numba.types.CPointer(numba.types.double),
-                                      numba.types.CPointer(numba.types.double), numba.types.voidptr)
+_LOGP_SIGNATURE = numba.types.int64(
+    numba.types.uint64,
+    numba.types.CPointer(numba.types.double),
+    numba.types.CPointer(numba.types.double),
+    numba.types.CPointer(numba.types.double),
+    numba.types.voidptr,
+)
+_EXPAND_SIGNATURE = numba.types.int64(
+    numba.types.uint64,
+    numba.types.uint64,
+    numba.types.CPointer(numba.types.double),
+    numba.types.CPointer(numba.types.double),
+    numba.types.voidptr,
+)
 
 
 @njit_cached()
@@ -343,8 +360,20 @@ def _compiled_model(logp, expand_function, packed: np.ndarray, n_dim: int, block
 def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
     """The hierarchical model of :class:`honestci.audit.stats.bayes.WinRateCells` as a nutpie model (see _compiled_model)."""
     n_vignettes, n_runs, n_judges = cells.n_vignettes, cells.n_runs, cells.n_judges
-    packed = pack(cells.vignette_index, cells.order, cells.run_index, cells.judge_index, cells.n, cells.wins,
-                  n_vignettes, n_runs, n_judges, centred, prior_nu, prior_scale)
+    packed = pack(
+        cells.vignette_index,
+        cells.order,
+        cells.run_index,
+        cells.judge_index,
+        cells.n,
+        cells.wins,
+        n_vignettes,
+        n_runs,
+        n_judges,
+        centred,
+        prior_nu,
+        prior_scale,
+    )
     coords = {"vignette": list(cells.vignette_labels)}
     dims = {"vignette_logit" if centred else "u_std": ("vignette",), "u": ("vignette",)}
     if n_runs > 1:
@@ -353,9 +382,16 @@ def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
     if n_judges > 1:
         coords["judge"] = list(cells.judge_labels)
         dims.update(judge_raw=("judge",), judge_effect=("judge",))
-    return _compiled_model(logp_callback, expand_callback, packed, n_parameters(packed),
-                           expanded_blocks(n_vignettes, n_runs, n_judges, centred),
-                           {"mu", "beta", "sigma_log__", "sigma"}, coords, dims)
+    return _compiled_model(
+        logp_callback,
+        expand_callback,
+        packed,
+        n_parameters(packed),
+        expanded_blocks(n_vignettes, n_runs, n_judges, centred),
+        {"mu", "beta", "sigma_log__", "sigma"},
+        coords,
+        dims,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -375,18 +411,30 @@ _PAIRED_HEADER_SIZE = 2  # n_vignettes, n_cells; then cell vignette, order, syst
 
 def paired_pack(vignette_index, order, system, n, wins, n_vignettes: int) -> np.ndarray:
     blocks = [vignette_index, order, system, n, wins]
-    return np.ascontiguousarray(np.concatenate([np.array([n_vignettes, len(n)], float)]
-                                               + [np.asarray(b, float).ravel() for b in blocks]))
+    return np.ascontiguousarray(
+        np.concatenate([np.array([n_vignettes, len(n)], float)] + [np.asarray(b, float).ravel() for b in blocks])
+    )
 
 
 def paired_parameter_blocks(n_vignettes: int) -> list[tuple[str, int]]:
-    return [("mu", 1), ("delta", 1), ("beta", 1), ("sigma_u_log__", 1), ("sigma_w_log__", 1),
-            ("u_std", n_vignettes), ("w_std", n_vignettes)]
+    return [
+        ("mu", 1),
+        ("delta", 1),
+        ("beta", 1),
+        ("sigma_u_log__", 1),
+        ("sigma_w_log__", 1),
+        ("u_std", n_vignettes),
+        ("w_std", n_vignettes),
+    ]
 
 
 def paired_expanded_blocks(n_vignettes: int) -> list[tuple[str, int]]:
-    return paired_parameter_blocks(n_vignettes) + [("sigma_u", 1), ("sigma_w", 1), ("u", n_vignettes),
-                                                   ("w", n_vignettes)]
+    return paired_parameter_blocks(n_vignettes) + [
+        ("sigma_u", 1),
+        ("sigma_w", 1),
+        ("u", n_vignettes),
+        ("w", n_vignettes),
+    ]
 
 
 @njit_cached()
@@ -398,17 +446,22 @@ def _log_half_normal(value, log_value, scale):
 def paired_logp_and_gradient(x, grad, packed):
     n_vignettes, n_cells = int(packed[0]), int(packed[1])
     start = _PAIRED_HEADER_SIZE
-    cell_vignette = packed[start:start + n_cells]
-    cell_order = packed[start + n_cells:start + 2 * n_cells]
-    cell_system = packed[start + 2 * n_cells:start + 3 * n_cells]
-    cell_n = packed[start + 3 * n_cells:start + 4 * n_cells]
-    cell_wins = packed[start + 4 * n_cells:start + 5 * n_cells]
+    cell_vignette = packed[start : start + n_cells]
+    cell_order = packed[start + n_cells : start + 2 * n_cells]
+    cell_system = packed[start + 2 * n_cells : start + 3 * n_cells]
+    cell_n = packed[start + 3 * n_cells : start + 4 * n_cells]
+    cell_wins = packed[start + 4 * n_cells : start + 5 * n_cells]
     mu, delta, beta, log_sigma_u, log_sigma_w = x[0], x[1], x[2], x[3], x[4]
     sigma_u, sigma_w = math.exp(log_sigma_u), math.exp(log_sigma_w)
-    logp = (-0.5 * (mu / 1.5) ** 2 - _LOG_MU_PRIOR_SD - 0.5 * delta * delta - 0.5 * beta * beta
-            - 3.0 * _HALF_LOG_TWO_PI
-            + _log_half_normal(sigma_u, log_sigma_u, PAIRED_SIGMA_U_SCALE)
-            + _log_half_normal(sigma_w, log_sigma_w, PAIRED_SIGMA_W_SCALE))
+    logp = (
+        -0.5 * (mu / 1.5) ** 2
+        - _LOG_MU_PRIOR_SD
+        - 0.5 * delta * delta
+        - 0.5 * beta * beta
+        - 3.0 * _HALF_LOG_TWO_PI
+        + _log_half_normal(sigma_u, log_sigma_u, PAIRED_SIGMA_U_SCALE)
+        + _log_half_normal(sigma_w, log_sigma_w, PAIRED_SIGMA_W_SCALE)
+    )
     grad[0] = -mu / (1.5 * 1.5)
     grad[1] = -delta
     grad[2] = -beta
@@ -478,13 +531,20 @@ def paired_expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer
 def paired_nutpie_model(labels, data: dict[str, np.ndarray]):
     """The joint model of :mod:`honestci.audit.stats.bayes_compare` (its ``_cells`` output) as a nutpie model."""
     n_vignettes = len(labels)
-    packed = paired_pack(data["cell_vignette"], data["cell_order"], data["cell_system"], data["cell_n"],
-                         data["cell_wins"], n_vignettes)
+    packed = paired_pack(
+        data["cell_vignette"], data["cell_order"], data["cell_system"], data["cell_n"], data["cell_wins"], n_vignettes
+    )
     dims = {name: ("vignette",) for name in ("u_std", "w_std", "u", "w")}
-    return _compiled_model(paired_logp_callback, paired_expand_callback, packed, 5 + 2 * n_vignettes,
-                           paired_expanded_blocks(n_vignettes),
-                           {"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__", "sigma_u", "sigma_w"},
-                           {"vignette": list(labels)}, dims)
+    return _compiled_model(
+        paired_logp_callback,
+        paired_expand_callback,
+        packed,
+        5 + 2 * n_vignettes,
+        paired_expanded_blocks(n_vignettes),
+        {"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__", "sigma_u", "sigma_w"},
+        {"vignette": list(labels)},
+        dims,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -509,8 +569,7 @@ def pooled_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointe
     if dim != 1:
         return -1
     grad = numba.carray(grad_pointer, (1,))
-    value = pooled_logp_and_gradient(numba.carray(x_pointer, (1,)), grad,
-                                     numba.carray(data_pointer, (4,), np.float64))
+    value = pooled_logp_and_gradient(numba.carray(x_pointer, (1,)), grad, numba.carray(data_pointer, (4,), np.float64))
     logp_pointer[0] = value
     return _finite_status(value, grad)
 
@@ -527,5 +586,13 @@ def pooled_expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer
 def pooled_nutpie_model(a: float, b: float, n: float, wins: float):
     """p ~ Beta(a, b) with the quasi-binomial likelihood of ``wins`` in ``n``, as a nutpie model."""
     packed = np.array([a, b, n, wins], dtype=np.float64)
-    return _compiled_model(pooled_logp_callback, pooled_expand_callback, packed, 1,
-                           [("p_logodds__", 1), ("p", 1)], {"p_logodds__", "p"}, {}, {})
+    return _compiled_model(
+        pooled_logp_callback,
+        pooled_expand_callback,
+        packed,
+        1,
+        [("p_logodds__", 1), ("p", 1)],
+        {"p_logodds__", "p"},
+        {},
+        {},
+    )

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from honestci.audit.stats.design_effect import cluster_codes
 from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.design_effect import cluster_codes
 
 VCOV_TYPES = ("CR0", "CR1", "CR1S", "CR2")
 DF_METHODS = ("satterthwaite", "G-1", "z")

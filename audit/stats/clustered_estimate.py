@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
-from honestci.audit.stats.cluster_robust import ContrastResult, cluster_robust_ols
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
+from honestci.audit.stats.cluster_robust import ContrastResult, cluster_robust_ols
 
 #: Bootstrap draws of every cluster-bootstrap interval in the calibration and position-bias checks.
 DEFAULT_BOOTSTRAP_DRAWS = 1999
@@ -65,16 +65,25 @@ class ClusteredEstimate:
             return f"not estimable ({self.note})"
         if not self.reportable:
             return f"{self.estimate:.{digits}f} (no interval: {self.note})"
-        return (f"{self.estimate:.{digits}f} [{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}] "
-                f"(CR2, n = {self.n}, G = {self.n_clusters})")
+        return (
+            f"{self.estimate:.{digits}f} [{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}] "
+            f"(CR2, n = {self.n}, G = {self.n_clusters})"
+        )
 
     def __str__(self) -> str:
         return f"{self.name}: {self.text()}"
 
 
-def clustered_mean(values, clusters, name: str, *, level: float = 0.95, rng: int | None = 0,
-                   bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
-                   min_clusters: int = THRESHOLDS.min_clusters) -> ClusteredEstimate:
+def clustered_mean(
+    values,
+    clusters,
+    name: str,
+    *,
+    level: float = 0.95,
+    rng: int | None = 0,
+    bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> ClusteredEstimate:
     """Mean of ``values`` with a CR2 interval (``lm(y ~ 1)``, Satterthwaite df) and a cluster bootstrap.
 
     Estimand: the mean over new clusters of the per-row value (rows weighted equally).
@@ -86,17 +95,33 @@ def clustered_mean(values, clusters, name: str, *, level: float = 0.95, rng: int
     y = np.asarray(values, dtype=float).reshape(-1)
     groups = np.asarray(clusters).reshape(-1)
     if y.shape != groups.shape:
-        raise InputError(f"{name}: {y.size} values but {groups.size} cluster labels.",
-                         fix="give one cluster label (vignette) per value")
+        raise InputError(
+            f"{name}: {y.size} values but {groups.size} cluster labels.",
+            fix="give one cluster label (vignette) per value",
+        )
     n, n_clusters = int(y.size), int(np.unique(groups).size) if y.size else 0
     if n == 0:
-        return ClusteredEstimate(name, None, None, None, None, None, None, None, 0, 0, level,
-                                 verdict=Verdict.INCONCLUSIVE, note="no rows")
+        return ClusteredEstimate(
+            name, None, None, None, None, None, None, None, 0, 0, level, verdict=Verdict.INCONCLUSIVE, note="no rows"
+        )
     estimate = float(y.mean())
 
     def without_interval(note: str) -> ClusteredEstimate:
-        return ClusteredEstimate(name, estimate, None, None, None, None, None, None, n, n_clusters, level,
-                                 verdict=Verdict.INCONCLUSIVE, note=note)
+        return ClusteredEstimate(
+            name,
+            estimate,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            n,
+            n_clusters,
+            level,
+            verdict=Verdict.INCONCLUSIVE,
+            note=note,
+        )
 
     if n_clusters < max(min_clusters, 2):
         return without_interval(f"{n_clusters} cluster(s) < {max(min_clusters, 2)}")
@@ -109,20 +134,61 @@ def clustered_mean(values, clusters, name: str, *, level: float = 0.95, rng: int
     if rng is not None:
         boot = cluster_bootstrap_ci(y, groups, B=bootstrap_draws, level=level, rng=rng)
         boot_low, boot_high, seed = boot.ci_low, boot.ci_high, boot.seed
-    return ClusteredEstimate(name, estimate, float(fit.se[0]), float(fit.df[0]), float(fit.ci_low[0]),
-                             float(fit.ci_high[0]), boot_low, boot_high, n, n_clusters, level, seed)
+    return ClusteredEstimate(
+        name,
+        estimate,
+        float(fit.se[0]),
+        float(fit.df[0]),
+        float(fit.ci_low[0]),
+        float(fit.ci_high[0]),
+        boot_low,
+        boot_high,
+        n,
+        n_clusters,
+        level,
+        seed,
+    )
 
 
-def from_contrast(contrast: ContrastResult, name: str, *, estimate: float | None = None,
-                  boot: tuple[float, float] | None = None, seed: int | None = None) -> ClusteredEstimate:
+def from_contrast(
+    contrast: ContrastResult,
+    name: str,
+    *,
+    estimate: float | None = None,
+    boot: tuple[float, float] | None = None,
+    seed: int | None = None,
+) -> ClusteredEstimate:
     """A :class:`ClusteredEstimate` from a CR2 linear contrast (``estimate`` overrides the point
     when the contrast is the linearisation of a non-linear statistic)."""
     point = contrast.estimate if estimate is None else estimate
     if not np.isfinite(contrast.se) or contrast.se <= 0:
-        return ClusteredEstimate(name, point, None, None, None, None, None, None, contrast.n,
-                                 contrast.n_clusters, contrast.level, verdict=Verdict.INCONCLUSIVE,
-                                 note="zero standard error: no variance to estimate")
+        return ClusteredEstimate(
+            name,
+            point,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            contrast.n,
+            contrast.n_clusters,
+            contrast.level,
+            verdict=Verdict.INCONCLUSIVE,
+            note="zero standard error: no variance to estimate",
+        )
     half = contrast.ci_high - contrast.estimate
-    return ClusteredEstimate(name, point, contrast.se, contrast.df, point - half, point + half,
-                             None if boot is None else boot[0], None if boot is None else boot[1],
-                             contrast.n, contrast.n_clusters, contrast.level, seed)
+    return ClusteredEstimate(
+        name,
+        point,
+        contrast.se,
+        contrast.df,
+        point - half,
+        point + half,
+        None if boot is None else boot[0],
+        None if boot is None else boot[1],
+        contrast.n,
+        contrast.n_clusters,
+        contrast.level,
+        seed,
+    )

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.errors import InputError
+from honestci.audit.stats.cluster_robust import cluster_robust_ols
 
 #: Ways a model card may have compared two systems; only ``paired_difference`` is a test.
 COMPARISON_KINDS = {
@@ -53,23 +53,44 @@ class PairedDifference:
         return pd.DataFrame([asdict(self)])
 
 
-def paired_difference(scores_a, clusters_a, scores_b, clusters_b, *, system_a: str, system_b: str,
-                      opponent: str, level: float = 0.95) -> PairedDifference:
+def paired_difference(
+    scores_a, clusters_a, scores_b, clusters_b, *, system_a: str, system_b: str, opponent: str, level: float = 0.95
+) -> PairedDifference:
     """Clustered difference of two systems' win rates on the vignettes both were judged on."""
     clusters_a, clusters_b = np.asarray(clusters_a), np.asarray(clusters_b)
     shared = np.intersect1d(clusters_a, clusters_b)
     only = sorted(set(np.setxor1d(clusters_a, clusters_b)))
     if only:
-        raise InputError(f"{system_a} and {system_b} were not judged on the same vignettes "
-                         f"(only one of them has {only[:5]}).",
-                         fix="compare systems on a shared set of vignettes")
+        raise InputError(
+            f"{system_a} and {system_b} were not judged on the same vignettes (only one of them has {only[:5]}).",
+            fix="compare systems on a shared set of vignettes",
+        )
     if shared.size < 2:
         raise InputError(f"{system_a} and {system_b} share fewer than 2 vignettes: no clustered comparison.")
     y = np.concatenate([np.asarray(scores_a, float), np.asarray(scores_b, float)])
     is_a = np.concatenate([np.ones(len(scores_a)), np.zeros(len(scores_b))])
     design = np.column_stack([np.ones_like(is_a), is_a])
-    fit = cluster_robust_ols(design, y, np.concatenate([clusters_a, clusters_b]), vcov="CR2", level=level,
-                             df="satterthwaite", coef_names=("intercept", "a_minus_b"))
-    return PairedDifference(system_a, system_b, opponent, float(fit.coef[1]), float(fit.se[1]), float(fit.df[1]),
-                            float(fit.p[1]), float(fit.ci_low[1]), float(fit.ci_high[1]), level,
-                            len(scores_a), len(scores_b), int(shared.size))
+    fit = cluster_robust_ols(
+        design,
+        y,
+        np.concatenate([clusters_a, clusters_b]),
+        vcov="CR2",
+        level=level,
+        df="satterthwaite",
+        coef_names=("intercept", "a_minus_b"),
+    )
+    return PairedDifference(
+        system_a,
+        system_b,
+        opponent,
+        float(fit.coef[1]),
+        float(fit.se[1]),
+        float(fit.df[1]),
+        float(fit.p[1]),
+        float(fit.ci_low[1]),
+        float(fit.ci_high[1]),
+        level,
+        len(scores_a),
+        len(scores_b),
+        int(shared.size),
+    )

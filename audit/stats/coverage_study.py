@@ -33,8 +33,9 @@ GRID_RATE = (0.6, 0.8)
 HONEST_METHODS = ("stratified", "cr2_logit")
 
 
-def simulate_scores(rng: np.random.Generator, n_clusters: int, per_vignette: int, rate: float,
-                    icc: float) -> tuple[np.ndarray, np.ndarray, float]:
+def simulate_scores(
+    rng: np.random.Generator, n_clusters: int, per_vignette: int, rate: float, icc: float
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Scores, vignette labels and the these-vignettes truth for one replication."""
     if icc == 0:
         p = np.full(n_clusters, rate)
@@ -91,9 +92,10 @@ class CoverageStudy:
             f"{THRESHOLDS.min_clusters} vignettes, no variance) count as not covering.",
             "",
         ]
-        frame = frame.assign(cell=frame.apply(lambda r: f"{100 * r['coverage']:.1f} ({r['mean_width']:.3f})", axis=1),
-                             condition=frame.apply(lambda r: f"G={r['n_clusters']}, ICC={r['icc']}, "
-                                                             f"p={r['rate']}", axis=1))
+        frame = frame.assign(
+            cell=frame.apply(lambda r: f"{100 * r['coverage']:.1f} ({r['mean_width']:.3f})", axis=1),
+            condition=frame.apply(lambda r: f"G={r['n_clusters']}, ICC={r['icc']}, p={r['rate']}", axis=1),
+        )
         for target, group in frame.groupby("truth", sort=False):
             lines += [f"## Against the {target.replace('_', ' ')} win rate", ""]
             table = group.pivot(index="condition", columns="label", values="cell")
@@ -104,43 +106,67 @@ class CoverageStudy:
                 lines.append(f"| {condition} | " + " | ".join(str(v) for v in values) + " |")
             lines.append("")
         new = frame[frame["truth"] == "new_vignettes"]
-        low_table = new.assign(cell=(100 * new["low_above_truth"]).map("{:.1f}".format)).pivot(
-            index="condition", columns="label", values="cell").reindex(new["condition"].drop_duplicates())
-        lines += ["## CI-low above the new-vignettes truth", "",
-                  f"A bar gate reads the CI-low, so the error that matters to it is one-sided: the share of "
-                  f"replications (%) whose CI-low lies above the truth; nominal {50 * (1 - self.level):.1f}%.", "",
-                  "| condition | " + " | ".join(low_table.columns) + " |", "|---|" + "---|" * len(low_table.columns)]
+        low_table = (
+            new.assign(cell=(100 * new["low_above_truth"]).map("{:.1f}".format))
+            .pivot(index="condition", columns="label", values="cell")
+            .reindex(new["condition"].drop_duplicates())
+        )
+        lines += [
+            "## CI-low above the new-vignettes truth",
+            "",
+            f"A bar gate reads the CI-low, so the error that matters to it is one-sided: the share of "
+            f"replications (%) whose CI-low lies above the truth; nominal {50 * (1 - self.level):.1f}%.",
+            "",
+            "| condition | " + " | ".join(low_table.columns) + " |",
+            "|---|" + "---|" * len(low_table.columns),
+        ]
         lines += [f"| {condition} | " + " | ".join(values) + " |" for condition, values in low_table.iterrows()]
         lines += [""]
-        lines += ["## Where each interval is honest", "",
-                  f"Smallest G from which every condition on the grid covers within {self.level:.0%} ± 1.5 "
-                  "points (for that G and every larger G on the grid):", "",
-                  "| method | population | honest from | worst coverage at G ≥ 12 |", "|---|---|---|---|"]
+        lines += [
+            "## Where each interval is honest",
+            "",
+            f"Smallest G from which every condition on the grid covers within {self.level:.0%} ± 1.5 "
+            "points (for that G and every larger G on the grid):",
+            "",
+            "| method | population | honest from | worst coverage at G ≥ 12 |",
+            "|---|---|---|---|",
+        ]
         for (label, truth), group in frame.groupby(["label", "truth"], sort=False):
             honest_from = self.honest_from(group)
             worst = group[group["n_clusters"] >= 12]["coverage"]
             worst_text = f"{100 * worst.loc[(worst - self.level).abs().idxmax()]:.1f}%" if len(worst) else "–"
-            lines.append(f"| {label} | {truth.replace('_', ' ')} | "
-                         f"{'G = ' + str(honest_from) if honest_from else 'not on this grid'} | {worst_text} |")
+            lines.append(
+                f"| {label} | {truth.replace('_', ' ')} | "
+                f"{'G = ' + str(honest_from) if honest_from else 'not on this grid'} | {worst_text} |"
+            )
         misses = self.honest_at_or_above(12)
         lines += ["", "## Verdict", ""]
-        honest = "; ".join(f"{method_label(m)} for {'these' if m == 'stratified' else 'new'} vignettes"
-                           for m in HONEST_METHODS)
+        honest = "; ".join(
+            f"{method_label(m)} for {'these' if m == 'stratified' else 'new'} vignettes" for m in HONEST_METHODS
+        )
         lines.append(
             f"The intervals called honest are {honest} (the new-vignette one is what the bar gate reads). "
-            + (f"At G ≥ 12 each covers within {self.level:.0%} ± 1.5 points in every condition."
-               if misses.empty else
-               "At G ≥ 12 these of their cells miss 95% ± 1.5 points: "
-               + "; ".join(f"{r.label} at G={r.n_clusters}, ICC={r.icc}, p={r.rate}: {100 * r.coverage:.1f}%"
-                           for r in misses.itertuples()) + "."))
-        lines += ["",
-                  "The symmetric t intervals (CR1, CR2, wild bootstrap) under-cover where vignette win "
-                  "probabilities pile up near 1 (ICC 0.3, p 0.8) until G = 30: the mean of a few skewed "
-                  "vignette rates is skewed, and its CI-low then sits above the truth too often. On the "
-                  "logit scale the same CR2 standard error gives an asymmetric interval that keeps its coverage there "
-                  "and cuts that one-sided excess (table above). "
-                  "Read the G = 6 rows before trusting a six-vignette claim: iid intervals under-cover badly "
-                  "whenever ICC > 0, and the pairs cluster bootstrap under-covers at small G."]
+            + (
+                f"At G ≥ 12 each covers within {self.level:.0%} ± 1.5 points in every condition."
+                if misses.empty
+                else "At G ≥ 12 these of their cells miss 95% ± 1.5 points: "
+                + "; ".join(
+                    f"{r.label} at G={r.n_clusters}, ICC={r.icc}, p={r.rate}: {100 * r.coverage:.1f}%"
+                    for r in misses.itertuples()
+                )
+                + "."
+            )
+        )
+        lines += [
+            "",
+            "The symmetric t intervals (CR1, CR2, wild bootstrap) under-cover where vignette win "
+            "probabilities pile up near 1 (ICC 0.3, p 0.8) until G = 30: the mean of a few skewed "
+            "vignette rates is skewed, and its CI-low then sits above the truth too often. On the "
+            "logit scale the same CR2 standard error gives an asymmetric interval that keeps its coverage there "
+            "and cuts that one-sided excess (table above). "
+            "Read the G = 6 rows before trusting a six-vignette claim: iid intervals under-cover badly "
+            "whenever ICC > 0, and the pairs cluster bootstrap under-covers at small G.",
+        ]
         return "\n".join(lines) + "\n"
 
 
@@ -159,8 +185,14 @@ def _run_cell(args) -> list[dict]:
     for _ in range(reps):
         scores, clusters, these_truth = simulate_scores(rng, n_clusters, per_vignette, rate, icc)
         for method in methods:
-            row = winrate_ci(scores, clusters, method=method, level=level, seed=int(rng.integers(2**31)),
-                             bootstrap_draws=STUDY_BOOTSTRAP_DRAWS)
+            row = winrate_ci(
+                scores,
+                clusters,
+                method=method,
+                level=level,
+                seed=int(rng.integers(2**31)),
+                bootstrap_draws=STUDY_BOOTSTRAP_DRAWS,
+            )
             if not row.reportable:
                 continue
             widths[method] += row.ci_high - row.ci_low
@@ -170,22 +202,45 @@ def _run_cell(args) -> list[dict]:
                 low_above[(method, truth_name)] += row.ci_low > truth
     rows = []
     for method in methods:
-        targets = (("new_vignettes", "these_vignettes") if method in IID_METHODS else
-                   ("these_vignettes",) if method == "stratified" else ("new_vignettes",))
+        targets = (
+            ("new_vignettes", "these_vignettes")
+            if method in IID_METHODS
+            else ("these_vignettes",)
+            if method == "stratified"
+            else ("new_vignettes",)
+        )
         for truth_name in targets:
-            rows.append({"n_clusters": n_clusters, "icc": icc, "rate": rate, "method": method,
-                         "label": method_label(method), "truth": truth_name,
-                         "coverage": hits[(method, truth_name)] / reps,
-                         "low_above_truth": low_above[(method, truth_name)] / reps,
-                         "mean_width": widths[method] / max(reported[method], 1),
-                         "share_reported": reported[method] / reps, "reps": reps,
-                         "cell_seed": int(child.generate_state(1)[0])})
+            rows.append(
+                {
+                    "n_clusters": n_clusters,
+                    "icc": icc,
+                    "rate": rate,
+                    "method": method,
+                    "label": method_label(method),
+                    "truth": truth_name,
+                    "coverage": hits[(method, truth_name)] / reps,
+                    "low_above_truth": low_above[(method, truth_name)] / reps,
+                    "mean_width": widths[method] / max(reported[method], 1),
+                    "share_reported": reported[method] / reps,
+                    "reps": reps,
+                    "cell_seed": int(child.generate_state(1)[0]),
+                }
+            )
     return rows
 
 
-def run_coverage_study(reps: int = 1000, per_vignette: int = 40, seed: int = 20261129, level: float = 0.95,
-                       methods=ALL_METHODS, clusters_grid=GRID_CLUSTERS, icc_grid=GRID_ICC, rate_grid=GRID_RATE,
-                       processes: int = 1, progress=None) -> CoverageStudy:
+def run_coverage_study(
+    reps: int = 1000,
+    per_vignette: int = 40,
+    seed: int = 20261129,
+    level: float = 0.95,
+    methods=ALL_METHODS,
+    clusters_grid=GRID_CLUSTERS,
+    icc_grid=GRID_ICC,
+    rate_grid=GRID_RATE,
+    processes: int = 1,
+    progress=None,
+) -> CoverageStudy:
     """Run the study; each cell has its own child seed of ``seed``, so the result does not depend
     on ``processes``."""
     cells = list(itertools.product(clusters_grid, icc_grid, rate_grid))

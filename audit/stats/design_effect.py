@@ -90,8 +90,7 @@ def icc_oneway(y: Any, clusters: Any) -> float:
     n_clusters = sizes.size
     if n == n_clusters:
         raise EstimationError(
-            "Every cluster has exactly one observation, so within-cluster variation (and the ICC) "
-            "cannot be estimated."
+            "Every cluster has exactly one observation, so within-cluster variation (and the ICC) cannot be estimated."
         )
     cluster_means = np.bincount(cluster_index, weights=y_arr) / sizes
     grand_mean = y_arr.mean()

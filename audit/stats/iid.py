@@ -17,9 +17,7 @@ from honestci.audit.errors import InputError
 PROPORTION_METHODS = ("wilson", "wald", "agresti_coull", "clopper_pearson")
 
 
-def proportion_ci(
-    successes: float, n: int, method: str = "wilson", level: float = 0.95
-) -> tuple[float, float]:
+def proportion_ci(successes: float, n: int, method: str = "wilson", level: float = 0.95) -> tuple[float, float]:
     """Two-sided confidence interval for a binomial proportion ``p = successes / n``.
 
     With ``z`` the ``1 - (1 - level)/2`` normal quantile and ``p̂ = x/n``:

@@ -31,4 +31,5 @@ def _cached(compiler, options):
                 return compiler(cache=True, **options)(function)
             except RuntimeError:  # "cannot cache function ...: no locator available"
                 return compiler(**options)(function)
+
     return decorate

@@ -47,21 +47,27 @@ class PPIResult:
     def text(self) -> str:
         if self.ci_low is None:
             return f"{self.estimate:.3f} (no interval: {self.note})"
-        return (f"{self.estimate:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}] (PPI++, λ = {self.lam:.2f}, "
-                f"{self.variance}; n = {self.n_labelled} labelled, N = {self.n_unlabelled} unlabelled; human-only "
-                f"{self.classical_estimate:.3f}"
-                + ("" if self.classical_ci_low is None else f" [{self.classical_ci_low:.3f}, {self.classical_ci_high:.3f}]")
-                + f"; judge only {self.judge_only_estimate:.3f})")
+        return (
+            f"{self.estimate:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}] (PPI++, λ = {self.lam:.2f}, "
+            f"{self.variance}; n = {self.n_labelled} labelled, N = {self.n_unlabelled} unlabelled; human-only "
+            f"{self.classical_estimate:.3f}"
+            + ("" if self.classical_ci_low is None else f" [{self.classical_ci_low:.3f}, {self.classical_ci_high:.3f}]")
+            + f"; judge only {self.judge_only_estimate:.3f})"
+        )
 
 
 def _arrays(y, f, f_unlabelled):
     y, f, fu = (np.asarray(v, dtype=float).reshape(-1) for v in (y, f, f_unlabelled))
     if y.shape != f.shape:
-        raise InputError(f"{y.size} human labels but {f.size} judge scores on the labelled subset.",
-                         fix="give the judge's score of every labelled item")
+        raise InputError(
+            f"{y.size} human labels but {f.size} judge scores on the labelled subset.",
+            fix="give the judge's score of every labelled item",
+        )
     if y.size < 2 or fu.size < 1:
-        raise InputError(f"PPI needs at least 2 labelled and 1 unlabelled item (got {y.size} and {fu.size}).",
-                         fix="label more items, or use the classical estimate")
+        raise InputError(
+            f"PPI needs at least 2 labelled and 1 unlabelled item (got {y.size} and {fu.size}).",
+            fix="label more items, or use the classical estimate",
+        )
     if not (np.isfinite(y).all() and np.isfinite(f).all() and np.isfinite(fu).all()):
         raise InputError("PPI inputs contain NaN or infinite values.", fix="drop items without a valid score first")
     return y, f, fu
@@ -89,13 +95,36 @@ def ppi_mean(y, f, f_unlabelled, *, lam: float | None = None, level: float = 0.9
     se = float(np.sqrt(np.var(lam * fu) / N + np.var(y - lam * f) / n))
     z = float(stats.norm.ppf(0.5 + level / 2))
     classical_se = float(np.std(y) / np.sqrt(n))
-    return PPIResult(estimate, se, estimate - z * se, estimate + z * se, lam, float(y.mean()),
-                     float(y.mean() - z * classical_se), float(y.mean() + z * classical_se),
-                     float(np.concatenate([f, fu]).mean()), n, N, None, None, level, "iid")
+    return PPIResult(
+        estimate,
+        se,
+        estimate - z * se,
+        estimate + z * se,
+        lam,
+        float(y.mean()),
+        float(y.mean() - z * classical_se),
+        float(y.mean() + z * classical_se),
+        float(np.concatenate([f, fu]).mean()),
+        n,
+        N,
+        None,
+        None,
+        level,
+        "iid",
+    )
 
 
-def ppi_mean_clustered(y, f, f_unlabelled, clusters, clusters_unlabelled, *, lam: float | None = None,
-                       level: float = 0.95, min_clusters: int = THRESHOLDS.min_clusters) -> PPIResult:
+def ppi_mean_clustered(
+    y,
+    f,
+    f_unlabelled,
+    clusters,
+    clusters_unlabelled,
+    *,
+    lam: float | None = None,
+    level: float = 0.95,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> PPIResult:
     """PPI++ mean with a vignette-clustered variance from cluster sums.
 
     With labelled residual means removed, each cluster g contributes
@@ -112,29 +141,67 @@ def ppi_mean_clustered(y, f, f_unlabelled, clusters, clusters_unlabelled, *, lam
     y, f, fu = _arrays(y, f, f_unlabelled)
     g_lab, g_unl = np.asarray(clusters).reshape(-1), np.asarray(clusters_unlabelled).reshape(-1)
     if g_lab.size != y.size or g_unl.size != fu.size:
-        raise InputError("one cluster label per labelled and per unlabelled item is needed.",
-                         fix="pass the vignette of every item")
+        raise InputError(
+            "one cluster label per labelled and per unlabelled item is needed.", fix="pass the vignette of every item"
+        )
     n, N = y.size, fu.size
     labels, index = np.unique(np.concatenate([g_lab, g_unl]), return_inverse=True)
     G = labels.size
     i_lab, i_unl = index[:n], index[n:]
-    a = (np.bincount(i_unl, fu - fu.mean(), G) / N - np.bincount(i_lab, f - f.mean(), G) / n)
+    a = np.bincount(i_unl, fu - fu.mean(), G) / N - np.bincount(i_lab, f - f.mean(), G) / n
     b = np.bincount(i_lab, y - y.mean(), G) / n
     if lam is None:
         lam = float(np.clip(-(a @ b) / (a @ a), 0.0, 1.0)) if a @ a > 0 else 0.0
     estimate = float(lam * fu.mean() + np.mean(y - lam * f))
-    common = dict(classical_estimate=float(y.mean()), judge_only_estimate=float(np.concatenate([f, fu]).mean()),
-                  n_labelled=n, n_unlabelled=N, n_clusters=G, level=level, variance="clustered (cluster sums)")
-    if G < max(min_clusters, 2):
-        return PPIResult(estimate, None, None, None, lam, classical_ci_low=None, classical_ci_high=None, df=None,
-                         verdict=Verdict.INCONCLUSIVE, note=f"{G} cluster(s) < {max(min_clusters, 2)}", **common)
+    common = dict(
+        classical_estimate=float(y.mean()),
+        judge_only_estimate=float(np.concatenate([f, fu]).mean()),
+        n_labelled=n,
+        n_unlabelled=N,
+        n_clusters=G,
+        level=level,
+        variance="clustered (cluster sums)",
+    )
+    if max(min_clusters, 2) > G:
+        return PPIResult(
+            estimate,
+            None,
+            None,
+            None,
+            lam,
+            classical_ci_low=None,
+            classical_ci_high=None,
+            df=None,
+            verdict=Verdict.INCONCLUSIVE,
+            note=f"{G} cluster(s) < {max(min_clusters, 2)}",
+            **common,
+        )
     scale = G / (G - 1)
     se = float(np.sqrt(scale * np.sum((lam * a + b) ** 2)))
     classical_se = float(np.sqrt(scale * np.sum(b**2)))
     t = float(stats.t.ppf(0.5 + level / 2, G - 1))
     if se == 0:
-        return PPIResult(estimate, None, None, None, lam, classical_ci_low=None, classical_ci_high=None, df=None,
-                         verdict=Verdict.INCONCLUSIVE, note="zero variance", **common)
-    return PPIResult(estimate, se, estimate - t * se, estimate + t * se, lam,
-                     classical_ci_low=float(y.mean() - t * classical_se),
-                     classical_ci_high=float(y.mean() + t * classical_se), df=float(G - 1), **common)
+        return PPIResult(
+            estimate,
+            None,
+            None,
+            None,
+            lam,
+            classical_ci_low=None,
+            classical_ci_high=None,
+            df=None,
+            verdict=Verdict.INCONCLUSIVE,
+            note="zero variance",
+            **common,
+        )
+    return PPIResult(
+        estimate,
+        se,
+        estimate - t * se,
+        estimate + t * se,
+        lam,
+        classical_ci_low=float(y.mean() - t * classical_se),
+        classical_ci_high=float(y.mean() + t * classical_se),
+        df=float(G - 1),
+        **common,
+    )

@@ -346,8 +346,12 @@ class WildTStatistics:
         frame.insert(0, "t_bootstrap", self.t_bootstrap)
         frame.insert(0, "draw", np.arange(self.B))
         frame.attrs.update(
-            t_observed=self.t_observed, theta0=self.theta0, weights=self.weights, B=self.B,
-            enumerated=self.enumerated, seed=self.seed,
+            t_observed=self.t_observed,
+            theta0=self.theta0,
+            weights=self.weights,
+            B=self.B,
+            enumerated=self.enumerated,
+            seed=self.seed,
         )
         return frame
 
@@ -506,8 +510,15 @@ class WildBootstrapResult:
         )
 
 
-def _outer_crossing(setup: _Setup, alpha: float, direction: float, pvalue_type: PValueType,
-                    grid_points: int, xtol: float, max_doublings: int) -> tuple[float, int]:
+def _outer_crossing(
+    setup: _Setup,
+    alpha: float,
+    direction: float,
+    pvalue_type: PValueType,
+    grid_points: int,
+    xtol: float,
+    max_doublings: int,
+) -> tuple[float, int]:
     """Outermost theta0 on one side of the estimate whose p-value is >= alpha (bisected)."""
     evaluations = 0
 

@@ -19,10 +19,10 @@ from dataclasses import replace
 import numpy as np
 from scipy import special, stats
 
-from honestci.audit.stats import cluster_robust, iid
-from honestci.audit.stats.design_effect import ClusteringSummary, clustering_summary
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict
+from honestci.audit.stats import cluster_robust, iid
+from honestci.audit.stats.design_effect import ClusteringSummary, clustering_summary
 from honestci.audit.stats.intervals import IntervalResult, IntervalTable
 
 IID_METHODS = {
@@ -70,18 +70,29 @@ def _check_inputs(scores, clusters) -> tuple[np.ndarray, np.ndarray]:
     scores = np.asarray(scores, dtype=float)
     clusters = np.asarray(clusters)
     if scores.ndim != 1 or scores.shape != clusters.shape:
-        raise InputError(f"scores and clusters must be 1-D arrays of one length (got {scores.shape} and {clusters.shape}).")
+        raise InputError(
+            f"scores and clusters must be 1-D arrays of one length (got {scores.shape} and {clusters.shape})."
+        )
     if scores.size == 0:
-        raise InputError("No scored contests: there is nothing to estimate.",
-                         fix="check that the policy and opponent names match the responses table")
+        raise InputError(
+            "No scored contests: there is nothing to estimate.",
+            fix="check that the policy and opponent names match the responses table",
+        )
     if not np.all(np.isfinite(scores)) or np.any((scores < 0) | (scores > 1)):
         raise InputError("Contest scores must lie in [0, 1] and be finite.")
     return scores, clusters
 
 
-def winrate_ci(scores, clusters, method: str = "cr2", level: float = 0.95, *,
-               seed: int | None = None, thresholds: Thresholds = THRESHOLDS,
-               bootstrap_draws: int | None = None) -> IntervalResult:
+def winrate_ci(
+    scores,
+    clusters,
+    method: str = "cr2",
+    level: float = 0.95,
+    *,
+    seed: int | None = None,
+    thresholds: Thresholds = THRESHOLDS,
+    bootstrap_draws: int | None = None,
+) -> IntervalResult:
     """Interval for the win rate from per-contest scores, by ``method``.
 
     Parameters
@@ -139,37 +150,75 @@ def _refuse_degenerate(result: IntervalResult) -> IntervalResult:
         reason = "the interval has zero width (standard error 0): no variance can be estimated from these data"
     else:
         return result
-    return replace(result, ci_low=None, ci_high=None, verdict=Verdict.INCONCLUSIVE,
-                   note=f"{reason}; {result.note}" if result.note else reason)
+    return replace(
+        result,
+        ci_low=None,
+        ci_high=None,
+        verdict=Verdict.INCONCLUSIVE,
+        note=f"{reason}; {result.note}" if result.note else reason,
+    )
 
 
 def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_draws) -> IntervalResult:
     info = _clustering(scores, clusters)
-    common = dict(level=level, n=info.n, n_clusters=info.n_clusters, icc=info.icc,
-                  design_effect=info.design_effect, n_effective=info.n_effective)
+    common = dict(
+        level=level,
+        n=info.n,
+        n_clusters=info.n_clusters,
+        icc=info.icc,
+        design_effect=info.design_effect,
+        n_effective=info.n_effective,
+    )
     estimate = float(scores.mean())
 
     if method in IID_METHODS:
         low, high = iid.proportion_ci(float(scores.sum()), info.n, method=method, level=level)
-        return IntervalResult(method, IID_METHODS[method], "iid", estimate, low, high,
-                              note="treats contests as independent: optimistic when they share vignettes", **common)
+        return IntervalResult(
+            method,
+            IID_METHODS[method],
+            "iid",
+            estimate,
+            low,
+            high,
+            note="treats contests as independent: optimistic when they share vignettes",
+            **common,
+        )
 
     if method == "stratified":
         return _stratified(scores, clusters, common)
 
     label = CLUSTER_METHODS[method]
     if info.n_clusters < thresholds.min_clusters:
-        return IntervalResult(method, label, "new_vignettes", estimate, None, None, verdict=Verdict.INCONCLUSIVE,
-                              note=f"only {info.n_clusters} vignette(s); at least {thresholds.min_clusters} are needed "
-                                   "for any interval on new vignettes", **common)
+        return IntervalResult(
+            method,
+            label,
+            "new_vignettes",
+            estimate,
+            None,
+            None,
+            verdict=Verdict.INCONCLUSIVE,
+            note=f"only {info.n_clusters} vignette(s); at least {thresholds.min_clusters} are needed "
+            "for any interval on new vignettes",
+            **common,
+        )
     if np.ptp(scores) == 0:
-        return IntervalResult(method, label, "new_vignettes", estimate, None, None, verdict=Verdict.INCONCLUSIVE,
-                              note="every contest has the same score: no variance can be estimated", **common)
+        return IntervalResult(
+            method,
+            label,
+            "new_vignettes",
+            estimate,
+            None,
+            None,
+            verdict=Verdict.INCONCLUSIVE,
+            note="every contest has the same score: no variance can be estimated",
+            **common,
+        )
     try:
         return _clustered(method, label, scores, clusters, seed, common, bootstrap_draws)
     except EstimationError as exc:
-        return IntervalResult(method, label, "new_vignettes", estimate, None, None,
-                              verdict=Verdict.INCONCLUSIVE, note=str(exc), **common)
+        return IntervalResult(
+            method, label, "new_vignettes", estimate, None, None, verdict=Verdict.INCONCLUSIVE, note=str(exc), **common
+        )
 
 
 def _stratified(scores, clusters, common) -> IntervalResult:
@@ -181,20 +230,46 @@ def _stratified(scores, clusters, common) -> IntervalResult:
     weights = sizes / n
     estimate = float(np.sum(weights * means))
     if np.any(sizes < 2):
-        return IntervalResult("stratified", STRATIFIED_LABEL, "these_vignettes", estimate, None, None,
-                              verdict=Verdict.INCONCLUSIVE, note="a vignette has fewer than 2 contests", **common)
+        return IntervalResult(
+            "stratified",
+            STRATIFIED_LABEL,
+            "these_vignettes",
+            estimate,
+            None,
+            None,
+            verdict=Verdict.INCONCLUSIVE,
+            note="a vignette has fewer than 2 contests",
+            **common,
+        )
     variances = sq / (sizes - 1)
     parts = weights**2 * variances / sizes
     var = float(parts.sum())
     if var <= 0:
-        return IntervalResult("stratified", STRATIFIED_LABEL, "these_vignettes", estimate, None, None,
-                              verdict=Verdict.INCONCLUSIVE,
-                              note="no within-vignette variation: the variance cannot be estimated", **common)
+        return IntervalResult(
+            "stratified",
+            STRATIFIED_LABEL,
+            "these_vignettes",
+            estimate,
+            None,
+            None,
+            verdict=Verdict.INCONCLUSIVE,
+            note="no within-vignette variation: the variance cannot be estimated",
+            **common,
+        )
     df = var**2 / float(np.sum(parts**2 / (sizes - 1)))
     half = stats.t.ppf(0.5 + common["level"] / 2, df) * math.sqrt(var)
-    return IntervalResult("stratified", STRATIFIED_LABEL, "these_vignettes", estimate,
-                          max(0.0, estimate - half), min(1.0, estimate + half), se=math.sqrt(var), df=df,
-                          note="between-vignette spread treated as fixed", **common)
+    return IntervalResult(
+        "stratified",
+        STRATIFIED_LABEL,
+        "these_vignettes",
+        estimate,
+        max(0.0, estimate - half),
+        min(1.0, estimate + half),
+        se=math.sqrt(var),
+        df=df,
+        note="between-vignette spread treated as fixed",
+        **common,
+    )
 
 
 def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -> IntervalResult:
@@ -202,33 +277,63 @@ def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -
     design = np.ones((scores.size, 1))
     if method in ("cr0", "cr1", "cr2", "cr2_logit"):
         vcov = method.removesuffix("_logit").upper()
-        fit = cluster_robust.cluster_robust_ols(design, scores, clusters, vcov=vcov, level=level,
-                                                df="satterthwaite" if vcov == "CR2" else "G-1")
+        fit = cluster_robust.cluster_robust_ols(
+            design, scores, clusters, vcov=vcov, level=level, df="satterthwaite" if vcov == "CR2" else "G-1"
+        )
         if method == "cr2_logit":
             return _logit_interval(method, label, fit, common)
-        return IntervalResult(method, label, "new_vignettes", float(fit.coef[0]), float(fit.ci_low[0]),
-                              float(fit.ci_high[0]), se=float(fit.se[0]), df=float(fit.df[0]), **common)
+        return IntervalResult(
+            method,
+            label,
+            "new_vignettes",
+            float(fit.coef[0]),
+            float(fit.ci_low[0]),
+            float(fit.ci_high[0]),
+            se=float(fit.se[0]),
+            df=float(fit.df[0]),
+            **common,
+        )
     if method.startswith("wild_"):
         from honestci.audit.stats.wild_bootstrap import wild_cluster_ci
 
         weights = method.removeprefix("wild_")
         distinct_draws = (6 if weights == "webb" else 2) ** common["n_clusters"]
         if 2 / distinct_draws > 1 - level:  # a draw and its mirror give the same |t|
-            raise EstimationError(f"{weights} weights on {common['n_clusters']} vignettes give {distinct_draws} distinct "
-                                  f"draws, so no p-value falls below {2 / distinct_draws:.3f} > {1 - level:.3f}: "
-                                  "the interval would be unbounded")
+            raise EstimationError(
+                f"{weights} weights on {common['n_clusters']} vignettes give {distinct_draws} distinct "
+                f"draws, so no p-value falls below {2 / distinct_draws:.3f} > {1 - level:.3f}: "
+                "the interval would be unbounded"
+            )
         # Enumerate every draw when there are few (6^6 = 46,656 Webb draws at G = 6): exact, no seed.
         draws = bootstrap_draws or (None if distinct_draws <= MAX_ENUMERATED_DRAWS else 9999)
         result = wild_cluster_ci(design, scores, clusters, coef=0, level=level, weights=weights, B=draws, rng=seed)
         note = "all draws enumerated" if result.enumerated else f"B = {result.B} draws"
-        return IntervalResult(method, label, "new_vignettes", float(result.estimate), float(result.ci_low),
-                              float(result.ci_high), note=note, seed=seed, **common)
+        return IntervalResult(
+            method,
+            label,
+            "new_vignettes",
+            float(result.estimate),
+            float(result.ci_low),
+            float(result.ci_high),
+            note=note,
+            seed=seed,
+            **common,
+        )
     from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
 
     kind = method.removeprefix("cluster_bootstrap_")
     result = cluster_bootstrap_ci(scores, clusters, method=kind, level=level, rng=seed, B=bootstrap_draws or 4999)
-    return IntervalResult(method, label, "new_vignettes", float(result.estimate), float(result.ci_low),
-                          float(result.ci_high), note=f"B = {result.B}", seed=seed, **common)
+    return IntervalResult(
+        method,
+        label,
+        "new_vignettes",
+        float(result.estimate),
+        float(result.ci_low),
+        float(result.ci_high),
+        note=f"B = {result.B}",
+        seed=seed,
+        **common,
+    )
 
 
 def _logit_interval(method, label, fit, common) -> IntervalResult:
@@ -243,13 +348,29 @@ def _logit_interval(method, label, fit, common) -> IntervalResult:
     half = stats.t.ppf(0.5 + common["level"] / 2, df) * se / (estimate * (1.0 - estimate))
     centre = math.log(estimate / (1.0 - estimate))
     low, high = (float(special.expit(centre + side * half)) for side in (-1.0, 1.0))
-    return IntervalResult(method, label, "new_vignettes", estimate, low, high, se=se, df=df,
-                          note="asymmetric: the CR2 interval on the logit scale, mapped back", **common)
+    return IntervalResult(
+        method,
+        label,
+        "new_vignettes",
+        estimate,
+        low,
+        high,
+        se=se,
+        df=df,
+        note="asymmetric: the CR2 interval on the logit scale, mapped back",
+        **common,
+    )
 
 
-def winrate_table(scores, clusters, methods=DEFAULT_METHODS, level: float = 0.95, *, seed: int = 0,
-                  thresholds: Thresholds = THRESHOLDS) -> IntervalTable:
+def winrate_table(
+    scores,
+    clusters,
+    methods=DEFAULT_METHODS,
+    level: float = 0.95,
+    *,
+    seed: int = 0,
+    thresholds: Thresholds = THRESHOLDS,
+) -> IntervalTable:
     """Every requested interval of the win rate, side by side (see :func:`winrate_ci`)."""
-    rows = tuple(winrate_ci(scores, clusters, method=m, level=level, seed=seed, thresholds=thresholds)
-                 for m in methods)
+    rows = tuple(winrate_ci(scores, clusters, method=m, level=level, seed=seed, thresholds=thresholds) for m in methods)
     return IntervalTable(estimand="win rate", rows=rows)

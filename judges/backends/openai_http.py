@@ -50,14 +50,26 @@ class OpenAICompatibleBackend:
         Seed of the jitter (retry timing only; it cannot change a verdict).
     """
 
-    def __init__(self, base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY", concurrency: int = 8,
-                 timeout_s: float = 60.0, max_retries: int = 5, backoff_base_s: float = 0.5,
-                 backoff_cap_s: float = 30.0, seed: int = 0):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        concurrency: int = 8,
+        timeout_s: float = 60.0,
+        max_retries: int = 5,
+        backoff_base_s: float = 0.5,
+        backoff_cap_s: float = 30.0,
+        seed: int = 0,
+    ):
         import httpx
 
         if concurrency < 1 or max_retries < 0 or timeout_s <= 0:
-            raise BackendFatalError("concurrency must be >= 1, max_retries >= 0 and timeout > 0.",
-                                    fix="check --concurrency, --max-retries and --timeout")
+            raise BackendFatalError(
+                "concurrency must be >= 1, max_retries >= 0 and timeout > 0.",
+                fix="check --concurrency, --max-retries and --timeout",
+            )
         self.judge_name = model
         self.concurrency = concurrency
         self.max_retries = max_retries
@@ -70,10 +82,14 @@ class OpenAICompatibleBackend:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         n_clients = -(-concurrency // CONNECTIONS_PER_CLIENT)
         per_client = -(-concurrency // n_clients)
-        self._clients = [httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s),
-                                           limits=httpx.Limits(max_connections=per_client,
-                                                               max_keepalive_connections=per_client))
-                         for _ in range(n_clients)]
+        self._clients = [
+            httpx.AsyncClient(
+                headers=headers,
+                timeout=httpx.Timeout(timeout_s),
+                limits=httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client),
+            )
+            for _ in range(n_clients)
+        ]
         # One slot per allowed request in flight; slot i always uses client i % n_clients.
         self._slots: asyncio.Queue | None = None
         self._httpx = httpx
@@ -125,7 +141,8 @@ class OpenAICompatibleBackend:
                 elif status in FATAL_STATUS:
                     raise BackendFatalError(
                         f"The judge server answered HTTP {status} for model {self.judge_name!r} at {self._url}.",
-                        fix="check --base-url, --model and the API key environment variable")
+                        fix="check --base-url, --model and the API key environment variable",
+                    )
                 elif status in RETRYABLE_STATUS or status >= 500:
                     error = f"HTTP {status}"
                     retry_after = response.headers.get("retry-after")

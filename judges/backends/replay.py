@@ -25,8 +25,10 @@ class ReplayBackend:
         judges = sorted({row.values["judge"] for row in rows})
         if judge is None:
             if len(judges) != 1:
-                raise InputError(f"{judgments_path}: judgments from {len(judges)} judges {judges[:5]}.",
-                                 fix="choose one with --judge")
+                raise InputError(
+                    f"{judgments_path}: judgments from {len(judges)} judges {judges[:5]}.",
+                    fix="choose one with --judge",
+                )
             judge = judges[0]
         self.judge_name = judge
         self._records: dict[tuple[str, str], dict] = {}
@@ -36,12 +38,26 @@ class ReplayBackend:
             if values["judge"] != judge:
                 continue
             if values["verdict"] not in VERDICTS:
-                problems.append(Problem(str(judgments_path), row.line, "verdict",
-                                        f"{values['verdict']!r} is not one of {VERDICTS}", "fix the verdict"))
+                problems.append(
+                    Problem(
+                        str(judgments_path),
+                        row.line,
+                        "verdict",
+                        f"{values['verdict']!r} is not one of {VERDICTS}",
+                        "fix the verdict",
+                    )
+                )
             pair = (values["response_first"], values["response_second"])
             if pair in self._records:
-                problems.append(Problem(str(judgments_path), row.line, None,
-                                        f"ordered pair {pair} judged twice by {judge}", "keep one judgment per order"))
+                problems.append(
+                    Problem(
+                        str(judgments_path),
+                        row.line,
+                        None,
+                        f"ordered pair {pair} judged twice by {judge}",
+                        "keep one judgment per order",
+                    )
+                )
             self._records[pair] = values
         if problems:
             raise InputError(f"{judgments_path}: cannot replay these judgments.", problems)
@@ -50,8 +66,12 @@ class ReplayBackend:
         record = self._records.get((request.response_first, request.response_second))
         if record is None:
             return Completion(None, 0, "no recorded judgment for this ordered pair")
-        return Completion(record.get("raw") or "", 0, recorded_verdict=record["verdict"],
-                          recorded_prompt_sha256=record.get("prompt_sha256") or None)
+        return Completion(
+            record.get("raw") or "",
+            0,
+            recorded_verdict=record["verdict"],
+            recorded_prompt_sha256=record.get("prompt_sha256") or None,
+        )
 
     async def aclose(self) -> None:
         return None

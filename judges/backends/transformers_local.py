@@ -38,13 +38,16 @@ class TransformersBackend:
 
         path = Path(model_path)
         if not (path / "config.json").is_file():
-            raise BackendFatalError(f"{path}: no config.json — not a local transformers model folder.",
-                                    fix="pass --model-path pointing at a saved model (save_pretrained)")
+            raise BackendFatalError(
+                f"{path}: no config.json — not a local transformers model folder.",
+                fix="pass --model-path pointing at a saved model (save_pretrained)",
+            )
         self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         if self.tokenizer.chat_template is None:
-            raise BackendFatalError(f"{path}: the tokenizer has no chat template.",
-                                    fix="save a tokenizer with a chat_template")
+            raise BackendFatalError(
+                f"{path}: the tokenizer has no chat template.", fix="save a tokenizer with a chat_template"
+            )
         self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(device).eval()
         self.device = device
         self.judge_name = judge_name or path.name
@@ -54,24 +57,29 @@ class TransformersBackend:
         """The decoded reply (new tokens only, special tokens removed)."""
         torch = self._torch
         sampling = request.sampling
-        encoded = self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True,
-                                                     return_tensors="pt", return_dict=True)
+        encoded = self.tokenizer.apply_chat_template(
+            list(request.messages), add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         input_ids = encoded["input_ids"].to(self.device)
         attention_mask = encoded["attention_mask"].to(self.device)
         temperature = float(sampling.get("temperature", 0.0))
-        options = {"max_new_tokens": int(sampling.get("max_tokens", 512)),
-                   "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id}
+        options = {
+            "max_new_tokens": int(sampling.get("max_tokens", 512)),
+            "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+        }
         if temperature > 0:
             options.update(do_sample=True, temperature=temperature, top_p=float(sampling.get("top_p", 1.0)))
         else:
             options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        pair_seed = int(hashlib.sha256(f"{self.seed}|{request.response_first}|{request.response_second}".encode())
-                        .hexdigest()[:8], 16)
+        pair_seed = int(
+            hashlib.sha256(f"{self.seed}|{request.response_first}|{request.response_second}".encode()).hexdigest()[:8],
+            16,
+        )
         devices = [self.device] if str(self.device).startswith("cuda") else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(pair_seed)
             output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
-        return self.tokenizer.decode(output[0, input_ids.shape[1]:], skip_special_tokens=True)
+        return self.tokenizer.decode(output[0, input_ids.shape[1] :], skip_special_tokens=True)
 
     async def complete(self, request: JudgeRequest) -> Completion:
         try:
