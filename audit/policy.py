@@ -112,6 +112,13 @@ class Thresholds:
 
 THRESHOLDS = Thresholds()
 
+#: The populations an interval can be about, as reports name them.
+POPULATION_LABELS = {
+    "new_vignettes": "new vignettes (generalisation)",
+    "these_vignettes": "these vignettes (conditional on the observed prompts)",
+    "iid": "contests as independent draws (fits neither population)",
+}
+
 #: Interval whose CI-low the bar gate reads when a claim names no ``method``, by population. New
 #: vignettes: CR2 carried to the logit scale, the one clustered interval within 95% ± 1.5 points on
 #: the whole coverage grid (G = 6 included); where vignette win rates pile up near 1 the symmetric

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from honestci.audit.errors import InputError
+from honestci.audit.policy import POPULATION_LABELS
+
+__all__ = ["POPULATION_LABELS", "POSTERIOR_FILE", "SCHEMA_VERSION", "Report", "json_safe"]
 
 SCHEMA_VERSION = 1
 #: The main Bayesian fit's InferenceData, written beside the reports when the sampler converged.

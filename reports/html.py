@@ -6,10 +6,9 @@ from __future__ import annotations
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from honestci.audit.report_model import Report
-from honestci.audit.stats.intervals import POPULATION_LABELS
+from honestci.audit.report_model import POPULATION_LABELS, Report
 from honestci.reports import plots
-from honestci.reports.markdown import _claimed_section, fmt, gate_interval, interval_text, model_card_section
+from honestci.reports.markdown import claimed_section, fmt, gate_interval, interval_text, model_card_section
 
 
 def render_html(report: Report) -> str:
@@ -34,7 +33,7 @@ def render_html(report: Report) -> str:
         provenance=data["provenance"],
         fmt=fmt,
         interval_text=interval_text,
-        claimed_markdown="\n".join(_claimed_section(data)).strip() or "No figures are claimed.",
+        claimed_markdown="\n".join(claimed_section(data)).strip() or "No figures are claimed.",
         model_card=model_card_section(data),
         sections=data.get("sections", []),
         intervals_svg=Markup(plots.intervals_plot(data["intervals"], claim["bar"])),

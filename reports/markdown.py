@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from honestci.audit.report_model import Report
-from honestci.audit.stats.intervals import POPULATION_LABELS
+from honestci.audit.report_model import POPULATION_LABELS, Report
 
 
 def fmt(value, digits: int = 3) -> str:
@@ -115,7 +114,7 @@ def render_markdown(report: Report) -> str:
         lines += ["", "## Bayesian hierarchical model", ""] + [
             f"- {k}: {fmt(v)}" for k, v in bayes.items() if not isinstance(v, (list, dict))
         ]
-    lines += _claimed_section(data)
+    lines += claimed_section(data)
     for section in data.get("sections", []):
         lines += section_markdown(section)
     lines += ["", "## Per vignette", "", "| vignette | n | win rate | within-vignette CI |", "|---|---|---|---|"]
@@ -151,7 +150,7 @@ def section_markdown(section: dict) -> list[str]:
     return lines
 
 
-def _claimed_section(data: dict) -> list[str]:
+def claimed_section(data: dict) -> list[str]:
     claimed, audit = data["claim"].get("claimed"), data.get("claimed_audit")
     if not claimed:
         return []

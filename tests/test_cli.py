@@ -10,6 +10,8 @@ import yaml
 
 from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
+pytestmark = pytest.mark.e2e
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 

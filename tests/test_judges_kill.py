@@ -10,8 +10,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from honestci.judges.stub_server import StubConfig, StubJudgeServer, preferred_position, write_stub_study
 from honestci.judges.tables import read_rows
+
+pytestmark = pytest.mark.e2e
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -124,7 +124,12 @@ def test_interrupted_write_leaves_the_previous_report_intact(tmp_path, headline_
 
 # --- HTML in a real browser -------------------------------------------------------------------
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+#: Debian and Ubuntu name the browser `chromium` or `chromium-browser`; Playwright's and Google's
+#: headless builds install `chromium-headless-shell`. Any of them renders the report.
+CHROMIUM = next(
+    (found for name in ("chromium", "chromium-browser", "chromium-headless-shell") if (found := shutil.which(name))),
+    None,
+)
 
 
 #: Hosts Chromium itself calls in the background (update, time and account services), whatever
@@ -187,7 +192,10 @@ def _dump_dom(html_path: Path, proxy_port: int, tmp_path: Path) -> str:
     return result.stdout
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (.ci/run installs Debian's chromium)")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="none of chromium, chromium-browser, chromium-headless-shell is on PATH (.ci/run installs Debian's chromium)",
+)
 def test_html_renders_offline_and_shows_script_as_text(tmp_path, headline_report):
     data = headline_report.data
     data["per_vignette"][0]["text"] = "<script>document.title='pwned'</script> a scenario"
@@ -203,7 +211,10 @@ def test_html_renders_offline_and_shows_script_as_text(tmp_path, headline_report
     assert proxy.page_requests() == [], "the report made a network request"
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (.ci/run installs Debian's chromium)")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="none of chromium, chromium-browser, chromium-headless-shell is on PATH (.ci/run installs Debian's chromium)",
+)
 def test_the_request_recorder_sees_an_external_image(tmp_path):
     # Positive control: the same harness must notice a page that does load something external.
     page = tmp_path / "external.html"

@@ -17,6 +17,8 @@ from honestci.training.grpo import REWARD_LOG, GatedEnsembleReward, GRPOJob, grp
 from honestci.training.reward_models import RewardEnsemble
 from honestci.training.task import SYSTEM_PROMPT, USER_TEMPLATE
 
+pytestmark = pytest.mark.training
+
 VIGNETTES = "fixtures/study/vignettes.jsonl"
 
 

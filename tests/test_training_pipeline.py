@@ -14,6 +14,8 @@ import yaml
 from honestci.audit.policy import GateResult, Verdict
 from honestci.training.pipeline import CARD_END, CARD_START, PipelineRefused, publish_figures, run_pipeline
 
+pytestmark = pytest.mark.training
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "study"
 

@@ -21,6 +21,8 @@ from honestci.training.reward_models import (
     train_reward_models,
 )
 
+pytestmark = pytest.mark.training
+
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):

@@ -9,12 +9,6 @@ import pandas as pd
 
 from honestci.audit.policy import Verdict
 
-POPULATION_LABELS = {
-    "new_vignettes": "new vignettes (generalisation)",
-    "these_vignettes": "these vignettes (conditional on the observed prompts)",
-    "iid": "contests as independent draws (fits neither population)",
-}
-
 
 @dataclass(frozen=True)
 class IntervalResult:
