@@ -11,7 +11,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
+#: The two populations a win-rate claim can be about (POPULATION_LABELS says what each means).
+Population = Literal["new_vignettes", "these_vignettes"]
 #: Seed of every resampling and sampling step of an audit unless ``--seed`` says otherwise.
 DEFAULT_SEED = 20261129
 #: Exit codes of every command: release allowed, blocked by a gate, bad input or environment.
@@ -50,7 +53,7 @@ class Thresholds:
     #: only approximately nominal (see docs/coverage.md).
     few_clusters: int = 12
     #: Population the bar is tested on when a claim does not name one.
-    default_population: str = "new_vignettes"
+    default_population: Population = "new_vignettes"
     #: Rounding tolerance when matching a claimed figure (half a unit in the last stated digit
     #: is added on top of this).
     claimed_figure_tolerance: float = 0.0005

@@ -100,13 +100,13 @@ class _Collector:
     def problem(self, file, line, column, message, fix="") -> None:
         self.problems.append(Problem(str(file), line, column, message, fix))
 
-    def vignette(self, vignette_id: str, text: str, family: str | None, where) -> None:
+    def vignette(self, vignette_id: str, text: str, family: str | None, where: tuple[Path, int]) -> None:
         known = self.vignettes.get(vignette_id)
         if known is not None and known["text"] != text:
             self.problem(*where, None, f"vignette {vignette_id!r} appears with two different texts")
         self.vignettes.setdefault(vignette_id, {"vignette_id": vignette_id, "text": text, "family": family})
 
-    def response(self, response_id: str, vignette_id: str, system: str, text: str, where) -> None:
+    def response(self, response_id: str, vignette_id: str, system: str, text: str, where: tuple[Path, int]) -> None:
         known = self.responses.get(response_id)
         if known is not None and known["text"] != text:
             self.problem(
@@ -119,7 +119,7 @@ class _Collector:
             response_id, {"response_id": response_id, "vignette_id": vignette_id, "system": system, "text": text}
         )
 
-    def judgment(self, row: dict, where) -> None:
+    def judgment(self, row: dict, where: tuple[Path, int]) -> None:
         key = (row["judge"], row["response_first"], row["response_second"])
         if key in self._ordered:
             self.problem(
@@ -228,10 +228,10 @@ def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
                 verdict = "invalid"
             else:
                 try:
-                    verdict = _ALPACA_PREFERENCE.get(float(preference))
+                    known = _ALPACA_PREFERENCE.get(float(preference))
                 except (TypeError, ValueError):
-                    verdict = None
-                if verdict is None:
+                    known = None
+                if known is None:
                     out.problem(
                         path,
                         number,
@@ -241,6 +241,7 @@ def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
                         "import a discrete annotator's annotations",
                     )
                     continue
+                verdict = known
             vid = prompt_id(rec["instruction"])
             out.vignette(vid, rec["instruction"], rec.get("dataset"), where)
             first, second = f"{vid}:{rec['generator_1']}", f"{vid}:{rec['generator_2']}"
@@ -321,7 +322,7 @@ def import_pandalm(
                     "vignette_id": vid,
                     "response_a": first,
                     "response_b": second,
-                    "label": _PANDALM_LABEL[label],
+                    "label": _PANDALM_LABEL[int(label)],
                     "rater_id": rater,
                 }
             )
@@ -422,7 +423,7 @@ def import_mtbench(
                 continue
             turns = rec.get("turns") or []
             text = "\n\n".join(turns) if isinstance(turns, list) else str(turns)
-            out.vignette(str(rec["question_id"]), text, rec.get("category"), (questions, number))
+            out.vignette(str(rec["question_id"]), text, rec.get("category"), (Path(questions), number))
     if answers_dir is not None:
         _mtbench_answers(Path(answers_dir), out)
     return out.result("mtbench", "The MT-Bench judgments cannot be imported.", ("judge_template", "turn"))

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -358,7 +359,7 @@ def run_judging(
         Show a progress bar on stderr (default: when stderr is a terminal).
     """
     started = time.monotonic()
-    if not isinstance(contests, (list, tuple)):
+    if isinstance(contests, (str, Path)):
         contests = load_contests(contests, texts)
     sampling = dict(DEFAULT_SAMPLING if sampling is None else sampling)
     schedule = schedule_both_orders(contests, seed)
@@ -385,9 +386,11 @@ def run_judging(
             f"{len(missing)} judgment(s) missing from {cache_path} after the run.",
             fix="run the same command again to resume",
         )
-    rows = []
+    rows: list[dict[str, Any]] = []
+    records = []
     for job, key, _ in requests:
         record = finished[key.digest]
+        records.append(record)
         rows.append(
             {
                 "judge": judge,
@@ -403,7 +406,7 @@ def run_judging(
             }
         )
     write_table(rows, out_path, JUDGMENT_COLUMNS + RUN_EXTRA_COLUMNS)
-    reasons = Counter(_reason_kind(row["invalid_reason"]) for row in rows if row["verdict"] == "invalid")
+    reasons = Counter(_reason_kind(r.reason) for r in records if r.verdict == "invalid")
     return RunSummary(
         judge=judge,
         template=template.label,
@@ -414,10 +417,10 @@ def run_judging(
         n_jobs=len(requests),
         n_from_cache=len(requests) - len(pending),
         n_asked=len(pending),
-        n_invalid=sum(row["verdict"] == "invalid" for row in rows),
-        n_failed=sum(row["status"] == "failed" for row in rows),
-        n_retried_calls=sum(row["attempts"] > 1 for row in rows),
-        n_retries=sum(max(row["attempts"] - 1, 0) for row in rows),
+        n_invalid=sum(r.verdict == "invalid" for r in records),
+        n_failed=sum(r.status == "failed" for r in records),
+        n_retried_calls=sum(r.attempts > 1 for r in records),
+        n_retries=sum(max(r.attempts - 1, 0) for r in records),
         elapsed_s=time.monotonic() - started,
         out_path=str(out_path),
         invalid_reasons=tuple(sorted(reasons.items(), key=lambda kv: -kv[1])),

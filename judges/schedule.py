@@ -84,7 +84,8 @@ def schedule_both_orders(contests: Sequence[Contest], rng: np.random.Generator |
     (in either order): judging it twice would create duplicate judgments.
     """
     generator, seed = _seed_of(rng)
-    problems, seen = [], {}
+    problems: list[Problem] = []
+    seen: dict[tuple[str, frozenset[str]], int] = {}
     for index, contest in enumerate(contests):
         key = (contest.vignette_id, frozenset((contest.response_a, contest.response_b)))
         if contest.response_a == contest.response_b:

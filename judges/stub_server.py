@@ -80,7 +80,7 @@ class StubJudgeServer:
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def __enter__(self) -> StubJudgeServer:
         self._thread.start()

@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from honestci.audit.errors import ClaimError, Problem
-from honestci.audit.policy import GATE_ORDER, THRESHOLDS, Thresholds
+from honestci.audit.policy import GATE_ORDER, THRESHOLDS, Population, Thresholds
 
 SUPPORTED_VERSIONS = (1,)
 DATA_TABLES = ("vignettes", "responses", "judgments", "human_ratings", "human_pairs", "corpus")
@@ -88,7 +88,7 @@ class ClaimSpec(BaseModel):
     judge: str | None = None
     metric: Literal["winrate"] = "winrate"
     bar: float = Field(gt=0, lt=1)
-    population: Literal["new_vignettes", "these_vignettes"] = THRESHOLDS.default_population
+    population: Population = THRESHOLDS.default_population
     method: str | None = None
     data: dict[str, str]
     claimed: ClaimedFigures | None = None

@@ -479,7 +479,8 @@ def load_study(paths: Mapping[str, str | Path]) -> Study:
             f"a study needs the {', '.join(missing)} table(s)",
             fix="give a file for each of: " + ", ".join(REQUIRED_STUDY_TABLES),
         )
-    tables, problems = {}, []
+    tables: dict[str, LoadedTable] = {}
+    problems: list[Problem] = []
     for name, path in paths.items():
         try:
             tables[name] = load_table(path, name)
@@ -524,13 +525,13 @@ def check_references(tables: Mapping[str, LoadedTable]) -> list[Problem]:
                         f"add the {what} or correct the id",
                     )
                 )
-            elif vignette_column and vignette_of[value] != vignette:
+            elif vignette_column and known[value] != vignette:
                 problems.append(
                     Problem(
                         table.path,
                         int(line),
                         column,
-                        f"response {value!r} belongs to vignette {vignette_of[value]!r}, not {vignette!r}",
+                        f"response {value!r} belongs to vignette {known[value]!r}, not {vignette!r}",
                         "pair only responses to the row's vignette",
                     )
                 )

@@ -193,13 +193,14 @@ def _run_cell(args) -> list[dict]:
                 seed=int(rng.integers(2**31)),
                 bootstrap_draws=STUDY_BOOTSTRAP_DRAWS,
             )
-            if not row.reportable:
+            if row.bounds is None:
                 continue
-            widths[method] += row.ci_high - row.ci_low
+            low, high = row.bounds
+            widths[method] += high - low
             reported[method] += 1
             for truth_name, truth in (("new_vignettes", rate), ("these_vignettes", these_truth)):
-                hits[(method, truth_name)] += row.ci_low <= truth <= row.ci_high
-                low_above[(method, truth_name)] += row.ci_low > truth
+                hits[(method, truth_name)] += low <= truth <= high
+                low_above[(method, truth_name)] += low > truth
     rows = []
     for method in methods:
         targets = (

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -255,14 +255,14 @@ def _setup(
 
     values = WEIGHT_VALUES[weights]
     total = _draw_count(weights, G)
-    enumerated = B is None or total <= B
+    n_draws = total if B is None else min(total, int(B))
+    enumerated = n_draws == total
     if enumerated and total > MAX_ENUMERATED_DRAWS:
         raise InputError(
             f"full enumeration of {weights} weights with G={G} clusters needs {total:,} draws "
             f"(more than {MAX_ENUMERATED_DRAWS:,}).",
             fix="pass a number of draws, e.g. B=9999 (sampled draws, Monte Carlo error ~ sqrt(p(1-p)/B)).",
         )
-    n_draws = total if enumerated else int(B)
     sampled_index = None
     if not enumerated:
         if generator is None:
@@ -278,7 +278,7 @@ def _setup(
     for start in range(0, n_draws, _DRAWS_PER_CHUNK):
         stop = min(start + _DRAWS_PER_CHUNK, n_draws)
         # Draws are columns (G x chunk): the G x G products then run along contiguous rows.
-        if enumerated:
+        if sampled_index is None:
             W = _enumerated_draws(values, G, start, stop)
         else:
             W = values[sampled_index[:, start:stop]]
@@ -380,7 +380,7 @@ def wild_cluster_tstats(
     return WildTStatistics(
         t_observed=setup.t_observed(theta0),
         t_bootstrap=setup.t_bootstrap(theta0),
-        draws=setup.draws,
+        draws=cast(np.ndarray, setup.draws),  # kept: keep_draws=True
         theta0=float(theta0),
         weights=weights,
         B=setup.n_draws,

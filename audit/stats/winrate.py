@@ -142,11 +142,12 @@ def _refuse_degenerate(result: IntervalResult) -> IntervalResult:
     """INCONCLUSIVE instead of an interval of zero width (SE = 0: e.g. Wald at p = 0, or CR when
     every vignette has the same mean) or an unbounded one (a wild bootstrap whose few distinct
     draws can never reject): neither is a statement of uncertainty a gate may read."""
-    if not result.reportable:
+    if result.bounds is None:
         return result
-    if not (math.isfinite(result.ci_low) and math.isfinite(result.ci_high)):
+    low, high = result.bounds
+    if not (math.isfinite(low) and math.isfinite(high)):
         reason = "the interval is unbounded: with so few vignettes this method can never reject any value"
-    elif result.ci_high <= result.ci_low:
+    elif high <= low:
         reason = "the interval has zero width (standard error 0): no variance can be estimated from these data"
     else:
         return result
@@ -306,15 +307,15 @@ def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -
             )
         # Enumerate every draw when there are few (6^6 = 46,656 Webb draws at G = 6): exact, no seed.
         draws = bootstrap_draws or (None if distinct_draws <= MAX_ENUMERATED_DRAWS else 9999)
-        result = wild_cluster_ci(design, scores, clusters, coef=0, level=level, weights=weights, B=draws, rng=seed)
-        note = "all draws enumerated" if result.enumerated else f"B = {result.B} draws"
+        wild = wild_cluster_ci(design, scores, clusters, coef=0, level=level, weights=weights, B=draws, rng=seed)
+        note = "all draws enumerated" if wild.enumerated else f"B = {wild.B} draws"
         return IntervalResult(
             method,
             label,
             "new_vignettes",
-            float(result.estimate),
-            float(result.ci_low),
-            float(result.ci_high),
+            float(wild.estimate),
+            float(wild.ci_low),
+            float(wild.ci_high),
             note=note,
             seed=seed,
             **common,
