@@ -168,3 +168,139 @@ REQUIRED_WHEN_EVIDENCE_GIVEN = {
     "winners_curse": "winners_curse",
     "training_healthy": "training_health",
 }
+
+
+# --- the policy: what decides, and what a claim may change -----------------------------------
+
+#: Which way each threshold tightens the audit: "higher" (a larger value is stricter) or "lower".
+#: A claim may move a threshold only that way; the thresholds missing here have no strict
+#: direction (a population default, a window share) and only a policy file may change them.
+TIGHTENS = {
+    "confidence_level": "higher",
+    "min_clusters": "higher",
+    "few_clusters": "higher",
+    "claimed_figure_tolerance": "lower",
+    "rhat_max": "lower",
+    "ess_bulk_min": "higher",
+    "ess_tail_min": "higher",
+    "divergences_max": "lower",
+    "min_judge_agreement": "higher",
+    "max_judge_ceiling_gap": "lower",
+    "position_bias_tolerance": "lower",
+    "winners_curse_shrinkage_warn": "lower",
+    # A smaller overlap share, shorter n-grams or a lower Jaccard flag more answers as leaked.
+    "leakage_min_overlap": "lower",
+    "leakage_ngram": "lower",
+    "leakage_near_duplicate_jaccard": "lower",
+    "training_min_steps": "higher",
+    "training_min_reward_gain": "higher",
+    "training_max_kl": "lower",
+    "training_min_entropy_ratio": "higher",
+    "training_min_entropy": "higher",
+    "training_min_reward_std_ratio": "higher",
+    "training_max_frac_zero_std": "lower",
+}
+#: How an invalid verdict (unparseable, refused, empty) scores a contest order: against the claim
+#: (the policy loses that order: the conservative default), as a tie, or left out (then the
+#: ``valid_verdicts`` gate bounds what leaving it out could change).
+INVALID_SCORING = ("against_claim", "tie", "exclude")
+#: Intervals the coverage study certifies honest for each population's bar gate
+#: (docs/coverage.md); a policy may choose among these, a claim never.
+CERTIFIED_GATE_METHODS = {"new_vignettes": ("cr2_logit",), "these_vignettes": ("stratified",)}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The auditor's rules: every number and choice that decides a verdict.
+
+    The built-in defaults are ``Policy()``; an organisation's policy file
+    (:func:`honestci.audit.data.policy_file.load_policy`) overrides them by name, and a claim may
+    only tighten the result (:meth:`tightened`). Its :attr:`sha256` goes into every report.
+    """
+
+    name: str = "built-in"
+    thresholds: Thresholds = THRESHOLDS
+    #: (population, method) pairs: the interval whose CI-low the bar gate reads.
+    gate_methods: tuple[tuple[str, str], ...] = tuple(GATE_METHOD_FOR_POPULATION.items())
+    required_gates: tuple[str, ...] = DEFAULT_REQUIRED_GATES
+    invalid_verdicts: str = "against_claim"
+    #: Where each deviation from the built-in defaults came from ("policy file PATH", "claim PATH").
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def gate_method(self, population: str) -> str:
+        """The interval the bar gate reads for ``population``."""
+        return dict(self.gate_methods)[population]
+
+    def content(self) -> dict:
+        """Everything that decides a verdict, as plain data (what :attr:`sha256` hashes)."""
+        return {
+            "thresholds": dict(self.thresholds.__dict__),
+            "gate_methods": dict(self.gate_methods),
+            "required_gates": list(self.required_gates),
+            "invalid_verdicts": self.invalid_verdicts,
+        }
+
+    @property
+    def sha256(self) -> str:
+        import hashlib
+        import json
+
+        return hashlib.sha256(json.dumps(self.content(), sort_keys=True).encode()).hexdigest()
+
+    def deviations(self) -> tuple[dict, ...]:
+        """Every setting that differs from the built-in defaults: key, default, value, source."""
+        sources = dict(self.sources)
+        default, mine = _flat(Policy().content()), _flat(self.content())
+        return tuple(
+            {"key": key, "default": default.get(key), "value": value, "source": sources.get(key, self.name)}
+            for key, value in mine.items()
+            if default.get(key) != value
+        )
+
+
+def _flat(content: dict) -> dict:
+    """``{"thresholds": {"x": 1}}`` as ``{"thresholds.x": 1}``; lists as tuples (comparable)."""
+    flat: dict = {}
+    for key, value in content.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{inner}": v for inner, v in value.items()})
+        else:
+            flat[key] = tuple(value) if isinstance(value, list) else value
+    return flat
+
+
+def threshold_problem(name: str, value) -> str | None:
+    """Why ``value`` cannot override the threshold ``name`` (None if it can): it must have the
+    default's type (an integer where the default is one), and a level must lie in (0, 1)."""
+    default = getattr(THRESHOLDS, name)
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else f"{value!r} is not true or false"
+    if name == "default_population":
+        return None if value in CERTIFIED_GATE_METHODS else f"{value!r} is not one of {sorted(CERTIFIED_GATE_METHODS)}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{value!r} is not {'an integer' if isinstance(default, int) else 'a number'}"
+    if isinstance(default, int) and not isinstance(value, int):
+        return f"{value!r} is not an integer"
+    if value != value or value in (float("inf"), float("-inf")):
+        return f"{value!r} is not a finite number"
+    if name.endswith("_level") and not 0 < value < 1:
+        return f"{value!r} is not between 0 and 1"
+    if name == "min_clusters" and value < 2:
+        return f"{value!r} is below 2: no variance between vignettes can be estimated from fewer"
+    return None
+
+
+def loosening(thresholds: Thresholds, name: str, value: float | int | str) -> str | None:
+    """Why setting threshold ``name`` to ``value`` would loosen ``thresholds`` (None when it
+    tightens them or leaves them as they are)."""
+    current = getattr(thresholds, name)
+    if value == current:
+        return None
+    direction = TIGHTENS.get(name)
+    if direction is None:
+        return f"{name} has no stricter direction: only a policy file may change it"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{value!r} is not a number"
+    if (direction == "higher" and value < current) or (direction == "lower" and value > current):
+        return f"{value!r} loosens the policy's {current!r} (a claim may only set it {direction})"
+    return None

@@ -26,9 +26,9 @@ SCANNED = ("audit", "judges", "reports", "fixtures", "training", "bench", "scrip
 
 
 def test_claim_loader_uses_a_safe_loader_and_runs_nothing(tmp_path):
-    from honestci.audit.data import claims
+    from honestci.audit.data import yaml_io
 
-    assert issubclass(claims._StrictSafeLoader, yaml.SafeLoader)
+    assert issubclass(yaml_io.StrictSafeLoader, yaml.SafeLoader)
     marker = tmp_path / "pwned"
     folder = write_study(tmp_path / "study").parent
     for payload in (
@@ -110,7 +110,7 @@ def test_the_scanner_finds_what_it_looks_for():
     ]
     safe = [
         "state = torch.load(path, weights_only=True)",
-        "raw = yaml.load(f.read(), Loader=_StrictSafeLoader)",
+        "raw = yaml.load(f.read(), Loader=StrictSafeLoader)",
         "model.eval()",
         "raw = yaml.safe_load(text)",
         "frame = pd.read_parquet(path)",

@@ -21,15 +21,15 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from honestci.audit.data.yaml_io import problems_from_validation, read_yaml_mapping
 from honestci.audit.errors import ClaimError, Problem
-from honestci.audit.policy import GATE_ORDER, THRESHOLDS, Population, Thresholds
+from honestci.audit.policy import GATE_ORDER, THRESHOLDS, Policy, Population, Thresholds, loosening, threshold_problem
 
 SUPPORTED_VERSIONS = (1,)
 DATA_TABLES = ("vignettes", "responses", "judgments", "human_ratings", "human_pairs", "corpus")
@@ -142,63 +142,22 @@ class Claim:
     spec: ClaimSpec
     path: Path
     data_paths: dict[str, Path]
-    thresholds: Thresholds
+    #: The policy the claim is judged by: the auditor's, tightened where the claim asks.
+    policy: Policy
     training_log_path: Path | None = None
 
-
-class _StrictSafeLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` (no Python tags) that refuses a key given twice in one mapping: plain
-    YAML keeps the last value silently, so ``bar: 0.9`` followed by ``bar: 0.01`` would audit
-    against 0.01."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *anchor` merges; explicit keys may override merged ones
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+    @property
+    def thresholds(self) -> Thresholds:
+        return self.policy.thresholds
 
 
-def _threshold_problem(name: str, value) -> str | None:
-    """Why ``value`` cannot override the threshold ``name`` (None if it can): it must have the
-    default's type (an integer where the default is one), and a level must lie in (0, 1)."""
-    default = getattr(THRESHOLDS, name)
-    if isinstance(default, bool):
-        return None if isinstance(value, bool) else f"{value!r} is not true or false"
-    if isinstance(default, str):
-        return None if isinstance(value, str) else f"{value!r} is not a string"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"{value!r} is not {'an integer' if isinstance(default, int) else 'a number'}"
-    if isinstance(default, int) and not isinstance(value, int):
-        return f"{value!r} is not an integer"
-    if value != value or value in (float("inf"), float("-inf")):
-        return f"{value!r} is not a finite number"
-    if name.endswith("_level") and not 0 < value < 1:
-        return f"{value!r} is not between 0 and 1"
-    if name == "min_clusters" and value < 2:
-        return f"{value!r} is below 2: no variance between vignettes can be estimated from fewer"
-    return None
+def load_claim(path: str | Path, allow_outside: bool = False, policy: Policy | None = None) -> Claim:
+    """Read, validate and resolve a claim file, and the policy it is judged by.
 
-
-def _problems_from_validation(path: Path, error: ValidationError) -> list[Problem]:
-    problems = []
-    for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or None
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown key (check its spelling against the claim spec in docs/claims.md)"
-        problems.append(Problem(str(path), None, field, message))
-    return problems
-
-
-def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
-    """Read, validate and resolve a claim file.
+    ``policy`` is the auditor's (the built-in defaults when None). The claim may only tighten it:
+    raise a threshold the strict way, require more gates; any key that would loosen it is an
+    error naming the key. ``claimed.level`` and ``claimed.method`` describe the card's printed
+    figures and ``method`` an interval to show beside the gate's: none of them drives a gate.
 
     Raises
     ------
@@ -207,37 +166,15 @@ def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
         do not exist (every problem is listed).
     """
     path = Path(path)
-    if path.is_dir():
-        raise ClaimError(f"{path} is a directory, not a claim file.", fix="pass the path of a claim YAML file")
-    if not path.is_file():
-        raise ClaimError(f"Claim file {path} does not exist.", fix="pass the path of a claim YAML file")
-    try:
-        raw = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_StrictSafeLoader)
-    except UnicodeDecodeError as exc:
-        raise ClaimError(
-            f"Claim file {path} is not UTF-8 text (byte {exc.start}).", fix="save the claim as UTF-8"
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise ClaimError(
-            f"Claim file {path} is not valid YAML.",
-            [Problem(str(path), line, None, str(getattr(exc, "problem", exc)))],
-            fix="fix the YAML syntax at the line shown",
-        ) from None
-    if raw is None:
-        raise ClaimError(f"Claim file {path} is empty.", fix="see docs/claims.md for the claim spec")
-    if not isinstance(raw, dict):
-        raise ClaimError(
-            f"Claim file {path} must hold a YAML mapping (key: value pairs), not {type(raw).__name__}.",
-            fix="see docs/claims.md for the claim spec",
-        )
+    raw = read_yaml_mapping(path, "Claim file", ClaimError)
     try:
         spec = ClaimSpec.model_validate(raw)
     except ValidationError as exc:
         raise ClaimError(
             f"Claim file {path} does not match the claim spec.",
-            _problems_from_validation(path, exc),
+            problems_from_validation(
+                path, exc, unknown_key="unknown key (check its spelling against the claim spec in docs/claims.md)"
+            ),
             fix="see docs/claims.md for every key and its allowed values",
         ) from None
 
@@ -281,20 +218,61 @@ def load_claim(path: str | Path, allow_outside: bool = False) -> Claim:
     problems = [
         Problem(str(path), None, f"thresholds.{name}", message)
         for name, value in spec.thresholds.items()
-        if (message := _threshold_problem(name, value)) is not None
+        if (message := threshold_problem(name, value)) is not None
     ]
     if problems:
         raise ClaimError(
             f"Claim file {path} overrides thresholds with values that cannot be used.",
             problems,
-            fix="give each threshold a value of its default's type (see audit/gates.py)",
+            fix="give each threshold a value of its default's type (see audit/policy.py)",
         )
-    thresholds = Thresholds(**{**THRESHOLDS.__dict__, **spec.thresholds})
+    judged_by = tightened(policy or Policy(), spec, path)
     training_log_path = data_paths.pop("training_log", None)
     return Claim(
         spec=spec,
         path=path.resolve(),
         data_paths=data_paths,
-        thresholds=thresholds,
+        policy=judged_by,
         training_log_path=training_log_path,
     )
+
+
+def tightened(policy: Policy, spec: ClaimSpec, path: Path) -> Policy:
+    """``policy`` with the claim's stricter thresholds and extra required gates.
+
+    Raises
+    ------
+    ClaimError
+        Naming every key by which the claim would loosen the policy: a threshold moved the lax
+        way (or one with no strict direction), or required gates that leave out one the policy
+        requires. Such settings belong in the auditor's policy file, not the claim.
+    """
+    problems = [
+        Problem(str(path), None, f"thresholds.{name}", reason, "an auditor may set it in a policy file (--policy)")
+        for name, value in spec.thresholds.items()
+        if (reason := loosening(policy.thresholds, name, value)) is not None
+    ]
+    dropped = [
+        gate for gate in policy.required_gates if spec.required_gates is not None and gate not in spec.required_gates
+    ]
+    if dropped:
+        problems.append(
+            Problem(
+                str(path),
+                None,
+                "required_gates",
+                f"leaves out {dropped}, which the policy requires",
+                "a claim may only add gates; an auditor may drop one in a policy file (--policy)",
+            )
+        )
+    if problems:
+        raise ClaimError(f"Claim file {path} would loosen the policy it is judged by.", problems)
+    extra_gates = tuple(g for g in (spec.required_gates or ()) if g not in policy.required_gates)
+    judged_by = replace(
+        policy,
+        thresholds=replace(policy.thresholds, **spec.thresholds),
+        required_gates=policy.required_gates + extra_gates,
+    )
+    source = f"claim {path.resolve()}"
+    keys = [f"thresholds.{name}" for name in spec.thresholds] + ["required_gates"] * bool(extra_gates)
+    return replace(judged_by, sources=judged_by.sources + tuple((key, source) for key in keys))

@@ -1,0 +1,120 @@
+"""An organisation's audit policy file: the rules a claim is judged by.
+
+Example (every key optional; what is left out keeps the built-in default of
+:class:`honestci.audit.policy.Policy`)::
+
+    version: 1
+    name: acme-release-policy
+    thresholds: {confidence_level: 0.975, min_clusters: 8, min_judge_agreement: 0.7}
+    gate_methods: {new_vignettes: cr2_logit}
+    required_gates: [enough_clusters, ci_low_clears_bar, ..., leakage]
+    invalid_verdicts: against_claim      # or tie, exclude
+
+The policy is the auditor's, so it may set any value a threshold can take; the claim, written by
+the people being audited, may then only tighten it (:func:`honestci.audit.data.claims.load_claim`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from honestci.audit.data.yaml_io import problems_from_validation, read_yaml_mapping
+from honestci.audit.errors import InputError, Problem
+from honestci.audit.policy import (
+    CERTIFIED_GATE_METHODS,
+    GATE_ORDER,
+    THRESHOLDS,
+    Policy,
+    Thresholds,
+    threshold_problem,
+)
+
+
+class PolicyError(InputError):
+    """A policy file is malformed or sets a value a gate cannot use."""
+
+
+class PolicySpec(BaseModel):
+    """A validated policy file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1]
+    name: str = Field(min_length=1, max_length=200)
+    thresholds: dict[str, float | int | str] = Field(default_factory=dict)
+    gate_methods: dict[str, str] = Field(default_factory=dict)
+    required_gates: tuple[str, ...] | None = None
+    invalid_verdicts: Literal["against_claim", "tie", "exclude"] = "against_claim"
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known_thresholds(cls, value: dict) -> dict:
+        unknown = sorted(set(value) - set(Thresholds.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown threshold(s) {unknown}; known: {sorted(Thresholds.__dataclass_fields__)}")
+        return value
+
+    @field_validator("gate_methods")
+    @classmethod
+    def _certified_methods(cls, value: dict) -> dict:
+        for population, method in value.items():
+            if population not in CERTIFIED_GATE_METHODS:
+                raise ValueError(f"unknown population {population!r}; known: {sorted(CERTIFIED_GATE_METHODS)}")
+            if method not in CERTIFIED_GATE_METHODS[population]:
+                raise ValueError(
+                    f"{method!r} is not certified for {population} by the coverage study "
+                    f"(docs/coverage.md); a gate may read only {list(CERTIFIED_GATE_METHODS[population])}"
+                )
+        return value
+
+    @field_validator("required_gates")
+    @classmethod
+    def _known_gates(cls, value):
+        if value is not None:
+            unknown = sorted(set(value) - set(GATE_ORDER))
+            if unknown:
+                raise ValueError(f"unknown gate(s) {unknown}; known gates: {list(GATE_ORDER)}")
+        return value
+
+
+def load_policy(path: str | Path | None) -> Policy:
+    """The built-in policy (``path`` None) or the one a policy file sets.
+
+    Raises
+    ------
+    PolicyError
+        When the file is missing, not YAML, has unknown keys, a threshold of the wrong type, or a
+        gate method the coverage study does not certify (every problem is listed).
+    """
+    if path is None:
+        return Policy()
+    path = Path(path)
+    raw = read_yaml_mapping(path, "Policy file", PolicyError)
+    try:
+        spec = PolicySpec.model_validate(raw)
+    except ValidationError as exc:
+        raise PolicyError(
+            f"Policy file {path} does not match the policy spec.",
+            problems_from_validation(path, exc),
+            fix="see docs/claims.md (policy files) for every key and its allowed values",
+        ) from None
+    problems = [
+        Problem(str(path), None, f"thresholds.{name}", message)
+        for name, value in spec.thresholds.items()
+        if (message := threshold_problem(name, value)) is not None
+    ]
+    if problems:
+        raise PolicyError(f"Policy file {path} sets thresholds that cannot be used.", problems)
+    source = f"policy file {path.resolve()}"
+    policy = Policy(
+        name=spec.name,
+        thresholds=replace(THRESHOLDS, **spec.thresholds),
+        gate_methods=tuple({**dict(Policy().gate_methods), **spec.gate_methods}.items()),
+        required_gates=Policy().required_gates if spec.required_gates is None else tuple(spec.required_gates),
+        invalid_verdicts=spec.invalid_verdicts,
+    )
+    return replace(policy, sources=tuple((d["key"], source) for d in policy.deviations()))

@@ -1,0 +1,119 @@
+"""Reading YAML written by other people (claims, policies, job configs) without trusting it.
+
+``yaml.SafeLoader`` only (no Python tags), a key given twice in one mapping is an error (plain YAML
+keeps the last value silently), aliases may not expand a document past a size limit (the
+"billion laughs" bomb), nesting is bounded, and every failure is a domain error that names the
+file and line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from honestci.audit.errors import InputError, Problem
+
+#: Deepest nesting of mappings and lists accepted (a claim or policy needs under ten).
+MAX_DEPTH = 64
+#: Most nodes a document may construct, aliases counted each time they are used.
+MAX_NODES = 100_000
+#: Largest file read (a claim, policy or config is a few kilobytes).
+MAX_BYTES = 4 * 1024 * 1024
+
+
+class StrictSafeLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate keys, deep nesting and alias bombs."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._constructed = 0
+
+    def construct_object(self, node, deep=False):
+        self._constructed += 1
+        if self._constructed > MAX_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"more than {MAX_NODES:,} values (an alias bomb?)", node.start_mark
+            )
+        return super().construct_object(node, deep=deep)
+
+    def compose_node(self, parent, index):
+        depth = getattr(self, "_depth", 0) + 1
+        if depth > MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark
+            )
+        self._depth = depth
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth = depth - 1
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` merges; explicit keys may override merged ones
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml_mapping(
+    path: str | Path, what: str, error: type[InputError] = InputError, *, empty_ok: bool = False
+) -> dict:
+    """The mapping a YAML file holds; ``what`` names the file in messages ("Claim file", ...).
+
+    Raises
+    ------
+    InputError (or the subclass ``error``)
+        When the file is missing, a folder, too large, not UTF-8, not YAML, an alias bomb, nested
+        too deep, holds a key twice, or holds anything but a mapping (an empty file too, unless
+        ``empty_ok``).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise error(f"{path} is a directory, not a {what.lower()}.", fix=f"pass the path of a {what.lower()}")
+    if not path.is_file():
+        raise error(f"{what} {path} does not exist.", fix=f"pass the path of a {what.lower()}")
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise error(f"{what} {path} is {size:,} bytes, more than {MAX_BYTES:,}.", fix=f"is this a {what.lower()}?")
+    try:
+        raw = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=StrictSafeLoader)
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {path} is not UTF-8 text (byte {exc.start}).", fix="save it as UTF-8") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise error(
+            f"{what} {path} is not valid YAML.",
+            [Problem(str(path), line, None, str(getattr(exc, "problem", exc)))],
+            fix="fix the YAML at the line shown",
+        ) from None
+    except RecursionError:
+        raise error(f"{what} {path} nests too deeply to read.", fix="flatten it") from None
+    if raw is None and empty_ok:
+        return {}
+    if raw is None:
+        raise error(f"{what} {path} is empty.", fix="see the docs for its keys")
+    if not isinstance(raw, dict):
+        raise error(
+            f"{what} {path} must hold a YAML mapping (key: value pairs), not {type(raw).__name__}.",
+            fix="see the docs for its keys",
+        )
+    return raw
+
+
+def problems_from_validation(path: Path, error, unknown_key: str = "unknown key") -> list[Problem]:
+    """One :class:`Problem` per error of a pydantic ``ValidationError``, naming the field."""
+    problems = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or None
+        message = unknown_key if item["type"] == "extra_forbidden" else item["msg"]
+        problems.append(Problem(str(path), None, field, message))
+    return problems
