@@ -16,7 +16,8 @@ from honestci.audit.errors import InputError, Problem
 
 #: Deepest nesting of mappings and lists accepted (a claim or policy needs under ten).
 MAX_DEPTH = 64
-#: Most nodes a document may construct, aliases counted each time they are used.
+#: Most values a document may hold once its aliases are expanded (PyYAML shares an aliased value,
+#: but whatever walks the result later, a validator or a JSON writer, expands it).
 MAX_NODES = 100_000
 #: Largest file read (a claim, policy or config is a few kilobytes).
 MAX_BYTES = 4 * 1024 * 1024
@@ -24,18 +25,6 @@ MAX_BYTES = 4 * 1024 * 1024
 
 class StrictSafeLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses duplicate keys, deep nesting and alias bombs."""
-
-    def __init__(self, stream):
-        super().__init__(stream)
-        self._constructed = 0
-
-    def construct_object(self, node, deep=False):
-        self._constructed += 1
-        if self._constructed > MAX_NODES:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"more than {MAX_NODES:,} values (an alias bomb?)", node.start_mark
-            )
-        return super().construct_object(node, deep=deep)
 
     def compose_node(self, parent, index):
         depth = getattr(self, "_depth", 0) + 1
@@ -97,6 +86,11 @@ def read_yaml_mapping(
         ) from None
     except RecursionError:
         raise error(f"{what} {path} nests too deeply to read.", fix="flatten it") from None
+    if _expanded_size(raw, {}) > MAX_NODES:
+        raise error(
+            f"{what} {path} expands to more than {MAX_NODES:,} values through its aliases (an alias bomb).",
+            fix="write the values out; a claim or policy needs a few dozen",
+        )
     if raw is None and empty_ok:
         return {}
     if raw is None:
@@ -107,6 +101,19 @@ def read_yaml_mapping(
             fix="see the docs for its keys",
         )
     return raw
+
+
+def _expanded_size(value, sizes: dict[int, int]) -> int:
+    """How many values ``value`` holds with every shared (aliased) part counted where it is used;
+    memoised on identity, so a bomb is measured without being expanded."""
+    if not isinstance(value, (dict, list)):
+        return 1
+    key = id(value)
+    if key not in sizes:
+        sizes[key] = MAX_NODES + 1  # a self-referencing alias counts as too large
+        children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        sizes[key] = 1 + sum(_expanded_size(child, sizes) for child in children)
+    return sizes[key]
 
 
 def problems_from_validation(path: Path, error, unknown_key: str = "unknown key") -> list[Problem]:
