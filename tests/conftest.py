@@ -1,9 +1,18 @@
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Tests import the installed `honestci` only. `python -m pytest` run from the repository puts the
+# repository on sys.path, where the bare folders `audit`, `reports`, ... would import too and hide
+# a reference to a top-level name that an installed wheel does not have; drop it, and keep
+# subprocesses from adding their working folder (PYTHONSAFEPATH, Python >= 3.11).
+sys.path[:] = [entry for entry in sys.path if Path(entry or os.curdir).resolve() != REPO_ROOT]
+os.environ["PYTHONSAFEPATH"] = "1"
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 

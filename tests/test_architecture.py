@@ -153,6 +153,17 @@ def test_imports_respect_the_floors():
     assert _violations() == []
 
 
+def test_the_repository_folders_are_not_importable_by_their_bare_names():
+    """Only `honestci.*` imports, in this process and in subprocesses (see conftest.py), so a
+    bare name in a string (a template package, a mock target) fails here as it would installed."""
+    import importlib.util
+
+    assert [name for name in sorted(BARE_NAMES) if importlib.util.find_spec(name) is not None] == []
+    probe = "import importlib.util as u; print([n for n in ('audit', 'reports') if u.find_spec(n)])"
+    seen = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    assert seen.stdout.strip() == "[]"
+
+
 def test_the_floor_rules_catch_a_violation(tmp_path, monkeypatch):
     """The checker itself can fail: a stats module importing a gate is reported."""
     bad = tmp_path / "bad.py"

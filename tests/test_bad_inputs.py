@@ -25,6 +25,7 @@ from click.testing import CliRunner
 from synthetic_study import JUDGE, POLICY, claim_dict, study_rows, write_jsonl, write_study
 
 from honestci.audit.cli import main
+from honestci.audit.policy import THRESHOLDS, TIGHTENS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIVE_MB = 5 * 1024 * 1024
@@ -525,7 +526,7 @@ CLAIM_CASES = [
         with_claim(lambda _: claim_yaml() + "policy2: !!python/name:os.system\n"),
         ("claim.yaml is not valid YAML", "python/name:os.system"),
     ),
-    Case("claim-yaml-bomb", with_claim(YAML_BOMB), ("claim.yaml, field 'name': Input should be a valid string",)),
+    Case("claim-yaml-bomb", with_claim(YAML_BOMB), ("claim.yaml expands to more than", "alias bomb")),
     Case(
         "claim-duplicate-key",
         with_claim(lambda _: claim_yaml() + "bar: 0.01\n"),
@@ -861,7 +862,106 @@ REPORT_CASES = [
     Case("report-missing-file", lambda tmp: ["report", str(tmp / "nope.json")], ("nope.json does not exist",)),
 ]
 
-ALL_BAD = LOADER_CASES + CONTEST_CASES + CLAIM_CASES + IMPORTER_CASES + REPORT_CASES
+# --- hostile inputs: parser limits, invalid text in valid JSON, paths, loosening claims ----------
+
+TABLE_IDS = {"vignettes": "vignette_id", "responses": "response_id", "judgments": "vignette_id"}
+
+
+def _hostile_line(table: str, edit: Callable[[str], str]) -> Callable[[dict], bytes]:
+    """``table``'s rows as JSONL with the text of its second line passed through ``edit``."""
+
+    def content(rows) -> bytes:
+        lines = [json.dumps(r) for r in rows[table]]
+        lines[1] = edit(lines[1])
+        return ("\n".join(lines) + "\n").encode()
+
+    return content
+
+
+def _set_id(table: str, value: str) -> Callable[[str], str]:
+    key = TABLE_IDS[table]
+    return lambda line: json.dumps({**json.loads(line), key: value})
+
+
+def _laxer(name: str):
+    value = getattr(THRESHOLDS, name)
+    step = 1 if isinstance(value, int) else 0.01
+    return value - step if TIGHTENS[name] == "higher" else value + step
+
+
+def _claim_with_symlink_loop(tmp_path: Path) -> list[str]:
+    claim = claim_dict()
+    claim["data"]["responses"] = "loop.jsonl"
+    path = write_study(tmp_path / "study", claim=claim)
+    (path.parent / "loop.jsonl").symlink_to(path.parent / "loop.jsonl")
+    return audit_args(path, tmp_path)
+
+
+HOSTILE_EDITS = {
+    "recursion-bomb": (lambda line: line[:-1] + ', "deep": ' + "[" * 100_000 + "]" * 100_000 + "}", "too deeply"),
+    "digit-limit": (lambda line: line[:-1] + ', "huge": ' + "9" * 5000 + "}", "digits"),
+    "duplicate-key": (lambda line: line[:-1] + ", " + line[1:], "twice"),
+    "lone-surrogate-id": (lambda line: line.replace('": "', '": "\\ud800', 1), "surrogate"),
+}
+HOSTILE_CASES = (
+    [
+        Case(f"{table}-{kind}", with_file(table, _hostile_line(table, edit)), (f"{table}.jsonl, line 2", needle))
+        for table in TABLE_IDS
+        for kind, (edit, needle) in HOSTILE_EDITS.items()
+    ]
+    + [
+        Case(
+            f"{table}-{name}-in-id",
+            with_file(table, _hostile_line(table, _set_id(table, f"v1{char}x"))),
+            (f"{table}.jsonl, line 2, field '{TABLE_IDS[table]}'", "control character"),
+        )
+        for table in TABLE_IDS
+        for name, char in (("nul", "\x00"), ("newline", "\n"), ("escape", "\x1b"))
+    ]
+    + [
+        Case(
+            f"responses-{column}-beyond-int64",
+            with_file(
+                "responses", _hostile_line("responses", lambda line, c=column: line[:-1] + f', "{c}": {2**70}}}')
+            ),
+            (f"responses.jsonl, line 2, field '{column}'", "64-bit"),
+        )
+        for column in ("seed", "sample_idx")
+    ]
+    + [
+        Case(
+            f"claim-path-{name}",
+            with_claim_changes(data={**claim_dict()["data"], "vignettes": bad}),
+            ("field 'data.vignettes'", "cannot be used as a path"),
+        )
+        for name, bad in (("nul-byte", "vig\x00.jsonl"), ("name-too-long", "v" * 300 + ".jsonl"))
+    ]
+    + [
+        Case("claim-path-symlink-loop", lambda tmp: _claim_with_symlink_loop(tmp), ("loops through symbolic links",)),
+        Case(
+            "claim-yaml-nested-too-deep",
+            with_claim(lambda _: claim_yaml() + "x: " + "[" * 200 + "]" * 200 + "\n"),
+            ("nested deeper than",),
+        ),
+        Case(
+            "claim-drops-required-gates",
+            with_claim_changes(required_gates=["enough_clusters"]),
+            ("field 'required_gates'", "which the policy requires", "policy file"),
+        ),
+    ]
+    + [
+        # Every threshold moved the lax way by a claim: exit 2 naming it (it belongs in a policy file).
+        Case(
+            f"claim-loosens-{name}",
+            with_claim_changes(thresholds={name: _laxer(name)}),
+            (f"field 'thresholds.{name}'", "loosens the policy", "policy file"),
+        )
+        for name in sorted(TIGHTENS)
+    ]
+)
+
+
+ALL_BAD = LOADER_CASES + CONTEST_CASES + CLAIM_CASES + IMPORTER_CASES + REPORT_CASES + HOSTILE_CASES
 
 
 def invoke(args: list[str]):
@@ -884,8 +984,8 @@ def test_bad_input_exits_2_with_a_precise_message(case: Case, tmp_path):
     assert not out.exists() or not any(out.rglob("*")), f"output left behind: {list(out.rglob('*'))}"
 
 
-def test_the_suite_tries_at_least_fifty_distinct_bad_inputs():
-    assert len({c.id for c in ALL_BAD}) == len(ALL_BAD) >= 50
+def test_the_suite_tries_at_least_150_distinct_bad_inputs():
+    assert len({c.id for c in ALL_BAD}) == len(ALL_BAD) >= 150
 
 
 # --- odd but valid inputs ---------------------------------------------------------------------

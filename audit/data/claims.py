@@ -184,7 +184,15 @@ def load_claim(path: str | Path, allow_outside: bool = False, policy: Policy | N
     if spec.training_log is not None:
         entries.append(("training_log", "training_log", spec.training_log))
     for field_name, table, relative in entries:
-        resolved = (base / relative).resolve()
+        try:
+            resolved = (base / relative).resolve(strict=False)
+            resolved.is_file()  # a NUL byte, an over-long name or a symlink loop fails here, not later
+        except (OSError, ValueError, RuntimeError) as error:
+            reason = "it loops through symbolic links" if isinstance(error, RuntimeError) else str(error)
+            problems.append(
+                Problem(str(path), None, field_name, f"{relative!r} cannot be used as a path: {reason}", "name a file")
+            )
+            continue
         if not allow_outside and not resolved.is_relative_to(base):
             problems.append(
                 Problem(

@@ -31,6 +31,11 @@ from honestci.audit.errors import InputError, Problem, SchemaError
 EXTENSIONS = (".jsonl", ".jsonl.gz", ".csv", ".parquet")
 REQUIRED_STUDY_TABLES = ("vignettes", "responses", "judgments")
 _BOM = b"\xef\xbb\xbf"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: Characters no id may hold: NUL and the other C0/C1 controls (they break file names, terminals
+#: and report renderers, and never belong in an identifier).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_INT64 = (-(2**63), 2**63 - 1)
 _SEE_DOCS = "see docs/data-formats.md"
 
 
@@ -98,6 +103,29 @@ def _utf8_problem(file: str, line: int, raw: bytes, error: UnicodeDecodeError) -
     )
 
 
+class _BadJSONObject(ValueError):
+    """A JSON object that parses but cannot be trusted: a key given twice, or a lone surrogate."""
+
+    def __init__(self, message: str, key: str | None):
+        super().__init__(message)
+        self.key = key
+
+
+def _checked_object(pairs: list[tuple[str, Any]]) -> dict:
+    """``json.loads``'s object hook: refuse a key given twice (the plain parser keeps the last,
+    so a second ``"verdict"`` would silently overrule the first) and strings holding lone
+    surrogates (``"\\ud800"``: valid JSON escapes, not valid Unicode text)."""
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record:
+            raise _BadJSONObject(f"gives the key {_short(key)} twice", key)
+        for text in (key, value):
+            if isinstance(text, str) and _SURROGATE.search(text):
+                raise _BadJSONObject("holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text", key)
+        record[key] = value
+    return record
+
+
 def _read_jsonl(data: bytes, file: str) -> _Raw:
     raw = _Raw()
     for line, chunk in enumerate(data.removeprefix(_BOM).splitlines(), start=1):
@@ -110,7 +138,7 @@ def _read_jsonl(data: bytes, file: str) -> _Raw:
             raw.dropped["blank line"] = raw.dropped.get("blank line", 0) + 1
             continue
         try:
-            record = json.loads(text)
+            record = json.loads(text, object_pairs_hook=_checked_object)
         except json.JSONDecodeError as error:
             raw.problems.append(
                 Problem(
@@ -122,6 +150,15 @@ def _read_jsonl(data: bytes, file: str) -> _Raw:
                     "was truncated while being written",
                 )
             )
+            continue
+        except _BadJSONObject as error:
+            raw.problems.append(Problem(file, line, error.key, str(error), "write each key once, as valid Unicode"))
+            continue
+        except RecursionError:
+            raw.problems.append(Problem(file, line, None, "nests JSON too deeply to read", "flatten the row"))
+            continue
+        except ValueError as error:  # e.g. an integer past Python's digit limit
+            raw.problems.append(Problem(file, line, None, f"is not valid JSON ({error})", _SEE_DOCS))
             continue
         if not isinstance(record, dict):
             raw.problems.append(
@@ -150,6 +187,8 @@ def _read_csv(data: bytes, file: str) -> _Raw:
     # counts physical lines.
     # strict: a quote that never closes is an error, not a field that swallows the rest of the file
     reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace"), newline=""), strict=True)
+    # A response text may exceed csv's default 128 KiB field limit; the file's own size bounds it.
+    csv.field_size_limit(max(csv.field_size_limit(), len(data) + 1))
     try:
         raw.header = [name.strip() for name in next(reader)]
     except StopIteration:
@@ -248,6 +287,8 @@ def _coerce(column: Column, value: Any, from_text: bool) -> tuple[Any, str | Non
     if column.type == "int":
         if number != int(number):
             return None, _wrong_type(column, value)
+        if not _INT64[0] <= int(number) <= _INT64[1]:
+            return None, "is beyond the 64-bit integer range"
         return int(number), None
     return float(number), None
 
@@ -255,6 +296,8 @@ def _coerce(column: Column, value: Any, from_text: bool) -> tuple[Any, str | Non
 def _check_value(column: Column, value: Any) -> str | None:
     if column.non_empty and not value.strip():
         return "is empty"
+    if (column.name.endswith("_id") or column.name.startswith("response_")) and _CONTROL.search(value):
+        return f"{_short(value)} holds a control character (NUL, newline, ...), which no id may"
     if column.allowed and value not in column.allowed:
         return f"{_short(value)} is not one of: {', '.join(column.allowed)}"
     if column.pattern and not re.fullmatch(column.pattern[0], value):

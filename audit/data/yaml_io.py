@@ -65,6 +65,14 @@ def read_yaml_mapping(
         ``empty_ok``).
     """
     path = Path(path)
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass  # said below, with what to do
+    except (OSError, ValueError) as exc:  # a NUL byte, an over-long name, a symlink loop
+        raise error(
+            f"{what} {str(path)!r} cannot be opened: {exc}.", fix=f"pass the path of a {what.lower()}"
+        ) from None
     if path.is_dir():
         raise error(f"{path} is a directory, not a {what.lower()}.", fix=f"pass the path of a {what.lower()}")
     if not path.is_file():
