@@ -1080,6 +1080,19 @@ def test_five_megabyte_response_text_audits(tmp_path):
     assert _verdict(tmp_path)["contests"]["n"] == 32
 
 
+def test_csv_cells_past_the_csv_modules_default_field_limit_audit(tmp_path):
+    # csv.field_size_limit() is 131,072 characters by default: a long model answer exceeds it.
+    rows = study_rows()
+    rows["responses"][0]["text"] = "word " * 60_000
+    claim = claim_dict()
+    claim["data"]["responses"] = "responses.csv"
+    path = write_study(tmp_path / "study", rows, claim)
+    pd.DataFrame(rows["responses"]).to_csv(path.parent / "responses.csv", index=False)
+    result = invoke(audit_args(path, tmp_path))
+    assert result.exit_code in (0, 1), result.output
+    assert _verdict(tmp_path)["contests"]["n"] == 32
+
+
 def test_inputs_in_every_format_give_the_same_audit(tmp_path):
     rows = study_rows()
     verdicts = []
