@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import html
+
+import yaml
+
 from honestci.audit.report_model import POPULATION_LABELS, Report
 
 
+def md(text) -> str:
+    """``text`` safe inside Markdown and its table cells: HTML is escaped (a vignette or a claim
+    name may hold ``<script>``), pipes cannot split a cell, newlines cannot end a row."""
+    return html.escape(str(text), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
 def fmt(value, digits: int = 3) -> str:
-    """A figure for a table cell; missing values show as an en dash."""
+    """A figure for a table cell; missing values show as an en dash, text is escaped."""
     if value is None:
         return "–"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
-    return str(value)
+    return md(value)
 
 
 def interval_text(row: dict) -> str:
@@ -28,44 +38,55 @@ def gate_interval(data: dict) -> dict | None:
 
 
 def model_card_section(data: dict) -> str:
-    """A model-card table with correctly labelled columns, and Hugging Face ``model-index`` YAML."""
+    """A model-card table with correctly labelled columns, and Hugging Face ``model-index`` YAML
+    (written by a YAML library, so no name can break it) — only when the verdict is PASS: a
+    blocked or inconclusive claim publishes no figure."""
+    if data["verdict"] != "PASS":
+        return (
+            f"No model-card figures: the verdict is {data['verdict']}, and figures are written only for "
+            "a claim that passes every required gate."
+        )
     claim = data["claim"]
     honest = gate_interval(data)
     naive = next((r for r in data["intervals"] if r["method"] == "wilson"), None)
     level = int(round(100 * (honest or naive or {"level": 0.95})["level"]))
+    method = honest["label"] if honest else data["gate_method"]
+    population = claim["population"].replace("_", " ")
     lines = [
-        f"| model | win rate vs {claim['opponent']} | contests (n) | vignettes (G) | n_effective | "
-        f"{level}% CI, {honest['label'] if honest else data['gate_method']} ({claim['population'].replace('_', ' ')}) | "
-        f"{level}% CI, iid Wilson (optimistic) |",
+        f"| model | win rate vs {md(claim['opponent'])} | contests (n) | vignettes (G) | n_effective | "
+        f"{level}% CI, {md(method)} ({population}) | {level}% CI, iid Wilson (optimistic) |",
         "|---|---|---|---|---|---|---|",
     ]
     if honest:
         lines.append(
-            f"| {claim['policy']} | {fmt(honest['estimate'])} | {honest['n']} | {honest['n_clusters']} | "
+            f"| {md(claim['policy'])} | {fmt(honest['estimate'])} | {honest['n']} | {honest['n_clusters']} | "
             f"{fmt(honest['n_effective'], 1)} | {interval_text(honest)} | "
             f"{interval_text(naive) if naive else '–'} |"
         )
-    value = honest["estimate"] if honest else None
-    yaml_lines = [
-        "```yaml",
-        "model-index:",
-        f"- name: {claim['policy']}",
-        "  results:",
-        "  - task:",
-        "      type: text-generation",
-        "      name: pairwise win rate (LLM judge, both orders)",
-        "    dataset:",
-        f"      name: {claim['name']}",
-        "      type: custom",
-        "    metrics:",
-        "    - type: win_rate",
-        f"      name: win rate vs {claim['opponent']} ({claim['population'].replace('_', ' ')}, "
-        f"{honest['label'] if honest else data['gate_method']} {level}% CI {interval_text(honest) if honest else 'n/a'})",
-        f"      value: {fmt(value, 4)}",
-        "      verified: false",
-        "```",
-    ]
-    return "\n".join(lines + [""] + yaml_lines)
+    metric = {
+        "type": "win_rate",
+        "name": f"win rate vs {claim['opponent']} ({population}, {method} {level}% CI "
+        f"{interval_text(honest) if honest else 'n/a'})",
+        "value": None if honest is None else round(honest["estimate"], 4),
+        "verified": False,
+    }
+    index = {
+        "model-index": [
+            {
+                "name": claim["policy"],
+                "results": [
+                    {
+                        "task": {"type": "text-generation", "name": "pairwise win rate (LLM judge, both orders)"},
+                        "dataset": {"name": claim["name"], "type": "custom"},
+                        "metrics": [metric],
+                    }
+                ],
+            }
+        ]
+    }
+    return "\n".join(
+        [*lines, "", "```yaml", yaml.safe_dump(index, sort_keys=False, allow_unicode=True, width=10_000).rstrip(), "```"]
+    )
 
 
 def render_markdown(report: Report) -> str:
@@ -74,11 +95,11 @@ def render_markdown(report: Report) -> str:
     claim, contests = data["claim"], data["contests"]
     honest = gate_interval(data)
     lines = [
-        f"# honestci audit: {claim['name']}",
+        f"# honestci audit: {md(claim['name'])}",
         "",
         f"**Verdict: {data['verdict']}** (exit code {data['exit_code']})",
         "",
-        f"- Policy `{claim['policy']}` vs opponent `{claim['opponent']}`, judge `{claim['judge']}`",
+        f"- Policy `{md(claim['policy'])}` vs opponent `{md(claim['opponent'])}`, judge `{md(claim['judge'])}`",
         f"- Bar: {claim['bar']:.3f} on the win rate for **{POPULATION_LABELS[claim['population']]}**",
         f"- Gate interval: `{data['gate_method']}`" + (f" → {interval_text(honest)}" if honest else ""),
         f"- Contests scored: {contests['n']} (left out for an invalid verdict: {contests['n_invalid']}; "
@@ -90,7 +111,8 @@ def render_markdown(report: Report) -> str:
         "|---|---|---|---|",
     ]
     lines += [
-        f"| {g['gate']} | {'yes' if g['required'] else 'no'} | {g['verdict']} | {g['message']} |" for g in data["gates"]
+        f"| {g['gate']} | {'yes' if g['required'] else 'no'} | {g['verdict']} | {md(g['message'])} |"
+        for g in data["gates"]
     ]
     lines += [
         "",
@@ -107,7 +129,7 @@ def render_markdown(report: Report) -> str:
         lines.append(
             f"| {r['label']} | {r['population']} | {fmt(r['estimate'])} | {interval_text(r)} | {fmt(r['se'], 4)} | "
             f"{fmt(r['df'], 1)} | {r['n']} | {r['n_clusters']} | {fmt(r['icc'])} | {fmt(r['design_effect'], 1)} | "
-            f"{fmt(r['n_effective'], 1)} | {r['note']} |"
+            f"{fmt(r['n_effective'], 1)} | {md(r['note'])} |"
         )
     bayes = data.get("bayes")
     if bayes:
@@ -119,7 +141,7 @@ def render_markdown(report: Report) -> str:
         lines += section_markdown(section)
     lines += ["", "## Per vignette", "", "| vignette | n | win rate | within-vignette CI |", "|---|---|---|---|"]
     lines += [
-        f"| {v['vignette_id']} | {v['n']} | {fmt(v['estimate'])} | {interval_text(v)} |"
+        f"| {md(v['vignette_id'])} | {v['n']} | {fmt(v['estimate'])} | {interval_text(v)} |"
         for v in data.get("per_vignette", [])
     ]
     lines += ["", "## Model-card section", "", model_card_section(data)]
@@ -134,18 +156,18 @@ def render_markdown(report: Report) -> str:
         "| input | sha256 |",
         "|---|---|",
     ]
-    lines += [f"| {name} | `{digest}` |" for name, digest in sorted(prov["inputs_sha256"].items())]
+    lines += [f"| {md(name)} | `{digest}` |" for name, digest in sorted(prov["inputs_sha256"].items())]
     lines.append(f"| claim | `{prov['claim_sha256']}` |")
     return "\n".join(lines) + "\n"
 
 
 def section_markdown(section: dict) -> list[str]:
     """A plug-in check's section: its lines, then its table."""
-    lines = ["", f"## {section['title']}", ""] + [f"- {line}" for line in section["lines"]]
+    lines = ["", f"## {md(section['title'])}", ""] + [f"- {md(line)}" for line in section["lines"]]
     table = section["table"]
     if table:
         columns = list(table[0])
-        lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["", "| " + " | ".join(md(c) for c in columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(fmt(row.get(c)) for c in columns) + " |" for row in table]
     return lines
 
@@ -159,17 +181,17 @@ def claimed_section(data: dict) -> list[str]:
         "## As claimed",
         "",
         f"Stated: point {fmt(claimed.get('point'))}, n {fmt(claimed.get('n'))}, CI-low {fmt(claimed.get('ci_low'))}"
-        f", CI-high {fmt(claimed.get('ci_high'))} (method: {claimed.get('method') or 'not stated'}).",
+        f", CI-high {fmt(claimed.get('ci_high'))} (method: {md(claimed.get('method') or 'not stated')}).",
     ]
     if audit:
-        methods = ", ".join(audit["reproducing_methods"]) or "none"
+        methods = md(", ".join(audit["reproducing_methods"]) or "none")
         lines += ["", f"Methods that reproduce the stated interval: {methods}."]
-        lines += [f"- {flag}" for flag in audit["flags"]]
+        lines += [f"- {md(flag)}" for flag in audit["flags"]]
     for comparison in data.get("comparisons", []):
         pd_ = comparison.get("paired_difference")
         lines += [
             "",
-            f"Comparison with `{comparison['against']}` ({comparison['kind']}): {comparison.get('statement') or ''}",
+            f"Comparison with `{md(comparison['against'])}` ({comparison['kind']}): {md(comparison.get('statement') or '')}",
         ]
         if pd_:
             lines.append(
@@ -181,8 +203,8 @@ def claimed_section(data: dict) -> list[str]:
                 lines.append(
                     f"- Bayesian joint model, {row['population'].replace('_', ' ')}: difference "
                     f"{row['mean']:+.3f} [{row['lower']:+.3f}, {row['upper']:+.3f}], "
-                    f"P({comparison['against']} is beaten) = {row['p_a_beats_b']:.3f}"
+                    f"P({md(comparison['against'])} is beaten) = {row['p_a_beats_b']:.3f}"
                 )
         if comparison.get("error"):
-            lines.append(f"- not computed: {comparison['error']}")
+            lines.append(f"- not computed: {md(comparison['error'])}")
     return lines

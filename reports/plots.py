@@ -22,6 +22,8 @@ def _pyplot():
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.fonttype"] = "path"
     matplotlib.rcParams["svg.hashsalt"] = "honestci"  # deterministic element ids
+    # Labels are data (vignette ids, system names): a `$` in them is text, never mathtext.
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
 
     return plt

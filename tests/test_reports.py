@@ -222,3 +222,32 @@ def test_the_request_recorder_sees_an_external_image(tmp_path):
     proxy = _RecordingProxy()
     _dump_dom(page, proxy.port, tmp_path)
     assert "example.invalid" in proxy.page_requests()
+
+
+def test_hostile_names_are_escaped_and_only_a_pass_publishes_figures(tmp_path):
+    """A claim name with HTML, a `$` in vignette ids (matplotlib would read `$...$` as mathtext)
+    and a blocked verdict: the report renders, escapes the HTML, and writes no model-card figure."""
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from synthetic_study import claim_dict, study_rows, write_study
+
+    rows = study_rows()
+    for table in ("vignettes", "responses", "judgments"):
+        for row in rows[table]:
+            row["vignette_id"] = f"${row['vignette_id']}^{{x}}_$"
+    claim = write_study(tmp_path / "study", rows, claim_dict(name="<script>alert(1)</script> | x", bar=0.99))
+    report = run_audit(claim, bayes=False).report()
+    assert report.data["verdict"] != "PASS"
+    markdown, page = render(report, "md"), render(report, "html")
+    assert "<script>" not in markdown and "&lt;script&gt;" in markdown
+    assert "<script>alert" not in page
+    assert "model-index" not in markdown and "No model-card figures" in markdown
+    assert "$v0^{x}_$" in markdown
+
+    passing = run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False).report()
+    block = render(passing, "md").split("```yaml\n")[1].split("```")[0]
+    metric = yaml.safe_load(block)["model-index"][0]["results"][0]["metrics"][0]
+    assert metric["type"] == "win_rate" and 0 < metric["value"] < 1
