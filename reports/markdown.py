@@ -85,7 +85,13 @@ def model_card_section(data: dict) -> str:
         ]
     }
     return "\n".join(
-        [*lines, "", "```yaml", yaml.safe_dump(index, sort_keys=False, allow_unicode=True, width=10_000).rstrip(), "```"]
+        [
+            *lines,
+            "",
+            "```yaml",
+            yaml.safe_dump(index, sort_keys=False, allow_unicode=True, width=10_000).rstrip(),
+            "```",
+        ]
     )
 
 

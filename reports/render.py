@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from honestci.audit.errors import InputError
 from honestci.audit.report_model import POSTERIOR_FILE, Report
-from honestci.reports.writing import atomic_write_texts
+from honestci.reports.writing import atomic_write_texts, out_dir_lock
 
 FORMATS = ("md", "html", "json")
 
@@ -45,15 +46,20 @@ def write_outputs(report: Report, out_dir: str | Path, posterior: Any | None = N
     The posterior is staged first and moved into place only after the reports are written, so a
     failure leaves no new posterior beside an old report.
     """
-    if posterior is None:
-        return write_report(report, out_dir)
-    final = Path(out_dir) / POSTERIOR_FILE
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staged = final.with_name(f".{POSTERIOR_FILE}.partial")
-    try:
-        posterior.to_netcdf(str(staged))
-        paths = write_report(report, out_dir)
-        os.replace(staged, final)
-    finally:
-        staged.unlink(missing_ok=True)
-    return paths | {"posterior": final}
+    with out_dir_lock(out_dir):
+        if posterior is None:
+            return write_report(report, out_dir)
+        final = Path(out_dir) / POSTERIOR_FILE
+        staged = final.with_name(f".{POSTERIOR_FILE}.partial")
+        try:
+            posterior.to_netcdf(str(staged))
+            paths = write_report(report, out_dir)
+            os.replace(staged, final)
+        except OSError as exc:
+            raise InputError(
+                f"Cannot write the posterior into {out_dir}: {exc.strerror or exc}.",
+                fix="free disk space or choose another output folder (--out DIR)",
+            ) from None
+        finally:
+            staged.unlink(missing_ok=True)
+        return paths | {"posterior": final}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from honestci.audit.errors import InputError
@@ -48,6 +50,7 @@ def atomic_write_texts(files: Mapping[Path, str]) -> None:
                     fix="choose an output folder you can write to (--out DIR)",
                 ) from None
             staged.append((tmp, path))
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the report from its readers
             try:
                 with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
                     handle.write(text)
@@ -69,3 +72,59 @@ def atomic_write_texts(files: Mapping[Path, str]) -> None:
     finally:
         for tmp, _ in staged:
             Path(tmp).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: The lock file :func:`out_dir_lock` holds inside an output folder while it writes.
+LOCK_NAME = ".honestci.lock"
+
+
+@contextlib.contextmanager
+def out_dir_lock(out_dir: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out_dir`` while one audit writes into it.
+
+    A second audit writing into the same folder is refused (exit 2) instead of interleaving its
+    files with the first's. ``flock`` is released by the kernel if the process dies, and the lock
+    file is removed on the way out; a waiter that locked a file already removed retries on the
+    new one, so two writers never both hold the lock.
+    """
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"Cannot write into {out}: {exc.strerror}.", fix="choose an output folder you can write to (--out DIR)"
+        ) from None
+    lock = out / LOCK_NAME
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise InputError(
+                f"Cannot write into {out}: {exc.strerror}.", fix="choose an output folder you can write to (--out DIR)"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise InputError(
+                f"Another honestci run is writing into {out}.",
+                fix="wait for it to finish, or write into another folder (--out DIR)",
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed this file as we locked it: lock the current one
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from honestci.audit.errors import InputError
 from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
 pytestmark = pytest.mark.e2e
@@ -192,7 +193,7 @@ def test_posterior_is_written_only_together_with_the_reports(tmp_path, monkeypat
         raise OSError("No space left on device")
 
     monkeypatch.setattr("honestci.reports.render.write_report", full_disk)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="No space left on device"):
         write_outputs(report, tmp_path / "failed", posterior=_StubPosterior())
     assert list((tmp_path / "failed").iterdir()) == []
 

@@ -251,3 +251,21 @@ def test_hostile_names_are_escaped_and_only_a_pass_publishes_figures(tmp_path):
     block = render(passing, "md").split("```yaml\n")[1].split("```")[0]
     metric = yaml.safe_load(block)["model-index"][0]["results"][0]["metrics"][0]
     assert metric["type"] == "win_rate" and 0 < metric["value"] < 1
+
+
+def test_a_second_writer_into_the_same_folder_is_refused_and_files_are_readable(tmp_path, headline_report):
+    from honestci.audit.errors import InputError
+    from honestci.reports.render import write_outputs
+    from honestci.reports.writing import LOCK_NAME, out_dir_lock
+
+    with out_dir_lock(tmp_path):  # another audit holds the folder
+        with pytest.raises(InputError, match="Another honestci run is writing into"):
+            write_outputs(headline_report, tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_NAME]
+    old = os.umask(0o022)
+    try:
+        paths = write_outputs(headline_report, tmp_path)
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.md", "verdict.json"]
+    assert {oct(p.stat().st_mode & 0o777) for p in paths.values()} == {"0o644"}
