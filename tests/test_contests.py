@@ -136,6 +136,29 @@ def test_invalid_verdicts_are_counted_not_scored(tmp_path):
     assert "1 contest(s) with an invalid verdict left out" in str(scores)
 
 
+@pytest.mark.parametrize(
+    "invalid, scores, order_average",
+    [
+        # Contest 2 is P first: win, P second: invalid. Contests 1 and 3 stay (1.0 and 0.5).
+        ("against_claim", [1.0, 0.5, 0.5], [1.0, 0.5, 0.25]),  # invalid = loss: win/loss flips -> 1/2
+        ("tie", [1.0, 0.5, 0.5], [1.0, 0.75, 0.25]),
+        ("for_claim", [1.0, 1.0, 0.5], [1.0, 1.0, 0.25]),  # invalid = win: win/win -> 1
+        ("exclude", [1.0, 0.5], [1.0, 0.25]),
+    ],
+)
+def test_invalid_verdicts_score_as_the_policy_says(tmp_path, invalid, scores, order_average):
+    judgments = [*JUDGMENTS[:3], judgment("o2", "p2", "invalid"), *JUDGMENTS[4:]]
+    contests = build_contests(study(tmp_path, judgments), "P", "O")
+    assert contests.scores(invalid=invalid).values.tolist() == scores
+    assert contests.scores("order_average", invalid=invalid).values.tolist() == order_average
+    assert contests.scores(invalid=invalid).n_invalid == 1
+
+
+def test_an_unknown_scoring_of_invalid_verdicts_is_refused(tmp_path):
+    with pytest.raises(InputError, match="unknown scoring of invalid verdicts"):
+        build_contests(study(tmp_path), "P", "O").scores(invalid="drop")
+
+
 def test_per_order_outcomes(tmp_path):
     long = build_contests(study(tmp_path), "P", "O").per_order_outcomes()
     assert list(long.columns) == ["contest_id", "vignette_id", "run", "judge", "policy_first", "value"]

@@ -79,9 +79,15 @@ def score_contests(outcome_first, outcome_second, rule: str = "both_orders") -> 
     raise InputError(f"unknown contest scoring rule {rule!r}", fix=f"use one of: {', '.join(RULES)}")
 
 
+#: What an invalid order's verdict is worth to the policy under each scoring of invalid verdicts
+#: (``policy.INVALID_SCORING``); "exclude" leaves the contest out instead.
+INVALID_ORDER_VALUE = {"against_claim": 0.0, "tie": 0.5, "for_claim": 1.0}
+
+
 @dataclass(frozen=True, eq=False)
 class ContestScores:
-    """Scores of the valid contests (no invalid verdict); ``n_invalid`` were left out."""
+    """Scores of the contests; ``n_invalid`` of them had an invalid verdict, scored by ``invalid``
+    (left out when it is ``"exclude"``)."""
 
     rule: str
     policy: str
@@ -89,6 +95,7 @@ class ContestScores:
     judge: str
     frame: pd.DataFrame
     n_invalid: int
+    invalid: str = "exclude"
 
     @property
     def values(self) -> np.ndarray:
@@ -104,9 +111,10 @@ class ContestScores:
         return self.frame.copy()
 
     def __str__(self) -> str:
+        treated = "left out" if self.invalid == "exclude" else f"scored {self.invalid.replace('_', ' ')}"
         return (
             f"{len(self.frame)} contests of {self.policy} vs {self.opponent} (judge {self.judge}) scored by "
-            f"rule {self.rule}; {self.n_invalid} contest(s) with an invalid verdict left out"
+            f"rule {self.rule}; {self.n_invalid} contest(s) with an invalid verdict {treated}"
         )
 
 
@@ -139,13 +147,30 @@ class ContestTable:
         """One row per contest (a copy of :attr:`frame`)."""
         return self.frame.copy()
 
-    def scores(self, rule: str = "both_orders") -> ContestScores:
-        """Scores of the valid contests under ``rule`` (see :func:`score_contests`)."""
-        scores = score_contests(self.frame["outcome_policy_first"], self.frame["outcome_policy_second"], rule)
-        valid = ~self._invalid_contests()
-        frame = self.frame.loc[valid, ["contest_id", "vignette_id", "run"]].reset_index(drop=True)
-        frame["score"] = scores[valid]
-        return ContestScores(rule, self.policy, self.opponent, self.judge, frame, int((~valid).sum()))
+    def scores(self, rule: str = "both_orders", invalid: str = "exclude") -> ContestScores:
+        """Scores of the contests under ``rule`` (see :func:`score_contests`).
+
+        ``invalid`` says what an order with an invalid verdict is worth to the policy: nothing
+        (``"against_claim"``: scored as a loss, the conservative choice), half (``"tie"``), all
+        (``"for_claim"``: the other end of the bound the ``valid_verdicts`` gate computes), or
+        ``"exclude"`` (contests with one are left out, as if never judged).
+        """
+        first, second = (_outcome_values(self.frame[c]) for c in ("outcome_policy_first", "outcome_policy_second"))
+        if invalid != "exclude":
+            if invalid not in INVALID_ORDER_VALUE:
+                raise InputError(
+                    f"unknown scoring of invalid verdicts {invalid!r}",
+                    fix=f"use one of: exclude, {', '.join(INVALID_ORDER_VALUE)}",
+                )
+            first, second = (np.where(np.isnan(v), INVALID_ORDER_VALUE[invalid], v) for v in (first, second))
+        scores = score_contests(first, second, rule)
+        invalid_contests = self._invalid_contests()
+        keep = ~invalid_contests if invalid == "exclude" else np.ones(len(self.frame), dtype=bool)
+        frame = self.frame.loc[keep, ["contest_id", "vignette_id", "run"]].reset_index(drop=True)
+        frame["score"] = scores[keep]
+        return ContestScores(
+            rule, self.policy, self.opponent, self.judge, frame, int(invalid_contests.sum()), invalid=invalid
+        )
 
     def per_order_outcomes(self) -> pd.DataFrame:
         """One row per judged order with a valid verdict: contest_id, vignette_id, run, judge,
