@@ -19,10 +19,10 @@ from honestci.audit.checks.training_health import (
     _training_health_check,
     _training_healthy_gate,
     assess_training_log,
-    plot_training_health,
     read_training_log,
 )
 from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.reports.plots import plot_training_health
 
 N_STEPS = 200
 
@@ -173,7 +173,8 @@ def test_check_resolves_the_log_relative_to_the_claim_and_reports(tmp_path):
 
 def test_plot_has_the_four_panels(tmp_path):
     result = assess_training_log(write_jsonl(synthetic_log("kl_blowup"), tmp_path / "log.jsonl"))
-    figure = plot_training_health(result)
+    limits = {"kl": THRESHOLDS.training_max_kl, "entropy": THRESHOLDS.training_min_entropy}
+    figure = plot_training_health(result.steps, result.series, result.window, str(result.verdict), limits)
     assert [a.get_title() for a in figure.axes] == [
         "reward (± group sd)",
         "KL to reference",
@@ -182,6 +183,7 @@ def test_plot_has_the_four_panels(tmp_path):
     ]
     kl_line = figure.axes[1].lines[0].get_ydata()
     assert np.allclose(kl_line, result.series["kl"]) and math.isclose(max(kl_line), max(result.series["kl"]))
+    assert any(np.allclose(line.get_ydata(), THRESHOLDS.training_max_kl) for line in figure.axes[1].lines[1:])
 
 
 def test_check_prefers_the_path_the_claim_loader_resolved(tmp_path):

@@ -362,11 +362,12 @@ def run_pipeline(
     config_path: str | Path, overrides: Sequence[str] = (), progress: Callable[[str], None] = lambda _: None
 ) -> PipelineResult:
     """Run every stage; raise :class:`PipelineRefused` when a gate blocks (the report is still written)."""
-    from honestci.audit.checks.training_health import assess_training_log, training_health_svg
+    from honestci.audit.checks.training_health import assess_training_log
     from honestci.audit.pipeline import run_audit
     from honestci.audit.report_model import Report, json_safe
     from honestci.judges.prompts import DEFAULT_TEMPLATE, get_template
     from honestci.judges.run import load_texts, run_judging
+    from honestci.reports.plots import training_health_svg
     from honestci.reports.render import write_report
     from honestci.training.generate import GenerationJob, generate_responses
     from honestci.training.grpo import GRPOJob, train_grpo
@@ -467,10 +468,16 @@ def run_pipeline(
     verdict = json_safe(result.to_dict())
     written = write_report(Report.from_dict(verdict), report_dir)
     # The same assessment the audit's check made, kept for the plot beside the report.
-    health = assess_training_log(data_dir / "training_log.jsonl", result_thresholds(job))
-    (report_dir / "training_health.svg").write_text(
-        training_health_svg(health, result_thresholds(job)), encoding="utf-8"
+    thresholds = result_thresholds(job)
+    health = assess_training_log(data_dir / "training_log.jsonl", thresholds)
+    svg = training_health_svg(
+        health.steps,
+        health.series,
+        health.window,
+        str(health.verdict),
+        {"kl": thresholds.training_max_kl, "entropy": thresholds.training_min_entropy},
     )
+    (report_dir / "training_health.svg").write_text(svg, encoding="utf-8")
     _stage(stages, "audit", started, verdict=str(result.verdict), report=str(written["md"]))
 
     published = False

@@ -16,7 +16,8 @@ steps, ``w = ceil(training_window_fraction · n)``):
 
 A missing series makes its criterion INCONCLUSIVE; a non-finite value (the run diverged) FAILs it.
 The gate ``training_healthy`` is the worst criterion. The check runs when the claim names a
-training log (``training_log: PATH``, relative to the claim file) and returns None otherwise.
+training log (``training_log: PATH``, relative to the claim file) and returns None otherwise;
+:func:`honestci.reports.plots.plot_training_health` draws the series.
 
 Reference: the health signals TRL logs for GRPO (``reward``, ``reward_std``,
 ``frac_reward_zero_std``, ``kl``, ``entropy``; TRL documentation, "GRPO Trainer: logged metrics").
@@ -276,47 +277,6 @@ def _reward_spread(series, window, t: Thresholds) -> HealthCriterion:
         f"ratio >= {t.training_min_reward_std_ratio:g}, zero-sd groups <= {t.training_max_frac_zero_std:.0%}",
         message + ("" if alive else ": collapsed"),
     )
-
-
-def plot_training_health(result: TrainingHealth, thresholds: Thresholds = THRESHOLDS):
-    """A matplotlib figure of the evidence: reward (± within-group sd), KL, entropy, reward sd per step."""
-    from honestci.reports.plots import _pyplot
-
-    plt = _pyplot()
-    figure, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
-    steps = np.array(result.steps)
-    panels = (
-        ("reward", "reward (± group sd)", None),
-        ("kl", "KL to reference", thresholds.training_max_kl),
-        ("entropy", "entropy (nats/token)", thresholds.training_min_entropy),
-        ("reward_std", "within-group reward sd", None),
-    )
-    for axis, (name, title, limit) in zip(axes.flat, panels):
-        axis.set_title(title)
-        values = np.array(result.series.get(name, ()))
-        if values.size == 0:
-            axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes)
-            continue
-        axis.plot(steps, values, color="tab:blue")
-        if name == "reward" and "reward_std" in result.series:
-            spread = np.array(result.series["reward_std"])
-            axis.fill_between(steps, values - spread, values + spread, color="tab:blue", alpha=0.2)
-        if limit is not None:
-            axis.axhline(limit, color="tab:red", linestyle="--")
-        for edge in (steps[min(result.window, len(steps)) - 1], steps[-result.window]):
-            axis.axvline(edge, color="grey", linestyle=":")
-    for axis in axes[1]:
-        axis.set_xlabel("step")
-    figure.suptitle(f"training health: {result.verdict}")
-    figure.tight_layout()
-    return figure
-
-
-def training_health_svg(result: TrainingHealth, thresholds: Thresholds = THRESHOLDS) -> str:
-    """The plot of :func:`plot_training_health` as inline SVG (for the HTML report)."""
-    from honestci.reports.plots import _svg
-
-    return _svg(plot_training_health(result, thresholds))
 
 
 def training_log_path(context) -> Path | None:
