@@ -1,17 +1,38 @@
 """Every gate rule and the one gate registry.
 
-The numbers the rules compare against live in :mod:`honestci.audit.policy`.
+A gate reads the figures of the checks (frozen results in the
+:class:`honestci.audit.checks.context.AuditContext`) and the policy's thresholds, and returns a
+:class:`honestci.audit.policy.GateResult`. Each rule is written once here, as a function of the
+figures it reads (``gate_*``), so a command that computed one check alone (``honestci
+position-bias``, ``winners-curse``, ...) applies the very rule the audit applies; :data:`GATES`
+maps each gate of :data:`honestci.audit.policy.GATE_ORDER` to its function of the audit context.
+
+A gate whose check did not run (its inputs are absent) is INCONCLUSIVE ("not run: needs …"),
+never PASS. Every comparison of an interval's lower bound with a bar goes through
+:func:`honestci.audit.policy.clears_bar`. The numbers the rules compare against live in
+:mod:`honestci.audit.policy`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 
+from honestci.audit.checks.calibration import GATE_TIE_POLICY, CalibrationResult
+from honestci.audit.checks.claimed import ClaimedFigureAudit
+from honestci.audit.checks.context import AuditContext, BayesCheck, ComparisonCheck
+from honestci.audit.checks.leakage import LeakageScan
+from honestci.audit.checks.position_bias import PositionBiasResult
+from honestci.audit.checks.selection import SelectionAnalysis
+from honestci.audit.checks.training_health import TrainingHealth
 from honestci.audit.policy import GATE_ORDER, THRESHOLDS, GateResult, Thresholds, Verdict, clears_bar, worst
+
+# --- the win rate -----------------------------------------------------------------------------
 
 
 def gate_enough_clusters(n_clusters: int, thresholds: Thresholds = THRESHOLDS) -> GateResult:
-    """INCONCLUSIVE below ``min_clusters`` vignettes; otherwise PASS, noting when clusters are few."""
+    """``enough_clusters``: INCONCLUSIVE below ``min_clusters`` vignettes; otherwise PASS, noting
+    when clusters are few."""
     evidence = {
         "n_clusters": n_clusters,
         "min_clusters": thresholds.min_clusters,
@@ -39,7 +60,8 @@ def gate_enough_clusters(n_clusters: int, thresholds: Thresholds = THRESHOLDS) -
 def gate_ci_low_clears_bar(
     ci_low: float | None, bar: float, method: str, population: str, reason_if_missing: str = ""
 ) -> GateResult:
-    """PASS when the honest interval's lower bound is at or above the bar; FAIL when below.
+    """``ci_low_clears_bar``: PASS when the honest interval's lower bound is at or above the bar;
+    FAIL when below.
 
     INCONCLUSIVE when the interval could not be computed honestly (too few clusters, an
     unconverged sampler): a missing interval never passes.
@@ -61,38 +83,419 @@ def gate_ci_low_clears_bar(
     )
 
 
-# --- registry -------------------------------------------------------------------------------
-# A gate is a function of the audit context (claim, study, contests, intervals, check results)
-# returning a GateResult. Check modules register theirs with @register_gate; a gate whose check
-# has not landed reports INCONCLUSIVE ("not run: needs …"), never PASS.
+def gate_sampler_converged(bayes: BayesCheck | None) -> GateResult:
+    """``sampler_converged``: PASS when R-hat, bulk/tail ESS and divergences meet the thresholds
+    the fit was judged by; INCONCLUSIVE when they do not, or when the Bayesian model was disabled."""
+    if bayes is None:
+        return GateResult("sampler_converged", Verdict.INCONCLUSIVE, "not run: the Bayesian model was disabled")
+    result, d = bayes.result, bayes.result.diagnostics
+    evidence = {
+        "rhat_max": d.rhat_max,
+        "ess_bulk_min": d.ess_bulk_min,
+        "ess_tail_min": d.ess_tail_min,
+        "divergences": d.divergences,
+        "chains": d.chains,
+        "draws": d.draws,
+        "sampler": result.sampler,
+    }
+    if d.converged:
+        return GateResult(
+            "sampler_converged",
+            Verdict.PASS,
+            f"R-hat {d.rhat_max:.3f}, ESS bulk/tail {d.ess_bulk_min:.0f}/{d.ess_tail_min:.0f}, "
+            f"{d.divergences} divergences ({result.sampler})",
+            evidence,
+        )
+    return GateResult(
+        "sampler_converged",
+        Verdict.INCONCLUSIVE,
+        "chains did not converge, no posterior reported: " + "; ".join(d.problems),
+        evidence,
+    )
 
-NOT_YET_IMPLEMENTED = {
-    "winners_curse": "the winner's-curse check on selection and held-out pools",
-    "leakage": "the n-gram leakage scan of the training corpus",
-    "training_healthy": "the training-health check of the trainer's logs",
-}
-_REGISTRY: dict[str, Callable] = {}
+
+def gate_comparison_valid(comparisons: Iterable[ComparisonCheck]) -> GateResult:
+    """``comparison_valid``: each claimed comparison must be a paired, vignette-clustered test whose
+    interval of the difference clears 0; a comparison that is not a test FAILs, one whose data
+    could not be assembled is INCONCLUSIVE. PASS when no comparison is claimed."""
+    comparisons = tuple(comparisons)
+    if not comparisons:
+        return GateResult("comparison_valid", Verdict.PASS, "no comparison with another system is claimed")
+    verdicts, reasons = [], []
+    for check in comparisons:
+        paired = check.paired
+        if paired is None:  # its contests could not be assembled; check.error says why
+            verdicts.append(Verdict.INCONCLUSIVE)
+            reasons.append(f"vs {check.against}: {check.error}")
+            continue
+        honest = (
+            f"the honest test, a vignette-clustered difference, gives {paired.estimate:+.3f} "
+            f"[{paired.ci_low:+.3f}, {paired.ci_high:+.3f}]"
+        )
+        if check.bayes is not None and check.bayes.converged:
+            honest += (
+                f" (Bayesian P({paired.system_a} > {check.against}) on a new vignette: "
+                f"{check.bayes.p_a_beats_b_new:.3f})"
+            )
+        if check.kind != "paired_difference":
+            verdicts.append(Verdict.FAIL)
+            reasons.append(
+                f"vs {check.against}: invalid comparison ({check.kind.replace('_', ' ')} is not a test); " + honest
+            )
+        elif clears_bar(paired.ci_low, 0.0):
+            verdicts.append(Verdict.PASS)
+            reasons.append(f"vs {check.against}: {honest}, which excludes 0")
+        else:
+            verdicts.append(Verdict.FAIL)
+            reasons.append(f"vs {check.against}: {honest}, which does not exclude 0")
+    return GateResult(
+        "comparison_valid", worst(verdicts), "; ".join(reasons), {"comparisons": [c.against for c in comparisons]}
+    )
 
 
-def register_gate(name: str) -> Callable[[Callable], Callable]:
-    """Register ``function(context) -> GateResult`` as the gate ``name``."""
-    if name not in GATE_ORDER:
-        raise ValueError(f"unknown gate {name!r}; add it to GATE_ORDER first")
+def gate_claimed_figures_reproduce(audit: ClaimedFigureAudit | None) -> GateResult:
+    """``claimed_figures_reproduce``: FAIL when a stated figure does not reproduce from the raw data
+    or its method is misnamed, WARN when it is presented misleadingly (an unlabelled iid interval
+    on clustered data, one table mixing interval methods); PASS when no figures are claimed."""
+    if audit is None:
+        return GateResult("claimed_figures_reproduce", Verdict.PASS, "no figures are claimed")
+    flags = audit.all_flags()
+    evidence = {
+        "point": audit.point,
+        "n": audit.n,
+        "n_effective": audit.n_effective,
+        "reproducing_methods": list(audit.reproducing_methods),
+        "flags": list(flags),
+        "stated": audit.stated,
+        "table": {system: list(row.reproducing_methods) for system, row in audit.table_rows},
+    }
+    # A flag reads "FAIL: ..." or "WARN: ..."; the message keeps what follows the severity.
+    failing = [f for f in flags if f.startswith("FAIL")]
+    warning = [f for f in flags if f.startswith("WARN")]
+    if failing:
+        return GateResult("claimed_figures_reproduce", Verdict.FAIL, "; ".join(f[6:] for f in failing), evidence)
+    if warning:
+        return GateResult("claimed_figures_reproduce", Verdict.WARN, "; ".join(f[6:] for f in warning), evidence)
+    methods = ", ".join(audit.reproducing_methods) or "no interval stated"
+    return GateResult(
+        "claimed_figures_reproduce",
+        Verdict.PASS,
+        f"stated figures reproduce from the raw data (interval: {methods})",
+        evidence,
+    )
 
-    def decorator(function: Callable) -> Callable:
-        _REGISTRY[name] = function
-        return function
 
-    return decorator
+# --- the judge --------------------------------------------------------------------------------
 
 
-def run_gate(name: str, context) -> GateResult:
-    """Run one gate; a gate with no registered check is INCONCLUSIVE."""
-    function = _REGISTRY.get(name)
-    if function is None:
-        needs = NOT_YET_IMPLEMENTED.get(name, "a check that is not registered")
-        return GateResult(name, Verdict.INCONCLUSIVE, f"not run: needs {needs}")
-    return function(context)
+def gate_judge_calibrated(result: CalibrationResult | None, thresholds: Thresholds = THRESHOLDS) -> GateResult:
+    """``judge_calibrated``: PASS when the judge's agreement CI-low clears ``min_judge_agreement``
+    and the judge is not materially below the human ceiling; FAIL when either fails with
+    confidence; WARN when the gap's point estimate is material but its interval reaches back
+    within tolerance; INCONCLUSIVE when there is no human data or no honest interval."""
+    name = "judge_calibrated"
+    if result is None:
+        return GateResult(
+            name,
+            Verdict.INCONCLUSIVE,
+            "not run: needs human preference labels (human_pairs or human_ratings) on pairs the judge judged",
+        )
+    agreement = result.agreement_for(GATE_TIE_POLICY)
+    evidence = {
+        "agreement": agreement.as_row(),
+        "min_judge_agreement": thresholds.min_judge_agreement,
+        "max_judge_ceiling_gap": thresholds.max_judge_ceiling_gap,
+        "gap_to_ceiling": None if result.gap_to_ceiling is None else result.gap_to_ceiling.as_row(),
+    }
+    if not agreement.reportable:
+        return GateResult(
+            name, Verdict.INCONCLUSIVE, f"no honest interval for the agreement: {agreement.note}", evidence
+        )
+    if not clears_bar(agreement.ci_low, thresholds.min_judge_agreement):
+        return GateResult(
+            name,
+            Verdict.FAIL,
+            f"agreement {agreement.text()}: CI-low below {thresholds.min_judge_agreement:.2f}",
+            evidence,
+        )
+    message = f"agreement {agreement.text()} >= {thresholds.min_judge_agreement:.2f}"
+    gap = result.gap_to_ceiling
+    if gap is None or not gap.reportable:
+        return GateResult(
+            name, Verdict.WARN, message + "; no human ceiling to compare with (needs 2+ raters)", evidence
+        )
+    tolerance = thresholds.max_judge_ceiling_gap
+    if gap.ci_high < -tolerance:
+        return GateResult(
+            name,
+            Verdict.FAIL,
+            message + f"; but materially below the human ceiling: judge minus "
+            f"ceiling {gap.text()} lies below -{tolerance:.2f}",
+            evidence,
+        )
+    if gap.estimate < -tolerance:
+        return GateResult(
+            name,
+            Verdict.WARN,
+            message + f"; judge minus ceiling {gap.text()}: possibly more than {tolerance:.2f} below the human ceiling",
+            evidence,
+        )
+    return GateResult(name, Verdict.PASS, message + f"; judge minus human ceiling {gap.text()}", evidence)
+
+
+def gate_position_bias(result: PositionBiasResult | None, thresholds: Thresholds = THRESHOLDS) -> GateResult:
+    """``position_bias``: FAIL when the clustered CI of the order effect lies entirely outside
+    ±tolerance, WARN when it straddles a bound, PASS when inside; INCONCLUSIVE when single-order
+    (not identifiable) or without an honest interval.
+
+    The tolerance is a closed equivalence band, not a bar: an interval that touches a bound is
+    inside on that side.
+    """
+    name = "position_bias"
+    if result is None:
+        return GateResult(name, Verdict.INCONCLUSIVE, "not run: needs both-order verdicts of the claim's judge")
+    tolerance = thresholds.position_bias_tolerance
+    evidence = {"tolerance": tolerance, "judge": result.judge}
+    if not result.identifiable:
+        return GateResult(
+            name,
+            Verdict.INCONCLUSIVE,
+            f"position bias of {result.judge} is not identifiable: {result.note}; judge both orders",
+            evidence,
+        )
+    effect = result.order_effect
+    evidence["order_effect"] = effect.as_row()
+    if not effect.reportable:
+        return GateResult(
+            name, Verdict.INCONCLUSIVE, f"no honest interval for the order effect: {effect.note}", evidence
+        )
+    text = f"{result.judge}: order effect {effect.text()}"
+    if effect.ci_low > tolerance or effect.ci_high < -tolerance:
+        return GateResult(
+            name, Verdict.FAIL, f"{text} lies outside ±{tolerance:.2f}: the judge favours a position", evidence
+        )
+    if effect.ci_low >= -tolerance and effect.ci_high <= tolerance:
+        return GateResult(name, Verdict.PASS, f"{text} lies within ±{tolerance:.2f}", evidence)
+    return GateResult(
+        name, Verdict.WARN, f"{text} straddles ±{tolerance:.2f}: cannot rule out a material position bias", evidence
+    )
+
+
+# --- the evidence behind the checkpoint -------------------------------------------------------
+
+
+def gate_winners_curse(result: SelectionAnalysis | None, thresholds: Thresholds = THRESHOLDS) -> GateResult:
+    """``winners_curse``: FAIL when the claim's evidence is the pool its policy was selected on;
+    WARN when the policy's held-out win rate falls more than ``winners_curse_shrinkage_warn``
+    below its selection estimate; INCONCLUSIVE without a selection pool; PASS otherwise."""
+    if result is None:
+        return GateResult(
+            "winners_curse",
+            Verdict.INCONCLUSIVE,
+            "not run: needs a selection pool (responses with pool = selection) among the claim's data",
+        )
+    inference, shrinkage_warn = result.inference, thresholds.winners_curse_shrinkage_warn
+    evidence = {
+        "winner": inference.winner,
+        "naive": inference.naive_estimate,
+        "median_unbiased": inference.median_unbiased,
+        "heldout": None if result.heldout is None else result.heldout.estimate,
+        "policy_is_candidate": result.policy_is_candidate,
+        "claim_uses_selection_pool": result.claim_uses_selection_pool,
+        "shrinkage_warn": shrinkage_warn,
+    }
+    if result.policy_is_candidate and result.claim_uses_selection_pool:
+        return GateResult(
+            "winners_curse",
+            Verdict.FAIL,
+            f"{result.policy} was selected among {len(inference.candidates)} candidates on the "
+            "selection pool, and the claim's contests include that pool: evaluate it on a fresh "
+            "held-out pool only",
+            evidence,
+        )
+    if result.policy_is_candidate:
+        if result.policy_selection_estimate is None or result.policy_heldout_estimate is None:
+            return GateResult(
+                "winners_curse",
+                Verdict.INCONCLUSIVE,
+                f"{result.policy} lacks a selection or held-out estimate",
+                evidence,
+            )
+        drop = result.policy_selection_estimate - result.policy_heldout_estimate
+        evidence["policy_shrinkage"] = drop
+        if drop > shrinkage_warn:
+            return GateResult(
+                "winners_curse",
+                Verdict.WARN,
+                f"held-out {result.policy_heldout_estimate:.3f} falls {drop:.3f} below the selection "
+                f"estimate {result.policy_selection_estimate:.3f} (> {shrinkage_warn:g})",
+                evidence,
+            )
+        return GateResult(
+            "winners_curse",
+            Verdict.PASS,
+            f"claim rests on the held-out pool; shrinkage {drop:+.3f} from selection",
+            evidence,
+        )
+    return GateResult(
+        "winners_curse",
+        Verdict.PASS,
+        f"the claim's policy is not among the {len(inference.candidates)} selection candidates "
+        f"(winner {inference.winner}: naive {inference.naive_estimate:.3f}, AKM "
+        f"{inference.median_unbiased:.3f}"
+        + ("" if result.heldout is None else f", held-out {result.heldout.estimate:.3f}")
+        + ")",
+        evidence,
+    )
+
+
+def gate_leakage(scan: LeakageScan | None) -> GateResult:
+    """``leakage``: FAIL when an eval answer's n-gram overlap with the training corpus reaches the
+    scan's ``min_overlap``, WARN on near duplicates (paraphrases) only, INCONCLUSIVE without a
+    corpus; PASS otherwise."""
+    if scan is None:
+        return GateResult(
+            "leakage", Verdict.INCONCLUSIVE, "not run: needs a training corpus (the claim's `corpus` table)"
+        )
+    leaked, near = scan.leaked_items, scan.near_duplicate_items
+    evidence = {"leaked": list(leaked), "near_duplicates": list(near), "n": scan.n, "min_overlap": scan.min_overlap}
+    if leaked:
+        return GateResult(
+            "leakage",
+            Verdict.FAIL,
+            f"{len(leaked)} held-out eval answer(s) used in the claim occur in the training corpus "
+            f"({', '.join(leaked[:5])}{'…' if len(leaked) > 5 else ''})",
+            evidence,
+        )
+    if near:
+        return GateResult(
+            "leakage",
+            Verdict.WARN,
+            f"no verbatim leak; {len(near)} near-duplicate(s) of eval answers in the corpus",
+            evidence,
+        )
+    return GateResult(
+        "leakage",
+        Verdict.PASS,
+        f"no eval answer's {scan.n}-grams reach {scan.min_overlap:g} overlap with the corpus",
+        evidence,
+    )
+
+
+def gate_training_healthy(result: TrainingHealth | None) -> GateResult:
+    """``training_healthy``: the worst of the run's health criteria (each judged against its
+    threshold by :func:`honestci.audit.checks.training_health.assess_training_log`), with the
+    messages of the criteria that set it; INCONCLUSIVE without a training log."""
+    if result is None:
+        return GateResult(
+            "training_healthy",
+            Verdict.INCONCLUSIVE,
+            "not run: needs the claim's training_log (the trainer's trainer_state.json or training_log.jsonl)",
+        )
+    failing = [c for c in result.criteria if c.verdict == result.verdict and c.verdict != Verdict.PASS]
+    message = (
+        "healthy: " + "; ".join(c.message for c in result.criteria)
+        if not failing
+        else "; ".join(c.message for c in failing)
+    )
+    return GateResult(
+        "training_healthy",
+        result.verdict,
+        message,
+        {
+            "log": result.log_path,
+            "n_steps": result.n_steps,
+            "window": result.window,
+            "criteria": {c.name: c.value for c in result.criteria},
+        },
+    )
+
+
+# --- the registry: each gate as a function of the audit context ------------------------------
+
+
+def _enough_clusters(context: AuditContext) -> GateResult:
+    return gate_enough_clusters(context.intervals.rows[0].n_clusters, context.claim.thresholds)
+
+
+def _ci_low_clears_bar(context: AuditContext) -> GateResult:
+    spec, method = context.claim.spec, context.gate_method
+    try:
+        row = context.intervals.get(method, spec.population)
+    except KeyError:
+        return gate_ci_low_clears_bar(
+            None,
+            spec.bar,
+            method,
+            spec.population,
+            reason_if_missing=f"method {method} gives no {spec.population} interval",
+        )
+    return gate_ci_low_clears_bar(
+        row.ci_low if row.reportable else None, spec.bar, method, spec.population, reason_if_missing=row.note
+    )
+
+
+def _sampler_converged(context: AuditContext) -> GateResult:
+    return gate_sampler_converged(context.bayes)
+
+
+def _comparison_valid(context: AuditContext) -> GateResult:
+    return gate_comparison_valid(context.comparisons)
+
+
+def _claimed_figures_reproduce(context: AuditContext) -> GateResult:
+    return gate_claimed_figures_reproduce(context.claimed_audit)
+
+
+def _judge_calibrated(context: AuditContext) -> GateResult:
+    return gate_judge_calibrated(context.checks.get("calibration"), context.claim.thresholds)
+
+
+def _position_bias(context: AuditContext) -> GateResult:
+    check = context.checks.get("position_bias")
+    return gate_position_bias(None if check is None else check.claim_judge, context.claim.thresholds)
+
+
+def _winners_curse(context: AuditContext) -> GateResult:
+    return gate_winners_curse(context.checks.get("winners_curse"), context.claim.thresholds)
+
+
+def _leakage(context: AuditContext) -> GateResult:
+    check = context.checks.get("leakage")
+    return gate_leakage(None if check is None else check.scan)
+
+
+def _training_healthy(context: AuditContext) -> GateResult:
+    return gate_training_healthy(context.checks.get("training_health"))
+
+
+#: The one gate registry: every gate of :data:`honestci.audit.policy.GATE_ORDER`, in that order.
+GATES: Mapping[str, Callable[[AuditContext], GateResult]] = MappingProxyType(
+    {
+        "enough_clusters": _enough_clusters,
+        "ci_low_clears_bar": _ci_low_clears_bar,
+        "sampler_converged": _sampler_converged,
+        "comparison_valid": _comparison_valid,
+        "claimed_figures_reproduce": _claimed_figures_reproduce,
+        "judge_calibrated": _judge_calibrated,
+        "position_bias": _position_bias,
+        "winners_curse": _winners_curse,
+        "leakage": _leakage,
+        "training_healthy": _training_healthy,
+    }
+)
+
+
+def run_gate(name: str, context: AuditContext) -> GateResult:
+    """Run the gate ``name`` of :data:`GATES` on ``context``."""
+    if name not in GATES:
+        raise KeyError(f"unknown gate {name!r}; the gates are {', '.join(GATE_ORDER)}")
+    return GATES[name](context)
+
+
+def run_gates(context: AuditContext) -> tuple[GateResult, ...]:
+    """Every gate, in the order of :data:`honestci.audit.policy.GATE_ORDER`."""
+    return tuple(run_gate(name, context) for name in GATE_ORDER)
 
 
 def overall_verdict(results: Iterable[GateResult], required: Iterable[str]) -> Verdict:

@@ -17,58 +17,26 @@ from typing import Any
 
 from honestci import __version__
 from honestci.audit.checks.claimed import ClaimedFigureAudit, audit_claimed_figures, audit_claimed_table
+from honestci.audit.checks.context import AuditContext, BayesCheck, ComparisonCheck
 from honestci.audit.checks.registry import run_checks
 from honestci.audit.data.claims import Claim, load_claim
 from honestci.audit.data.contests import ContestTable, build_contests
 from honestci.audit.data.io import Study, load_study
-from honestci.audit.gates import gate_ci_low_clears_bar, gate_enough_clusters, overall_verdict, register_gate, run_gate
+from honestci.audit.gates import overall_verdict, run_gates
 from honestci.audit.policy import (
     DEFAULT_REQUIRED_GATES,
     DEFAULT_SEED,
     EXIT_BLOCKED,
     EXIT_PASS,
     GATE_METHOD_FOR_POPULATION,
-    GATE_ORDER,
     REQUIRED_WHEN_EVIDENCE_GIVEN,
     GateResult,
     Verdict,
 )
 from honestci.audit.report_model import POSTERIOR_FILE, Report, json_safe
-from honestci.audit.stats.compare import PairedDifference, paired_difference
+from honestci.audit.stats.compare import paired_difference
 from honestci.audit.stats.intervals import IntervalResult, IntervalTable
 from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
-
-
-@dataclass(frozen=True)
-class ComparisonCheck:
-    """One comparison the card made, and the honest test of it."""
-
-    against: str
-    kind: str
-    statement: str | None
-    against_point: float | None
-    paired: PairedDifference | None
-    error: str | None = None
-    #: The Bayesian joint model's posterior of the difference (None with --no-bayes).
-    bayes: Any | None = None
-
-
-@dataclass(frozen=True)
-class AuditContext:
-    """What the gates read: the claim, its data and every check's result."""
-
-    claim: Claim
-    study: Study
-    contests: ContestTable
-    intervals: IntervalTable
-    gate_method: str
-    bayes: Any | None
-    claimed_audit: ClaimedFigureAudit | None
-    comparisons: tuple[ComparisonCheck, ...]
-    #: Seed of every resampling step of the audit (``--seed``); checks use it too.
-    seed: int = DEFAULT_SEED
-    #: Results of the plug-in checks (honestci.audit.checks.registry), by key; filled by run_audit.
-    checks: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -167,82 +135,6 @@ class AuditResult:
             ],
             "provenance": self.provenance,
         }
-
-
-# --- gates on the win rate --------------------------------------------------------------------
-
-
-@register_gate("enough_clusters")
-def _enough_clusters(ctx: AuditContext) -> GateResult:
-    return gate_enough_clusters(ctx.intervals.rows[0].n_clusters, ctx.claim.thresholds)
-
-
-@register_gate("ci_low_clears_bar")
-def _ci_low_clears_bar(ctx: AuditContext) -> GateResult:
-    spec = ctx.claim.spec
-    try:
-        row = ctx.intervals.get(ctx.gate_method, spec.population)
-    except KeyError:
-        return gate_ci_low_clears_bar(
-            None,
-            spec.bar,
-            ctx.gate_method,
-            spec.population,
-            reason_if_missing=f"method {ctx.gate_method} gives no {spec.population} interval",
-        )
-    return gate_ci_low_clears_bar(
-        row.ci_low if row.reportable else None, spec.bar, ctx.gate_method, spec.population, reason_if_missing=row.note
-    )
-
-
-@register_gate("sampler_converged")
-def _sampler_converged(ctx: AuditContext) -> GateResult:
-    if ctx.bayes is None:
-        return GateResult("sampler_converged", Verdict.INCONCLUSIVE, "not run: the Bayesian model was disabled")
-    return ctx.bayes.gate()
-
-
-@register_gate("comparison_valid")
-def _comparison_valid(ctx: AuditContext) -> GateResult:
-    if not ctx.comparisons:
-        return GateResult("comparison_valid", Verdict.PASS, "no comparison with another system is claimed")
-    verdicts, reasons = [], []
-    for check in ctx.comparisons:
-        honest = (
-            ""
-            if check.paired is None
-            else f"the honest test, a vignette-clustered difference, gives {check.paired.estimate:+.3f} "
-            f"[{check.paired.ci_low:+.3f}, {check.paired.ci_high:+.3f}]"
-        )
-        if check.bayes is not None and check.bayes.converged:
-            honest += (
-                f" (Bayesian P({check.paired.system_a} > {check.against}) on a new vignette: "
-                f"{check.bayes.p_a_beats_b_new:.3f})"
-            )
-        if check.error:
-            verdicts.append(Verdict.INCONCLUSIVE)
-            reasons.append(f"vs {check.against}: {check.error}")
-        elif check.kind != "paired_difference":
-            verdicts.append(Verdict.FAIL)
-            reasons.append(
-                f"vs {check.against}: invalid comparison ({check.kind.replace('_', ' ')} is not a test); " + honest
-            )
-        elif check.paired.ci_low > 0:
-            verdicts.append(Verdict.PASS)
-            reasons.append(f"vs {check.against}: {honest}, which excludes 0")
-        else:
-            verdicts.append(Verdict.FAIL)
-            reasons.append(f"vs {check.against}: {honest}, which does not exclude 0")
-    return GateResult(
-        "comparison_valid", max(verdicts), "; ".join(reasons), {"comparisons": [c.against for c in ctx.comparisons]}
-    )
-
-
-@register_gate("claimed_figures_reproduce")
-def _claimed_figures_reproduce(ctx: AuditContext) -> GateResult:
-    if ctx.claimed_audit is None:
-        return GateResult("claimed_figures_reproduce", Verdict.PASS, "no figures are claimed")
-    return ctx.claimed_audit.gate()
 
 
 # --- the run --------------------------------------------------------------------------------
@@ -397,15 +289,20 @@ def _comparisons(
     return tuple(checks)
 
 
-def run_audit(
+def audit_context(
     claim_path: str | Path,
     *,
     bayes: bool = True,
     seed: int = DEFAULT_SEED,
     allow_outside_data: bool = False,
     progress: Callable[[str], None] = lambda _: None,
-) -> AuditResult:
-    """Run the audit of one claim. Raises :class:`honestci.audit.errors.InputError` on bad input."""
+) -> AuditContext:
+    """Everything the gates of one claim read: the claim and its data, every win-rate interval
+    (with the Bayesian fit unless ``bayes`` is False), the claimed-figure audit, the comparisons
+    and the result of every check of :data:`honestci.audit.checks.registry.CHECKS`.
+
+    Raises :class:`honestci.audit.errors.InputError` on bad input.
+    """
     progress("loading claim and data")
     claim = load_claim(claim_path, allow_outside=allow_outside_data)
     spec, thresholds = claim.spec, claim.thresholds
@@ -417,7 +314,7 @@ def run_audit(
     if spec.pool is not None:
         contests = _contests_in_pool(contests, study, spec.pool)
     scored = contests.scores("both_orders")
-    level = spec.claimed.level if spec.claimed else thresholds.confidence_level
+    level = _level(claim)
 
     progress("computing every interval")
     rows = list(
@@ -431,7 +328,6 @@ def run_audit(
         bayes_result = _fit_bayes(contests, spec.bar, level, seed, rows[0])
         rows.extend(bayes_result.interval_rows)
     intervals = IntervalTable("win rate", tuple(rows))
-    gate_method = spec.method or GATE_METHOD_FOR_POPULATION[spec.population]
 
     claimed_audit = None
     if spec.claimed is not None:
@@ -444,20 +340,38 @@ def run_audit(
         study,
         contests,
         intervals,
-        gate_method,
+        spec.method or GATE_METHOD_FOR_POPULATION[spec.population],
         bayes_result,
         claimed_audit,
         _comparisons(claim, study, contests, level, bayes, seed),
         seed=seed,
     )
-    progress("running the plug-in checks")
+    progress("running the checks")
     context.checks.update(run_checks(context))
+    return context
 
+
+def run_audit(
+    claim_path: str | Path,
+    *,
+    bayes: bool = True,
+    seed: int = DEFAULT_SEED,
+    allow_outside_data: bool = False,
+    progress: Callable[[str], None] = lambda _: None,
+) -> AuditResult:
+    """Run the audit of one claim: :func:`audit_context`, then every gate.
+
+    Raises :class:`honestci.audit.errors.InputError` on bad input.
+    """
+    context = audit_context(
+        claim_path, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=progress
+    )
+    claim, contests, bayes_result = context.claim, context.contests, context.bayes
+    spec, scored = claim.spec, contests.scores("both_orders")
     required = spec.required_gates or (
         tuple(g for g in DEFAULT_REQUIRED_GATES if bayes or g != "sampler_converged")
         + tuple(gate for gate, check in REQUIRED_WHEN_EVIDENCE_GIVEN.items() if context.checks.get(check) is not None)
     )
-    gates = tuple(run_gate(name, context) for name in GATE_ORDER)
     return AuditResult(
         claim_name=spec.name,
         claim_path=str(claim.path),
@@ -466,88 +380,60 @@ def run_audit(
         judge=contests.judge,
         bar=spec.bar,
         population=spec.population,
-        gate_method=gate_method,
-        intervals=intervals,
+        gate_method=context.gate_method,
+        intervals=context.intervals,
         n_contests=int(len(scored.values)),
         n_invalid=int(contests.n_invalid),
         dropped=dict(contests.dropped),
-        gates=gates,
+        gates=run_gates(context),
         required_gates=tuple(required),
         claimed=spec.claimed.model_dump() if spec.claimed else None,
-        claimed_audit=claimed_audit,
+        claimed_audit=context.claimed_audit,
         comparisons=context.comparisons,
-        bayes_summary=None if bayes_result is None else bayes_result.summary(),
-        per_vignette=_per_vignette(scored, study, level),
+        bayes_summary=None if bayes_result is None else _bayes_summary(bayes_result),
+        per_vignette=_per_vignette(scored, context.study, _level(claim)),
         sections=tuple(result.report_section().to_dict() for result in context.checks.values() if result is not None),
-        provenance=_provenance(claim, study, seed),
+        provenance=_provenance(claim, context.study, seed),
         posterior=None if bayes_result is None else bayes_result.result.idata,
     )
 
 
-@dataclass(frozen=True)
-class BayesCheck:
-    """The Bayesian hierarchical fit of the claim's contests, as interval rows and a gate."""
+def _level(claim: Claim) -> float:
+    """Confidence level of the audit's intervals: the card's stated level, else the policy's."""
+    return claim.spec.claimed.level if claim.spec.claimed else claim.thresholds.confidence_level
 
-    result: Any
-    interval_rows: tuple[IntervalResult, ...]
 
-    def gate(self) -> GateResult:
-        """``sampler_converged``: PASS when R-hat, bulk/tail ESS and divergences meet the thresholds."""
-        d = self.result.diagnostics
-        evidence = {
-            "rhat_max": d.rhat_max,
-            "ess_bulk_min": d.ess_bulk_min,
-            "ess_tail_min": d.ess_tail_min,
-            "divergences": d.divergences,
-            "chains": d.chains,
-            "draws": d.draws,
-            "sampler": self.result.sampler,
-        }
-        if d.converged:
-            return GateResult(
-                "sampler_converged",
-                Verdict.PASS,
-                f"R-hat {d.rhat_max:.3f}, ESS bulk/tail {d.ess_bulk_min:.0f}/{d.ess_tail_min:.0f}, "
-                f"{d.divergences} divergences ({self.result.sampler})",
-                evidence,
-            )
-        return GateResult(
-            "sampler_converged",
-            Verdict.INCONCLUSIVE,
-            "chains did not converge, no posterior reported: " + "; ".join(d.problems),
-            evidence,
-        )
-
-    def summary(self) -> dict:
-        r, d = self.result, self.result.diagnostics
-        out = {
-            "sampler": r.sampler,
-            "parameterization": r.parameterization,
-            "prior_sigma": r.prior,
-            "seed": r.seed,
-            "chains": d.chains,
-            "draws": d.draws,
-            "tune": d.tune,
-            "rhat_max": d.rhat_max,
-            "ess_bulk_min": d.ess_bulk_min,
-            "ess_tail_min": d.ess_tail_min,
-            "divergences": d.divergences,
-            "converged": r.converged,
-            "message": r.message,
-            "runtime_seconds": r.runtime_seconds,
-        }
-        for population, summary in (("these_vignettes", r.winrate_these), ("new_vignettes", r.winrate_new)):
-            if summary is not None:
-                out[f"p_above_bar_{population}"] = summary.p_above_bar
-        if r.sigma is not None:
-            out["sigma_between_vignettes_mean"] = r.sigma.mean
-        if r.order_effect_new is not None:
-            out["order_effect_mean"] = r.order_effect_new.mean
-        for population, values in (r.winrate_quantiles or {}).items():
-            out[f"posterior_quantiles_{population}"] = list(values)
-        if r.idata is not None:
-            out["posterior_file"] = POSTERIOR_FILE
-        return out
+def _bayes_summary(bayes: BayesCheck) -> dict:
+    """The Bayesian fit's sampler, diagnostics and headline posterior figures for the report."""
+    r, d = bayes.result, bayes.result.diagnostics
+    out = {
+        "sampler": r.sampler,
+        "parameterization": r.parameterization,
+        "prior_sigma": r.prior,
+        "seed": r.seed,
+        "chains": d.chains,
+        "draws": d.draws,
+        "tune": d.tune,
+        "rhat_max": d.rhat_max,
+        "ess_bulk_min": d.ess_bulk_min,
+        "ess_tail_min": d.ess_tail_min,
+        "divergences": d.divergences,
+        "converged": r.converged,
+        "message": r.message,
+        "runtime_seconds": r.runtime_seconds,
+    }
+    for population, summary in (("these_vignettes", r.winrate_these), ("new_vignettes", r.winrate_new)):
+        if summary is not None:
+            out[f"p_above_bar_{population}"] = summary.p_above_bar
+    if r.sigma is not None:
+        out["sigma_between_vignettes_mean"] = r.sigma.mean
+    if r.order_effect_new is not None:
+        out["order_effect_mean"] = r.order_effect_new.mean
+    for population, values in (r.winrate_quantiles or {}).items():
+        out[f"posterior_quantiles_{population}"] = list(values)
+    if r.idata is not None:
+        out["posterior_file"] = POSTERIOR_FILE
+    return out
 
 
 def _fit_bayes(contests: ContestTable, bar: float, level: float, seed: int, reference: IntervalResult) -> BayesCheck:

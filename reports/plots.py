@@ -1,9 +1,12 @@
-"""Inline SVG plots for the HTML report (matplotlib, Agg; text drawn as paths, so no user text
-ever reaches the SVG as markup)."""
+"""Inline SVG plots for the HTML report and the training-health plot beside it (matplotlib, Agg;
+text drawn as paths, so no user text ever reaches the SVG as markup). Each plot takes plain data."""
 
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 
 def _svg(figure) -> str:
@@ -73,3 +76,77 @@ def posterior_plot(quantiles: list[float], bar: float, population: str) -> str:
     axis.set_yticks([])
     axis.legend()
     return _svg(figure)
+
+
+#: Panels of the training-health plot: (series, title); the reward panel shades ± ``reward_std``.
+TRAINING_PANELS = (
+    ("reward", "reward (± group sd)"),
+    ("kl", "KL to reference"),
+    ("entropy", "entropy (nats/token)"),
+    ("reward_std", "within-group reward sd"),
+)
+
+
+def plot_training_health(
+    steps: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    window: int,
+    verdict: str,
+    limits: Mapping[str, float] | None = None,
+):
+    """A matplotlib figure of a training run's health: reward (± within-group sd), KL, entropy and
+    within-group reward sd per logged step.
+
+    Parameters
+    ----------
+    steps
+        The logged steps (x axis).
+    series
+        Values per step by name (``reward``, ``kl``, ``entropy``, ``reward_std``); a name that is
+        absent is drawn as "not logged".
+    window
+        Logged steps in the first and in the last window the health criteria compare (dotted lines).
+    verdict
+        The training-health verdict, shown in the title.
+    limits
+        Threshold per series name, drawn as a dashed red line (e.g. the largest KL allowed).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Four panels, in the order of :data:`TRAINING_PANELS`.
+    """
+    plt = _pyplot()
+    limits = limits or {}
+    figure, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
+    x = np.asarray(steps, dtype=float)
+    for axis, (name, title) in zip(axes.flat, TRAINING_PANELS):
+        axis.set_title(title)
+        values = np.asarray(series.get(name, ()), dtype=float)
+        if values.size == 0:
+            axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes)
+            continue
+        axis.plot(x, values, color="tab:blue")
+        if name == "reward" and "reward_std" in series:
+            spread = np.asarray(series["reward_std"], dtype=float)
+            axis.fill_between(x, values - spread, values + spread, color="tab:blue", alpha=0.2)
+        if name in limits:
+            axis.axhline(limits[name], color="tab:red", linestyle="--")
+        for edge in (x[min(window, len(x)) - 1], x[-window]):
+            axis.axvline(edge, color="grey", linestyle=":")
+    for axis in axes[1]:
+        axis.set_xlabel("step")
+    figure.suptitle(f"training health: {verdict}")
+    figure.tight_layout()
+    return figure
+
+
+def training_health_svg(
+    steps: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    window: int,
+    verdict: str,
+    limits: Mapping[str, float] | None = None,
+) -> str:
+    """The plot of :func:`plot_training_health` (same arguments) as inline SVG."""
+    return _svg(plot_training_health(steps, series, window, verdict, limits))

@@ -17,7 +17,6 @@ from honestci.audit.checks.calibration import (
     calibration_items,
     classification_metrics,
     cohen_kappa,
-    gate_judge_calibrated,
     human_ceiling,
     judged_rows,
     krippendorff_alpha,
@@ -25,6 +24,7 @@ from honestci.audit.checks.calibration import (
     select_judge,
     verdict_to_preference,
 )
+from honestci.audit.gates import gate_judge_calibrated
 from honestci.audit.policy import Verdict
 from honestci.audit.stats.ppi import ppi_mean, ppi_mean_clustered
 

@@ -5,6 +5,7 @@ import pytest
 import yaml
 
 from honestci.audit.checks.claimed import audit_claimed_figures, audit_claimed_table, reproduces, stated_decimals
+from honestci.audit.gates import gate_claimed_figures_reproduce
 from honestci.audit.policy import Verdict
 from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
 
@@ -39,12 +40,12 @@ def test_stated_rounding():
 def test_a_labelled_wilson_interval_reproduces_and_passes(clustered_table):
     audit = audit_claimed_figures(_stated(clustered_table, "wilson"), clustered_table)
     assert "wilson" in audit.reproducing_methods and "cr2" not in audit.reproducing_methods
-    assert audit.gate().verdict == Verdict.PASS
+    assert gate_claimed_figures_reproduce(audit).verdict == Verdict.PASS
 
 
 def test_an_iid_interval_stated_as_cr2_fails(clustered_table):
     stated = _stated(clustered_table, "wilson", method="cr2")
-    gate = audit_claimed_figures(stated, clustered_table).gate()
+    gate = gate_claimed_figures_reproduce(audit_claimed_figures(stated, clustered_table))
     assert gate.verdict == Verdict.FAIL and "stated method 'cr2' does not reproduce" in gate.message
 
 
@@ -52,17 +53,18 @@ def test_an_unlabelled_iid_interval_on_clustered_data_warns(clustered_table):
     stated = _stated(clustered_table, "wilson", method=None)
     audit = audit_claimed_figures(stated, clustered_table)
     assert audit.design_effect >= 2
-    assert audit.gate().verdict == Verdict.WARN and "unlabelled iid interval" in audit.gate().message
+    gate = gate_claimed_figures_reproduce(audit)
+    assert gate.verdict == Verdict.WARN and "unlabelled iid interval" in gate.message
 
 
 def test_a_point_that_does_not_reproduce_fails(clustered_table):
     stated = _stated(clustered_table, "wilson", point=0.9)
-    assert audit_claimed_figures(stated, clustered_table).gate().verdict == Verdict.FAIL
+    assert gate_claimed_figures_reproduce(audit_claimed_figures(stated, clustered_table)).verdict == Verdict.FAIL
 
 
 def test_no_method_reproduces_an_invented_interval(clustered_table):
     stated = _stated(clustered_table, "wilson", ci_low=0.5)
-    gate = audit_claimed_figures(stated, clustered_table).gate()
+    gate = gate_claimed_figures_reproduce(audit_claimed_figures(stated, clustered_table))
     assert gate.verdict == Verdict.FAIL and "no interval method reproduces" in gate.message
 
 
@@ -71,11 +73,11 @@ def test_a_table_mixing_methods_is_flagged(clustered_table):
     same = audit_claimed_table(
         headline, {"other": audit_claimed_figures(_stated(clustered_table, "wilson"), clustered_table)}
     )
-    assert same.gate().verdict == Verdict.PASS
+    assert gate_claimed_figures_reproduce(same).verdict == Verdict.PASS
     mixed = audit_claimed_table(
         headline, {"other": audit_claimed_figures(_stated(clustered_table, "cr2"), clustered_table)}
     )
-    gate = mixed.gate()
+    gate = gate_claimed_figures_reproduce(mixed)
     assert gate.verdict == Verdict.WARN and "different interval methods" in gate.message
 
 

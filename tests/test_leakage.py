@@ -281,7 +281,7 @@ def test_leak_effect_matches_a_two_group_ols():
 
 
 def test_check_returns_none_without_a_corpus(fixture_check):
-    from honestci.audit.checks.leakage import _check
+    from honestci.audit.checks.leakage import leakage_check
 
     claim, study, contests, _ = fixture_check
 
@@ -291,7 +291,7 @@ def test_check_returns_none_without_a_corpus(fixture_check):
     ctx = Ctx()
     ctx.claim, ctx.contests = claim, contests
     ctx.study = type(study)(study.vignettes, study.responses, study.judgments)
-    assert _check(ctx) is None
+    assert leakage_check(ctx) is None
 
 
 # ---------------------------------------------------------------------------- distributed

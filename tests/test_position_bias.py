@@ -11,12 +11,8 @@ from click.testing import CliRunner
 from scipy import stats
 from scipy.special import logit
 
-from honestci.audit.checks.position_bias import (
-    gate_position_bias,
-    position_bias,
-    position_bias_for_judge,
-    sign_flip_test,
-)
+from honestci.audit.checks.position_bias import position_bias, position_bias_for_judge, sign_flip_test
+from honestci.audit.gates import gate_position_bias
 from honestci.audit.policy import Verdict
 from honestci.fixtures.truth import JudgeParams, system_estimands
 

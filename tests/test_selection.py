@@ -24,7 +24,7 @@ from honestci.audit.data.claims import load_claim
 from honestci.audit.data.contests import ContestTable
 from honestci.audit.data.io import load_study
 from honestci.audit.errors import InputError
-from honestci.audit.gates import run_gate
+from honestci.audit.gates import gate_winners_curse, run_gate
 from honestci.audit.policy import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -365,21 +365,21 @@ def test_gate_pass_when_the_policy_is_not_a_candidate(fixture_study):
     from honestci.audit.data.contests import build_contests
 
     claim, study = fixture_study
-    from honestci.audit.checks.selection import _check
+    from honestci.audit.checks.selection import winners_curse_check
 
     ctx = _Context(claim, study, build_contests(study, claim.spec.policy, claim.spec.opponent, claim.spec.judge))
-    ctx.checks["winners_curse"] = _check(ctx)
+    ctx.checks["winners_curse"] = winners_curse_check(ctx)
     assert run_gate("winners_curse", ctx).verdict == Verdict.PASS
 
 
 def test_gate_fails_when_the_claim_rests_on_its_selection_pool(tmp_path):
-    from honestci.audit.checks.selection import _check
+    from honestci.audit.checks.selection import winners_curse_check
     from honestci.audit.data.contests import build_contests
 
     claim = load_claim(_claim_copy(tmp_path, "grpo-ckpt-5"))
     study = load_study(claim.data_paths)
     ctx = _Context(claim, study, build_contests(study, "grpo-ckpt-5", "gpt-4-0314", "llama-3.1-70b"))
-    ctx.checks["winners_curse"] = _check(ctx)
+    ctx.checks["winners_curse"] = winners_curse_check(ctx)
     gate = run_gate("winners_curse", ctx)
     assert gate.verdict == Verdict.FAIL and "selection pool" in gate.message
 
@@ -397,11 +397,11 @@ def test_gate_on_held_out_evidence_warns_on_material_shrinkage(fixture_study, po
     heldout_only = ContestTable(held, policy, "gpt-4-0314", contests.judge)
     analysis = analyse_selection(study, "gpt-4-0314", "llama-3.1-70b", policy=policy, claim_contests=heldout_only)
     assert analysis.policy_is_candidate and not analysis.claim_uses_selection_pool
-    assert analysis.gate().verdict == verdict
+    assert gate_winners_curse(analysis).verdict == verdict
 
 
 def test_check_returns_none_without_a_selection_pool(fixture_study):
-    from honestci.audit.checks.selection import _check
+    from honestci.audit.checks.selection import winners_curse_check
     from honestci.audit.data.contests import build_contests
     from honestci.audit.data.io import table_from_frame
 
@@ -410,7 +410,7 @@ def test_check_returns_none_without_a_selection_pool(fixture_study):
     responses["pool"] = None
     study_nopool = type(study)(study.vignettes, table_from_frame(responses, "responses"), study.judgments)
     ctx = _Context(claim, study_nopool, build_contests(study, claim.spec.policy, claim.spec.opponent, claim.spec.judge))
-    assert _check(ctx) is None
+    assert winners_curse_check(ctx) is None
     ctx.checks["winners_curse"] = None
     gate = run_gate("winners_curse", ctx)
     assert gate.verdict == Verdict.INCONCLUSIVE and gate.message.startswith("not run")

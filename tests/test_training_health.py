@@ -14,15 +14,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from honestci.audit.checks.registry import ReportSection
-from honestci.audit.checks.training_health import (
-    _training_health_check,
-    _training_healthy_gate,
-    assess_training_log,
-    plot_training_health,
-    read_training_log,
-)
+from honestci.audit.checks.context import ReportSection
+from honestci.audit.checks.training_health import assess_training_log, read_training_log, training_health_check
+from honestci.audit.gates import gate_training_healthy, run_gate
 from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.reports.plots import plot_training_health
 
 N_STEPS = 200
 
@@ -63,7 +59,7 @@ def test_healthy_log_passes_every_criterion(tmp_path):
     result = assess_training_log(write_jsonl(synthetic_log(), tmp_path / "log.jsonl"))
     assert result.n_steps == N_STEPS and result.window == 40
     assert set(verdicts(result).values()) == {Verdict.PASS}
-    assert result.gate().verdict == Verdict.PASS
+    assert gate_training_healthy(result).verdict == Verdict.PASS
     # The reward gain is the last 40 steps' mean minus the first 40 steps' mean (closed form ~0.8).
     rows = synthetic_log()
     rewards = np.array([r["reward"] for r in rows])
@@ -86,7 +82,7 @@ def test_each_collapse_fails_its_own_criterion_and_only_it(tmp_path, kind, faili
     by_name = verdicts(result)
     assert by_name[failing] == Verdict.FAIL
     assert all(v == Verdict.PASS for name, v in by_name.items() if name != failing)
-    gate = result.gate()
+    gate = gate_training_healthy(result)
     assert gate.verdict == Verdict.FAIL and gate.name == "training_healthy"
     assert failing.split()[0].lower() in gate.message.lower() or "collapsed" in gate.message
 
@@ -112,7 +108,7 @@ def test_trainer_state_json_and_json_list_read_like_jsonl(tmp_path):
 
 def test_too_few_steps_and_missing_kl_are_inconclusive_never_pass(tmp_path):
     short = assess_training_log(write_jsonl(synthetic_log(n=5), tmp_path / "short.jsonl"))
-    assert short.verdict == Verdict.INCONCLUSIVE and "5 logged step" in short.gate().message
+    assert short.verdict == Verdict.INCONCLUSIVE and "5 logged step" in gate_training_healthy(short).message
     no_kl = [{k: v for k, v in row.items() if k != "kl"} for row in synthetic_log()]  # a beta = 0 run logs no KL
     result = assess_training_log(write_jsonl(no_kl, tmp_path / "nokl.jsonl"))
     assert verdicts(result)["KL bounded"] == Verdict.INCONCLUSIVE and result.verdict == Verdict.INCONCLUSIVE
@@ -124,7 +120,7 @@ def test_non_finite_values_fail_as_divergence(tmp_path):
     path = tmp_path / "nan.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))  # json writes NaN, which json reads back
     result = assess_training_log(path)
-    assert verdicts(result)["KL bounded"] == Verdict.FAIL and "diverged" in result.gate().message
+    assert verdicts(result)["KL bounded"] == Verdict.FAIL and "diverged" in gate_training_healthy(result).message
 
 
 def test_thresholds_are_read_from_the_claim(tmp_path):
@@ -152,9 +148,9 @@ def _context(tmp_path, training_log):
 
 def test_check_returns_none_without_training_log_and_gate_is_inconclusive(tmp_path):
     context = _context(tmp_path, None)  # a claim spec without the key at all (getattr)
-    assert _training_health_check(context) is None
+    assert training_health_check(context) is None
     context.checks["training_health"] = None
-    gate = _training_healthy_gate(context)
+    gate = run_gate("training_healthy", context)
     assert gate.verdict == Verdict.INCONCLUSIVE and gate.message.startswith("not run: needs")
 
 
@@ -162,9 +158,9 @@ def test_check_resolves_the_log_relative_to_the_claim_and_reports(tmp_path):
     (tmp_path / "runs").mkdir()
     write_jsonl(synthetic_log("entropy_collapse"), tmp_path / "runs" / "log.jsonl")
     context = _context(tmp_path, "runs/log.jsonl")
-    result = _training_health_check(context)
+    result = training_health_check(context)
     context.checks["training_health"] = result
-    assert _training_healthy_gate(context).verdict == Verdict.FAIL
+    assert run_gate("training_healthy", context).verdict == Verdict.FAIL
     section = result.report_section()
     assert isinstance(section, ReportSection) and section.key == "training_health"
     json.dumps(section.to_dict())  # plain JSON-able values
@@ -173,7 +169,8 @@ def test_check_resolves_the_log_relative_to_the_claim_and_reports(tmp_path):
 
 def test_plot_has_the_four_panels(tmp_path):
     result = assess_training_log(write_jsonl(synthetic_log("kl_blowup"), tmp_path / "log.jsonl"))
-    figure = plot_training_health(result)
+    limits = {"kl": THRESHOLDS.training_max_kl, "entropy": THRESHOLDS.training_min_entropy}
+    figure = plot_training_health(result.steps, result.series, result.window, str(result.verdict), limits)
     assert [a.get_title() for a in figure.axes] == [
         "reward (± group sd)",
         "KL to reference",
@@ -182,6 +179,7 @@ def test_plot_has_the_four_panels(tmp_path):
     ]
     kl_line = figure.axes[1].lines[0].get_ydata()
     assert np.allclose(kl_line, result.series["kl"]) and math.isclose(max(kl_line), max(result.series["kl"]))
+    assert any(np.allclose(line.get_ydata(), THRESHOLDS.training_max_kl) for line in figure.axes[1].lines[1:])
 
 
 def test_check_prefers_the_path_the_claim_loader_resolved(tmp_path):
@@ -190,4 +188,4 @@ def test_check_prefers_the_path_the_claim_loader_resolved(tmp_path):
     context.claim.training_log_path = (
         log  # honestci.audit.data.claims.load_claim resolves training_log like the data paths
     )
-    assert _training_health_check(context).log_path == str(log)
+    assert training_health_check(context).log_path == str(log)

@@ -31,9 +31,11 @@ def _config(tmp_path, **changes) -> Path:
 
 
 def test_pipeline_fails_closed_without_the_leakage_module(tmp_path, monkeypatch):
-    monkeypatch.setitem(
-        sys.modules, "honestci.audit.checks.leakage", None
-    )  # import honestci.audit.checks.leakage -> ModuleNotFoundError
+    # import honestci.audit.checks.leakage -> ModuleNotFoundError; the modules that import it are
+    # dropped from the cache too, so they fail the same way whatever other tests imported first.
+    monkeypatch.setitem(sys.modules, "honestci.audit.checks.leakage", None)
+    for module in ("honestci.audit.checks.registry", "honestci.audit.gates", "honestci.audit.pipeline"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
     with pytest.raises(PipelineRefused, match="leakage check .* is not installed"):
         run_pipeline(_config(tmp_path, base_model=str(tmp_path / "no-model")))
     assert not (tmp_path / "run" / "reward_model").exists() and not (tmp_path / "MODEL_CARD.md").exists()

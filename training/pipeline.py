@@ -6,10 +6,10 @@ gate passes, and otherwise refuses (exit 1) with the report explaining why.
 
 - Leakage first, and fail closed: the training text (the task prompts, every human-rated answer
   the reward models train on, and any extra ``corpus``) is checked against the held-out eval
-  answers (the opponent's answers that no human table references) through the ``leakage``
-  plug-in check and gate of :mod:`honestci.audit.checks.leakage` (``honestci.audit.checks.registry.run_check("leakage", context)``,
-  then ``honestci.audit.gates.run_gate("leakage", context)``). When that module is missing, or its gate
-  does not PASS, nothing is trained.
+  answers (the opponent's answers that no human table references) by the audit's own leakage
+  check (:func:`honestci.audit.checks.leakage.leakage_check`) and gate
+  (:func:`honestci.audit.gates.run_gate` ``"leakage"``). When that check cannot be imported or run,
+  or its gate does not PASS, nothing is trained.
 - The audit's claim requires the default gates plus ``leakage`` and ``training_healthy``, and names
   the GRPO log (``training_log``, copied beside the claim) so the audit itself judges training health.
 """
@@ -178,27 +178,25 @@ def prepare_data(job: PipelineJob, data_dir: Path) -> dict[str, Path]:
 def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path) -> GateResult:
     """Run the ``leakage`` check and gate on the training text against the held-out eval answers.
 
-    Fails closed: raises :class:`PipelineRefused` when :mod:`honestci.audit.checks.leakage` is missing, when its
-    check cannot run on the pre-training data, or when its gate does not PASS.
+    Fails closed: raises :class:`PipelineRefused` when :mod:`honestci.audit.checks.leakage` cannot be
+    imported, when its check cannot run on the pre-training data, or when its gate does not PASS.
     """
-    import importlib
-
-    from honestci.audit.checks.registry import run_check
-    from honestci.audit.data.claims import Claim, ClaimSpec
-    from honestci.audit.data.io import LoadedTable, Study, load_table
-    from honestci.audit.gates import run_gate
-    from honestci.audit.pipeline import AuditContext
-    from honestci.audit.policy import THRESHOLDS, Thresholds
-
+    # First: the gates (and the audit) import the leakage check too.
     try:
-        importlib.import_module("honestci.audit.checks.leakage")
+        from honestci.audit.checks.leakage import leakage_check
     except ModuleNotFoundError as exc:
         if exc.name != "honestci.audit.checks.leakage":
             raise
         raise PipelineRefused(
-            "Refused: the leakage check (audit/leakage.py) is not installed, so the training "
+            "Refused: the leakage check (honestci.audit.checks.leakage) is not installed, so the training "
             "text cannot be checked against the held-out eval answers; nothing was trained."
         ) from None
+    from honestci.audit.checks.context import AuditContext
+    from honestci.audit.data.claims import Claim, ClaimSpec
+    from honestci.audit.data.io import LoadedTable, Study, load_table
+    from honestci.audit.gates import run_gate
+    from honestci.audit.policy import THRESHOLDS, Thresholds
+
     data = {
         "vignettes": "vignettes.jsonl",
         "responses": "eval_answers.jsonl",
@@ -235,11 +233,7 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
     )
     context = AuditContext(claim, study, None, None, GATE_METHOD_FOR_POPULATION[job.population], None, None, ())
     try:
-        context.checks["leakage"] = run_check("leakage", context)
-    except KeyError:
-        raise PipelineRefused(
-            "Refused: honestci.audit.checks.leakage registers no 'leakage' check; nothing was trained."
-        ) from None
+        context.checks["leakage"] = leakage_check(context)
     except (AttributeError, TypeError) as exc:
         raise PipelineRefused(
             f"Refused: the leakage check could not run before training ({type(exc).__name__}: "
@@ -362,16 +356,6 @@ def run_pipeline(
     config_path: str | Path, overrides: Sequence[str] = (), progress: Callable[[str], None] = lambda _: None
 ) -> PipelineResult:
     """Run every stage; raise :class:`PipelineRefused` when a gate blocks (the report is still written)."""
-    from honestci.audit.checks.training_health import assess_training_log, training_health_svg
-    from honestci.audit.pipeline import run_audit
-    from honestci.audit.report_model import Report, json_safe
-    from honestci.judges.prompts import DEFAULT_TEMPLATE, get_template
-    from honestci.judges.run import load_texts, run_judging
-    from honestci.reports.render import write_report
-    from honestci.training.generate import GenerationJob, generate_responses
-    from honestci.training.grpo import GRPOJob, train_grpo
-    from honestci.training.reward_models import RewardModelJob, train_reward_models
-
     job, base = load_pipeline_job(config_path, overrides)
     out = Path(job.output_dir)
     data_dir = out / "data"
@@ -382,6 +366,18 @@ def run_pipeline(
     progress("checking the training text for leakage of held-out eval answers")
     leakage_gate = leakage_preflight(job, paths, claim_path)
     _stage(stages, "leakage check", started, verdict=str(leakage_gate.verdict))
+
+    # Imported only now: the audit imports the leakage check, whose absence the preflight refuses.
+    from honestci.audit.checks.training_health import assess_training_log
+    from honestci.audit.pipeline import run_audit
+    from honestci.audit.report_model import Report, json_safe
+    from honestci.judges.prompts import DEFAULT_TEMPLATE, get_template
+    from honestci.judges.run import load_texts, run_judging
+    from honestci.reports.plots import training_health_svg
+    from honestci.reports.render import write_report
+    from honestci.training.generate import GenerationJob, generate_responses
+    from honestci.training.grpo import GRPOJob, train_grpo
+    from honestci.training.reward_models import RewardModelJob, train_reward_models
 
     started = time.perf_counter()
     rm_job = build_config(
@@ -467,10 +463,16 @@ def run_pipeline(
     verdict = json_safe(result.to_dict())
     written = write_report(Report.from_dict(verdict), report_dir)
     # The same assessment the audit's check made, kept for the plot beside the report.
-    health = assess_training_log(data_dir / "training_log.jsonl", result_thresholds(job))
-    (report_dir / "training_health.svg").write_text(
-        training_health_svg(health, result_thresholds(job)), encoding="utf-8"
+    thresholds = result_thresholds(job)
+    health = assess_training_log(data_dir / "training_log.jsonl", thresholds)
+    svg = training_health_svg(
+        health.steps,
+        health.series,
+        health.window,
+        str(health.verdict),
+        {"kl": thresholds.training_max_kl, "entropy": thresholds.training_min_entropy},
     )
+    (report_dir / "training_health.svg").write_text(svg, encoding="utf-8")
     _stage(stages, "audit", started, verdict=str(result.verdict), report=str(written["md"]))
 
     published = False

@@ -44,10 +44,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from honestci.audit.checks.registry import ReportSection, register_check
+from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.gates import register_gate
-from honestci.audit.policy import THRESHOLDS, GateResult, Thresholds, Verdict
+from honestci.audit.policy import THRESHOLDS, Verdict
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
@@ -1240,11 +1239,13 @@ def ppi_winrate(contests, items: CalibrationItems, *, level: float = 0.95, min_c
     )
 
 
-# --- the audit check and gate -----------------------------------------------------------------
+# --- the audit check -----------------------------------------------------------------------
 
 
-@register_check("calibration")
-def _calibration_check(context) -> CalibrationResult | None:
+def calibration_check(context: AuditContext) -> CalibrationResult | None:
+    """The claim's judge against the study's human preferences, with the PPI-corrected win rate;
+    None without human data, or when the human data cannot calibrate the judge (InputError: e.g.
+    the judge judged none of the human-labelled pairs)."""
     study = context.study
     if study.human_pairs is None and study.human_ratings is None:
         return None
@@ -1268,63 +1269,3 @@ def _calibration_check(context) -> CalibrationResult | None:
     from dataclasses import replace
 
     return replace(result, ppi=ppi_winrate(context.contests, items, level=level, min_clusters=thresholds.min_clusters))
-
-
-def gate_judge_calibrated(result: CalibrationResult | None, thresholds: Thresholds = THRESHOLDS) -> GateResult:
-    """PASS when the judge's agreement CI-low clears ``min_judge_agreement`` and the judge is not
-    materially below the human ceiling; FAIL when either fails with confidence; WARN when the
-    gap's point estimate is material but its interval reaches back within tolerance;
-    INCONCLUSIVE when there is no human data or no honest interval."""
-    name = "judge_calibrated"
-    if result is None:
-        return GateResult(
-            name,
-            Verdict.INCONCLUSIVE,
-            "not run: needs human preference labels (human_pairs or human_ratings) on pairs the judge judged",
-        )
-    agreement = result.agreement_for(GATE_TIE_POLICY)
-    evidence = {
-        "agreement": agreement.as_row(),
-        "min_judge_agreement": thresholds.min_judge_agreement,
-        "max_judge_ceiling_gap": thresholds.max_judge_ceiling_gap,
-        "gap_to_ceiling": None if result.gap_to_ceiling is None else result.gap_to_ceiling.as_row(),
-    }
-    if not agreement.reportable:
-        return GateResult(
-            name, Verdict.INCONCLUSIVE, f"no honest interval for the agreement: {agreement.note}", evidence
-        )
-    if agreement.ci_low < thresholds.min_judge_agreement:
-        return GateResult(
-            name,
-            Verdict.FAIL,
-            f"agreement {agreement.text()}: CI-low below {thresholds.min_judge_agreement:.2f}",
-            evidence,
-        )
-    message = f"agreement {agreement.text()} >= {thresholds.min_judge_agreement:.2f}"
-    gap = result.gap_to_ceiling
-    if gap is None or not gap.reportable:
-        return GateResult(
-            name, Verdict.WARN, message + "; no human ceiling to compare with (needs 2+ raters)", evidence
-        )
-    tolerance = thresholds.max_judge_ceiling_gap
-    if gap.ci_high < -tolerance:
-        return GateResult(
-            name,
-            Verdict.FAIL,
-            message + f"; but materially below the human ceiling: judge minus "
-            f"ceiling {gap.text()} lies below -{tolerance:.2f}",
-            evidence,
-        )
-    if gap.estimate < -tolerance:
-        return GateResult(
-            name,
-            Verdict.WARN,
-            message + f"; judge minus ceiling {gap.text()}: possibly more than {tolerance:.2f} below the human ceiling",
-            evidence,
-        )
-    return GateResult(name, Verdict.PASS, message + f"; judge minus human ceiling {gap.text()}", evidence)
-
-
-@register_gate("judge_calibrated")
-def _judge_calibrated_gate(context) -> GateResult:
-    return gate_judge_calibrated(context.checks.get("calibration"), context.claim.thresholds)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from honestci.audit.policy import GateResult, Verdict
 from honestci.audit.stats import iid
 from honestci.audit.stats.intervals import IntervalTable
 from honestci.audit.stats.winrate import IID_METHODS
@@ -73,32 +72,6 @@ class ClaimedFigureAudit:
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([c.__dict__ for c in self.checks])
-
-    def gate(self) -> GateResult:
-        """``claimed_figures_reproduce``: FAIL when a figure does not reproduce or is mislabelled."""
-        flags = self.all_flags()
-        evidence = {
-            "point": self.point,
-            "n": self.n,
-            "n_effective": self.n_effective,
-            "reproducing_methods": list(self.reproducing_methods),
-            "flags": list(flags),
-            "stated": self.stated,
-            "table": {system: list(audit.reproducing_methods) for system, audit in self.table_rows},
-        }
-        failing = [f for f in flags if f.startswith("FAIL")]
-        warning = [f for f in flags if f.startswith("WARN")]
-        if failing:
-            return GateResult("claimed_figures_reproduce", Verdict.FAIL, "; ".join(f[6:] for f in failing), evidence)
-        if warning:
-            return GateResult("claimed_figures_reproduce", Verdict.WARN, "; ".join(f[6:] for f in warning), evidence)
-        methods = ", ".join(self.reproducing_methods) or "no interval stated"
-        return GateResult(
-            "claimed_figures_reproduce",
-            Verdict.PASS,
-            f"stated figures reproduce from the raw data (interval: {methods})",
-            evidence,
-        )
 
 
 def audit_claimed_figures(stated: dict, intervals: IntervalTable) -> ClaimedFigureAudit:

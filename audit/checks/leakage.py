@@ -39,10 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from honestci.audit.checks.registry import ReportSection, register_check
+from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.gates import register_gate
-from honestci.audit.policy import GateResult, Verdict
 
 DEFAULT_NGRAM = 8
 GPT3_NGRAM = 13
@@ -851,7 +849,7 @@ def leak_effect(scores, clusters, leaked, level: float = 0.95) -> LeakEffect:
 
 
 # --------------------------------------------------------------------------------------------
-# Plug-in check and gate
+# The audit check
 
 
 @dataclass(frozen=True)
@@ -898,36 +896,6 @@ class LeakageCheck:
         )
         return ReportSection("leakage", "Leakage of eval answers into the training corpus", tuple(lines), table)
 
-    def gate(self) -> GateResult:
-        leaked, near = self.scan.leaked_items, self.scan.near_duplicate_items
-        evidence = {
-            "leaked": list(leaked),
-            "near_duplicates": list(near),
-            "n": self.scan.n,
-            "min_overlap": self.scan.min_overlap,
-        }
-        if leaked:
-            return GateResult(
-                "leakage",
-                Verdict.FAIL,
-                f"{len(leaked)} held-out eval answer(s) used in the claim occur in the training corpus "
-                f"({', '.join(leaked[:5])}{'…' if len(leaked) > 5 else ''})",
-                evidence,
-            )
-        if near:
-            return GateResult(
-                "leakage",
-                Verdict.WARN,
-                f"no verbatim leak; {len(near)} near-duplicate(s) of eval answers in the corpus",
-                evidence,
-            )
-        return GateResult(
-            "leakage",
-            Verdict.PASS,
-            f"no eval answer's {self.scan.n}-grams reach {self.scan.min_overlap:g} overlap with the corpus",
-            evidence,
-        )
-
 
 def check_claim_leakage(
     study,
@@ -972,8 +940,12 @@ def check_claim_leakage(
     return LeakageCheck(scan, effect)
 
 
-@register_check("leakage")
-def _check(context) -> LeakageCheck | None:
+def leakage_check(context: AuditContext) -> LeakageCheck | None:
+    """The claim's eval answers scanned against its training corpus (None without a corpus).
+
+    With ``context.contests`` None (nothing judged yet: the training pipeline's preflight) every
+    response of the study is scanned and no win-rate effect is computed.
+    """
     if context.study.corpus is None:
         return None
     t = context.claim.thresholds
@@ -986,13 +958,3 @@ def _check(context) -> LeakageCheck | None:
         near_threshold=t.leakage_near_duplicate_jaccard,
         level=t.confidence_level,
     )
-
-
-@register_gate("leakage")
-def _gate(context) -> GateResult:
-    result = context.checks.get("leakage")
-    if result is None:
-        return GateResult(
-            "leakage", Verdict.INCONCLUSIVE, "not run: needs a training corpus (the claim's `corpus` table)"
-        )
-    return result.gate()

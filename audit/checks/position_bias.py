@@ -38,10 +38,9 @@ import pandas as pd
 from scipy import stats
 from scipy.special import logit
 
-from honestci.audit.checks.registry import ReportSection, register_check
+from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.gates import register_gate
-from honestci.audit.policy import THRESHOLDS, GateResult, Thresholds, Verdict
+from honestci.audit.policy import THRESHOLDS, Verdict
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
@@ -474,8 +473,8 @@ class PositionBiasCheck:
         return ReportSection("position_bias", "Position bias of the judge", tuple(lines), tuple(table))
 
 
-@register_check("position_bias")
-def _position_bias_check(context) -> PositionBiasCheck | None:
+def position_bias_check(context: AuditContext) -> PositionBiasCheck | None:
+    """Position bias of the claim's judge and of every other judge of the same two systems."""
     contests = context.contests
     if contests is None:
         return None
@@ -490,43 +489,3 @@ def _position_bias_check(context) -> PositionBiasCheck | None:
         except InputError:
             continue  # this judge did not compare the claim's two systems
     return PositionBiasCheck(mine, tuple(others), thresholds.position_bias_tolerance)
-
-
-def gate_position_bias(result: PositionBiasResult | None, thresholds: Thresholds = THRESHOLDS) -> GateResult:
-    """FAIL when the clustered CI of the order effect lies entirely outside ±tolerance, WARN when it
-    straddles a bound, PASS when inside; INCONCLUSIVE when single-order (not identifiable) or
-    without an honest interval."""
-    name = "position_bias"
-    if result is None:
-        return GateResult(name, Verdict.INCONCLUSIVE, "not run: needs both-order verdicts of the claim's judge")
-    tolerance = thresholds.position_bias_tolerance
-    evidence = {"tolerance": tolerance, "judge": result.judge}
-    if not result.identifiable:
-        return GateResult(
-            name,
-            Verdict.INCONCLUSIVE,
-            f"position bias of {result.judge} is not identifiable: {result.note}; judge both orders",
-            evidence,
-        )
-    effect = result.order_effect
-    evidence["order_effect"] = effect.as_row()
-    if not effect.reportable:
-        return GateResult(
-            name, Verdict.INCONCLUSIVE, f"no honest interval for the order effect: {effect.note}", evidence
-        )
-    text = f"{result.judge}: order effect {effect.text()}"
-    if effect.ci_low > tolerance or effect.ci_high < -tolerance:
-        return GateResult(
-            name, Verdict.FAIL, f"{text} lies outside ±{tolerance:.2f}: the judge favours a position", evidence
-        )
-    if effect.ci_low >= -tolerance and effect.ci_high <= tolerance:
-        return GateResult(name, Verdict.PASS, f"{text} lies within ±{tolerance:.2f}", evidence)
-    return GateResult(
-        name, Verdict.WARN, f"{text} straddles ±{tolerance:.2f}: cannot rule out a material position bias", evidence
-    )
-
-
-@register_gate("position_bias")
-def _position_bias_gate(context) -> GateResult:
-    check = context.checks.get("position_bias")
-    return gate_position_bias(None if check is None else check.claim_judge, context.claim.thresholds)

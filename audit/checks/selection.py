@@ -25,10 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize, special
 
-from honestci.audit.checks.registry import ReportSection, register_check
+from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.gates import register_gate
-from honestci.audit.policy import GateResult, Verdict
 from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.random_state import resolve_rng
 
@@ -481,7 +479,6 @@ class SelectionAnalysis:
     claim_uses_selection_pool: bool = False
     policy_selection_estimate: float | None = None
     policy_heldout_estimate: float | None = None
-    shrinkage_warn: float = 0.05
 
     @property
     def shrinkage(self) -> float | None:
@@ -564,62 +561,6 @@ class SelectionAnalysis:
         ]
         return ReportSection("winners_curse", "Winner's curse (selection among candidates)", tuple(lines), tuple(table))
 
-    def gate(self) -> GateResult:
-        """FAIL: the claim's evidence is the pool its policy was selected on. WARN: held-out
-        replication materially below the selection estimate. PASS otherwise."""
-        evidence = {
-            "winner": self.inference.winner,
-            "naive": self.inference.naive_estimate,
-            "median_unbiased": self.inference.median_unbiased,
-            "heldout": None if self.heldout is None else self.heldout.estimate,
-            "policy_is_candidate": self.policy_is_candidate,
-            "claim_uses_selection_pool": self.claim_uses_selection_pool,
-            "shrinkage_warn": self.shrinkage_warn,
-        }
-        if self.policy_is_candidate and self.claim_uses_selection_pool:
-            return GateResult(
-                "winners_curse",
-                Verdict.FAIL,
-                f"{self.policy} was selected among {len(self.inference.candidates)} candidates on the "
-                "selection pool, and the claim's contests include that pool: evaluate it on a fresh "
-                "held-out pool only",
-                evidence,
-            )
-        if self.policy_is_candidate:
-            if self.policy_selection_estimate is None or self.policy_heldout_estimate is None:
-                return GateResult(
-                    "winners_curse",
-                    Verdict.INCONCLUSIVE,
-                    f"{self.policy} lacks a selection or held-out estimate",
-                    evidence,
-                )
-            drop = self.policy_selection_estimate - self.policy_heldout_estimate
-            evidence["policy_shrinkage"] = drop
-            if drop > self.shrinkage_warn:
-                return GateResult(
-                    "winners_curse",
-                    Verdict.WARN,
-                    f"held-out {self.policy_heldout_estimate:.3f} falls {drop:.3f} below the selection "
-                    f"estimate {self.policy_selection_estimate:.3f} (> {self.shrinkage_warn:g})",
-                    evidence,
-                )
-            return GateResult(
-                "winners_curse",
-                Verdict.PASS,
-                f"claim rests on the held-out pool; shrinkage {drop:+.3f} from selection",
-                evidence,
-            )
-        return GateResult(
-            "winners_curse",
-            Verdict.PASS,
-            f"the claim's policy is not among the {len(self.inference.candidates)} selection candidates "
-            f"(winner {self.inference.winner}: naive {self.inference.naive_estimate:.3f}, AKM "
-            f"{self.inference.median_unbiased:.3f}"
-            + ("" if self.heldout is None else f", held-out {self.heldout.estimate:.3f}")
-            + ")",
-            evidence,
-        )
-
 
 def _pool_scores(study, candidate: str, opponent: str, judge: str | None):
     """Contest scores of ``candidate`` vs ``opponent`` split by the pool of the candidate's response."""
@@ -646,7 +587,6 @@ def analyse_selection(
     vcov: str = "CR2",
     policy: str | None = None,
     claim_contests=None,
-    shrinkage_warn: float = 0.05,
 ) -> SelectionAnalysis:
     """Winner's-curse analysis of the candidates of a study's selection pool.
 
@@ -706,7 +646,6 @@ def analyse_selection(
         uses_selection,
         policy_sel,
         policy_held,
-        shrinkage_warn,
     )
 
 
@@ -730,11 +669,12 @@ def _replication(candidate: str, values: np.ndarray, clusters: np.ndarray, level
 
 
 # --------------------------------------------------------------------------------------------
-# Plug-in check and gate
+# The audit check
 
 
-@register_check("winners_curse")
-def _check(context) -> SelectionAnalysis | None:
+def winners_curse_check(context: AuditContext) -> SelectionAnalysis | None:
+    """Winner's-curse analysis of the study's selection pool as the claim's judge judged it; None
+    without a selection pool the claim's judge judged."""
     responses = context.study.responses.frame
     if "pool" not in responses or not (responses["pool"] == "selection").any():
         return None
@@ -752,17 +692,4 @@ def _check(context) -> SelectionAnalysis | None:
         level=thresholds.confidence_level,
         policy=spec.policy,
         claim_contests=context.contests,
-        shrinkage_warn=thresholds.winners_curse_shrinkage_warn,
     )
-
-
-@register_gate("winners_curse")
-def _gate(context) -> GateResult:
-    result = context.checks.get("winners_curse")
-    if result is None:
-        return GateResult(
-            "winners_curse",
-            Verdict.INCONCLUSIVE,
-            "not run: needs a selection pool (responses with pool = selection) among the claim's data",
-        )
-    return result.gate()

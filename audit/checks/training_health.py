@@ -2,7 +2,7 @@
 
 Reads the trainer's log (TRL ``log_history``: a ``trainer_state.json``, a JSON list, or JSON Lines
 with one logged step per line) and judges four signs of a healthy policy-gradient run, each
-against a threshold in :class:`honestci.audit.gates.Thresholds` (first vs last window of ``w`` logged
+against a threshold in :class:`honestci.audit.policy.Thresholds` (first vs last window of ``w`` logged
 steps, ``w = ceil(training_window_fraction · n)``):
 
 - reward rising: mean(reward, last window) − mean(reward, first window) > ``training_min_reward_gain``;
@@ -15,8 +15,10 @@ steps, ``w = ceil(training_window_fraction · n)``):
   reward minus the group mean: identical rewards in a group carry no signal).
 
 A missing series makes its criterion INCONCLUSIVE; a non-finite value (the run diverged) FAILs it.
-The gate ``training_healthy`` is the worst criterion. The check runs when the claim names a
-training log (``training_log: PATH``, relative to the claim file) and returns None otherwise.
+The gate ``training_healthy`` (:func:`honestci.audit.gates.gate_training_healthy`) is the worst
+criterion. The check runs when the claim names a training log (``training_log: PATH``, relative
+to the claim file) and returns None otherwise; :func:`honestci.reports.plots.plot_training_health`
+draws the series.
 
 Reference: the health signals TRL logs for GRPO (``reward``, ``reward_std``,
 ``frac_reward_zero_std``, ``kl``, ``entropy``; TRL documentation, "GRPO Trainer: logged metrics").
@@ -33,10 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from honestci.audit.checks.registry import ReportSection, register_check
+from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import InputError
-from honestci.audit.gates import register_gate
-from honestci.audit.policy import THRESHOLDS, GateResult, Thresholds, Verdict, worst
+from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict, worst
 
 SERIES = ("reward", "reward_std", "kl", "entropy", "frac_reward_zero_std")
 
@@ -87,25 +88,6 @@ class TrainingHealth:
         return (
             f"training health of {self.log_path} ({self.n_steps} steps): {self.verdict}\n"
             + self.to_frame().to_string(index=False)
-        )
-
-    def gate(self) -> GateResult:
-        failing = [c for c in self.criteria if c.verdict == self.verdict and c.verdict != Verdict.PASS]
-        message = (
-            "healthy: " + "; ".join(c.message for c in self.criteria)
-            if not failing
-            else "; ".join(c.message for c in failing)
-        )
-        return GateResult(
-            "training_healthy",
-            self.verdict,
-            message,
-            {
-                "log": self.log_path,
-                "n_steps": self.n_steps,
-                "window": self.window,
-                "criteria": {c.name: c.value for c in self.criteria},
-            },
         )
 
     def report_section(self) -> ReportSection:
@@ -278,48 +260,7 @@ def _reward_spread(series, window, t: Thresholds) -> HealthCriterion:
     )
 
 
-def plot_training_health(result: TrainingHealth, thresholds: Thresholds = THRESHOLDS):
-    """A matplotlib figure of the evidence: reward (± within-group sd), KL, entropy, reward sd per step."""
-    from honestci.reports.plots import _pyplot
-
-    plt = _pyplot()
-    figure, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
-    steps = np.array(result.steps)
-    panels = (
-        ("reward", "reward (± group sd)", None),
-        ("kl", "KL to reference", thresholds.training_max_kl),
-        ("entropy", "entropy (nats/token)", thresholds.training_min_entropy),
-        ("reward_std", "within-group reward sd", None),
-    )
-    for axis, (name, title, limit) in zip(axes.flat, panels):
-        axis.set_title(title)
-        values = np.array(result.series.get(name, ()))
-        if values.size == 0:
-            axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes)
-            continue
-        axis.plot(steps, values, color="tab:blue")
-        if name == "reward" and "reward_std" in result.series:
-            spread = np.array(result.series["reward_std"])
-            axis.fill_between(steps, values - spread, values + spread, color="tab:blue", alpha=0.2)
-        if limit is not None:
-            axis.axhline(limit, color="tab:red", linestyle="--")
-        for edge in (steps[min(result.window, len(steps)) - 1], steps[-result.window]):
-            axis.axvline(edge, color="grey", linestyle=":")
-    for axis in axes[1]:
-        axis.set_xlabel("step")
-    figure.suptitle(f"training health: {result.verdict}")
-    figure.tight_layout()
-    return figure
-
-
-def training_health_svg(result: TrainingHealth, thresholds: Thresholds = THRESHOLDS) -> str:
-    """The plot of :func:`plot_training_health` as inline SVG (for the HTML report)."""
-    from honestci.reports.plots import _svg
-
-    return _svg(plot_training_health(result, thresholds))
-
-
-def training_log_path(context) -> Path | None:
+def training_log_path(context: AuditContext) -> Path | None:
     """The claim's ``training_log`` as :func:`honestci.audit.data.claims.load_claim` resolved it (relative to the
     claim file), or None when the claim names none. Read defensively (getattr), so a context built
     without the key simply has no training log."""
@@ -333,19 +274,7 @@ def training_log_path(context) -> Path | None:
     return path if path.is_absolute() else Path(context.claim.path).parent / path
 
 
-@register_check("training_health")
-def _training_health_check(context) -> TrainingHealth | None:
+def training_health_check(context: AuditContext) -> TrainingHealth | None:
+    """The health of the run behind the claim, from its ``training_log`` (None when it names none)."""
     path = training_log_path(context)
     return None if path is None else assess_training_log(path, context.claim.thresholds)
-
-
-@register_gate("training_healthy")
-def _training_healthy_gate(context) -> GateResult:
-    result = context.checks.get("training_health")
-    if result is None:
-        return GateResult(
-            "training_healthy",
-            Verdict.INCONCLUSIVE,
-            "not run: needs the claim's training_log (the trainer's trainer_state.json or training_log.jsonl)",
-        )
-    return result.gate()

@@ -13,6 +13,7 @@ import click
 
 from honestci.audit.cli.support import fail_cleanly
 from honestci.audit.errors import InputError
+from honestci.audit.policy import THRESHOLDS
 
 _TABLE_OPTIONS = {
     "judgments": "judgments",
@@ -112,6 +113,7 @@ def calibrate_judge_command(
 ) -> None:
     """Agreement of a judge with human preferences, with vignette-clustered intervals."""
     from honestci.audit.checks.calibration import calibrate_judge
+    from honestci.audit.gates import gate_judge_calibrated
 
     tables, spec = _tables(
         claim, {"judgments": judgments, "human_pairs": human_pairs, "human_ratings": human_ratings}, allow_outside_data
@@ -166,6 +168,8 @@ def calibrate_judge_command(
         f"\naccuracy {result.metrics.accuracy:.4f}  macro-P {result.metrics.macro_precision:.4f}  "
         f"macro-R {result.metrics.macro_recall:.4f}  macro-F1 {result.metrics.macro_f1:.4f}  (3 classes)"
     )
+    gate = gate_judge_calibrated(result, THRESHOLDS)
+    click.echo(f"\ngate judge_calibrated: {gate.verdict} — {gate.message}")
 
 
 @click.command("position-bias")
@@ -183,9 +187,9 @@ def position_bias_command(
     claim, judgments, responses, judge, policy, opponent, level, seed, allow_outside_data
 ) -> None:
     """Position bias of a judge from both-order verdicts (single-order data: not identifiable)."""
-    from honestci.audit.checks.position_bias import gate_position_bias, position_bias_from_contests
+    from honestci.audit.checks.position_bias import position_bias_from_contests
     from honestci.audit.data.contests import build_contests
-    from honestci.audit.policy import THRESHOLDS
+    from honestci.audit.gates import gate_position_bias
 
     tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
     missing = [name for name in ("judgments", "responses") if name not in tables]

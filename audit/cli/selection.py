@@ -9,7 +9,7 @@ import click
 
 from honestci.audit.cli.support import fail_cleanly
 from honestci.audit.errors import InputError
-from honestci.audit.policy import EXIT_BLOCKED
+from honestci.audit.policy import EXIT_BLOCKED, Verdict
 
 
 @click.command("winners-curse")
@@ -30,6 +30,7 @@ def winners_curse(claim_file, opponent, judge, level, seed, out):
     from honestci.audit.data.claims import load_claim
     from honestci.audit.data.contests import build_contests
     from honestci.audit.data.io import load_study
+    from honestci.audit.gates import gate_winners_curse
 
     claim = load_claim(claim_file)
     spec, thresholds = claim.spec, claim.thresholds
@@ -45,16 +46,15 @@ def winners_curse(claim_file, opponent, judge, level, seed, out):
         seed=seed,
         policy=spec.policy,
         claim_contests=contests,
-        shrinkage_warn=thresholds.winners_curse_shrinkage_warn,
     )
     click.echo("\n".join(analysis.report_section().lines))
     click.echo(analysis.to_frame().to_string(index=False))
-    gate = analysis.gate()
+    gate = gate_winners_curse(analysis, thresholds)
     click.echo(f"gate winners_curse: {gate.verdict} - {gate.message}")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         analysis.to_frame().to_csv(Path(out) / "winners_curse.csv", index=False)
-    if gate.verdict.name == "FAIL":
+    if gate.verdict == Verdict.FAIL:
         sys.exit(EXIT_BLOCKED)
 
 
@@ -114,6 +114,7 @@ def leakage(
     The training pipeline runs this before it uses any text.
     """
     from honestci.audit.checks.leakage import NEAR_SHINGLE, build_index, scan_corpus, scan_corpus_dask
+    from honestci.audit.gates import gate_leakage
 
     items = _read_eval_items(Path(eval_file), eval_id, eval_text)
     index = build_index(items, ngram)
@@ -139,11 +140,13 @@ def leakage(
             index, corpora, text_field=text_field, id_field=id_field, min_overlap=min_overlap, near_index=near_index
         )
     click.echo(str(scan))
+    gate = gate_leakage(scan)
+    click.echo(f"gate leakage: {gate.verdict} - {gate.message}")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         scan.items.to_csv(Path(out) / "leakage_items.csv", index=False)
         scan.documents.to_csv(Path(out) / "leakage_documents.csv", index=False)
-    if scan.leaked_items:
+    if gate.verdict == Verdict.FAIL:
         sys.exit(EXIT_BLOCKED)
 
 
