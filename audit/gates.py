@@ -87,7 +87,9 @@ def gate_sampler_converged(bayes: BayesCheck | None) -> GateResult:
     """``sampler_converged``: PASS when R-hat, bulk/tail ESS and divergences meet the thresholds
     the fit was judged by; INCONCLUSIVE when they do not, or when the Bayesian model was disabled."""
     if bayes is None:
-        return GateResult("sampler_converged", Verdict.INCONCLUSIVE, "not run: the Bayesian model was disabled")
+        return GateResult(
+            "sampler_converged", Verdict.INCONCLUSIVE, "not run: the Bayesian model was disabled", ran=False
+        )
     result, d = bayes.result, bayes.result.diagnostics
     evidence = {
         "rhat_max": d.rhat_max,
@@ -199,6 +201,7 @@ def gate_judge_calibrated(result: CalibrationResult | None, thresholds: Threshol
             name,
             Verdict.INCONCLUSIVE,
             "not run: needs human preference labels (human_pairs or human_ratings) on pairs the judge judged",
+            ran=False,
         )
     agreement = result.agreement_for(GATE_TIE_POLICY)
     evidence = {
@@ -253,7 +256,9 @@ def gate_position_bias(result: PositionBiasResult | None, thresholds: Thresholds
     """
     name = "position_bias"
     if result is None:
-        return GateResult(name, Verdict.INCONCLUSIVE, "not run: needs both-order verdicts of the claim's judge")
+        return GateResult(
+            name, Verdict.INCONCLUSIVE, "not run: needs both-order verdicts of the claim's judge", ran=False
+        )
     tolerance = thresholds.position_bias_tolerance
     evidence = {"tolerance": tolerance, "judge": result.judge}
     if not result.identifiable:
@@ -293,6 +298,7 @@ def gate_winners_curse(result: SelectionAnalysis | None, thresholds: Thresholds 
             "winners_curse",
             Verdict.INCONCLUSIVE,
             "not run: needs a selection pool (responses with pool = selection) among the claim's data",
+            ran=False,
         )
     inference, shrinkage_warn = result.inference, thresholds.winners_curse_shrinkage_warn
     evidence = {
@@ -355,7 +361,7 @@ def gate_leakage(scan: LeakageScan | None) -> GateResult:
     corpus; PASS otherwise."""
     if scan is None:
         return GateResult(
-            "leakage", Verdict.INCONCLUSIVE, "not run: needs a training corpus (the claim's `corpus` table)"
+            "leakage", Verdict.INCONCLUSIVE, "not run: needs a training corpus (the claim's `corpus` table)", ran=False
         )
     leaked, near = scan.leaked_items, scan.near_duplicate_items
     evidence = {"leaked": list(leaked), "near_duplicates": list(near), "n": scan.n, "min_overlap": scan.min_overlap}
@@ -391,6 +397,7 @@ def gate_training_healthy(result: TrainingHealth | None) -> GateResult:
             "training_healthy",
             Verdict.INCONCLUSIVE,
             "not run: needs the claim's training_log (the trainer's trainer_state.json or training_log.jsonl)",
+            ran=False,
         )
     failing = [c for c in result.criteria if c.verdict == result.verdict and c.verdict != Verdict.PASS]
     message = (

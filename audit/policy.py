@@ -144,9 +144,12 @@ class GateResult:
     verdict: Verdict
     message: str
     evidence: dict = field(default_factory=dict, compare=False)
+    #: False when the gate could not run (its evidence, check or extra is missing): such a gate
+    #: is INCONCLUSIVE, and ``--allow-inconclusive`` never lets it pass when it is required.
+    ran: bool = True
 
     def as_row(self) -> dict:
-        return {"gate": self.name, "verdict": str(self.verdict), "message": self.message}
+        return {"gate": self.name, "verdict": str(self.verdict), "message": self.message, "ran": self.ran}
 
 
 #: Gates required by default, in the order they run.

@@ -139,3 +139,42 @@ def test_order_effect_coverage_slow_tier(n_vignettes):
     coverage, coverage_logit = _order_effect_coverage(2000, n_vignettes, 40, seed=40 + n_vignettes)
     assert 0.92 <= coverage <= 0.975
     assert 0.90 <= coverage_logit <= 0.975
+
+
+# --- extremes are decided ----------------------------------------------------------------------
+
+
+def _extreme(first: str, second: str, vignettes: int = 6, per_vignette: int = 120):
+    n = vignettes * per_vignette
+    groups = np.repeat([f"v{g}" for g in range(vignettes)], per_vignette)
+    return position_bias(np.full(n, first), np.full(n, second), groups, judge="J")
+
+
+def test_a_judge_that_always_names_the_first_response_fails():
+    result = _extreme("win", "loss")  # the policy wins when shown first, loses when shown second
+    effect = result.order_effect
+    assert effect.reportable and effect.estimate == 1.0 and 0.85 < effect.ci_low <= effect.ci_high <= 1.0
+    gate = gate_position_bias(result)
+    assert gate.verdict == Verdict.FAIL and "exact, these vignettes" in gate.message
+
+
+def test_a_judge_whose_verdict_never_depends_on_the_order_passes():
+    for outcome in ("win", "tie", "loss"):
+        result = _extreme(outcome, outcome)
+        effect = result.order_effect
+        assert effect.estimate == 0.0 and -0.1 < effect.ci_low < 0 < effect.ci_high < 0.1
+        assert gate_position_bias(result).verdict == Verdict.PASS
+
+
+def test_exact_bounds_are_scipys_clopper_pearson_at_the_bonferroni_level():
+    from honestci.audit.checks.position_bias import exact_order_effect
+
+    groups = np.repeat(["a", "b"], [10, 30])
+    difference = np.r_[np.ones(10), np.ones(30)]
+    effect = exact_order_effect(difference, groups, 0.95)
+    one_sided = 0.05 / (4 * 2)  # four one-sided bounds in each of two vignettes
+    # k = m: the lower bound of P(d = 1) is binomtest's two-sided interval at 1 - 2 * alpha.
+    lows = [stats.binomtest(m, m).proportion_ci(1 - 2 * one_sided, "exact").low for m in (10, 30)]
+    highs_minus = [stats.binomtest(0, m).proportion_ci(1 - 2 * one_sided, "exact").high for m in (10, 30)]
+    np.testing.assert_allclose(effect.ci_low, np.mean(np.subtract(lows, highs_minus)), rtol=1e-10)
+    assert effect.ci_high == 1.0 and effect.n_clusters == 2

@@ -192,10 +192,10 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
             "text cannot be checked against the held-out eval answers; nothing was trained."
         ) from None
     from honestci.audit.checks.context import AuditContext
-    from honestci.audit.data.claims import Claim, ClaimSpec
+    from honestci.audit.data.claims import Claim, ClaimSpec, tightened
     from honestci.audit.data.io import LoadedTable, Study, load_table
     from honestci.audit.gates import run_gate
-    from honestci.audit.policy import THRESHOLDS, Thresholds
+    from honestci.audit.policy import Policy
 
     data = {
         "vignettes": "vignettes.jsonl",
@@ -215,8 +215,9 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
             "thresholds": job.thresholds,
         }
     )
-    thresholds = Thresholds(**{**THRESHOLDS.__dict__, **job.thresholds})
-    claim = Claim(spec, claim_path, {k: claim_path.parent / v for k, v in data.items()}, thresholds)
+    # The job's thresholds are the claim's: they may only tighten the built-in policy.
+    policy = tightened(Policy(), spec, claim_path)
+    claim = Claim(spec, claim_path, {k: claim_path.parent / v for k, v in data.items()}, policy)
     # Nothing is judged before training: an empty judgments table (the loaders refuse empty files).
     empty_judgments = LoadedTable(
         "judgments",

@@ -197,6 +197,55 @@ def sign_flip_test(differences, *, draws: int = PERMUTATION_DRAWS, rng: int | np
     return exact, monte_carlo, m, seed
 
 
+def exact_order_effect(difference, groups, level: float) -> ClusteredEstimate:
+    """The order effect on these vignettes from exact per-vignette bounds, for the data a
+    clustered interval cannot take: no variance at all (a judge that names the same position in
+    every verdict, or one that never changes its verdict with the order).
+
+    Per contest d = 1[policy wins shown first] - 1[policy wins shown second] in {-1, 0, 1}. For
+    vignette v with m_v contests, k⁺_v of them d = 1 and k⁻_v d = -1, the effect
+    δ_v = P(d = 1) - P(d = -1) lies in [L⁺_v - U⁻_v, U⁺_v - L⁻_v], with L and U one-sided
+    Clopper-Pearson bounds at α' = (1 - level) / (4G) each: Bonferroni over the G vignettes and
+    the four bounds, so every bound holds at once with probability >= level. The reported effect
+    is the equal-weight mean over vignettes, Σ_v δ_v / G, with the means of the bounds.
+
+    References: Clopper & Pearson (1934), Biometrika 26:404-413. Validated against:
+    scipy.stats.binomtest's exact interval at the same one-sided level (tests/test_position_bias.py).
+    """
+    alpha = (1 - level) / (4 * len(np.unique(groups)))
+    lows, highs, estimates = [], [], []
+    for vignette in np.unique(groups):
+        d = np.asarray(difference)[np.asarray(groups) == vignette]
+        m, plus, minus = d.size, int((d > 0).sum()), int((d < 0).sum())
+        low_plus, high_plus = _clopper_pearson_one_sided(plus, m, alpha)
+        low_minus, high_minus = _clopper_pearson_one_sided(minus, m, alpha)
+        lows.append(low_plus - high_minus)
+        highs.append(high_plus - low_minus)
+        estimates.append((plus - minus) / m)
+    return ClusteredEstimate(
+        "order effect (probability points)",
+        float(np.mean(estimates)),
+        None,
+        None,
+        float(np.mean(lows)),
+        float(np.mean(highs)),
+        None,
+        None,
+        int(np.size(difference)),
+        len(lows),
+        level,
+        note="no variance: exact per-vignette Clopper-Pearson bounds (Bonferroni), these vignettes",
+        method="exact, these vignettes",
+    )
+
+
+def _clopper_pearson_one_sided(k: int, m: int, alpha: float) -> tuple[float, float]:
+    """One-sided Clopper-Pearson bounds (each at error ``alpha``) of a binomial proportion."""
+    low = 0.0 if k == 0 else float(stats.beta.ppf(alpha, k, m - k + 1))
+    high = 1.0 if k == m else float(stats.beta.ppf(1 - alpha, k + 1, m - k))
+    return low, high
+
+
 def position_bias(
     outcome_policy_first,
     outcome_policy_second,
@@ -310,6 +359,8 @@ def position_bias(
                     "order effect (logit scale)",
                     estimate=float(logit(p_first) - logit(p_second)),
                 )
+    if order_effect is None and np.ptp(difference) == 0:
+        order_effect = exact_order_effect(difference, groups, level)
     if order_effect is None:
         order_effect = boot
     if logit_effect is None:

@@ -44,6 +44,8 @@ class ClusteredEstimate:
     seed: int | None = None
     verdict: Verdict = Verdict.PASS
     note: str = ""
+    #: How the interval was computed, as :meth:`text` names it.
+    method: str = "CR2"
 
     @property
     def reportable(self) -> bool:
@@ -67,7 +69,7 @@ class ClusteredEstimate:
             return f"{self.estimate:.{digits}f} (no interval: {self.note})"
         return (
             f"{self.estimate:.{digits}f} [{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}] "
-            f"(CR2, n = {self.n}, G = {self.n_clusters})"
+            f"({self.method}, n = {self.n}, G = {self.n_clusters})"
         )
 
     def __str__(self) -> str:
