@@ -14,7 +14,9 @@ from honestci.reports.markdown import _claimed_section, fmt, gate_interval, inte
 
 def render_html(report: Report) -> str:
     data = report.data
-    env = Environment(loader=PackageLoader("reports", "templates"), autoescape=select_autoescape(["html", "j2"]))
+    env = Environment(
+        loader=PackageLoader("honestci.reports", "templates"), autoescape=select_autoescape(["html", "j2"])
+    )
     claim = data["claim"]
     honest = gate_interval(data)
     pooled = None if honest is None or honest.get("ci_low") is None else {**honest, "method": honest["method"]}
