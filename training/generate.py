@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from honestci.audit.errors import InputError, Problem
+from honestci.audit.errors import InputError, Problem, require_extra
 from honestci.training.config import require
 from honestci.training.task import extract_answer, messages_for
 
@@ -210,6 +210,14 @@ def generate_responses(job: GenerationJob, progress: Callable[[str], None] = lam
     from honestci.audit.data.io import load_table
     from honestci.judges.tables import write_table
 
+    if job.backend == "transformers":  # the HTTP backend checks its own extra
+        require_extra(
+            "train",
+            "torch",
+            "transformers",
+            needed_by="local generation (backend transformers)",
+            instead="generate over HTTP",
+        )
     vignettes = load_table(job.vignettes, "vignettes").frame
     base_seed = int(np.random.SeedSequence().entropy % 2**63) if job.seed is None else int(job.seed)
     seeds = iter(sample_seeds(base_seed, len(vignettes) * job.samples_per_vignette))

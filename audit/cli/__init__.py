@@ -1,7 +1,8 @@
 """The ``honestci`` command line.
 
-Exit codes: 0 release allowed, 1 blocked (a gate failed or is inconclusive), 2 bad input.
-Heavy libraries are imported inside the commands that need them, so ``--help`` stays instant.
+Exit codes: 0 release allowed, 1 blocked (a gate failed or is inconclusive), 2 bad input or a
+missing extra. Heavy libraries are imported inside the commands that need them, so ``--help``
+stays instant.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from pathlib import Path
 import click
 
 from honestci import __version__
+from honestci.audit.cli.support import BAYES_MODULES
 from honestci.audit.cli.support import fail_cleanly as _fail_cleanly
-from honestci.audit.errors import InputError
+from honestci.audit.errors import InputError, require_extra
 from honestci.audit.policy import DEFAULT_SEED
 
 
@@ -51,6 +53,8 @@ def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_ou
     from honestci.audit.pipeline import run_audit
     from honestci.reports.render import write_outputs
 
+    if bayes:  # before any work, so a missing extra never reaches a verdict
+        require_extra("bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="pass --no-bayes")
     result = run_audit(claim, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=_progress)
     paths = write_outputs(result.report(), out_dir, posterior=result.posterior)
     click.echo(str(result.intervals))

@@ -119,6 +119,9 @@ def leakage(
     index = build_index(items, ngram)
     near_index = build_index(items, NEAR_SHINGLE) if near_duplicates else None
     if workers > 0:
+        from honestci.audit.errors import require_extra
+
+        require_extra("distributed", "distributed", needed_by="a Dask scan (--workers > 0)", instead="pass --workers 0")
         from distributed import Client, LocalCluster
 
         with (

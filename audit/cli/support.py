@@ -10,6 +10,9 @@ import click
 from honestci.audit.errors import InputError
 from honestci.audit.policy import EXIT_BAD_INPUT
 
+#: What the Bayesian fit imports from the bayes extra (audit/stats/bayes*.py import them lazily).
+BAYES_MODULES = ("pymc", "arviz", "nutpie")
+
 
 def fail_cleanly(command):
     """Print domain input errors as a readable message (no traceback) and exit 2."""

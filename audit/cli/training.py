@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from honestci.audit.cli.support import fail_cleanly
+from honestci.audit.cli.support import BAYES_MODULES, fail_cleanly
+from honestci.audit.errors import require_extra
 
 EXIT_REFUSED = 1
 _SET = click.option(
@@ -146,8 +147,16 @@ def generate_command(
 def pipeline_command(config: Path, overrides: tuple[str, ...]) -> None:
     """Leakage check -> reward models -> GRPO -> generation -> judging -> audit; figures go into the
     model card only when every required gate passes (exit 1 otherwise)."""
-    from honestci.training.pipeline import PipelineRefused, run_pipeline
+    from honestci.training.config import TRAIN_MODULES
+    from honestci.training.pipeline import PipelineRefused, load_pipeline_job, run_pipeline
 
+    # Every extra the config needs, checked before the first stage writes into its output folder.
+    job, _ = load_pipeline_job(config, overrides)
+    require_extra("train", *TRAIN_MODULES, needed_by="the pipeline (reward models, GRPO, generation)")
+    if job.judge["backend"] in ("openai", "vllm"):
+        require_extra("judges", "httpx", needed_by="the pipeline's HTTP judge")
+    if job.bayes:
+        require_extra("bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="set bayes: false")
     try:
         result = run_pipeline(config, overrides, progress=_progress)
     except PipelineRefused as refused:
