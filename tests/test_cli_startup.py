@@ -1,5 +1,5 @@
 """`honestci --help` stays instant: it imports none of the heavy libraries and still lists every
-command; commands of other modules load only when used."""
+command; commands of other modules load only when used; one --seed option everywhere."""
 
 import subprocess
 import sys
@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from honestci.audit.cli import LAZY_COMMANDS, main
+from honestci.audit.policy import DEFAULT_SEED
 
 COMMANDS = {
     "audit",
@@ -60,3 +61,33 @@ def test_each_command_shows_its_own_help(name):
     result = CliRunner().invoke(main, [name, "--help"])
     assert result.exit_code == 0, result.output
     assert f"Usage: main {name}" in result.output
+
+
+def _seed_options(group: click.Group, ctx: click.Context):
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            yield from _seed_options(command, click.Context(command, parent=ctx))
+        for param in command.params:
+            if param.name == "seed":
+                yield name, param
+
+
+def test_every_seed_option_is_the_one_shared_option_except_the_simulators():
+    options = dict(_seed_options(main, click.Context(main)))
+    assert set(options) == {
+        "audit",
+        "calibrate-judge",
+        "coverage-study",
+        "generate",
+        "judge",
+        "position-bias",
+        "simulate",
+        "winners-curse",
+        "winrate",
+    }
+    simulator = options.pop("simulate")
+    assert simulator.default is None and "not the audit's --seed" in simulator.help
+    assert {(o.opts[0], o.type, o.default, o.help, o.show_default) for o in options.values()} == {
+        ("--seed", click.INT, DEFAULT_SEED, options["audit"].help, True)
+    }

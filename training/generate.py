@@ -1,9 +1,11 @@
 """Generation for evaluation: fresh seeds, a tagged run and pool, written as a responses table.
 
-Each (vignette, sample) gets its own seed, derived from one base seed with
-``numpy.random.SeedSequence(base).spawn``; the base seed is fresh entropy unless given, and is
-recorded (in the result and, per sample, in the ``seed`` column), so an evaluation never reuses the
-samples a checkpoint was selected or trained on by accident and can still be re-run exactly. Rows
+Each (vignette, sample) gets its own seed, spawned (``numpy.random.SeedSequence``) from one base
+seed together with the system, run tag and pool, so two pools or runs generated with the same base
+seed (the command line's default) never share a sample seed. The base seed is fresh entropy unless
+given (the command line always gives one) and is recorded (in the result and, per sample, in the
+``seed`` column), so an evaluation never reuses the samples a checkpoint was selected or trained on
+by accident and can still be re-run exactly. Rows
 follow ``docs/data-formats.md`` (responses): ``text`` is the answer after ``</think>``, ``raw`` the
 whole output, ``run`` and ``pool`` tag the evaluation.
 
@@ -16,6 +18,7 @@ the failures listed: it is never written as an empty answer (an empty answer is 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,11 +112,14 @@ class GenerationRun:
         )
 
 
-def sample_seeds(base_seed: int, n: int) -> list[int]:
-    """``n`` independent 31-bit seeds from ``base_seed`` (SeedSequence spawning)."""
-    return [
-        int(child.generate_state(1, dtype=np.uint32)[0] >> 1) for child in np.random.SeedSequence(base_seed).spawn(n)
-    ]
+def sample_seeds(base_seed: int, n: int, *tags: str) -> list[int]:
+    """``n`` independent 31-bit seeds from ``base_seed`` and ``tags`` (SeedSequence spawning).
+
+    The tags (system, run, pool) enter the entropy, so a held-out pool generated with the same base
+    seed as the selection pool is still a fresh draw.
+    """
+    entropy = [base_seed, int.from_bytes(hashlib.sha256("\0".join(tags).encode()).digest())]
+    return [int(child.generate_state(1, dtype=np.uint32)[0] >> 1) for child in np.random.SeedSequence(entropy).spawn(n)]
 
 
 def _slug(text: str) -> str:
@@ -220,7 +226,7 @@ def generate_responses(job: GenerationJob, progress: Callable[[str], None] = lam
         )
     vignettes = load_table(job.vignettes, "vignettes").frame
     base_seed = int(np.random.SeedSequence().entropy % 2**63) if job.seed is None else int(job.seed)
-    seeds = iter(sample_seeds(base_seed, len(vignettes) * job.samples_per_vignette))
+    seeds = iter(sample_seeds(base_seed, len(vignettes) * job.samples_per_vignette, job.system, job.run, job.pool))
     plan, keys, meta = [], [], []
     for vid, scenario in zip(vignettes["vignette_id"], vignettes["text"]):
         for sample in range(job.samples_per_vignette):

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from honestci import __version__
-from honestci.audit.cli.support import BAYES_MODULES, LazyGroup
+from honestci.audit.cli.support import BAYES_MODULES, LazyGroup, seed_option
 from honestci.audit.cli.support import fail_cleanly as _fail_cleanly
 from honestci.audit.errors import InputError, require_extra
 from honestci.audit.policy import DEFAULT_SEED
@@ -79,7 +79,13 @@ def main() -> None:
     required=True,
     help="Folder to write the study into (created if missing).",
 )
-@click.option("--seed", type=int, default=None, help="Simulator seed (default: the embedded study's seed).")
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Simulator seed (default: the seed the embedded study was generated with, "
+    "honestci.fixtures.simulate.DEFAULT_SEED: a property of the study, not the audit's --seed).",
+)
 @_fail_cleanly
 def simulate(out_dir: Path, seed: int | None) -> None:
     """Regenerate the embedded fixture study (byte-identical for the same seed)."""
@@ -123,7 +129,7 @@ def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_ou
     help="Folder for report.md, report.html, verdict.json (and posterior.nc with --bayes).",
 )
 @click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="Seed of every resampling step.")
+@seed_option
 @click.option("--allow-inconclusive", is_flag=True, help="Exit 0 when the worst gate is INCONCLUSIVE.")
 @click.option("--allow-outside-data", is_flag=True, help="Let data paths resolve outside the claim's folder.")
 @_fail_cleanly
@@ -184,7 +190,7 @@ def report(result: Path, fmt: str, out_file: Path | None) -> None:
 @main.command()
 @click.argument("claim", type=click.Path(path_type=Path))
 @click.option("--method", "methods", multiple=True, help="Interval method (repeatable); default: all.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="Seed of every resampling step.")
+@seed_option
 @click.option("--level", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
 @_fail_cleanly
 def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> None:
@@ -220,7 +226,7 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> N
 @main.command("coverage-study")
 @click.option("--reps", type=click.IntRange(10), default=1000, show_default=True, help="Replications per cell.")
 @click.option("--per-vignette", type=click.IntRange(2), default=40, show_default=True, help="Contests per vignette.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True)
+@seed_option
 @click.option("--processes", type=click.IntRange(1), default=1, show_default=True, help="Worker processes.")
 @click.option(
     "--out",

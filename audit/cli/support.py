@@ -1,5 +1,5 @@
 """Shared pieces of the command line: bad input exits 2 with a readable message, no traceback; the
-group that imports a command only when it is used."""
+one ``--seed`` option; the group that imports a command only when it is used."""
 
 from __future__ import annotations
 
@@ -10,10 +10,20 @@ import sys
 import click
 
 from honestci.audit.errors import InputError
-from honestci.audit.policy import EXIT_BAD_INPUT
+from honestci.audit.policy import DEFAULT_SEED, EXIT_BAD_INPUT
 
 #: What the Bayesian fit imports from the bayes extra (audit/stats/bayes*.py import them lazily).
 BAYES_MODULES = ("pymc", "arviz", "nutpie")
+
+#: The one ``--seed`` option of every command that draws random numbers: same name, type, default
+#: (the policy's seed, so a rerun reproduces its output) and help everywhere.
+seed_option = click.option(
+    "--seed",
+    type=int,
+    default=DEFAULT_SEED,
+    show_default=True,
+    help="Seed of every random draw this command makes (bootstraps, MCMC, order shuffles, sampling).",
+)
 
 
 def fail_cleanly(command):

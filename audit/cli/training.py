@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from honestci.audit.cli.support import BAYES_MODULES, fail_cleanly
+from honestci.audit.cli.support import BAYES_MODULES, fail_cleanly, seed_option
 from honestci.audit.errors import require_extra
 
 EXIT_REFUSED = 1
@@ -90,7 +90,7 @@ def train_grpo_command(config: Path, overrides: tuple[str, ...]) -> None:
 )
 @click.option("--run", "run_tag", default="run-1", show_default=True, help="Evaluation run tag.")
 @click.option("--pool", type=click.Choice(["heldout", "selection"]), default="heldout", show_default=True)
-@click.option("--seed", type=int, default=None, help="Base seed (default: fresh entropy, recorded).")
+@seed_option
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.7, show_default=True)
 @click.option("--top-p", type=click.FloatRange(0, 1), default=1.0, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(1), default=2048, show_default=True)
@@ -115,7 +115,11 @@ def generate_command(
     max_tokens,
     device,
 ) -> None:
-    """Generate fresh answers per vignette into a responses table (tagged run and pool)."""
+    """Generate fresh answers per vignette into a responses table (tagged run and pool).
+
+    Each answer's seed derives from --seed, the system, the run tag and the pool: a rerun
+    reproduces its answers, and two pools or runs never share a sample.
+    """
     from honestci.training.generate import GenerationJob, generate_responses
 
     job = GenerationJob(
