@@ -83,7 +83,6 @@ class MissingExtraError(InputError):
     """
 
     def __init__(self, extra: str, needed_by: str, reason: str, instead: str = ""):
-        self.extra = extra
         fix = f"pip install 'honestci[{extra}]'" + (f" (or {instead})" if instead else "")
         super().__init__(f"{needed_by} needs the {extra} extra, and {reason}.", fix=fix)
 

@@ -5,9 +5,9 @@ seed together with the system, run tag and pool, so two pools or runs generated 
 seed (the command line's default) never share a sample seed. The base seed is fresh entropy unless
 given (the command line always gives one) and is recorded (in the result and, per sample, in the
 ``seed`` column), so an evaluation never reuses the samples a checkpoint was selected or trained on
-by accident and can still be re-run exactly. Rows
-follow ``docs/data-formats.md`` (responses): ``text`` is the answer after ``</think>``, ``raw`` the
-whole output, ``run`` and ``pool`` tag the evaluation.
+by accident and can still be re-run exactly. Rows follow ``docs/data-formats.md`` (responses):
+``text`` is the answer after ``</think>``, ``raw`` the whole output, ``run`` and ``pool`` tag the
+evaluation.
 
 Backends: a local transformers model (CPU or GPU), or an OpenAI-compatible server (vLLM's
 ``vllm serve``), through the judges' HTTP client (:mod:`honestci.judges.backends.openai_http`: bounded
