@@ -6,12 +6,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-e2e test-slow test-all lint install clean
 
-# torch is pinned (==2.13.0, a CPU build) in the train extra; constraints.txt pins the rest to
-# the versions the suite last passed with.
+# Every extra the tests use. constraints.txt pins torch (==2.13.0, a CPU build; the train extra
+# only bounds it) and the rest to the versions the suite last passed with.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,train]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,train,bayes,judges,distributed]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -6,6 +6,7 @@ traceback; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 
@@ -72,6 +73,35 @@ class SchemaError(InputError):
 
 class ClaimError(InputError):
     """A claim file is malformed or refers to data that does not exist."""
+
+
+class MissingExtraError(InputError):
+    """A command needs an optional extra (``honestci[bayes]``, ...) that is not installed (exit code 2).
+
+    The environment, not the data, is at fault, so no verdict is reached: a missing extra can never
+    pass a gate (``--allow-inconclusive`` included).
+    """
+
+    def __init__(self, extra: str, needed_by: str, reason: str, instead: str = ""):
+        fix = f"pip install 'honestci[{extra}]'" + (f" (or {instead})" if instead else "")
+        super().__init__(f"{needed_by} needs the {extra} extra, and {reason}.", fix=fix)
+
+
+def require_extra(extra: str, *modules: str, needed_by: str, instead: str = "") -> None:
+    """Import ``modules`` (all of the optional ``extra``) or raise :class:`MissingExtraError`.
+
+    Call it where a command first needs the extra, before anything is written. ``needed_by`` names
+    what needs it ("the Bayesian model"); ``instead`` is the way around it ("pass --no-bayes").
+    The modules are imported, not only looked up, so a broken install is caught here too.
+    """
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            # The module itself or one it needs is absent, or present but broken (a version mismatch).
+            missing = exc.name if isinstance(exc, ModuleNotFoundError) and exc.name else None
+            reason = f"{missing} is not installed" if missing else f"importing {module} failed ({exc})"
+            raise MissingExtraError(extra, needed_by, reason, instead) from exc
 
 
 class EstimationError(HonestCIError):

@@ -154,13 +154,12 @@ def _provenance(claim: Claim, study: Study, seed: int) -> dict:
     import numpy
     import pandas
     import scipy
-    import statsmodels
 
     return {
         "honestci": __version__,
         "git_commit": _git_commit(),
         "python": platform.python_version(),
-        "packages": {m.__name__: m.__version__ for m in (numpy, scipy, pandas, statsmodels)},
+        "packages": {m.__name__: m.__version__ for m in (numpy, scipy, pandas)},
         "seed": seed,
         "claim_sha256": hashlib.sha256(claim.path.read_bytes()).hexdigest(),
         "inputs_sha256": dict(study.sha256),

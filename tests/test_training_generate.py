@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from honestci.audit.data.io import load_table
+from honestci.audit.policy import DEFAULT_SEED
 from honestci.judges.stub_server import StubConfig, StubJudgeServer
 from honestci.training.config import TrainingConfigError
 from honestci.training.generate import GenerationJob, generate_responses, sample_seeds
@@ -33,7 +34,9 @@ def test_http_generation_writes_a_valid_responses_table_with_recorded_seeds(tmp_
     rows = [json.loads(line) for line in open(tmp_path / "responses.jsonl")]
     assert run.n_rows == len(rows) == 18 and run.base_seed == 7
     assert logged > 18  # injected 500s were retried, never written as empty answers
-    assert [r["seed"] for r in rows] == sample_seeds(7, 18) and len({r["seed"] for r in rows}) == 18
+    assert [r["seed"] for r in rows] == sample_seeds(7, 18, "my-policy", "run-2", "heldout") and len(
+        {r["seed"] for r in rows}
+    ) == 18
     assert {(r["run"], r["pool"], r["system"]) for r in rows} == {("run-2", "heldout", "my-policy")}
     assert sorted({r["sample_idx"] for r in rows}) == [0, 1, 2] and all(r["text"] == r["raw"].strip() for r in rows)
     frame = load_table(tmp_path / "responses.jsonl", "responses").frame  # the audit's own loader accepts it
@@ -53,6 +56,14 @@ def test_fresh_seeds_differ_between_runs_unless_given(tmp_path):
         a = generate_responses(GenerationJob(out=tmp_path / "a.jsonl", **common))
         b = generate_responses(GenerationJob(out=tmp_path / "b.jsonl", **common))
     assert a.base_seed != b.base_seed
+
+
+def test_pools_drawn_with_one_base_seed_share_no_sample_seed():
+    # `honestci generate` defaults --seed to the policy's seed: the held-out pool must still be fresh.
+    selection = sample_seeds(DEFAULT_SEED, 200, "p", "run-1", "selection")
+    heldout = sample_seeds(DEFAULT_SEED, 200, "p", "run-1", "heldout")
+    assert not set(selection) & set(heldout)
+    assert selection == sample_seeds(DEFAULT_SEED, 200, "p", "run-1", "selection")  # and reruns reproduce
 
 
 def test_failed_generations_stop_the_run_and_write_nothing(tmp_path):

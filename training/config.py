@@ -23,6 +23,9 @@ from honestci.audit.errors import InputError, Problem
 
 T = TypeVar("T")
 
+#: What training imports from the train extra (the transformers Trainer needs accelerate).
+TRAIN_MODULES = ("torch", "transformers", "trl", "accelerate", "datasets")
+
 
 class TrainingConfigError(InputError):
     """A training config that cannot run as written (bad value, unknown key, impossible combination)."""

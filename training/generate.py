@@ -1,11 +1,13 @@
 """Generation for evaluation: fresh seeds, a tagged run and pool, written as a responses table.
 
-Each (vignette, sample) gets its own seed, derived from one base seed with
-``numpy.random.SeedSequence(base).spawn``; the base seed is fresh entropy unless given, and is
-recorded (in the result and, per sample, in the ``seed`` column), so an evaluation never reuses the
-samples a checkpoint was selected or trained on by accident and can still be re-run exactly. Rows
-follow ``docs/data-formats.md`` (responses): ``text`` is the answer after ``</think>``, ``raw`` the
-whole output, ``run`` and ``pool`` tag the evaluation.
+Each (vignette, sample) gets its own seed, spawned (``numpy.random.SeedSequence``) from one base
+seed together with the system, run tag and pool, so two pools or runs generated with the same base
+seed (the command line's default) never share a sample seed. The base seed is fresh entropy unless
+given (the command line always gives one) and is recorded (in the result and, per sample, in the
+``seed`` column), so an evaluation never reuses the samples a checkpoint was selected or trained on
+by accident and can still be re-run exactly. Rows follow ``docs/data-formats.md`` (responses):
+``text`` is the answer after ``</think>``, ``raw`` the whole output, ``run`` and ``pool`` tag the
+evaluation.
 
 Backends: a local transformers model (CPU or GPU), or an OpenAI-compatible server (vLLM's
 ``vllm serve``), through the judges' HTTP client (:mod:`honestci.judges.backends.openai_http`: bounded
@@ -16,6 +18,7 @@ the failures listed: it is never written as an empty answer (an empty answer is 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from honestci.audit.errors import InputError, Problem
+from honestci.audit.errors import InputError, Problem, require_extra
 from honestci.training.config import require
 from honestci.training.task import extract_answer, messages_for
 
@@ -109,11 +112,14 @@ class GenerationRun:
         )
 
 
-def sample_seeds(base_seed: int, n: int) -> list[int]:
-    """``n`` independent 31-bit seeds from ``base_seed`` (SeedSequence spawning)."""
-    return [
-        int(child.generate_state(1, dtype=np.uint32)[0] >> 1) for child in np.random.SeedSequence(base_seed).spawn(n)
-    ]
+def sample_seeds(base_seed: int, n: int, *tags: str) -> list[int]:
+    """``n`` independent 31-bit seeds from ``base_seed`` and ``tags`` (SeedSequence spawning).
+
+    The tags (system, run, pool) enter the entropy, so a held-out pool generated with the same base
+    seed as the selection pool is still a fresh draw.
+    """
+    entropy = [base_seed, int.from_bytes(hashlib.sha256("\0".join(tags).encode()).digest())]
+    return [int(child.generate_state(1, dtype=np.uint32)[0] >> 1) for child in np.random.SeedSequence(entropy).spawn(n)]
 
 
 def _slug(text: str) -> str:
@@ -210,9 +216,17 @@ def generate_responses(job: GenerationJob, progress: Callable[[str], None] = lam
     from honestci.audit.data.io import load_table
     from honestci.judges.tables import write_table
 
+    if job.backend == "transformers":  # the HTTP backend checks its own extra
+        require_extra(
+            "train",
+            "torch",
+            "transformers",
+            needed_by="local generation (backend transformers)",
+            instead="generate over HTTP",
+        )
     vignettes = load_table(job.vignettes, "vignettes").frame
     base_seed = int(np.random.SeedSequence().entropy % 2**63) if job.seed is None else int(job.seed)
-    seeds = iter(sample_seeds(base_seed, len(vignettes) * job.samples_per_vignette))
+    seeds = iter(sample_seeds(base_seed, len(vignettes) * job.samples_per_vignette, job.system, job.run, job.pool))
     plan, keys, meta = [], [], []
     for vid, scenario in zip(vignettes["vignette_id"], vignettes["text"]):
         for sample in range(job.samples_per_vignette):

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from honestci.audit.errors import InputError
-from honestci.training.config import TrainingConfigError, require, to_plain
+from honestci.audit.errors import InputError, require_extra
+from honestci.training.config import TRAIN_MODULES, TrainingConfigError, require, to_plain
 from honestci.training.task import extract_answer, format_gate, messages_for
 
 TRAINING_LOG = "training_log.jsonl"
@@ -273,6 +273,7 @@ def train_grpo(
 ) -> GRPORun:
     """Run GRPO as configured; save the policy (safetensors), ``trainer_state.json`` and the
     trainer's log history as JSON Lines (``training_log.jsonl``, read by :mod:`honestci.audit.checks.training_health`)."""
+    require_extra("train", *TRAIN_MODULES, needed_by="GRPO training")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
 

@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from honestci.audit.errors import InputError
-from honestci.training.config import TrainingConfigError, require, to_plain
+from honestci.audit.errors import InputError, require_extra
+from honestci.training.config import TRAIN_MODULES, TrainingConfigError, require, to_plain
 from honestci.training.task import messages_for
 
 KINDS = ("bradley_terry", "regression")
@@ -605,6 +605,7 @@ def _train_regression(job, data: RewardData, seed: int, out: Path, device: str):
 def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = lambda _: None) -> RewardModelRun:
     """Train the K members of ``job``, save them (safetensors) with ``ensemble.json``, and measure
     held-out accuracy of each member and of the ensemble."""
+    require_extra("train", *TRAIN_MODULES, needed_by="training reward models")
     device = resolve_device(job.device)
     if not (Path(job.base_model) / "config.json").is_file():
         raise InputError(

@@ -1,7 +1,8 @@
 """The ``honestci`` command line.
 
-Exit codes: 0 release allowed, 1 blocked (a gate failed or is inconclusive), 2 bad input.
-Heavy libraries are imported inside the commands that need them, so ``--help`` stays instant.
+Exit codes: 0 release allowed, 1 blocked (a gate failed or is inconclusive), 2 bad input or a
+missing extra. Heavy libraries are imported inside the commands that need them, and the commands
+of other modules only when used (:data:`LAZY_COMMANDS`), so ``honestci --help`` stays instant.
 """
 
 from __future__ import annotations
@@ -12,16 +13,58 @@ from pathlib import Path
 import click
 
 from honestci import __version__
+from honestci.audit.cli.support import BAYES_MODULES, LazyGroup, seed_option
 from honestci.audit.cli.support import fail_cleanly as _fail_cleanly
-from honestci.audit.errors import InputError
+from honestci.audit.errors import InputError, require_extra
 from honestci.audit.policy import DEFAULT_SEED
+
+#: Commands defined in other modules: name -> ("module:attr", the one-line help `honestci --help`
+#: lists without importing them; tests/test_cli_startup.py checks it against each command's own).
+LAZY_COMMANDS = {
+    "judge": (
+        "honestci.audit.cli.judges:judge_command",
+        "Judge every contest in CONTESTS (vignette_id, response_a, response_b) in both orders.",
+    ),
+    "import": (
+        "honestci.audit.cli.judges:import_command",
+        "Import judgments made by another tool (FORMAT: alpaca_eval, pandalm, mtbench, generic).",
+    ),
+    "calibrate-judge": (
+        "honestci.audit.cli.checks:calibrate_judge_command",
+        "Agreement of a judge with human preferences, with vignette-clustered intervals.",
+    ),
+    "position-bias": (
+        "honestci.audit.cli.checks:position_bias_command",
+        "Position bias of a judge from both-order verdicts (single-order data: not identifiable).",
+    ),
+    "winners-curse": (
+        "honestci.audit.cli.selection:winners_curse",
+        "Winner's-curse analysis of the selection pool of CLAIM_FILE's study.",
+    ),
+    "leakage": (
+        "honestci.audit.cli.selection:leakage",
+        "Scan training corpora for held-out eval answers; exit 1 when any answer leaked.",
+    ),
+    "train": (
+        "honestci.audit.cli.training:train_group",
+        "Train reward models or a GRPO policy from a YAML config (see training/configs/).",
+    ),
+    "generate": (
+        "honestci.audit.cli.training:generate_command",
+        "Generate fresh answers per vignette into a responses table (tagged run and pool).",
+    ),
+    "pipeline": (
+        "honestci.audit.cli.training:pipeline_command",
+        "Leakage check -> reward models -> GRPO -> generation -> judging -> audit; figures go into the model card only when every required gate passes (exit 1 otherwise).",
+    ),
+}
 
 
 def _progress(message: str) -> None:
     click.echo(f"… {message}", err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, lazy_commands=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="honestci")
 def main() -> None:
     """honestci: audit LLM-judge win-rate claims with intervals that respect how the data were
@@ -36,7 +79,13 @@ def main() -> None:
     required=True,
     help="Folder to write the study into (created if missing).",
 )
-@click.option("--seed", type=int, default=None, help="Simulator seed (default: the embedded study's seed).")
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Simulator seed (default: the seed the embedded study was generated with, "
+    "honestci.fixtures.simulate.DEFAULT_SEED: a property of the study, not the audit's --seed).",
+)
 @_fail_cleanly
 def simulate(out_dir: Path, seed: int | None) -> None:
     """Regenerate the embedded fixture study (byte-identical for the same seed)."""
@@ -51,6 +100,8 @@ def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_ou
     from honestci.audit.pipeline import run_audit
     from honestci.reports.render import write_outputs
 
+    if bayes:  # before any work, so a missing extra never reaches a verdict
+        require_extra("bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="pass --no-bayes")
     result = run_audit(claim, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=_progress)
     paths = write_outputs(result.report(), out_dir, posterior=result.posterior)
     click.echo(str(result.intervals))
@@ -78,7 +129,7 @@ def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_ou
     help="Folder for report.md, report.html, verdict.json (and posterior.nc with --bayes).",
 )
 @click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="Seed of every resampling step.")
+@seed_option
 @click.option("--allow-inconclusive", is_flag=True, help="Exit 0 when the worst gate is INCONCLUSIVE.")
 @click.option("--allow-outside-data", is_flag=True, help="Let data paths resolve outside the claim's folder.")
 @_fail_cleanly
@@ -139,7 +190,7 @@ def report(result: Path, fmt: str, out_file: Path | None) -> None:
 @main.command()
 @click.argument("claim", type=click.Path(path_type=Path))
 @click.option("--method", "methods", multiple=True, help="Interval method (repeatable); default: all.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="Seed of every resampling step.")
+@seed_option
 @click.option("--level", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
 @_fail_cleanly
 def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> None:
@@ -175,7 +226,7 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> N
 @main.command("coverage-study")
 @click.option("--reps", type=click.IntRange(10), default=1000, show_default=True, help="Replications per cell.")
 @click.option("--per-vignette", type=click.IntRange(2), default=40, show_default=True, help="Contests per vignette.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True)
+@seed_option
 @click.option("--processes", type=click.IntRange(1), default=1, show_default=True, help="Worker processes.")
 @click.option(
     "--out",
@@ -196,25 +247,6 @@ def coverage_study(reps: int, per_vignette: int, seed: int, processes: int, out_
     atomic_write_text(out_file.with_suffix(".csv"), study.to_frame().to_csv(index=False))
     click.echo(str(out_file))
 
-
-def _register_commands() -> None:
-    from honestci.audit.cli.checks import calibrate_judge_command, position_bias_command
-    from honestci.audit.cli.judges import import_command, judge_command
-    from honestci.audit.cli.selection import leakage, winners_curse
-    from honestci.audit.cli.training import generate_command, pipeline_command, train_group
-
-    main.add_command(judge_command, "judge")
-    main.add_command(import_command, "import")
-    main.add_command(calibrate_judge_command, "calibrate-judge")
-    main.add_command(position_bias_command, "position-bias")
-    main.add_command(winners_curse, "winners-curse")
-    main.add_command(leakage, "leakage")
-    main.add_command(train_group, "train")
-    main.add_command(generate_command, "generate")
-    main.add_command(pipeline_command, "pipeline")
-
-
-_register_commands()
 
 if __name__ == "__main__":
     main()

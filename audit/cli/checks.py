@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from honestci.audit.cli.support import fail_cleanly
+from honestci.audit.cli.support import fail_cleanly, seed_option
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS
 
@@ -92,9 +92,7 @@ def _path_option(name: str):
     help="Unparseable verdicts: left out (counted), or counted as ties (PandaLM's rule).",
 )
 @click.option("--level", type=float, default=0.95, show_default=True)
-@click.option(
-    "--seed", type=int, default=20261129, show_default=True, help="Seed of the bootstraps and the selection split."
-)
+@seed_option
 @click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
 @fail_cleanly
 def calibrate_judge_command(
@@ -180,7 +178,7 @@ def calibrate_judge_command(
 @click.option("--policy", default=None, help="System whose wins are counted (default: the claim's policy).")
 @click.option("--opponent", default=None, help="The other system (default: the claim's opponent).")
 @click.option("--level", type=float, default=0.95, show_default=True)
-@click.option("--seed", type=int, default=20261129, show_default=True, help="Seed of the bootstrap and the sign flips.")
+@seed_option
 @click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
 @fail_cleanly
 def position_bias_command(

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from honestci.audit.cli.support import fail_cleanly as _fail_cleanly
+from honestci.audit.cli.support import seed_option
 from honestci.audit.errors import InputError
 from honestci.judges.importers import FORMATS
 
@@ -77,7 +78,7 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
 @click.option("--template", default=None, help="Template label or YAML file (default: reappraisal-effectiveness@v1).")
 @click.option("--temperature", type=float, default=0.0, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(1), default=512, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the both-order shuffle.")
+@seed_option
 @click.option(
     "--cache",
     "cache_path",

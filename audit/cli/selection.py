@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from honestci.audit.cli.support import fail_cleanly
+from honestci.audit.cli.support import fail_cleanly, seed_option
 from honestci.audit.errors import InputError
 from honestci.audit.policy import EXIT_BLOCKED, Verdict
 
@@ -17,7 +17,7 @@ from honestci.audit.policy import EXIT_BLOCKED, Verdict
 @click.option("--opponent", default=None, help="Opponent the candidates are scored against (default: the claim's).")
 @click.option("--judge", default=None, help="Judge (default: the claim's).")
 @click.option("--level", default=None, type=float, help="Confidence level (default: the claim's thresholds).")
-@click.option("--seed", default=20240101, show_default=True, type=int, help="Seed of the projection critical value.")
+@seed_option
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Write winners_curse.csv here.")
 @fail_cleanly
 def winners_curse(claim_file, opponent, judge, level, seed, out):
@@ -120,6 +120,9 @@ def leakage(
     index = build_index(items, ngram)
     near_index = build_index(items, NEAR_SHINGLE) if near_duplicates else None
     if workers > 0:
+        from honestci.audit.errors import require_extra
+
+        require_extra("distributed", "distributed", needed_by="a Dask scan (--workers > 0)", instead="pass --workers 0")
         from distributed import Client, LocalCluster
 
         with (

@@ -1,14 +1,29 @@
-"""Shared pieces of the command line: bad input exits 2 with a readable message, no traceback."""
+"""Shared pieces of the command line: bad input exits 2 with a readable message, no traceback; the
+one ``--seed`` option; the group that imports a command only when it is used."""
 
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 
 import click
 
 from honestci.audit.errors import InputError
-from honestci.audit.policy import EXIT_BAD_INPUT
+from honestci.audit.policy import DEFAULT_SEED, EXIT_BAD_INPUT
+
+#: What the Bayesian fit imports from the bayes extra (audit/stats/bayes*.py import them lazily).
+BAYES_MODULES = ("pymc", "arviz", "nutpie")
+
+#: The one ``--seed`` option of every command that draws random numbers: same name, type, default
+#: (the policy's seed, so a rerun reproduces its output) and help everywhere.
+seed_option = click.option(
+    "--seed",
+    type=int,
+    default=DEFAULT_SEED,
+    show_default=True,
+    help="Seed of every random draw this command makes (bootstraps, MCMC, order shuffles, sampling).",
+)
 
 
 def fail_cleanly(command):
@@ -23,3 +38,34 @@ def fail_cleanly(command):
             sys.exit(EXIT_BAD_INPUT)
 
     return wrapper
+
+
+class LazyGroup(click.Group):
+    """A click group whose commands from other modules are imported only when run or asked for
+    their own ``--help``: ``honestci --help`` lists them from ``lazy_commands`` (name -> ("module:attr",
+    one-line help)) without importing pandas, PyMC or torch behind them."""
+
+    def __init__(self, *args, lazy_commands: dict[str, tuple[str, str]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = lazy_commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy_commands and cmd_name not in self.commands:
+            module, _, attr = self.lazy_commands[cmd_name][0].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click's own listing calls get_command on every name, which would import them all.
+        commands = [
+            (name, self.commands.get(name) or click.Command(name, help=self.lazy_commands[name][1]))
+            for name in self.list_commands(ctx)
+        ]
+        commands = [(name, command) for name, command in commands if not command.hidden]
+        if commands:
+            limit = formatter.width - 6 - max(len(name) for name, _ in commands)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, command.get_short_help_str(limit)) for name, command in commands])

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from honestci.audit.cli.support import fail_cleanly
+from honestci.audit.cli.support import BAYES_MODULES, fail_cleanly, seed_option
+from honestci.audit.errors import require_extra
 
 EXIT_REFUSED = 1
 _SET = click.option(
@@ -89,7 +90,7 @@ def train_grpo_command(config: Path, overrides: tuple[str, ...]) -> None:
 )
 @click.option("--run", "run_tag", default="run-1", show_default=True, help="Evaluation run tag.")
 @click.option("--pool", type=click.Choice(["heldout", "selection"]), default="heldout", show_default=True)
-@click.option("--seed", type=int, default=None, help="Base seed (default: fresh entropy, recorded).")
+@seed_option
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.7, show_default=True)
 @click.option("--top-p", type=click.FloatRange(0, 1), default=1.0, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(1), default=2048, show_default=True)
@@ -114,7 +115,11 @@ def generate_command(
     max_tokens,
     device,
 ) -> None:
-    """Generate fresh answers per vignette into a responses table (tagged run and pool)."""
+    """Generate fresh answers per vignette into a responses table (tagged run and pool).
+
+    Each answer's seed derives from --seed, the system, the run tag and the pool: a rerun
+    reproduces its answers, and two pools or runs never share a sample.
+    """
     from honestci.training.generate import GenerationJob, generate_responses
 
     job = GenerationJob(
@@ -146,8 +151,16 @@ def generate_command(
 def pipeline_command(config: Path, overrides: tuple[str, ...]) -> None:
     """Leakage check -> reward models -> GRPO -> generation -> judging -> audit; figures go into the
     model card only when every required gate passes (exit 1 otherwise)."""
-    from honestci.training.pipeline import PipelineRefused, run_pipeline
+    from honestci.training.config import TRAIN_MODULES
+    from honestci.training.pipeline import PipelineRefused, load_pipeline_job, run_pipeline
 
+    # Every extra the config needs, checked before the first stage writes into its output folder.
+    job, _ = load_pipeline_job(config, overrides)
+    require_extra("train", *TRAIN_MODULES, needed_by="the pipeline (reward models, GRPO, generation)")
+    if job.judge["backend"] in ("openai", "vllm"):
+        require_extra("judges", "httpx", needed_by="the pipeline's HTTP judge")
+    if job.bayes:
+        require_extra("bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="set bayes: false")
     try:
         result = run_pipeline(config, overrides, progress=_progress)
     except PipelineRefused as refused:

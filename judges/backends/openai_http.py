@@ -17,6 +17,7 @@ import asyncio
 import os
 import random
 
+from honestci.audit.errors import require_extra
 from honestci.judges.backends.base import BackendFatalError, Completion, JudgeRequest
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
@@ -63,6 +64,7 @@ class OpenAICompatibleBackend:
         backoff_cap_s: float = 30.0,
         seed: int = 0,
     ):
+        require_extra("judges", "httpx", needed_by="the OpenAI-compatible HTTP backend")
         import httpx
 
         if concurrency < 1 or max_retries < 0 or timeout_s <= 0:

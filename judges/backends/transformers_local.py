@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 from pathlib import Path
 
+from honestci.audit.errors import require_extra
 from honestci.judges.backends.base import BackendFatalError, Completion, JudgeRequest
 
 
@@ -33,6 +34,9 @@ class TransformersBackend:
     concurrency = 1
 
     def __init__(self, model_path: str | Path, *, device: str = "cpu", judge_name: str | None = None, seed: int = 0):
+        require_extra(
+            "train", "torch", "transformers", needed_by="the transformers judge backend", instead="judge over HTTP"
+        )
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -1,0 +1,93 @@
+"""`honestci --help` stays instant: it imports none of the heavy libraries and still lists every
+command; commands of other modules load only when used; one --seed option everywhere."""
+
+import subprocess
+import sys
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from honestci.audit.cli import LAZY_COMMANDS, main
+from honestci.audit.policy import DEFAULT_SEED
+
+COMMANDS = {
+    "audit",
+    "calibrate-judge",
+    "coverage-study",
+    "demo",
+    "generate",
+    "import",
+    "judge",
+    "leakage",
+    "pipeline",
+    "position-bias",
+    "report",
+    "simulate",
+    "train",
+    "winners-curse",
+    "winrate",
+}
+HEAVY = {"pandas", "numpy", "scipy", "matplotlib", "pyarrow", "numba", "pymc", "arviz", "nutpie", "torch", "httpx"}
+
+
+def test_help_imports_no_heavy_library_and_lists_every_command():
+    # -X importtime reports every module imported, on stderr: "import time: self | cumulative | name".
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "honestci", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "click" in imported  # the parse found the imports
+    assert not imported & HEAVY
+    listed = result.stdout.split("Commands:", 1)[1].split()
+    assert set(listed) >= COMMANDS
+
+
+def test_each_lazy_command_loads_and_its_listed_help_is_its_own():
+    ctx = click.Context(main)
+    assert set(main.list_commands(ctx)) == COMMANDS
+    for name, (_, short_help) in LAZY_COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command.get_short_help_str(limit=10_000) == short_help, name
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_each_command_shows_its_own_help(name):
+    result = CliRunner().invoke(main, [name, "--help"])
+    assert result.exit_code == 0, result.output
+    assert f"Usage: main {name}" in result.output
+
+
+def _seed_options(group: click.Group, ctx: click.Context):
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            yield from _seed_options(command, click.Context(command, parent=ctx))
+        for param in command.params:
+            if param.name == "seed":
+                yield name, param
+
+
+def test_every_seed_option_is_the_one_shared_option_except_the_simulators():
+    options = dict(_seed_options(main, click.Context(main)))
+    assert set(options) == {
+        "audit",
+        "calibrate-judge",
+        "coverage-study",
+        "generate",
+        "judge",
+        "position-bias",
+        "simulate",
+        "winners-curse",
+        "winrate",
+    }
+    simulator = options.pop("simulate")
+    assert simulator.default is None and "not the audit's --seed" in simulator.help
+    assert {(o.opts[0], o.type, o.default, o.help, o.show_default) for o in options.values()} == {
+        ("--seed", click.INT, DEFAULT_SEED, options["audit"].help, True)
+    }
