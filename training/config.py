@@ -3,7 +3,7 @@
 A job is a config/trainer/script triple, as in TRL: a dataclass of the job's settings
 (:class:`honestci.training.reward_models.RewardModelJob`, :class:`honestci.training.grpo.GRPOJob`), the trainer it
 drives (TRL's ``RewardTrainer`` / ``GRPOTrainer``), and a click command (``honestci train …``). A
-config file is a YAML mapping (``yaml.safe_load`` only) whose keys are the dataclass's fields; the
+config file is a YAML mapping (read by the core's hardened YAML reader) whose keys are the dataclass's fields; the
 free-form ``trainer:`` block is passed to TRL's config class, which rejects unknown keys by name.
 Overrides are ``KEY=VALUE`` (``--set beta=0.05``, ``--set trainer.warmup_ratio=0.1``) with VALUE
 parsed as YAML. Relative paths in a file resolve against the file's folder.
@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from honestci.audit.data.yaml_io import read_yaml_mapping as read_yaml
 from honestci.audit.errors import InputError, Problem
 
 T = TypeVar("T")
@@ -69,23 +70,9 @@ def _merge(base: dict, extra: dict) -> dict:
 
 
 def read_yaml_mapping(path: str | Path) -> dict:
-    """A YAML file that must hold a mapping; every failure is a :class:`TrainingConfigError`."""
-    path = Path(path)
-    if not path.is_file():
-        raise TrainingConfigError(f"Config file {path} does not exist.", fix="pass the path of a YAML config")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise TrainingConfigError(
-            f"Config file {path} is not valid YAML.",
-            [Problem(str(path), mark.line + 1 if mark else None, None, str(getattr(exc, "problem", exc)))],
-        ) from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise TrainingConfigError(f"Config file {path} must hold a YAML mapping, not {type(raw).__name__}.")
-    return raw
+    """A YAML file that must hold a mapping (an empty file is an empty one), read by the core's
+    hardened reader; every failure is a :class:`TrainingConfigError`."""
+    return read_yaml(path, "Config file", TrainingConfigError, empty_ok=True)
 
 
 def build_config(schema: type[T], values: dict, *, source: str, base_dir: Path | None = None) -> T:

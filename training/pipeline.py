@@ -28,7 +28,7 @@ import pandas as pd
 
 from honestci.audit.errors import HonestCIError, InputError
 from honestci.audit.policy import DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GateResult, Verdict
-from honestci.training.config import _merge, build_config, parse_overrides, read_yaml_mapping, require
+from honestci.training.config import build_config, load_config, require
 
 CARD_START = "<!-- honestci:figures:start -->"
 CARD_END = "<!-- honestci:figures:end -->"
@@ -340,10 +340,7 @@ def publish_figures(verdict: dict, gates: Sequence[GateResult], required: Sequen
 
 
 def load_pipeline_job(path: str | Path, overrides: Sequence[str] = ()) -> tuple[PipelineJob, Path]:
-    path = Path(path)
-    values = _merge(read_yaml_mapping(path), parse_overrides(overrides))
-    base = path.resolve().parent
-    return build_config(PipelineJob, values, source=str(path), base_dir=base), base
+    return load_config(PipelineJob, path, overrides), Path(path).resolve().parent
 
 
 def _nested_path(value, base: Path) -> Path | None:
