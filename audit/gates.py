@@ -25,6 +25,7 @@ from honestci.audit.checks.leakage import LeakageScan
 from honestci.audit.checks.position_bias import PositionBiasResult
 from honestci.audit.checks.selection import SelectionAnalysis
 from honestci.audit.checks.training_health import TrainingHealth
+from honestci.audit.checks.verdicts import VerdictValidity
 from honestci.audit.policy import GATE_ORDER, THRESHOLDS, GateResult, Thresholds, Verdict, clears_bar, worst
 
 # --- the win rate -----------------------------------------------------------------------------
@@ -80,6 +81,67 @@ def gate_ci_low_clears_bar(
         )
     return GateResult(
         "ci_low_clears_bar", Verdict.FAIL, f"{method} CI-low {ci_low:.3f} < bar {bar:.3f} ({population})", evidence
+    )
+
+
+def gate_valid_verdicts(result: VerdictValidity | None) -> GateResult:
+    """``valid_verdicts``: FAIL when the invalid verdicts alone could move the bar gate's CI-low
+    across the bar: its interval recomputed with every invalid order lost by the policy and with
+    every one won, the two CI-lows fall on different sides of the bar. PASS when they cannot
+    (or there are none); INCONCLUSIVE when either end has no honest interval."""
+    name = "valid_verdicts"
+    if result is None:
+        return GateResult(name, Verdict.INCONCLUSIVE, "not run: nothing has been judged yet", ran=False)
+    evidence = {
+        "n_contests": result.n_contests,
+        "n_invalid_contests": result.n_invalid_contests,
+        "invalid_policy_first": result.invalid_policy_first,
+        "invalid_policy_second": result.invalid_policy_second,
+        "scoring": result.scoring,
+        "ci_low_if_all_lost": result.ci_low_against,
+        "ci_low_if_all_won": result.ci_low_for,
+        "bar": result.bar,
+        "by_judge": list(result.by_judge),
+    }
+    counted = (
+        f"{result.n_invalid_contests} of {result.n_contests} contests have an invalid verdict "
+        f"({result.invalid_policy_first} with the policy shown first, {result.invalid_policy_second} second; "
+        f"scored {result.scoring.replace('_', ' ')})"
+    )
+    if result.n_invalid_contests == 0:
+        return GateResult(name, Verdict.PASS, f"no invalid verdict among the {result.n_contests} contests", evidence)
+    low, high = result.ci_low_against, result.ci_low_for
+    if low is None or high is None:
+        # No interval at one end (no variance): the win rates themselves still bound the change.
+        lost, won = result.point_against, result.point_for
+        if lost is not None and won is not None and clears_bar(lost, result.bar) != clears_bar(won, result.bar):
+            return GateResult(
+                name,
+                Verdict.FAIL,
+                f"{counted}: they alone decide the verdict (win rate {lost:.3f} if every one went against the policy, "
+                f"{won:.3f} if every one went for it; bar {result.bar:.3f}); judge them again",
+                evidence,
+            )
+        return GateResult(
+            name, Verdict.INCONCLUSIVE, f"{counted}: no honest interval to bound what they could change", evidence
+        )
+    bound = (
+        f"{result.method} CI-low {low:.3f} if every one went against the policy, {high:.3f} if every one went for it"
+    )
+    if clears_bar(low, result.bar) != clears_bar(high, result.bar):
+        return GateResult(
+            name,
+            Verdict.FAIL,
+            f"{counted}: they alone could move the CI-low across the bar {result.bar:.3f} ({bound}); "
+            "judge them again or explain them",
+            evidence,
+        )
+    side = "at or above" if clears_bar(low, result.bar) else "below"
+    return GateResult(
+        name,
+        Verdict.PASS,
+        f"{counted}: the CI-low stays {side} the bar {result.bar:.3f} either way ({bound})",
+        evidence,
     )
 
 
@@ -210,11 +272,11 @@ def gate_judge_calibrated(result: CalibrationResult | None, thresholds: Threshol
         "max_judge_ceiling_gap": thresholds.max_judge_ceiling_gap,
         "gap_to_ceiling": None if result.gap_to_ceiling is None else result.gap_to_ceiling.as_row(),
     }
-    if not agreement.reportable:
+    if agreement.bounds is None:
         return GateResult(
             name, Verdict.INCONCLUSIVE, f"no honest interval for the agreement: {agreement.note}", evidence
         )
-    if not clears_bar(agreement.ci_low, thresholds.min_judge_agreement):
+    if not clears_bar(agreement.bounds[0], thresholds.min_judge_agreement):
         return GateResult(
             name,
             Verdict.FAIL,
@@ -223,12 +285,12 @@ def gate_judge_calibrated(result: CalibrationResult | None, thresholds: Threshol
         )
     message = f"agreement {agreement.text()} >= {thresholds.min_judge_agreement:.2f}"
     gap = result.gap_to_ceiling
-    if gap is None or not gap.reportable:
+    if gap is None or gap.bounds is None or gap.estimate is None:
         return GateResult(
             name, Verdict.WARN, message + "; no human ceiling to compare with (needs 2+ raters)", evidence
         )
     tolerance = thresholds.max_judge_ceiling_gap
-    if gap.ci_high < -tolerance:
+    if gap.bounds[1] < -tolerance:
         return GateResult(
             name,
             Verdict.FAIL,
@@ -269,17 +331,20 @@ def gate_position_bias(result: PositionBiasResult | None, thresholds: Thresholds
             evidence,
         )
     effect = result.order_effect
+    if effect is None:
+        return GateResult(name, Verdict.INCONCLUSIVE, f"no order effect was estimated: {result.note}", evidence)
     evidence["order_effect"] = effect.as_row()
-    if not effect.reportable:
+    if effect.bounds is None:
         return GateResult(
             name, Verdict.INCONCLUSIVE, f"no honest interval for the order effect: {effect.note}", evidence
         )
+    low, high = effect.bounds
     text = f"{result.judge}: order effect {effect.text()}"
-    if effect.ci_low > tolerance or effect.ci_high < -tolerance:
+    if low > tolerance or high < -tolerance:
         return GateResult(
             name, Verdict.FAIL, f"{text} lies outside ±{tolerance:.2f}: the judge favours a position", evidence
         )
-    if effect.ci_low >= -tolerance and effect.ci_high <= tolerance:
+    if low >= -tolerance and high <= tolerance:
         return GateResult(name, Verdict.PASS, f"{text} lies within ±{tolerance:.2f}", evidence)
     return GateResult(
         name, Verdict.WARN, f"{text} straddles ±{tolerance:.2f}: cannot rule out a material position bias", evidence
@@ -421,12 +486,20 @@ def gate_training_healthy(result: TrainingHealth | None) -> GateResult:
 # --- the registry: each gate as a function of the audit context ------------------------------
 
 
+def _nothing_judged(name: str) -> GateResult:
+    return GateResult(name, Verdict.INCONCLUSIVE, "not run: nothing has been judged yet", ran=False)
+
+
 def _enough_clusters(context: AuditContext) -> GateResult:
+    if context.intervals is None:
+        return _nothing_judged("enough_clusters")
     return gate_enough_clusters(context.intervals.rows[0].n_clusters, context.claim.thresholds)
 
 
 def _ci_low_clears_bar(context: AuditContext) -> GateResult:
     spec, method = context.claim.spec, context.gate_method
+    if context.intervals is None:
+        return _nothing_judged("ci_low_clears_bar")
     try:
         row = context.intervals.get(method, spec.population)
     except KeyError:
@@ -440,6 +513,10 @@ def _ci_low_clears_bar(context: AuditContext) -> GateResult:
     return gate_ci_low_clears_bar(
         row.ci_low if row.reportable else None, spec.bar, method, spec.population, reason_if_missing=row.note
     )
+
+
+def _valid_verdicts(context: AuditContext) -> GateResult:
+    return gate_valid_verdicts(context.checks.get("valid_verdicts"))
 
 
 def _sampler_converged(context: AuditContext) -> GateResult:
@@ -481,6 +558,7 @@ GATES: Mapping[str, Callable[[AuditContext], GateResult]] = MappingProxyType(
     {
         "enough_clusters": _enough_clusters,
         "ci_low_clears_bar": _ci_low_clears_bar,
+        "valid_verdicts": _valid_verdicts,
         "sampler_converged": _sampler_converged,
         "comparison_valid": _comparison_valid,
         "claimed_figures_reproduce": _claimed_figures_reproduce,

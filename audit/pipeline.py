@@ -22,15 +22,15 @@ from honestci.audit.checks.registry import run_checks
 from honestci.audit.data.claims import Claim, load_claim
 from honestci.audit.data.contests import ContestTable, build_contests
 from honestci.audit.data.io import Study, load_study
+from honestci.audit.errors import ClaimError, Problem
 from honestci.audit.gates import overall_verdict, run_gates
 from honestci.audit.policy import (
-    DEFAULT_REQUIRED_GATES,
     DEFAULT_SEED,
     EXIT_BLOCKED,
     EXIT_PASS,
-    GATE_METHOD_FOR_POPULATION,
     REQUIRED_WHEN_EVIDENCE_GIVEN,
     GateResult,
+    Policy,
     Verdict,
 )
 from honestci.audit.report_model import POSTERIOR_FILE, Report, json_safe
@@ -64,6 +64,13 @@ class AuditResult:
     per_vignette: tuple[dict, ...]
     sections: tuple[dict, ...]
     provenance: dict = field(compare=False)
+    #: The policy the claim was judged by: name, sha256, level, scoring of invalid verdicts, and
+    #: every deviation from the built-in defaults with its source.
+    audit_policy: dict = field(default_factory=dict, compare=False)
+    #: The interval the claim's ``method`` names: shown beside the gate's, never gated on.
+    claim_method: str | None = None
+    #: ``--allow-inconclusive``: required gates that ran and are INCONCLUSIVE do not block.
+    allow_inconclusive: bool = False
     #: The main Bayesian fit's posterior (arviz.InferenceData); :func:`honestci.reports.render.write_outputs`
     #: saves it as :data:`honestci.audit.report_model.POSTERIOR_FILE`. None without a converged Bayesian fit.
     posterior: Any = field(default=None, repr=False, compare=False)
@@ -72,13 +79,17 @@ class AuditResult:
     def verdict(self) -> Verdict:
         return overall_verdict(self.gates, self.required_gates)
 
-    def exit_code(self, allow_inconclusive: bool = False) -> int:
-        """0 only when every required gate passes, or, with ``allow_inconclusive``, when every
-        required gate is PASS or INCONCLUSIVE; a WARN or FAIL on a required gate always blocks
-        (the worst verdict alone would hide a WARN behind an INCONCLUSIVE)."""
-        verdict = self.verdict
-        required_warns = any(g.verdict == Verdict.WARN for g in self.gates if g.name in self.required_gates)
-        if verdict == Verdict.PASS or (verdict == Verdict.INCONCLUSIVE and allow_inconclusive and not required_warns):
+    def exit_code(self, allow_inconclusive: bool | None = None) -> int:
+        """0 only when every required gate passes or, with ``allow_inconclusive`` (default: as the
+        audit was run), when every required gate is PASS or an INCONCLUSIVE that ran. A WARN or
+        FAIL, a required gate that did not run (missing evidence, check or extra) or one with no
+        result always blocks."""
+        allow = self.allow_inconclusive if allow_inconclusive is None else allow_inconclusive
+        required = [g for g in self.gates if g.name in self.required_gates]
+        if set(self.required_gates) - {g.name for g in required}:
+            return EXIT_BLOCKED
+        passable = (Verdict.PASS, Verdict.INCONCLUSIVE) if allow else (Verdict.PASS,)
+        if all(g.verdict in passable and (g.verdict == Verdict.PASS or g.ran) for g in required):
             return EXIT_PASS
         return EXIT_BLOCKED
 
@@ -92,7 +103,10 @@ class AuditResult:
     def to_dict(self) -> dict:
         return {
             "schema_version": 1,
+            "audit_policy": self.audit_policy,
+            "allow_inconclusive": self.allow_inconclusive,
             "claim": {
+                "method": self.claim_method,
                 "name": self.claim_name,
                 "path": self.claim_path,
                 "policy": self.policy,
@@ -189,7 +203,7 @@ def _claimed_rows(claim: Claim, study: Study, judge: str, level: float, seed: in
     for row in spec.claimed.table:
         scored = build_contests(
             study, policy=row.system, opponent=spec.opponent, judge=judge, allow_single_order=spec.allow_single_order
-        ).scores("both_orders")
+        ).scores("both_orders", invalid=claim.policy.invalid_verdicts)
         table = winrate_table(
             scored.values, scored.clusters, methods=ALL_METHODS, level=level, seed=seed, thresholds=claim.thresholds
         )
@@ -229,7 +243,8 @@ def _comparisons(
     spec, checks = claim.spec, []
     if spec.claimed is None:
         return ()
-    policy_scores = contests.scores("both_orders")
+    invalid = claim.policy.invalid_verdicts
+    policy_scores = contests.scores("both_orders", invalid=invalid)
     for comparison in spec.claimed.comparisons:
         try:
             other_contests = build_contests(
@@ -239,7 +254,7 @@ def _comparisons(
                 judge=contests.judge,
                 allow_single_order=spec.allow_single_order,
             )
-            other = other_contests.scores("both_orders")
+            other = other_contests.scores("both_orders", invalid=invalid)
             paired = paired_difference(
                 policy_scores.values,
                 policy_scores.clusters,
@@ -255,8 +270,8 @@ def _comparisons(
                 from honestci.audit.stats.bayes_compare import fit_paired_difference_bayes
 
                 posterior = fit_paired_difference_bayes(
-                    contests.per_order_outcomes(),
-                    other_contests.per_order_outcomes(),
+                    contests.per_order_outcomes(invalid=invalid),
+                    other_contests.per_order_outcomes(invalid=invalid),
                     system_a=spec.policy,
                     system_b=comparison.against,
                     opponent=spec.opponent,
@@ -291,6 +306,7 @@ def _comparisons(
 def audit_context(
     claim_path: str | Path,
     *,
+    policy: Policy | None = None,
     bayes: bool = True,
     seed: int = DEFAULT_SEED,
     allow_outside_data: bool = False,
@@ -300,11 +316,21 @@ def audit_context(
     (with the Bayesian fit unless ``bayes`` is False), the claimed-figure audit, the comparisons
     and the result of every check of :data:`honestci.audit.checks.registry.CHECKS`.
 
+    ``policy`` (the built-in one when None) decides: the level and the interval of the bar gate,
+    the thresholds, the required gates and how invalid verdicts score; the claim may only tighten
+    it. The card's stated level and method are used to reproduce its figures, never to gate.
+
     Raises :class:`honestci.audit.errors.InputError` on bad input.
     """
     progress("loading claim and data")
-    claim = load_claim(claim_path, allow_outside=allow_outside_data)
-    spec, thresholds = claim.spec, claim.thresholds
+    claim = load_claim(claim_path, allow_outside=allow_outside_data, policy=policy)
+    spec, thresholds, rules = claim.spec, claim.thresholds, claim.policy
+    if spec.method is not None and spec.method not in ALL_METHODS:
+        raise ClaimError(
+            f"Claim file {claim.path} names an unknown interval method.",
+            [Problem(str(claim.path), None, "method", f"{spec.method!r} is not one of {list(ALL_METHODS)}")],
+            fix="name one of the methods listed, or drop `method:` (the policy picks the gate's interval)",
+        )
     study = load_study(claim.data_paths)
     progress("assembling both-order contests")
     contests = build_contests(
@@ -312,8 +338,8 @@ def audit_context(
     )
     if spec.pool is not None:
         contests = _contests_in_pool(contests, study, spec.pool)
-    scored = contests.scores("both_orders")
-    level = _level(claim)
+    scored = contests.scores("both_orders", invalid=rules.invalid_verdicts)
+    level = thresholds.confidence_level
 
     progress("computing every interval")
     rows = list(
@@ -324,22 +350,36 @@ def audit_context(
     bayes_result = None
     if bayes:
         progress("fitting the Bayesian hierarchical model")
-        bayes_result = _fit_bayes(contests, spec.bar, level, seed, rows[0])
+        bayes_result = _fit_bayes(contests, spec.bar, level, seed, rows[0], rules.invalid_verdicts)
         rows.extend(bayes_result.interval_rows)
     intervals = IntervalTable("win rate", tuple(rows))
 
     claimed_audit = None
     if spec.claimed is not None:
-        claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons", "table"}), intervals)
+        # The card's figures are reproduced at the card's level; the gate keeps the policy's.
+        stated_level = spec.claimed.level
+        as_stated = intervals
+        if stated_level != level:
+            as_stated = winrate_table(
+                scored.values,
+                scored.clusters,
+                methods=ALL_METHODS,
+                level=stated_level,
+                seed=seed,
+                thresholds=thresholds,
+            )
+        claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons", "table"}), as_stated)
         if spec.claimed.table:
             progress("recomputing the other rows of the claimed table")
-            claimed_audit = audit_claimed_table(claimed_audit, _claimed_rows(claim, study, contests.judge, level, seed))
+            claimed_audit = audit_claimed_table(
+                claimed_audit, _claimed_rows(claim, study, contests.judge, stated_level, seed)
+            )
     context = AuditContext(
         claim,
         study,
         contests,
         intervals,
-        spec.method or GATE_METHOD_FOR_POPULATION[spec.population],
+        rules.gate_method(spec.population),
         bayes_result,
         claimed_audit,
         _comparisons(claim, study, contests, level, bayes, seed),
@@ -353,9 +393,11 @@ def audit_context(
 def run_audit(
     claim_path: str | Path,
     *,
+    policy: Policy | None = None,
     bayes: bool = True,
     seed: int = DEFAULT_SEED,
     allow_outside_data: bool = False,
+    allow_inconclusive: bool = False,
     progress: Callable[[str], None] = lambda _: None,
 ) -> AuditResult:
     """Run the audit of one claim: :func:`audit_context`, then every gate.
@@ -363,13 +405,16 @@ def run_audit(
     Raises :class:`honestci.audit.errors.InputError` on bad input.
     """
     context = audit_context(
-        claim_path, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=progress
+        claim_path, policy=policy, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=progress
     )
     claim, contests, bayes_result = context.claim, context.contests, context.bayes
-    spec, scored = claim.spec, contests.scores("both_orders")
-    required = spec.required_gates or (
-        tuple(g for g in DEFAULT_REQUIRED_GATES if bayes or g != "sampler_converged")
-        + tuple(gate for gate, check in REQUIRED_WHEN_EVIDENCE_GIVEN.items() if context.checks.get(check) is not None)
+    spec, rules = claim.spec, claim.policy
+    scored = contests.scores("both_orders", invalid=rules.invalid_verdicts)
+    # --no-bayes is the auditor's choice on the command line: the sampler's gate is then not asked for.
+    required = tuple(g for g in rules.required_gates if bayes or g != "sampler_converged") + tuple(
+        gate
+        for gate, check in REQUIRED_WHEN_EVIDENCE_GIVEN.items()
+        if context.checks.get(check) is not None and gate not in rules.required_gates
     )
     return AuditResult(
         claim_name=spec.name,
@@ -385,21 +430,25 @@ def run_audit(
         n_invalid=int(contests.n_invalid),
         dropped=dict(contests.dropped),
         gates=run_gates(context),
-        required_gates=tuple(required),
+        required_gates=required,
         claimed=spec.claimed.model_dump() if spec.claimed else None,
         claimed_audit=context.claimed_audit,
         comparisons=context.comparisons,
         bayes_summary=None if bayes_result is None else _bayes_summary(bayes_result),
-        per_vignette=_per_vignette(scored, context.study, _level(claim)),
+        per_vignette=_per_vignette(scored, context.study, claim.thresholds.confidence_level),
         sections=tuple(result.report_section().to_dict() for result in context.checks.values() if result is not None),
         provenance=_provenance(claim, context.study, seed),
+        audit_policy={
+            "name": rules.name,
+            "sha256": rules.sha256,
+            "confidence_level": claim.thresholds.confidence_level,
+            "invalid_verdicts": rules.invalid_verdicts,
+            "deviations": list(rules.deviations()),
+        },
+        claim_method=spec.method,
+        allow_inconclusive=allow_inconclusive,
         posterior=None if bayes_result is None else bayes_result.result.idata,
     )
-
-
-def _level(claim: Claim) -> float:
-    """Confidence level of the audit's intervals: the card's stated level, else the policy's."""
-    return claim.spec.claimed.level if claim.spec.claimed else claim.thresholds.confidence_level
 
 
 def _bayes_summary(bayes: BayesCheck) -> dict:
@@ -435,10 +484,14 @@ def _bayes_summary(bayes: BayesCheck) -> dict:
     return out
 
 
-def _fit_bayes(contests: ContestTable, bar: float, level: float, seed: int, reference: IntervalResult) -> BayesCheck:
+def _fit_bayes(
+    contests: ContestTable, bar: float, level: float, seed: int, reference: IntervalResult, invalid: str
+) -> BayesCheck:
     from honestci.audit.stats.bayes import fit_winrate_hierarchical_frame
 
-    result = fit_winrate_hierarchical_frame(contests.per_order_outcomes(), bar=bar, level=level, seed=seed)
+    result = fit_winrate_hierarchical_frame(
+        contests.per_order_outcomes(invalid=invalid), bar=bar, level=level, seed=seed
+    )
     common = dict(
         level=level,
         n=reference.n,

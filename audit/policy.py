@@ -9,9 +9,9 @@ here (or in an organisation's policy file that overrides it by name); gate *rule
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 #: The two populations a win-rate claim can be about (POPULATION_LABELS says what each means).
 Population = Literal["new_vignettes", "these_vignettes"]
@@ -156,6 +156,7 @@ class GateResult:
 DEFAULT_REQUIRED_GATES = (
     "enough_clusters",
     "ci_low_clears_bar",
+    "valid_verdicts",
     "sampler_converged",
     "comparison_valid",
     "claimed_figures_reproduce",
@@ -291,6 +292,24 @@ def threshold_problem(name: str, value) -> str | None:
     if name == "min_clusters" and value < 2:
         return f"{value!r} is below 2: no variance between vignettes can be estimated from fewer"
     return None
+
+
+def with_values(thresholds: Thresholds, values: Mapping[str, float | int | str]) -> Thresholds:
+    """``thresholds`` with ``values`` set by name; each value checked by :func:`threshold_problem`.
+
+    Raises
+    ------
+    ValueError
+        Naming the first value that cannot be used (loaders check every value first and report
+        all problems as input errors).
+    """
+    changes: dict[str, Any] = {}
+    for name, value in values.items():
+        problem = threshold_problem(name, value)
+        if problem is not None:
+            raise ValueError(f"threshold {name}: {problem}")
+        changes[name] = value
+    return replace(thresholds, **changes)
 
 
 def loosening(thresholds: Thresholds, name: str, value: float | int | str) -> str | None:

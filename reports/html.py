@@ -3,12 +3,21 @@ every piece of user or model text is escaped by Jinja2's autoescape)."""
 
 from __future__ import annotations
 
+import html
+
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from honestci.audit.report_model import POPULATION_LABELS, Report
 from honestci.reports import plots
-from honestci.reports.markdown import claimed_section, fmt, gate_interval, interval_text, model_card_section
+from honestci.reports.markdown import (
+    claimed_section,
+    fmt,
+    gate_interval,
+    interval_text,
+    model_card_section,
+    policy_lines,
+)
 
 
 def render_html(report: Report) -> str:
@@ -23,6 +32,11 @@ def render_html(report: Report) -> str:
     quantiles = bayes.get(f"posterior_quantiles_{claim['population']}")
     return env.get_template("report.html.j2").render(
         claim=claim,
+        # The Markdown lines without their markup; Jinja escapes them again.
+        policy_lines=[
+            html.unescape(line.lstrip(" -").replace("**", "").replace("`", "")).replace("\\|", "|")
+            for line in policy_lines(data)
+        ],
         verdict=data["verdict"],
         exit_code=data["exit_code"],
         gates=data["gates"],

@@ -95,6 +95,31 @@ def model_card_section(data: dict) -> str:
     )
 
 
+def policy_lines(data: dict) -> list[str]:
+    """The rules the claim was judged by: the policy's name and hash, and every deviation from the
+    built-in defaults with where it came from (a policy file, or the claim tightening it)."""
+    rules = data.get("audit_policy") or {}
+    if not rules:
+        return []
+    lines = [
+        f"- Judged by policy **{md(rules['name'])}** (sha256 `{rules['sha256']}`): level "
+        f"{rules['confidence_level']:g}, invalid verdicts scored {rules['invalid_verdicts'].replace('_', ' ')}; "
+        + (
+            f"{len(rules['deviations'])} deviation(s) from the built-in rules:"
+            if rules["deviations"]
+            else "the built-in rules"
+        )
+    ]
+    lines += [
+        f"  - `{md(d['key'])}`: {md(d['default'])} → {md(d['value'])} ({md(d['source'])})" for d in rules["deviations"]
+    ]
+    if data["claim"].get("method"):
+        lines.append(
+            f"- The claim names the interval `{md(data['claim']['method'])}`: shown beside the gate's, never gated on"
+        )
+    return lines
+
+
 def render_markdown(report: Report) -> str:
     """Render the report. Figures come only from the report; nothing is recomputed here."""
     data = report.data
@@ -108,8 +133,9 @@ def render_markdown(report: Report) -> str:
         f"- Policy `{md(claim['policy'])}` vs opponent `{md(claim['opponent'])}`, judge `{md(claim['judge'])}`",
         f"- Bar: {claim['bar']:.3f} on the win rate for **{POPULATION_LABELS[claim['population']]}**",
         f"- Gate interval: `{data['gate_method']}`" + (f" → {interval_text(honest)}" if honest else ""),
-        f"- Contests scored: {contests['n']} (left out for an invalid verdict: {contests['n_invalid']}; "
+        f"- Contests scored: {contests['n']} (with an invalid verdict: {contests['n_invalid']}; "
         f"other drops: {contests['dropped'] or 'none'})",
+        *policy_lines(data),
         "",
         "## Gates",
         "",

@@ -489,7 +489,6 @@ CONTEST_CASES = [
         with_rows(_only_other_systems),
         ("no judgments compare 'policy-m' with 'opponent-m'", "pairs judged: other-a vs other-b"),
     ),
-    Case("zero-contests-all-invalid", with_rows(lambda rows: None, verdicts=("invalid",)), ("No scored contests",)),
     Case(
         "one-order-only",
         with_rows(_drop_order),
@@ -1007,6 +1006,15 @@ def test_all_ties_is_a_valid_study_with_no_zero_width_interval(tmp_path):
             assert row["ci_high"] > row["ci_low"], row  # never a zero-width interval
         else:
             assert row["verdict"] == "INCONCLUSIVE"
+
+
+def test_every_verdict_invalid_is_evidence_that_blocks(tmp_path):
+    # Invalid verdicts stay in the data (scored against the claim): a judge that never gave a usable
+    # verdict is blocked by the valid_verdicts gate, not refused as empty input.
+    result = invoke(with_rows(lambda rows: None, verdicts=("invalid",))(tmp_path))
+    assert result.exit_code == 1, result.output
+    gates = {g["gate"]: g for g in _verdict(tmp_path)["gates"]}
+    assert gates["valid_verdicts"]["verdict"] == "FAIL" and "alone decide" in gates["valid_verdicts"]["message"]
 
 
 def test_single_vignette_is_inconclusive_and_blocks(tmp_path):

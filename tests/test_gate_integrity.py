@@ -3,6 +3,8 @@ gate has not passed (with --allow-inconclusive: only INCONCLUSIVE may pass; WARN
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -64,12 +66,26 @@ def test_never_pass_or_exit_0_unless_every_required_gate_passes(gates, required)
 @settings(settings.get_profile("gate-integrity"))
 @given(outcomes, required_sets)
 def test_allow_inconclusive_lets_only_inconclusive_through(gates, required):
+    # A required gate with no result did not run: it blocks even with --allow-inconclusive.
     result = audit_result(gates, required)
     verdicts = required_verdicts(gates, required)
-    allowed = all(v in (Verdict.PASS, Verdict.INCONCLUSIVE) for v in verdicts)
+    allowed = set(required) <= set(gates) and all(v in (Verdict.PASS, Verdict.INCONCLUSIVE) for v in verdicts)
     assert (result.exit_code(allow_inconclusive=True) == EXIT_PASS) == allowed
     if Verdict.WARN in verdicts or Verdict.FAIL in verdicts:
         assert result.exit_code(allow_inconclusive=True) == EXIT_BLOCKED
+
+
+def test_allow_inconclusive_never_passes_a_required_gate_that_did_not_run():
+    ran = audit_result(
+        {"enough_clusters": Verdict.PASS, "leakage": Verdict.INCONCLUSIVE}, ("enough_clusters", "leakage")
+    )
+    assert ran.exit_code(allow_inconclusive=True) == EXIT_PASS
+    not_run = replace(
+        ran, gates=(ran.gates[0], GateResult("leakage", Verdict.INCONCLUSIVE, "not run: no corpus", ran=False))
+    )
+    assert not_run.exit_code(allow_inconclusive=True) == EXIT_BLOCKED
+    assert replace(not_run, allow_inconclusive=True).to_dict()["exit_code"] == EXIT_BLOCKED
+    assert replace(ran, allow_inconclusive=True).to_dict()["exit_code"] == EXIT_PASS  # verdict.json = the process
 
 
 @settings(settings.get_profile("gate-integrity"))

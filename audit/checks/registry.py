@@ -1,5 +1,5 @@
-"""The checks of the audit, explicitly and in order (calibration, position bias, winner's curse,
-leakage, training health).
+"""The checks of the audit, explicitly and in order (invalid verdicts, calibration, position bias,
+winner's curse, leakage, training health).
 
 The audit runs every check of :data:`CHECKS` on the
 :class:`honestci.audit.checks.context.AuditContext`, stores the results in ``context.checks[key]``
@@ -19,9 +19,11 @@ from honestci.audit.checks.leakage import leakage_check
 from honestci.audit.checks.position_bias import position_bias_check
 from honestci.audit.checks.selection import winners_curse_check
 from honestci.audit.checks.training_health import training_health_check
+from honestci.audit.checks.verdicts import valid_verdicts_check
 
 #: (key in ``context.checks``, check); the order is the order of the report's sections.
 CHECKS: tuple[tuple[str, Callable[[AuditContext], Any]], ...] = (
+    ("valid_verdicts", valid_verdicts_check),
     ("calibration", calibration_check),
     ("position_bias", position_bias_check),
     ("winners_curse", winners_curse_check),

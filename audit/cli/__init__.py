@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from honestci import __version__
-from honestci.audit.cli.support import BAYES_MODULES, LazyGroup, seed_option
+from honestci.audit.cli.support import BAYES_MODULES, LazyGroup, policy_option, seed_option
 from honestci.audit.cli.support import fail_cleanly as _fail_cleanly
 from honestci.audit.errors import InputError, require_extra
 from honestci.audit.policy import DEFAULT_SEED
@@ -96,14 +96,36 @@ def simulate(out_dir: Path, seed: int | None) -> None:
         click.echo(str(path))
 
 
-def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_outside_data: bool):
+def _run_and_report(
+    claim: Path,
+    out_dir: Path,
+    bayes: bool,
+    seed: int,
+    allow_outside_data: bool,
+    policy_file: Path | None = None,
+    allow_inconclusive: bool = False,
+):
+    from honestci.audit.data.policy_file import load_policy
     from honestci.audit.pipeline import run_audit
     from honestci.reports.render import write_outputs
 
     if bayes:  # before any work, so a missing extra never reaches a verdict
         require_extra("bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="pass --no-bayes")
-    result = run_audit(claim, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=_progress)
+    result = run_audit(
+        claim,
+        policy=load_policy(policy_file),
+        bayes=bayes,
+        seed=seed,
+        allow_outside_data=allow_outside_data,
+        allow_inconclusive=allow_inconclusive,
+        progress=_progress,
+    )
     paths = write_outputs(result.report(), out_dir, posterior=result.posterior)
+    rules = result.audit_policy
+    click.echo(
+        f"policy: {rules['name']} (sha256 {rules['sha256'][:12]}), level {rules['confidence_level']:g}, "
+        f"{len(rules['deviations'])} deviation(s) from the built-in rules"
+    )
     click.echo(str(result.intervals))
     click.echo("")
     for gate in result.gates:
@@ -130,15 +152,27 @@ def _run_and_report(claim: Path, out_dir: Path, bayes: bool, seed: int, allow_ou
 )
 @click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
 @seed_option
-@click.option("--allow-inconclusive", is_flag=True, help="Exit 0 when the worst gate is INCONCLUSIVE.")
+@policy_option
+@click.option(
+    "--allow-inconclusive",
+    is_flag=True,
+    help="Exit 0 when every required gate is PASS or an INCONCLUSIVE that ran; a required gate that could not "
+    "run (missing evidence or extra) still blocks.",
+)
 @click.option("--allow-outside-data", is_flag=True, help="Let data paths resolve outside the claim's folder.")
 @_fail_cleanly
 def audit(
-    claim: Path, out_dir: Path, bayes: bool, seed: int, allow_inconclusive: bool, allow_outside_data: bool
+    claim: Path,
+    out_dir: Path,
+    bayes: bool,
+    seed: int,
+    policy_file: Path | None,
+    allow_inconclusive: bool,
+    allow_outside_data: bool,
 ) -> None:
     """Audit CLAIM (a claim YAML file): exit 0 if the release may go ahead, 1 if blocked."""
-    result = _run_and_report(claim, out_dir, bayes, seed, allow_outside_data)
-    sys.exit(result.exit_code(allow_inconclusive=allow_inconclusive))
+    result = _run_and_report(claim, out_dir, bayes, seed, allow_outside_data, policy_file, allow_inconclusive)
+    sys.exit(result.exit_code())
 
 
 @main.command()
@@ -151,14 +185,15 @@ def audit(
     help="Folder for the demo report.",
 )
 @click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
+@policy_option
 @_fail_cleanly
-def demo(out_dir: Path, bayes: bool) -> None:
+def demo(out_dir: Path, bayes: bool, policy_file: Path | None) -> None:
     """Audit the embedded fixture study's headline claim end to end."""
     from honestci.fixtures.simulate import default_claim_path
 
     claim = default_claim_path()
     click.echo(f"Auditing the embedded fixture claim {claim}", err=True)
-    result = _run_and_report(claim, out_dir, bayes, DEFAULT_SEED, False)
+    result = _run_and_report(claim, out_dir, bayes, DEFAULT_SEED, False, policy_file)
     click.echo(f"(`honestci audit` on this claim would exit {result.exit_code()})")
 
 
@@ -191,16 +226,24 @@ def report(result: Path, fmt: str, out_file: Path | None) -> None:
 @click.argument("claim", type=click.Path(path_type=Path))
 @click.option("--method", "methods", multiple=True, help="Interval method (repeatable); default: all.")
 @seed_option
-@click.option("--level", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
+@click.option(
+    "--level",
+    type=click.FloatRange(0.5, 0.999),
+    default=None,
+    help="Confidence level of the table (default: the policy's); the gate always uses the policy's.",
+)
+@policy_option
 @_fail_cleanly
-def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> None:
+def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float | None, policy_file: Path | None) -> None:
     """Print the side-by-side win-rate table (method, estimate, CI, n, G, n_eff) for CLAIM's data."""
     from honestci.audit.data.claims import load_claim
     from honestci.audit.data.contests import build_contests
     from honestci.audit.data.io import load_study
+    from honestci.audit.data.policy_file import load_policy
     from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
 
-    loaded = load_claim(claim)
+    loaded = load_claim(claim, policy=load_policy(policy_file))
+    level = loaded.thresholds.confidence_level if level is None else level
     study = load_study(loaded.data_paths)
     contests = build_contests(
         study,
@@ -209,7 +252,7 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float) -> N
         judge=loaded.spec.judge,
         allow_single_order=loaded.spec.allow_single_order,
     )
-    scored = contests.scores("both_orders")
+    scored = contests.scores("both_orders", invalid=loaded.policy.invalid_verdicts)
     scores, clusters = scored.values, scored.clusters
     for m in methods:
         if m not in ALL_METHODS:

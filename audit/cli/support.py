@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+from pathlib import Path
 
 import click
 
@@ -23,6 +24,16 @@ seed_option = click.option(
     default=DEFAULT_SEED,
     show_default=True,
     help="Seed of every random draw this command makes (bootstraps, MCMC, order shuffles, sampling).",
+)
+
+#: The auditor's policy file: every command that judges a claim reads its rules from it.
+policy_option = click.option(
+    "--policy",
+    "policy_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The auditor's policy file (YAML; docs/claims.md): level, gate intervals, required gates, thresholds, "
+    "scoring of invalid verdicts. Default: the built-in policy. A claim may only tighten it.",
 )
 
 

@@ -29,7 +29,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from honestci.audit.data.yaml_io import problems_from_validation, read_yaml_mapping
 from honestci.audit.errors import ClaimError, Problem
-from honestci.audit.policy import GATE_ORDER, THRESHOLDS, Policy, Population, Thresholds, loosening, threshold_problem
+from honestci.audit.policy import (
+    GATE_ORDER,
+    THRESHOLDS,
+    Policy,
+    Population,
+    Thresholds,
+    loosening,
+    threshold_problem,
+    with_values,
+)
 
 SUPPORTED_VERSIONS = (1,)
 DATA_TABLES = ("vignettes", "responses", "judgments", "human_ratings", "human_pairs", "corpus")
@@ -278,7 +287,7 @@ def tightened(policy: Policy, spec: ClaimSpec, path: Path) -> Policy:
     extra_gates = tuple(g for g in (spec.required_gates or ()) if g not in policy.required_gates)
     judged_by = replace(
         policy,
-        thresholds=replace(policy.thresholds, **spec.thresholds),
+        thresholds=with_values(policy.thresholds, spec.thresholds),
         required_gates=policy.required_gates + extra_gates,
     )
     source = f"claim {path.resolve()}"

@@ -84,6 +84,15 @@ def score_contests(outcome_first, outcome_second, rule: str = "both_orders") -> 
 INVALID_ORDER_VALUE = {"against_claim": 0.0, "tie": 0.5, "for_claim": 1.0}
 
 
+def _invalid_value(invalid: str) -> float:
+    if invalid not in INVALID_ORDER_VALUE:
+        raise InputError(
+            f"unknown scoring of invalid verdicts {invalid!r}",
+            fix=f"use one of: exclude, {', '.join(INVALID_ORDER_VALUE)}",
+        )
+    return INVALID_ORDER_VALUE[invalid]
+
+
 @dataclass(frozen=True, eq=False)
 class ContestScores:
     """Scores of the contests; ``n_invalid`` of them had an invalid verdict, scored by ``invalid``
@@ -157,12 +166,7 @@ class ContestTable:
         """
         first, second = (_outcome_values(self.frame[c]) for c in ("outcome_policy_first", "outcome_policy_second"))
         if invalid != "exclude":
-            if invalid not in INVALID_ORDER_VALUE:
-                raise InputError(
-                    f"unknown scoring of invalid verdicts {invalid!r}",
-                    fix=f"use one of: exclude, {', '.join(INVALID_ORDER_VALUE)}",
-                )
-            first, second = (np.where(np.isnan(v), INVALID_ORDER_VALUE[invalid], v) for v in (first, second))
+            first, second = (np.where(np.isnan(v), _invalid_value(invalid), v) for v in (first, second))
         scores = score_contests(first, second, rule)
         invalid_contests = self._invalid_contests()
         keep = ~invalid_contests if invalid == "exclude" else np.ones(len(self.frame), dtype=bool)
@@ -172,17 +176,18 @@ class ContestTable:
             rule, self.policy, self.opponent, self.judge, frame, int(invalid_contests.sum()), invalid=invalid
         )
 
-    def per_order_outcomes(self) -> pd.DataFrame:
-        """One row per judged order with a valid verdict: contest_id, vignette_id, run, judge,
-        policy_first (bool) and value (1 win, 0.5 tie, 0 loss), for per-order models.
+    def per_order_outcomes(self, invalid: str = "exclude") -> pd.DataFrame:
+        """One row per judged order: contest_id, vignette_id, run, judge, policy_first (bool) and
+        value (1 win, 0.5 tie, 0 loss), for per-order models.
 
-        Orders with an invalid verdict are left out; :attr:`n_invalid_orders` counts them."""
+        An order with an invalid verdict is scored as :meth:`scores` says for ``invalid``, or left
+        out (``"exclude"``; :attr:`n_invalid_orders` counts them)."""
         keys = self.frame[["contest_id", "vignette_id", "run", "judge"]]
+        values = [_outcome_values(self.frame[c]) for c in ("outcome_policy_first", "outcome_policy_second")]
+        if invalid != "exclude":
+            values = [np.where(np.isnan(v), _invalid_value(invalid), v) for v in values]
         long = pd.concat(
-            [
-                keys.assign(policy_first=True, value=_outcome_values(self.frame["outcome_policy_first"])),
-                keys.assign(policy_first=False, value=_outcome_values(self.frame["outcome_policy_second"])),
-            ]
+            [keys.assign(policy_first=True, value=values[0]), keys.assign(policy_first=False, value=values[1])]
         ).sort_index(kind="stable")
         return long[long["value"].notna()].reset_index(drop=True)
 

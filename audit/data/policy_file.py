@@ -31,6 +31,7 @@ from honestci.audit.policy import (
     Policy,
     Thresholds,
     threshold_problem,
+    with_values,
 )
 
 
@@ -112,7 +113,7 @@ def load_policy(path: str | Path | None) -> Policy:
     source = f"policy file {path.resolve()}"
     policy = Policy(
         name=spec.name,
-        thresholds=replace(THRESHOLDS, **spec.thresholds),
+        thresholds=with_values(THRESHOLDS, spec.thresholds),
         gate_methods=tuple({**dict(Policy().gate_methods), **spec.gate_methods}.items()),
         required_gates=Policy().required_gates if spec.required_gates is None else tuple(spec.required_gates),
         invalid_verdicts=spec.invalid_verdicts,

@@ -49,7 +49,14 @@ class ClusteredEstimate:
 
     @property
     def reportable(self) -> bool:
-        return self.verdict != Verdict.INCONCLUSIVE and self.ci_low is not None
+        return self.bounds is not None
+
+    @property
+    def bounds(self) -> tuple[float, float] | None:
+        """(CI-low, CI-high) when the interval may be reported, else None."""
+        if self.verdict == Verdict.INCONCLUSIVE or self.ci_low is None or self.ci_high is None:
+            return None
+        return self.ci_low, self.ci_high
 
     def as_row(self) -> dict:
         row = asdict(self)
