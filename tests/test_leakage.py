@@ -341,6 +341,10 @@ def test_cli_leakage_exits_1_on_the_fixture_leaks_and_2_on_bad_input(tmp_path):
     )
     assert result.exit_code == 1, result.output
     assert "gpt4-v3-33" in result.output and (tmp_path / "leakage_items.csv").exists()
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text('{"doc_id": "d1", "text": "nothing from the eval answers is written here at all"}\n')
+    passed = runner.invoke(leakage, ["--eval", str(FIXTURE / "responses.jsonl"), "--corpus", str(clean)])
+    assert passed.exit_code == 0 and "gate leakage: PASS" in passed.output, passed.output
     bad = runner.invoke(
         leakage,
         ["--eval", str(FIXTURE / "responses.jsonl"), "--eval-id", "nope", "--corpus", str(FIXTURE / "corpus.jsonl")],

@@ -50,10 +50,10 @@ def _threshold_value(name: str):
 
 claims = st.fixed_dictionaries(
     {
-        "bar": st.floats(0.3, 0.9),
+        "bar": st.floats(0.2, 0.7),
         "method": st.one_of(st.none(), st.sampled_from([*ALL_METHODS, "cr3"])),
         "required_gates": st.one_of(st.none(), st.lists(st.sampled_from(GATE_ORDER), unique=True, max_size=5)),
-        "thresholds": st.dictionaries(st.sampled_from(sorted(TIGHTENS)), st.just(None), max_size=3).flatmap(
+        "thresholds": st.dictionaries(st.sampled_from(sorted(TIGHTENS)), st.just(None), max_size=2).flatmap(
             lambda d: st.fixed_dictionaries({k: _threshold_value(k) for k in d})
         ),
         "claimed_level": st.one_of(st.none(), st.floats(0.5, 0.99)),

@@ -89,9 +89,12 @@ def test_hand_example_and_exact_sign_flip():
 def test_cli_position_bias():
     from honestci.audit.cli.checks import position_bias_command
 
+    # Exit by the gate, like `honestci audit`: 1 when it does not PASS, 0 when it does.
     out = CliRunner().invoke(position_bias_command, [str(STUDY / "claim.yaml"), "--judge", "llama-3.1-405b"])
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == 1, out.output
     assert "gate position_bias: FAIL" in out.output and "v6" in out.output
+    calibrated = CliRunner().invoke(position_bias_command, [str(STUDY / "claim.yaml")])
+    assert calibrated.exit_code == 0 and "gate position_bias: PASS" in calibrated.output
 
 
 # --- coverage --------------------------------------------------------------------------------------

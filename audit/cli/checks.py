@@ -11,9 +11,15 @@ from pathlib import Path
 
 import click
 
-from honestci.audit.cli.support import fail_cleanly, seed_option
+from honestci.audit.cli.support import (
+    exit_by_gate,
+    fail_cleanly,
+    level_option,
+    policy_option,
+    policy_thresholds,
+    seed_option,
+)
 from honestci.audit.errors import InputError
-from honestci.audit.policy import THRESHOLDS
 
 _TABLE_OPTIONS = {
     "judgments": "judgments",
@@ -91,8 +97,9 @@ def _path_option(name: str):
     show_default=True,
     help="Unparseable verdicts: left out (counted), or counted as ties (PandaLM's rule).",
 )
-@click.option("--level", type=float, default=0.95, show_default=True)
+@level_option
 @seed_option
+@policy_option
 @click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
 @fail_cleanly
 def calibrate_judge_command(
@@ -107,12 +114,15 @@ def calibrate_judge_command(
     invalid_as,
     level,
     seed,
+    policy_file,
     allow_outside_data,
 ) -> None:
     """Agreement of a judge with human preferences, with vignette-clustered intervals."""
     from honestci.audit.checks.calibration import calibrate_judge
     from honestci.audit.gates import gate_judge_calibrated
 
+    thresholds = policy_thresholds(policy_file)
+    level = thresholds.confidence_level if level is None else level
     tables, spec = _tables(
         claim, {"judgments": judgments, "human_pairs": human_pairs, "human_ratings": human_ratings}, allow_outside_data
     )
@@ -166,8 +176,7 @@ def calibrate_judge_command(
         f"\naccuracy {result.metrics.accuracy:.4f}  macro-P {result.metrics.macro_precision:.4f}  "
         f"macro-R {result.metrics.macro_recall:.4f}  macro-F1 {result.metrics.macro_f1:.4f}  (3 classes)"
     )
-    gate = gate_judge_calibrated(result, THRESHOLDS)
-    click.echo(f"\ngate judge_calibrated: {gate.verdict} — {gate.message}")
+    exit_by_gate(gate_judge_calibrated(result, thresholds))
 
 
 @click.command("position-bias")
@@ -175,30 +184,33 @@ def calibrate_judge_command(
 @_path_option("judgments")
 @_path_option("responses")
 @click.option("--judge", default=None, help="Judge to examine (default: the claim's judge, or the only judge).")
-@click.option("--policy", default=None, help="System whose wins are counted (default: the claim's policy).")
+@click.option("--system", default=None, help="System whose wins are counted (default: the claim's policy).")
 @click.option("--opponent", default=None, help="The other system (default: the claim's opponent).")
-@click.option("--level", type=float, default=0.95, show_default=True)
+@level_option
 @seed_option
+@policy_option
 @click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
 @fail_cleanly
 def position_bias_command(
-    claim, judgments, responses, judge, policy, opponent, level, seed, allow_outside_data
+    claim, judgments, responses, judge, system, opponent, level, seed, policy_file, allow_outside_data
 ) -> None:
     """Position bias of a judge from both-order verdicts (single-order data: not identifiable)."""
     from honestci.audit.checks.position_bias import position_bias_from_contests
     from honestci.audit.data.contests import build_contests
     from honestci.audit.gates import gate_position_bias
 
+    thresholds = policy_thresholds(policy_file)
+    level = thresholds.confidence_level if level is None else level
     tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
     missing = [name for name in ("judgments", "responses") if name not in tables]
     if missing:
         raise InputError(
             f"missing table(s): {', '.join(missing)}.", fix="pass a claim file or --judgments and --responses"
         )
-    policy = policy or (spec.policy if spec else None)
+    policy = system or (spec.policy if spec else None)
     opponent = opponent or (spec.opponent if spec else None)
     if policy is None or opponent is None:
-        raise InputError("the two systems to compare are not named.", fix="pass --policy and --opponent (or a claim)")
+        raise InputError("the two systems to compare are not named.", fix="pass --system and --opponent (or a claim)")
     judge = judge or (spec.judge if spec else None)
     contests = build_contests(tables, policy, opponent, judge=judge, allow_single_order=True)
     result = position_bias_from_contests(contests, level=level, rng=seed)
@@ -216,5 +228,4 @@ def position_bias_command(
         import pandas as pd
 
         click.echo(pd.DataFrame(list(result.per_vignette)).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    gate = gate_position_bias(result, THRESHOLDS)
-    click.echo(f"\ngate position_bias: {gate.verdict} — {gate.message}")
+    exit_by_gate(gate_position_bias(result, thresholds))

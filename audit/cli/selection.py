@@ -2,37 +2,37 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
-from honestci.audit.cli.support import fail_cleanly, seed_option
+from honestci.audit.cli.support import exit_by_gate, fail_cleanly, level_option, policy_option, seed_option
 from honestci.audit.errors import InputError
-from honestci.audit.policy import EXIT_BLOCKED, Verdict
 
 
 @click.command("winners-curse")
 @click.argument("claim_file", type=click.Path(dir_okay=False))
 @click.option("--opponent", default=None, help="Opponent the candidates are scored against (default: the claim's).")
 @click.option("--judge", default=None, help="Judge (default: the claim's).")
-@click.option("--level", default=None, type=float, help="Confidence level (default: the claim's thresholds).")
+@level_option
 @seed_option
+@policy_option
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Write winners_curse.csv here.")
 @fail_cleanly
-def winners_curse(claim_file, opponent, judge, level, seed, out):
+def winners_curse(claim_file, opponent, judge, level, seed, policy_file, out):
     """Winner's-curse analysis of the selection pool of CLAIM_FILE's study.
 
     Prints the naive winner estimate, the AKM median-unbiased estimate with conditional and
-    hybrid intervals, the held-out replication and the gate; exits 1 when the gate FAILs.
+    hybrid intervals, the held-out replication and the gate; exits 0 only when the gate PASSes.
     """
     from honestci.audit.checks.selection import analyse_selection
     from honestci.audit.data.claims import load_claim
     from honestci.audit.data.contests import build_contests
     from honestci.audit.data.io import load_study
+    from honestci.audit.data.policy_file import load_policy
     from honestci.audit.gates import gate_winners_curse
 
-    claim = load_claim(claim_file)
+    claim = load_claim(claim_file, policy=load_policy(policy_file))
     spec, thresholds = claim.spec, claim.thresholds
     study = load_study(claim.data_paths)
     contests = build_contests(
@@ -49,13 +49,10 @@ def winners_curse(claim_file, opponent, judge, level, seed, out):
     )
     click.echo("\n".join(analysis.report_section().lines))
     click.echo(analysis.to_frame().to_string(index=False))
-    gate = gate_winners_curse(analysis, thresholds)
-    click.echo(f"gate winners_curse: {gate.verdict} - {gate.message}")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         analysis.to_frame().to_csv(Path(out) / "winners_curse.csv", index=False)
-    if gate.verdict == Verdict.FAIL:
-        sys.exit(EXIT_BLOCKED)
+    exit_by_gate(gate_winners_curse(analysis, thresholds))
 
 
 @click.command("leakage")
@@ -143,14 +140,11 @@ def leakage(
             index, corpora, text_field=text_field, id_field=id_field, min_overlap=min_overlap, near_index=near_index
         )
     click.echo(str(scan))
-    gate = gate_leakage(scan)
-    click.echo(f"gate leakage: {gate.verdict} - {gate.message}")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         scan.items.to_csv(Path(out) / "leakage_items.csv", index=False)
         scan.documents.to_csv(Path(out) / "leakage_documents.csv", index=False)
-    if gate.verdict == Verdict.FAIL:
-        sys.exit(EXIT_BLOCKED)
+    exit_by_gate(gate_leakage(scan))
 
 
 def _read_eval_items(path: Path, id_column: str, text_column: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from honestci.audit.errors import InputError
-from honestci.audit.policy import DEFAULT_SEED, EXIT_BAD_INPUT
+from honestci.audit.policy import DEFAULT_SEED, EXIT_BAD_INPUT, EXIT_BLOCKED, EXIT_PASS, Verdict
 
 #: What the Bayesian fit imports from the bayes extra (audit/stats/bayes*.py import them lazily).
 BAYES_MODULES = ("pymc", "arviz", "nutpie")
@@ -24,6 +24,14 @@ seed_option = click.option(
     default=DEFAULT_SEED,
     show_default=True,
     help="Seed of every random draw this command makes (bootstraps, MCMC, order shuffles, sampling).",
+)
+
+#: A check command's confidence level (default: the policy's).
+level_option = click.option(
+    "--level",
+    type=click.FloatRange(0.5, 0.999),
+    default=None,
+    help="Confidence level of the intervals (default: the policy's, 0.95 built in).",
 )
 
 #: The auditor's policy file: every command that judges a claim reads its rules from it.
@@ -80,3 +88,17 @@ class LazyGroup(click.Group):
             limit = formatter.width - 6 - max(len(name) for name, _ in commands)
             with formatter.section("Commands"):
                 formatter.write_dl([(name, command.get_short_help_str(limit)) for name, command in commands])
+
+
+def exit_by_gate(gate) -> None:
+    """Print a check command's gate line and exit by it, as ``honestci audit`` does for the
+    release: 0 only when the gate PASSes, 1 otherwise (WARN, INCONCLUSIVE, FAIL)."""
+    click.echo(f"\ngate {gate.name}: {gate.verdict} - {gate.message}")
+    sys.exit(EXIT_PASS if gate.verdict == Verdict.PASS else EXIT_BLOCKED)
+
+
+def policy_thresholds(policy_file: Path | None):
+    """The thresholds of the auditor's policy file (the built-in ones when None)."""
+    from honestci.audit.data.policy_file import load_policy
+
+    return load_policy(policy_file).thresholds
