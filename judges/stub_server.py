@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-FAULTS = ("timeout", "429", "500", "garbage", "garbage_json", "unparseable")
+FAULTS = ("timeout", "429", "500", "garbage", "garbage_json", "unparseable", "null_content")
 
 
 def preferred_position(first_id: str, second_id: str) -> str:
@@ -153,7 +153,10 @@ class StubJudgeServer:
                 elif outcome == "garbage_json":
                     self._send(200, b'{"object": "error", "message": "overloaded"}')
                 else:
-                    if outcome == "unparseable" or pair[0] is None:
+                    content: str | None
+                    if outcome == "null_content":
+                        content = None  # a refusal or a filtered generation: a reply with no text
+                    elif outcome == "unparseable" or pair[0] is None:
                         content = "I'm not able to compare these."
                     else:
                         verdict = preferred_position(*pair)

@@ -126,6 +126,44 @@ def test_rerun_asks_nothing_and_retry_failed_asks_only_failures(tmp_path):
         assert other.n_asked == 12
 
 
+def test_a_reply_with_null_content_is_a_failed_request_retried_not_an_invalid_verdict(tmp_path):
+    study = write_stub_study(tmp_path, n_contests=2)
+    texts = load_texts(study["vignettes"], study["responses"])
+    # The first two requests get `content: null`: each is retried and then judged.
+    with StubJudgeServer(StubConfig(scripted=("null_content", "null_content"))) as server:
+        summary = run_judging(
+            study["contests"],
+            texts,
+            _backend(server, max_retries=2),
+            get_template(),
+            tmp_path / "a.jsonl",
+            progress=False,
+        )
+        assert summary.n_failed == 0 and summary.n_invalid == 0 and summary.n_retries == 2
+    # Always null: the calls are cached as failed (invalid with the reason), and --retry-failed asks again.
+    with StubJudgeServer(StubConfig(fault_rates={"null_content": 1.0})) as server:
+        failed = run_judging(
+            study["contests"],
+            texts,
+            _backend(server, max_retries=1),
+            get_template(),
+            tmp_path / "b.jsonl",
+            progress=False,
+        )
+        assert failed.n_failed == 4 and "content: null" in str(failed.invalid_reasons)
+        asked = len(server.log)
+        again = run_judging(
+            study["contests"],
+            texts,
+            _backend(server, max_retries=1),
+            get_template(),
+            tmp_path / "b.jsonl",
+            progress=False,
+            retry_failed=True,
+        )
+        assert again.n_asked == 4 and len(server.log) == asked + 8
+
+
 def test_api_key_is_sent_but_never_stored_or_shown(tmp_path, monkeypatch):
     secret = "sk-test-5f1d0c9a-do-not-log"
     monkeypatch.setenv("HONESTCI_TEST_KEY", secret)

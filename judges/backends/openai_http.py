@@ -136,10 +136,10 @@ class OpenAICompatibleBackend:
             else:
                 status = response.status_code
                 if status == 200:
-                    text = _message_content(response)
+                    text, problem = _message_content(response)
                     if text is not None:
                         return Completion(text, attempt)
-                    error = "malformed reply (not an OpenAI chat completion)"
+                    error = problem
                 elif status in FATAL_STATUS:
                     raise BackendFatalError(
                         f"The judge server answered HTTP {status} for model {self.judge_name!r} at {self._url}.",
@@ -160,16 +160,23 @@ class OpenAICompatibleBackend:
             await client.aclose()
 
 
-def _message_content(response) -> str | None:
-    """The first choice's message content ('' when the server sent null), or None if malformed."""
+def _message_content(response) -> tuple[str | None, str]:
+    """The first choice's message content, or None and why there is none.
+
+    ``content: null`` (a refusal, a tool call, a truncated or filtered generation) is no verdict
+    at all: the request failed and is retried, then cached as failed so ``--retry-failed`` asks
+    again; it is never recorded as a reply that happens to be unparseable.
+    """
     try:
         body = response.json()
         message = body["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError):
-        return None
+        return None, "malformed reply (not an OpenAI chat completion)"
     if not isinstance(message, dict):
-        return None
+        return None, "malformed reply (not an OpenAI chat completion)"
     content = message.get("content")
     if content is None:
-        return ""
-    return content if isinstance(content, str) else None
+        return None, "reply without content (content: null)"
+    if not isinstance(content, str):
+        return None, "malformed reply (content is not text)"
+    return content, ""
