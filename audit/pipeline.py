@@ -200,7 +200,7 @@ def _contests_in_pool(contests: ContestTable, study: Study, pool: str) -> Contes
 def _claimed_rows(claim: Claim, study: Study, judge: str, level: float, seed: int) -> dict[str, ClaimedFigureAudit]:
     """Audit each other row of the claimed table from its own contests (same opponent and judge)."""
     spec, audits = claim.spec, {}
-    for row in spec.claimed.table:
+    for row in () if spec.claimed is None else spec.claimed.table:
         scored = build_contests(
             study, policy=row.system, opponent=spec.opponent, judge=judge, allow_single_order=spec.allow_single_order
         ).scores("both_orders", invalid=claim.policy.invalid_verdicts)
@@ -407,7 +407,9 @@ def run_audit(
     context = audit_context(
         claim_path, policy=policy, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=progress
     )
-    claim, contests, bayes_result = context.claim, context.contests, context.bayes
+    claim, contests, intervals, bayes_result = context.claim, context.contests, context.intervals, context.bayes
+    # audit_context always assembles both; only the training pipeline's preflight context lacks them.
+    assert contests is not None and intervals is not None
     spec, rules = claim.spec, claim.policy
     scored = contests.scores("both_orders", invalid=rules.invalid_verdicts)
     # --no-bayes is the auditor's choice on the command line: the sampler's gate is then not asked for.
@@ -425,7 +427,7 @@ def run_audit(
         bar=spec.bar,
         population=spec.population,
         gate_method=context.gate_method,
-        intervals=context.intervals,
+        intervals=intervals,
         n_contests=int(len(scored.values)),
         n_invalid=int(contests.n_invalid),
         dropped=dict(contests.dropped),
@@ -492,7 +494,7 @@ def _fit_bayes(
     result = fit_winrate_hierarchical_frame(
         contests.per_order_outcomes(invalid=invalid), bar=bar, level=level, seed=seed
     )
-    common = dict(
+    common: dict[str, Any] = dict(
         level=level,
         n=reference.n,
         n_clusters=reference.n_clusters,
