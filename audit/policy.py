@@ -294,6 +294,23 @@ def threshold_problem(name: str, value) -> str | None:
     return None
 
 
+def known_gates(names):
+    """``names`` unchanged when every one is a gate (None allowed); else ValueError naming the rest."""
+    unknown = sorted(set(names or ()) - set(GATE_ORDER))
+    if unknown:
+        raise ValueError(f"unknown gate(s) {unknown}; known gates: {list(GATE_ORDER)}")
+    return names
+
+
+def known_thresholds(values: dict) -> dict:
+    """``values`` unchanged when every key names a threshold; else ValueError naming the rest."""
+    known = set(Thresholds.__dataclass_fields__)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown threshold(s) {unknown}; known: {sorted(known)}")
+    return values
+
+
 def with_values(thresholds: Thresholds, values: Mapping[str, float | int | str]) -> Thresholds:
     """``thresholds`` with ``values`` set by name; each value checked by :func:`threshold_problem`.
 

@@ -30,11 +30,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from honestci.audit.data.yaml_io import problems_from_validation, read_yaml_mapping
 from honestci.audit.errors import ClaimError, Problem
 from honestci.audit.policy import (
-    GATE_ORDER,
     THRESHOLDS,
     Policy,
     Population,
     Thresholds,
+    known_gates,
+    known_thresholds,
     loosening,
     threshold_problem,
     with_values,
@@ -128,20 +129,12 @@ class ClaimSpec(BaseModel):
     @field_validator("required_gates")
     @classmethod
     def _known_gates(cls, value):
-        if value is not None:
-            unknown = sorted(set(value) - set(GATE_ORDER))
-            if unknown:
-                raise ValueError(f"unknown gate(s) {unknown}; known gates: {list(GATE_ORDER)}")
-        return value
+        return known_gates(value)
 
     @field_validator("thresholds")
     @classmethod
     def _known_thresholds(cls, value: dict) -> dict:
-        known = set(Thresholds.__dataclass_fields__)
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ValueError(f"unknown threshold(s) {unknown}; known: {sorted(known)}")
-        return value
+        return known_thresholds(value)
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ from honestci.audit.data.yaml_io import problems_from_validation, read_yaml_mapp
 from honestci.audit.errors import InputError, Problem
 from honestci.audit.policy import (
     CERTIFIED_GATE_METHODS,
-    GATE_ORDER,
     THRESHOLDS,
     Policy,
-    Thresholds,
+    known_gates,
+    known_thresholds,
     threshold_problem,
     with_values,
 )
@@ -54,10 +54,7 @@ class PolicySpec(BaseModel):
     @field_validator("thresholds")
     @classmethod
     def _known_thresholds(cls, value: dict) -> dict:
-        unknown = sorted(set(value) - set(Thresholds.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"unknown threshold(s) {unknown}; known: {sorted(Thresholds.__dataclass_fields__)}")
-        return value
+        return known_thresholds(value)
 
     @field_validator("gate_methods")
     @classmethod
@@ -75,11 +72,7 @@ class PolicySpec(BaseModel):
     @field_validator("required_gates")
     @classmethod
     def _known_gates(cls, value):
-        if value is not None:
-            unknown = sorted(set(value) - set(GATE_ORDER))
-            if unknown:
-                raise ValueError(f"unknown gate(s) {unknown}; known gates: {list(GATE_ORDER)}")
-        return value
+        return known_gates(value)
 
 
 def load_policy(path: str | Path | None) -> Policy:

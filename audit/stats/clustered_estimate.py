@@ -17,6 +17,7 @@ from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, Verdict
 from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
 from honestci.audit.stats.cluster_robust import ContrastResult, cluster_robust_ols
+from honestci.audit.stats.intervals import reportable_bounds
 
 #: Bootstrap draws of every cluster-bootstrap interval in the calibration and position-bias checks.
 DEFAULT_BOOTSTRAP_DRAWS = 1999
@@ -54,9 +55,7 @@ class ClusteredEstimate:
     @property
     def bounds(self) -> tuple[float, float] | None:
         """(CI-low, CI-high) when the interval may be reported, else None."""
-        if self.verdict == Verdict.INCONCLUSIVE or self.ci_low is None or self.ci_high is None:
-            return None
-        return self.ci_low, self.ci_high
+        return reportable_bounds(self.verdict, self.ci_low, self.ci_high)
 
     def as_row(self) -> dict:
         row = asdict(self)

@@ -10,6 +10,13 @@ import pandas as pd
 from honestci.audit.policy import Verdict
 
 
+def reportable_bounds(verdict: Verdict, low: float | None, high: float | None) -> tuple[float, float] | None:
+    """(low, high) of an interval a gate may read: None when INCONCLUSIVE or a bound is missing."""
+    if verdict == Verdict.INCONCLUSIVE or low is None or high is None:
+        return None
+    return low, high
+
+
 @dataclass(frozen=True)
 class IntervalResult:
     """One interval for one estimand, population and method, with the clustering beside it.
@@ -44,9 +51,7 @@ class IntervalResult:
     @property
     def bounds(self) -> tuple[float, float] | None:
         """(CI-low, CI-high) when the interval may be reported, else None."""
-        if self.verdict == Verdict.INCONCLUSIVE or self.ci_low is None or self.ci_high is None:
-            return None
-        return self.ci_low, self.ci_high
+        return reportable_bounds(self.verdict, self.ci_low, self.ci_high)
 
     def as_row(self) -> dict:
         row = asdict(self)
