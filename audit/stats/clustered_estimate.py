@@ -137,6 +137,10 @@ def clustered_mean(
         fit = cluster_robust_ols(np.ones((n, 1)), y, groups, vcov="CR2", level=level)
     except EstimationError:
         return without_interval("every value is the same: no variance to estimate")
+    if not np.isfinite(fit.se[0]) or fit.se[0] <= 0:
+        # Values differ within vignettes but every vignette has the same mean: the sandwich and the
+        # cluster bootstrap both see no variance between vignettes, and a zero-width interval is no answer.
+        return without_interval("every vignette has the same mean: no variance between vignettes to estimate")
     boot_low = boot_high = None
     seed = None
     if rng is not None:
