@@ -87,7 +87,7 @@ class ImportedTables:
 class _Collector:
     """Accumulates rows and problems; checks duplicate ids and duplicate ordered judgments."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.problems: list[Problem] = []
         self.judgments: list[dict] = []
         self.vignettes: dict[str, dict] = {}

@@ -12,7 +12,15 @@ import pytest
 import yaml
 
 from honestci.audit.policy import GateResult, Verdict
-from honestci.training.pipeline import CARD_END, CARD_START, PipelineRefused, publish_figures, run_pipeline
+from honestci.training.config import TrainingConfigError
+from honestci.training.pipeline import (
+    CARD_END,
+    CARD_START,
+    PipelineRefused,
+    load_pipeline_job,
+    publish_figures,
+    run_pipeline,
+)
 
 pytestmark = pytest.mark.training
 
@@ -44,6 +52,13 @@ def test_pipeline_fails_closed_without_the_leakage_module(tmp_path, monkeypatch)
     rated = {json.loads(line)["response_id"] for line in open(FIXTURE / "human_ratings.jsonl")}
     assert eval_ids and not eval_ids & rated  # held-out eval answers are never reward-model training text
     assert {d["source"] for d in corpus} >= {"task prompt", "reward-model training answer"}
+
+
+@pytest.mark.parametrize("key", ["vignettes", "responses", "base_model"])
+def test_a_required_path_given_as_null_is_a_config_error(tmp_path, key):
+    # YAML null used to reach prepare_data as None and crash there with a TypeError.
+    with pytest.raises(TrainingConfigError, match=f"{key} must be a path, not null"):
+        load_pipeline_job(_config(tmp_path, **{key: None}))
 
 
 @pytest.fixture(scope="module")

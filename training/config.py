@@ -15,14 +15,18 @@ import dataclasses
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import yaml
 
 from honestci.audit.data.yaml_io import read_yaml_mapping as read_yaml
 from honestci.audit.errors import InputError, Problem
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+#: A job's settings: a dataclass (its fields are the config's keys).
+T = TypeVar("T", bound="DataclassInstance")
 
 #: What training imports from the train extra (the transformers Trainer needs accelerate).
 TRAIN_MODULES = ("torch", "transformers", "trl", "accelerate", "datasets")
@@ -113,12 +117,18 @@ def load_config(schema: type[T], path: str | Path, overrides: Sequence[str] = ()
     return build_config(schema, values, source=str(path), base_dir=path.resolve().parent)
 
 
+def refuse(field: str, message: str, fix: str = "") -> NoReturn:
+    """Raise :class:`TrainingConfigError` naming ``field`` (what :func:`require` raises; call it
+    directly where the check also narrows a type, e.g. ``if path is None: refuse(...)``)."""
+    raise TrainingConfigError(
+        f"Invalid training config: {field} {message}.", [Problem("config", None, field, message)], fix=fix
+    )
+
+
 def require(condition: bool, field: str, message: str, fix: str = "") -> None:
     """Raise :class:`TrainingConfigError` naming ``field`` unless ``condition`` holds."""
     if not condition:
-        raise TrainingConfigError(
-            f"Invalid training config: {field} {message}.", [Problem("config", None, field, message)], fix=fix
-        )
+        refuse(field, message, fix)
 
 
 def to_plain(config) -> dict:

@@ -20,15 +20,24 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from honestci.audit.errors import InputError, Problem, require_extra
-from honestci.training.config import require
+from honestci.training.config import refuse, require
 from honestci.training.task import extract_answer, messages_for
+
+if TYPE_CHECKING:
+    from honestci.judges.backends.base import Completion
+
+#: (scenario, sample seed) of each answer to generate, and its (vignette id, response id).
+Plan = Sequence[tuple[str, int]]
+Keys = Sequence[tuple[str, str]]
 
 RESPONSE_TABLE_COLUMNS = ("response_id", "vignette_id", "system", "text", "raw", "run", "pool", "seed", "sample_idx")
 BACKENDS = ("transformers", "openai")
@@ -72,19 +81,25 @@ class GenerationJob:
         require(self.max_tokens >= 1, "max_tokens", "must be >= 1")
         require(bool(self.system.strip()) and bool(self.run.strip()), "system/run", "must be non-empty")
         if self.backend == "transformers":
-            require(
-                self.model_path is not None,
-                "model_path",
-                "is missing for the transformers backend",
-                "pass --model-path FOLDER",
-            )
+            self.local_model_path()
         else:
-            require(
-                bool(self.base_url) and bool(self.model),
+            self.server()
+
+    def local_model_path(self) -> Path:
+        """The transformers backend's model folder (:class:`TrainingConfigError` when missing)."""
+        if self.model_path is None:
+            refuse("model_path", "is missing for the transformers backend", "pass --model-path FOLDER")
+        return self.model_path
+
+    def server(self) -> tuple[str, str]:
+        """The openai backend's (base URL, model name) (:class:`TrainingConfigError` unless both are given)."""
+        if not self.base_url or not self.model:
+            refuse(
                 "base_url/model",
                 "are needed for the openai backend",
                 "e.g. --base-url http://127.0.0.1:8000/v1 --model NAME",
             )
+        return self.base_url, self.model
 
 
 @dataclass(frozen=True)
@@ -126,20 +141,27 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
 
 
-def _generate_transformers(job: GenerationJob, plan) -> list[str]:
+def _generate_transformers(job: GenerationJob, plan: Plan) -> list[str]:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BatchEncoding
 
     from honestci.training.reward_models import resolve_device
 
     device = resolve_device(job.device)
-    tokenizer = AutoTokenizer.from_pretrained(job.model_path, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(job.model_path, local_files_only=True).to(device).eval()
+    model_path = job.local_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+    # PreTrainedModel.to is wrapped by functools.wraps, which the stubs type as unbound (self not filled in).
+    model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True).to(device).eval()  # type: ignore[arg-type]
     outputs = []
     for scenario, seed in plan:
         encoded = tokenizer.apply_chat_template(
             messages_for(scenario), add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
+        if not isinstance(encoded, BatchEncoding):
+            raise InputError(
+                f"{model_path}: the tokenizer's chat template gave {type(encoded).__name__}, not token ids.",
+                fix="save a tokenizer whose apply_chat_template returns token ids (transformers' own)",
+            )
         options = {
             "max_new_tokens": job.max_tokens,
             "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
@@ -157,28 +179,28 @@ def _generate_transformers(job: GenerationJob, plan) -> list[str]:
             )
         # Keep the think tags (they are special tokens): the answer is what follows </think>.
         new = ids[0, encoded["input_ids"].shape[1] :]
-        outputs.append(
-            tokenizer.decode(new, skip_special_tokens=False)
-            .replace(tokenizer.eos_token or "\0", "")
-            .replace(tokenizer.pad_token or "\0", "")
-        )
+        text = tokenizer.decode(new, skip_special_tokens=False)
+        if not isinstance(text, str):  # one sequence decodes to one string
+            raise InputError(f"{model_path}: the tokenizer decoded one answer into {len(text)} strings.")
+        outputs.append(text.replace(tokenizer.eos_token or "\0", "").replace(tokenizer.pad_token or "\0", ""))
     return outputs
 
 
-def _generate_http(job: GenerationJob, plan, keys) -> list[str]:
+def _generate_http(job: GenerationJob, plan: Plan, keys: Keys) -> list[str]:
     from honestci.judges.backends.base import JudgeRequest
     from honestci.judges.backends.openai_http import OpenAICompatibleBackend
 
+    base_url, model = job.server()
     backend = OpenAICompatibleBackend(
-        job.base_url,
-        job.model,
+        base_url,
+        model,
         api_key_env=job.api_key_env,
         concurrency=job.concurrency,
         max_retries=job.max_retries,
         backoff_base_s=job.backoff_base_s,
     )
 
-    async def run_all():
+    async def run_all() -> list[Completion]:
         try:
             requests = [
                 JudgeRequest(
@@ -194,19 +216,20 @@ def _generate_http(job: GenerationJob, plan, keys) -> list[str]:
         finally:
             await backend.aclose()
 
-    completions = asyncio.run(run_all())
-    failed = [
-        Problem(job.base_url, None, rid, c.error or "no reply")
-        for c, (_, rid) in zip(completions, keys)
-        if c.text is None
-    ]
+    texts: list[str] = []
+    failed: list[Problem] = []
+    for c, (_, rid) in zip(asyncio.run(run_all()), keys):
+        if c.text is None:
+            failed.append(Problem(base_url, None, rid, c.error or "no reply"))
+        else:
+            texts.append(c.text)
     if failed:
         raise InputError(
-            f"{len(failed)} generation(s) got no usable reply from {job.base_url}.",
+            f"{len(failed)} generation(s) got no usable reply from {base_url}.",
             failed,
             fix="check the server and run the same command again (nothing was written)",
         )
-    return [c.text for c in completions]
+    return texts
 
 
 def generate_responses(job: GenerationJob, progress: Callable[[str], None] = lambda _: None) -> GenerationRun:
@@ -225,9 +248,12 @@ def generate_responses(job: GenerationJob, progress: Callable[[str], None] = lam
             instead="generate over HTTP",
         )
     vignettes = load_table(job.vignettes, "vignettes").frame
-    base_seed = int(np.random.SeedSequence().entropy % 2**63) if job.seed is None else int(job.seed)
+    # Fresh entropy as numpy's SeedSequence() draws it (secrets.randbits), kept to 63 bits.
+    base_seed = secrets.randbits(63) if job.seed is None else int(job.seed)
     seeds = iter(sample_seeds(base_seed, len(vignettes) * job.samples_per_vignette, job.system, job.run, job.pool))
-    plan, keys, meta = [], [], []
+    plan: list[tuple[str, int]] = []
+    keys: list[tuple[str, str]] = []
+    meta: list[tuple[str, int, int]] = []
     for vid, scenario in zip(vignettes["vignette_id"], vignettes["text"]):
         for sample in range(job.samples_per_vignette):
             seed = next(seeds)

@@ -141,7 +141,8 @@ class GatedEnsembleReward:
             return completion
         return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
 
-    def __call__(self, prompts, completions, scenario=None, **_) -> list[float]:
+    def __call__(self, prompts, completions, scenario=None, **_) -> list[float | None]:
+        """One reward per completion (TRL's reward-function type allows None; this one always gives a float)."""
         if scenario is None:
             raise InputError(
                 "The GRPO dataset has no 'scenario' column for the reward model.",
@@ -150,7 +151,7 @@ class GatedEnsembleReward:
         answers = [extract_answer(self._text(c)) for c in completions]
         gates = [format_gate(a, self.max_sentences) for a in answers]
         passing = [i for i, g in enumerate(gates) if g.passed]
-        ensemble = [None] * len(answers)
+        ensemble: list[float | None] = [None] * len(answers)
         if passing:
             scores = self.ensemble.score([scenario[i] for i in passing], [answers[i] for i in passing]).reward
             for i, value in zip(passing, scores):
@@ -174,7 +175,7 @@ class GatedEnsembleReward:
                     )
                     + "\n"
                 )
-        return rewards
+        return list[float | None](rewards)
 
 
 def prompt_dataset(vignettes_path: Path):

@@ -71,6 +71,9 @@ class PipelineJob:
     model_card: Path | None = None
 
     def __post_init__(self):
+        # A YAML null reaches the dataclass as None: the required paths must be given.
+        unset = [name for name in ("output_dir", "base_model", "vignettes", "responses") if getattr(self, name) is None]
+        require(not unset, "/".join(unset), "must be a path, not null", "give each required input its file or folder")
         require(0 < self.bar < 1, "bar", f"is {self.bar}; it must be in (0, 1)")
         require(self.policy != self.opponent, "policy", "must differ from opponent")
         require(
@@ -114,10 +117,14 @@ def _write_jsonl(frame: pd.DataFrame, path: Path) -> Path:
     return write_table(records, path, list(frame.columns))
 
 
-def _load(path: Path | None, table: str) -> pd.DataFrame | None:
+def _load(path: Path, table: str) -> pd.DataFrame:
     from honestci.audit.data.io import load_table
 
-    return None if path is None else load_table(path, table).frame
+    return load_table(path, table).frame
+
+
+def _load_optional(path: Path | None, table: str) -> pd.DataFrame | None:
+    return None if path is None else _load(path, table)
 
 
 def prepare_data(job: PipelineJob, data_dir: Path) -> dict[str, Path]:
@@ -129,9 +136,9 @@ def prepare_data(job: PipelineJob, data_dir: Path) -> dict[str, Path]:
     vignettes = _load(job.vignettes, "vignettes")
     responses = _load(job.responses, "responses")
     pairs, ratings, extra = (
-        _load(job.human_pairs, "human_pairs"),
-        _load(job.human_ratings, "human_ratings"),
-        _load(job.corpus, "corpus"),
+        _load_optional(job.human_pairs, "human_pairs"),
+        _load_optional(job.human_ratings, "human_ratings"),
+        _load_optional(job.corpus, "corpus"),
     )
     rated = set()
     if pairs is not None:
@@ -319,9 +326,9 @@ def publish_figures(verdict: dict, gates: Sequence[GateResult], required: Sequen
     from honestci.reports.markdown import model_card_section
     from honestci.reports.writing import atomic_write_text
 
-    required = set(required)
-    blocking = [g for g in gates if g.name in required and g.verdict != Verdict.PASS]
-    missing = sorted(required - {g.name for g in gates})
+    required_names = set(required)
+    blocking = [g for g in gates if g.name in required_names and g.verdict != Verdict.PASS]
+    missing = sorted(required_names - {g.name for g in gates})
     if blocking or missing:
         reasons = [f"{g.name} {g.verdict}: {g.message}" for g in blocking] + [f"{m}: not run" for m in missing]
         raise PipelineRefused(

@@ -561,7 +561,14 @@ def _train_bradley_terry(job, data: RewardData, seed: int, out: Path, device: st
     model = AutoModelForSequenceClassification.from_pretrained(job.base_model, num_labels=1, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
-    return trainer, model, tokenizer, len(rows) - len(trainer.train_dataset)
+    kept = trainer.train_dataset  # the pairs RewardTrainer kept (it drops those over max_length)
+    if not isinstance(kept, Dataset):
+        raise InputError(
+            f"TRL's RewardTrainer turned the training pairs into a {type(kept).__name__}, not a datasets.Dataset: "
+            "the pairs over max_length cannot be counted.",
+            fix="install the versions in constraints.txt (pip install -c constraints.txt 'honestci[train]')",
+        )
+    return trainer, model, tokenizer, len(rows) - len(kept)
 
 
 def _train_regression(job, data: RewardData, seed: int, out: Path, device: str):

@@ -40,6 +40,7 @@ seeded coverage simulations (``tests/test_calibration.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -55,6 +56,9 @@ from honestci.audit.stats.clustered_estimate import (
     from_contrast,
 )
 from honestci.audit.stats.random_state import resolve_rng
+
+if TYPE_CHECKING:
+    from honestci.audit.stats.ppi import PPIResult
 
 PREFERS_A, TIE, PREFERS_B = 1.0, 0.0, -1.0
 #: Ordered classes (b preferred < tie < a preferred), the order of every confusion table.
@@ -980,7 +984,7 @@ class CalibrationResult:
     gap_to_ceiling: ClusteredEstimate | None
     comparisons: tuple[tuple[str, ClusteredEstimate, ClusteredEstimate], ...]
     selection: JudgeSelection | None
-    ppi: object | None
+    ppi: PPIResult | None
     level: float
     seed: int | None
 
@@ -1012,7 +1016,7 @@ class CalibrationResult:
             f"3-class accuracy {self.metrics.accuracy:.3f}, macro-F1 {self.metrics.macro_f1:.3f}; "
             f"Cohen's kappa {self.kappa.text()}; weighted kappa {self.weighted_kappa.text()}",
         ]
-        if self.ceiling is not None:
+        if self.ceiling is not None and self.gap_to_ceiling is not None:  # computed together (>= 2 raters)
             lines.append(
                 f"human-human ceiling (each rater vs the rest, leave one rater out): {self.ceiling.text()}; "
                 f"judge minus ceiling {self.gap_to_ceiling.text()}"
@@ -1050,6 +1054,14 @@ class CalibrationResult:
             for row in self.to_frame().to_dict(orient="records")
         )
         return ReportSection("calibration", "Judge calibration against human preferences", tuple(lines), table)
+
+
+class _IntervalOptions(TypedDict):
+    """The interval settings every figure of :func:`calibrate_judge` shares."""
+
+    level: float
+    bootstrap_draws: int
+    min_clusters: int
 
 
 def _agree_series(rows: pd.DataFrame, ties: str) -> pd.Series:
@@ -1096,7 +1108,7 @@ def calibrate_judge(
             f"judge {judge!r} judged none of the {len(items.items)} human-labelled pairs.",
             fix="judge the human-labelled pairs, or label pairs the judge saw",
         )
-    common = dict(level=level, bootstrap_draws=bootstrap_draws, min_clusters=min_clusters)
+    common = _IntervalOptions(level=level, bootstrap_draws=bootstrap_draws, min_clusters=min_clusters)
     agreement = tuple(
         agreement_ci(
             rows["judge_code"],
@@ -1139,9 +1151,9 @@ def calibrate_judge(
             level=level,
             min_clusters=min_clusters,
         )
-    frame = _frame(judgments)
     if other_judges is None:
-        other_judges = tuple(j for j in pd.unique(frame["judge"].astype(str)) if j != judge)
+        frame = _frame(judgments)  # None only without judgments: no other judge then
+        other_judges = () if frame is None else tuple(j for j in pd.unique(frame["judge"].astype(str)) if j != judge)
     mine = _agree_series(rows, GATE_TIE_POLICY)
     comparisons, candidates = [], {judge: (agree_j, rows["vignette_id"].to_numpy()[keep_j])}
     vignette_of_item = items.items["vignette_id"].to_numpy()
@@ -1204,7 +1216,9 @@ def calibrate_judge(
     )
 
 
-def ppi_winrate(contests, items: CalibrationItems, *, level: float = 0.95, min_clusters: int = THRESHOLDS.min_clusters):
+def ppi_winrate(
+    contests, items: CalibrationItems, *, level: float = 0.95, min_clusters: int = THRESHOLDS.min_clusters
+) -> PPIResult | None:
     """PPI++ win rate of the contests' policy on the human-preference scale (clustered by vignette).
 
     Y = 1 when humans prefer the policy's response, ½ on a human tie, 0 otherwise (on contests
@@ -1244,16 +1258,16 @@ def ppi_winrate(contests, items: CalibrationItems, *, level: float = 0.95, min_c
 
 def calibration_check(context: AuditContext) -> CalibrationResult | None:
     """The claim's judge against the study's human preferences, with the PPI-corrected win rate;
-    None without human data, or when the human data cannot calibrate the judge (InputError: e.g.
-    the judge judged none of the human-labelled pairs)."""
-    study = context.study
-    if study.human_pairs is None and study.human_ratings is None:
-        return None
+    None without human data, before anything is judged (no contests), or when the human data
+    cannot calibrate the judge (InputError: e.g. the judge judged none of the human-labelled pairs)."""
+    study, contests = context.study, context.contests
+    if contests is None or (study.human_pairs is None and study.human_ratings is None):
+        return None  # nothing judged yet (the training pipeline's preflight), or no human data
     thresholds = context.claim.thresholds
     level = thresholds.confidence_level
     try:
         result = calibrate_judge(
-            context.contests.judge,
+            contests.judge,
             judgments=study.judgments,
             human_pairs=study.human_pairs,
             human_ratings=study.human_ratings,
@@ -1268,4 +1282,4 @@ def calibration_check(context: AuditContext) -> CalibrationResult | None:
         return None
     from dataclasses import replace
 
-    return replace(result, ppi=ppi_winrate(context.contests, items, level=level, min_clusters=thresholds.min_clusters))
+    return replace(result, ppi=ppi_winrate(contests, items, level=level, min_clusters=thresholds.min_clusters))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from honestci.audit.errors import EstimationError
 from honestci.audit.stats import iid
 from honestci.audit.stats.intervals import IntervalTable
 from honestci.audit.stats.winrate import IID_METHODS
@@ -80,6 +81,10 @@ def audit_claimed_figures(stated: dict, intervals: IntervalTable) -> ClaimedFigu
     ``intervals`` must hold every method at the stated level, computed from the raw data.
     """
     reference = intervals.rows[0]
+    if reference.estimate is None:
+        raise EstimationError(
+            f"The {reference.label} row has no point estimate: the claimed figures cannot be recomputed."
+        )
     point, n = float(reference.estimate), int(reference.n)
     point_ok = reproduces(point, stated["point"]) if stated.get("point") is not None else None
     n_ok = (int(stated["n"]) == n) if stated.get("n") is not None else None

@@ -36,11 +36,15 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_NGRAM = 8
 GPT3_NGRAM = 13
@@ -283,7 +287,9 @@ def iter_corpus(
         raise InputError(f"{path}: a gzip file cannot be split by byte range", fix="scan it whole")
     loads = _json_loads()
     with opener(path, "rb") as handle:
-        position, stop, line_number = 0, None, 0
+        position: int = 0
+        stop: int | None = None
+        line_number: int | None = 0
         if byte_range is not None:
             start, stop = byte_range
             if start > 0:
@@ -320,7 +326,7 @@ class _Locator:
 
     def __init__(self, name: str, first_line: int | None, position: int, block: bytes):
         self.name, self.first_line, self.position, self.block = name, first_line, position, block
-        self._line_starts = None
+        self._line_starts: list[int] | None = None
 
     def __call__(self, k: int) -> str:
         if self.first_line is not None:
@@ -468,7 +474,7 @@ def _near_duplicates(
     """
     chunk = hash_documents(encoded, index.n, index)
     rows, keys = index.lookup(chunk.hashes)
-    found = []
+    found: list[tuple[int, str, float]] = []
     if rows.size == 0:
         return found
     docs = chunk.doc[rows]
@@ -536,8 +542,8 @@ class LeakageScan:
 
     n: int
     min_overlap: float
-    items: object = field(repr=False)  # pandas DataFrame
-    documents: object = field(repr=False)
+    items: pd.DataFrame = field(repr=False)
+    documents: pd.DataFrame = field(repr=False)
     n_docs: int
     n_bytes: int
     seconds: float
@@ -577,7 +583,7 @@ def summarize_matches(index: NgramIndex, matches: _Matches, min_overlap: float, 
         doc = doc_pos = item = item_pos = np.zeros(0, np.int64)
     matched = np.zeros(n_items, np.int64)
     longest = np.zeros(n_items, np.int64)
-    docs_of = [[] for _ in range(n_items)]
+    docs_of: list[list[str]] = [[] for _ in range(n_items)]
     if item.size:
         pairs = np.unique(np.stack([item, item_pos]), axis=1)
         matched = np.bincount(pairs[0], minlength=n_items)
@@ -596,7 +602,7 @@ def summarize_matches(index: NgramIndex, matches: _Matches, min_overlap: float, 
     n_ngrams = index.item_ngrams.astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
         overlap = np.where(n_ngrams > 0, matched / np.maximum(n_ngrams, 1), 0.0)
-    near = {}
+    near: dict[int, tuple[float, str]] = {}  # item -> (best Jaccard, its document)
     for i, doc_id, jaccard in matches.near:
         if jaccard > near.get(i, (0.0, None))[0]:
             near[i] = (jaccard, doc_id)

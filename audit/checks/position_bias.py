@@ -120,13 +120,13 @@ class PositionBiasResult:
             f"{head}: {self.n_contests} both-order contests ({self.n_invalid} with an invalid verdict left out, "
             f"{self.n_single_order} single-order left out)",
             f"order effect P(win | shown first) − P(win | shown second) = {self.p_win_first:.3f} − "
-            f"{self.p_win_second:.3f}: {self.order_effect.text()}; exact sign-flip (McNemar) p = {self.exact_p:.3g} "
+            f"{self.p_win_second:.3f}: {_text(self.order_effect)}; exact sign-flip (McNemar) p = {self.exact_p:.3g} "
             f"on {self.n_discordant} discordant contests (Monte Carlo flips p = {self.permutation_p:.3g}, "
             f"{self.permutation_draws} draws, seed {self.seed})",
-            f"order effect on the logit scale: {self.order_effect_logit.text()}",
-            f"consistency rate (same verdict in both orders): {self.consistency.text()}",
+            f"order effect on the logit scale: {_text(self.order_effect_logit)}",
+            f"consistency rate (same verdict in both orders): {_text(self.consistency)}",
             "first-position preference among inconsistent contests: "
-            + (self.first_preference.text() if self.first_preference is not None else "no inconsistent contest")
+            + _text(self.first_preference, "no inconsistent contest")
             + (
                 ""
                 if self.first_preference_exact_p is None
@@ -136,6 +136,12 @@ class PositionBiasResult:
 
     def __str__(self) -> str:
         return "\n".join(self.summary_lines())
+
+
+def _text(figure: ClusteredEstimate | None, missing: str = "not estimated") -> str:
+    """A figure's :meth:`~ClusteredEstimate.text`, or ``missing`` where there is none (an identifiable
+    result always has the order effects and the consistency rate)."""
+    return missing if figure is None else figure.text()
 
 
 def not_identifiable(
@@ -349,7 +355,7 @@ def position_bias(
             order_effect = from_contrast(
                 linear_contrast(fit, {"order_effect": 1.0}, label="order effect"),
                 "order effect (probability points)",
-                boot=(boot.boot_low, boot.boot_high),
+                boot=None if boot.boot_low is None or boot.boot_high is None else (boot.boot_low, boot.boot_high),
                 seed=boot.seed,
             )
             if 0 < p_first < 1 and 0 < p_second < 1:
@@ -482,7 +488,7 @@ class PositionBiasCheck:
                 + (other.summary_lines()[1] if other.identifiable else other.summary_lines()[0])
             )
         lines.append(f"tolerance on the order effect: ±{self.tolerance:.2f}")
-        table = []
+        table: list[dict[str, object]] = []
         for result in (self.claim_judge, *self.others):
             if not result.identifiable:
                 table.append(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import optimize, special
@@ -29,6 +30,9 @@ from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.random_state import resolve_rng
+
+if TYPE_CHECKING:
+    from honestci.audit.data.contests import ContestScores
 
 DEFAULT_PROJECTION_DRAWS = 100_000
 
@@ -236,7 +240,7 @@ class WinnerInference:
 
 
 def winner_inference(
-    estimates: Sequence[float],
+    estimates: Sequence[float] | np.ndarray,
     covariance,
     *,
     candidates: Sequence[str] | None = None,
@@ -562,7 +566,7 @@ class SelectionAnalysis:
         return ReportSection("winners_curse", "Winner's curse (selection among candidates)", tuple(lines), tuple(table))
 
 
-def _pool_scores(study, candidate: str, opponent: str, judge: str | None):
+def _pool_scores(study, candidate: str, opponent: str, judge: str | None) -> tuple[ContestScores, np.ndarray, str]:
     """Contest scores of ``candidate`` vs ``opponent`` split by the pool of the candidate's response."""
     from honestci.audit.data.contests import build_contests
 
@@ -614,17 +618,20 @@ def analyse_selection(
         selection_scores[name] = (frame.loc[sel, "score"].to_numpy(float), frame.loc[sel, "vignette_id"].to_numpy())
         held = pools == "heldout"
         heldout_scores[name] = (frame.loc[held, "score"].to_numpy(float), frame.loc[held, "vignette_id"].to_numpy())
-    estimates = selection_covariance(selection_scores, vcov=vcov)
+    estimates = selection_covariance(selection_scores, vcov=vcov)  # raises without candidates
+    if used_judge is None:  # only when no candidate was scored, which selection_covariance refuses
+        raise InputError("no candidate was judged", fix="give at least one candidate with selection-pool responses")
     inference = winner_inference(
         estimates.estimates, estimates.covariance, candidates=estimates.candidates, level=level, beta=beta, seed=seed
     )
     heldout = _replication(inference.winner, *heldout_scores[inference.winner], level)
     heldout_by_candidate = tuple((n, float(v[0].mean())) for n, v in heldout_scores.items() if v[0].size)
 
-    policy_is_candidate = policy is not None and policy in candidates
+    policy_is_candidate = False
     uses_selection = False
     policy_sel = policy_held = None
-    if policy_is_candidate:
+    if policy is not None and policy in candidates:
+        policy_is_candidate = True
         policy_sel = float(estimates.estimates[estimates.candidates.index(policy)])
         if claim_contests is not None:
             pool = dict(zip(responses["response_id"], responses["pool"]))
@@ -674,22 +681,25 @@ def _replication(candidate: str, values: np.ndarray, clusters: np.ndarray, level
 
 def winners_curse_check(context: AuditContext) -> SelectionAnalysis | None:
     """Winner's-curse analysis of the study's selection pool as the claim's judge judged it; None
-    without a selection pool the claim's judge judged."""
+    without a selection pool the claim's judge judged (or before anything is judged)."""
     responses = context.study.responses.frame
     if "pool" not in responses or not (responses["pool"] == "selection").any():
         return None
     # A selection pool the claim's judge never judged is no evidence about this claim.
     selection_ids = set(responses.loc[responses["pool"] == "selection", "response_id"])
+    contests = context.contests
+    if contests is None:  # nothing judged yet (the training pipeline's preflight)
+        return None
     judgments = context.study.judgments.frame
-    by_judge = judgments[judgments["judge"] == context.contests.judge]
+    by_judge = judgments[judgments["judge"] == contests.judge]
     if not (by_judge["response_first"].isin(selection_ids) | by_judge["response_second"].isin(selection_ids)).any():
         return None
     spec, thresholds = context.claim.spec, context.claim.thresholds
     return analyse_selection(
         context.study,
         spec.opponent,
-        context.contests.judge,
+        contests.judge,
         level=thresholds.confidence_level,
         policy=spec.policy,
-        claim_contests=context.contests,
+        claim_contests=contests,
     )

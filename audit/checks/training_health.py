@@ -150,6 +150,7 @@ def assess_training_log(path: str | Path, thresholds: Thresholds = THRESHOLDS) -
     series = {name: np.array([_float(r.get(name)) for r in rows]) for name in SERIES if any(name in r for r in rows)}
     n = len(rows)
     window = max(1, math.ceil(thresholds.training_window_fraction * n))
+    criteria: tuple[HealthCriterion, ...]
     if n < thresholds.training_min_steps:
         criteria = (
             HealthCriterion(

@@ -52,18 +52,27 @@ class TransformersBackend:
             raise BackendFatalError(
                 f"{path}: the tokenizer has no chat template.", fix="save a tokenizer with a chat_template"
             )
-        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(device).eval()
+        # PreTrainedModel.to is wrapped by functools.wraps, which the stubs type as unbound (self not filled in).
+        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(device).eval()  # type: ignore[arg-type]
+        self.path = path
         self.device = device
         self.judge_name = judge_name or path.name
         self.seed = seed
 
     def generate(self, request: JudgeRequest) -> str:
         """The decoded reply (new tokens only, special tokens removed)."""
+        from transformers import BatchEncoding
+
         torch = self._torch
         sampling = request.sampling
         encoded = self.tokenizer.apply_chat_template(
             list(request.messages), add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
+        if not isinstance(encoded, BatchEncoding):
+            raise BackendFatalError(
+                f"{self.path}: the tokenizer's chat template gave {type(encoded).__name__}, not token ids.",
+                fix="save a tokenizer whose apply_chat_template returns token ids (transformers' own)",
+            )
         input_ids = encoded["input_ids"].to(self.device)
         attention_mask = encoded["attention_mask"].to(self.device)
         temperature = float(sampling.get("temperature", 0.0))
@@ -83,7 +92,10 @@ class TransformersBackend:
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(pair_seed)
             output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
-        return self.tokenizer.decode(output[0, input_ids.shape[1] :], skip_special_tokens=True)
+        text = self.tokenizer.decode(output[0, input_ids.shape[1] :], skip_special_tokens=True)
+        if not isinstance(text, str):  # one sequence decodes to one string
+            raise BackendFatalError(f"{self.path}: the tokenizer decoded one reply into {len(text)} strings.")
+        return text
 
     async def complete(self, request: JudgeRequest) -> Completion:
         try:
