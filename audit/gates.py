@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 from honestci.audit.checks.calibration import GATE_TIE_POLICY, CalibrationResult
 from honestci.audit.checks.claimed import ClaimedFigureAudit
-from honestci.audit.checks.context import AuditContext, BayesCheck, ComparisonCheck
+from honestci.audit.checks.context import AuditContext, BayesCheck, CheckFailed, ComparisonCheck
 from honestci.audit.checks.leakage import LeakageScan
 from honestci.audit.checks.position_bias import PositionBiasResult
 from honestci.audit.checks.selection import SelectionAnalysis
@@ -64,8 +64,9 @@ def gate_ci_low_clears_bar(
     """``ci_low_clears_bar``: PASS when the honest interval's lower bound is at or above the bar;
     FAIL when below.
 
-    INCONCLUSIVE when the interval could not be computed honestly (too few clusters, an
-    unconverged sampler): a missing interval never passes.
+    INCONCLUSIVE when the interval could not be computed honestly (too few clusters, no
+    variance): a missing interval never passes, not even under ``--allow-inconclusive`` (the gate
+    had no number to compare, so it did not run).
     """
     evidence = {"ci_low": ci_low, "bar": bar, "method": method, "population": population}
     if ci_low is None:
@@ -74,6 +75,7 @@ def gate_ci_low_clears_bar(
             Verdict.INCONCLUSIVE,
             f"no honest {method} interval for {population}: {reason_if_missing}",
             evidence,
+            ran=False,
         )
     if clears_bar(ci_low, bar):
         return GateResult(
@@ -571,10 +573,27 @@ GATES: Mapping[str, Callable[[AuditContext], GateResult]] = MappingProxyType(
 )
 
 
+#: The check each gate reads, where it reads one (key in ``context.checks``).
+GATE_CHECK = {
+    "valid_verdicts": "valid_verdicts",
+    "judge_calibrated": "calibration",
+    "position_bias": "position_bias",
+    "winners_curse": "winners_curse",
+    "leakage": "leakage",
+    "training_healthy": "training_health",
+}
+
+
 def run_gate(name: str, context: AuditContext) -> GateResult:
-    """Run the gate ``name`` of :data:`GATES` on ``context``."""
+    """Run the gate ``name`` of :data:`GATES` on ``context``; a gate whose check failed to
+    estimate did not run (INCONCLUSIVE, and never let through by ``--allow-inconclusive``)."""
     if name not in GATES:
         raise KeyError(f"unknown gate {name!r}; the gates are {', '.join(GATE_ORDER)}")
+    failed = context.checks.get(GATE_CHECK.get(name, ""))
+    if isinstance(failed, CheckFailed):
+        return GateResult(
+            name, Verdict.INCONCLUSIVE, f"not run: its check has no result from these data: {failed.reason}", ran=False
+        )
     return GATES[name](context)
 
 

@@ -37,6 +37,18 @@ class ReportSection:
 
 
 @dataclass(frozen=True)
+class CheckFailed:
+    """A check that could not estimate anything trustworthy from these data (an
+    :class:`honestci.audit.errors.EstimationError`): its gate did not run, so it never passes."""
+
+    key: str
+    reason: str
+
+    def report_section(self) -> ReportSection:
+        return ReportSection(self.key, f"{self.key.replace('_', ' ')}: no result", (self.reason,))
+
+
+@dataclass(frozen=True)
 class ComparisonCheck:
     """One comparison the card made, and the honest test of it."""
 

@@ -14,12 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from honestci.audit.checks.calibration import calibration_check
-from honestci.audit.checks.context import AuditContext
+from honestci.audit.checks.context import AuditContext, CheckFailed
 from honestci.audit.checks.leakage import leakage_check
 from honestci.audit.checks.position_bias import position_bias_check
 from honestci.audit.checks.selection import winners_curse_check
 from honestci.audit.checks.training_health import training_health_check
 from honestci.audit.checks.verdicts import valid_verdicts_check
+from honestci.audit.errors import EstimationError
 
 #: (key in ``context.checks``, check); the order is the order of the report's sections.
 CHECKS: tuple[tuple[str, Callable[[AuditContext], Any]], ...] = (
@@ -33,5 +34,13 @@ CHECKS: tuple[tuple[str, Callable[[AuditContext], Any]], ...] = (
 
 
 def run_checks(context: AuditContext) -> dict[str, Any]:
-    """Run every check of :data:`CHECKS` in order; the value is None where a check does not apply."""
-    return {key: check(context) for key, check in CHECKS}
+    """Run every check of :data:`CHECKS` in order; the value is None where a check does not apply,
+    and a :class:`CheckFailed` where the data admit no trustworthy estimate (its gate then did not
+    run). Any other exception is a bug and propagates."""
+    results: dict[str, Any] = {}
+    for key, check in CHECKS:
+        try:
+            results[key] = check(context)
+        except EstimationError as error:
+            results[key] = CheckFailed(key, str(error))
+    return results
