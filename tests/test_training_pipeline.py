@@ -150,20 +150,21 @@ def test_pipeline_runs_end_to_end_on_cpu_and_is_refused_when_a_gate_fails(tmp_pa
     try:
         base = tiny_base(tmp_path)
         # The fixture's texts are composed from shared fragment banks, so every rated answer is a
-        # near duplicate of some held-out one: the near-duplicate WARN is switched off here and the
-        # verbatim n-gram leak check stays on.
+        # near duplicate of some held-out one: the auditor's policy switches the near-duplicate WARN
+        # off (a job's own thresholds may only tighten) and the verbatim n-gram leak check stays on.
+        policy = tmp_path / "policy.yaml"
+        policy.write_text("version: 1\nname: tiny-route\nthresholds: {leakage_near_duplicate_jaccard: 1.01}\n")
         config = _config(
             tmp_path,
             base_model=str(base),
             corpus=_clean_corpus(tmp_path),
-            thresholds={"leakage_near_duplicate_jaccard": 1.01},
             judge={
                 "backend": "vllm",
                 "base_url": f"http://127.0.0.1:{server.server_address[1]}/v1",
                 "model": "hash-judge",
             },
         )
-        outcome = CliRunner().invoke(pipeline_command, [str(config)])
+        outcome = CliRunner().invoke(pipeline_command, [str(config), "--policy", str(policy)])
     finally:
         server.shutdown()
     assert outcome.exit_code == 1, outcome.output

@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from honestci.audit.data.claims import load_claim
 from honestci.audit.errors import HonestCIError, InputError
-from honestci.audit.policy import DEFAULT_REQUIRED_GATES, GATE_METHOD_FOR_POPULATION, GateResult, Verdict
+from honestci.audit.policy import GATE_METHOD_FOR_POPULATION, GateResult, Policy, Verdict
 from honestci.training.config import build_config, load_config, require
 
 CARD_START = "<!-- honestci:figures:start -->"
@@ -182,7 +183,7 @@ def prepare_data(job: PipelineJob, data_dir: Path) -> dict[str, Path]:
     return paths
 
 
-def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path) -> GateResult:
+def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path, policy: Policy) -> GateResult:
     """Run the ``leakage`` check and gate on the training text against the held-out eval answers.
 
     Fails closed: raises :class:`PipelineRefused` when :mod:`honestci.audit.checks.leakage` cannot be
@@ -202,7 +203,6 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
     from honestci.audit.data.claims import Claim, ClaimSpec, tightened
     from honestci.audit.data.io import LoadedTable, Study, load_table
     from honestci.audit.gates import run_gate
-    from honestci.audit.policy import Policy
 
     data = {
         "vignettes": "vignettes.jsonl",
@@ -223,8 +223,9 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
         }
     )
     # The job's thresholds are the claim's: they may only tighten the built-in policy.
-    policy = tightened(Policy(), spec, claim_path)
-    claim = Claim(spec, claim_path, {k: claim_path.parent / v for k, v in data.items()}, policy)
+    claim = Claim(
+        spec, claim_path, {k: claim_path.parent / v for k, v in data.items()}, tightened(policy, spec, claim_path)
+    )
     # Nothing is judged before training: an empty judgments table (the loaders refuse empty files).
     empty_judgments = LoadedTable(
         "judgments",
@@ -289,15 +290,13 @@ def _judge_backend(judge: dict, seed: int):
     )
 
 
-def write_claim(job: PipelineJob, data_dir: Path, tables: dict[str, str], training_log: Path) -> Path:
+def write_claim(job: PipelineJob, data_dir: Path, tables: dict[str, str], training_log: Path, policy: Policy) -> Path:
     """The audit's claim (YAML) in ``data_dir``, naming a copy of the training log beside it."""
     import yaml
 
-    required = (
-        list(job.required_gates)
-        if job.required_gates is not None
-        else [g for g in DEFAULT_REQUIRED_GATES if job.bayes or g != "sampler_converged"] + list(PIPELINE_GATES)
-    )
+    # The claim adds the job's and the pipeline's own gates to the policy's (a claim may only add
+    # gates); with `bayes: false` the audit does not ask for the sampler's gate.
+    required = list(dict.fromkeys([*policy.required_gates, *(job.required_gates or ()), *PIPELINE_GATES]))
     shutil.copyfile(training_log, data_dir / "training_log.jsonl")
     claim = {
         "version": 1,
@@ -358,9 +357,17 @@ def _nested_path(value, base: Path) -> Path | None:
 
 
 def run_pipeline(
-    config_path: str | Path, overrides: Sequence[str] = (), progress: Callable[[str], None] = lambda _: None
+    config_path: str | Path,
+    overrides: Sequence[str] = (),
+    progress: Callable[[str], None] = lambda _: None,
+    policy: Policy | None = None,
 ) -> PipelineResult:
-    """Run every stage; raise :class:`PipelineRefused` when a gate blocks (the report is still written)."""
+    """Run every stage; raise :class:`PipelineRefused` when a gate blocks (the report is still written).
+
+    ``policy`` is the auditor's (the built-in one when None): the job's ``thresholds`` are the
+    claim's, and may only tighten it.
+    """
+    policy = policy or Policy()
     job, base = load_pipeline_job(config_path, overrides)
     out = Path(job.output_dir)
     data_dir = out / "data"
@@ -369,7 +376,7 @@ def run_pipeline(
     paths = prepare_data(job, data_dir)
     claim_path = data_dir / "claim.yaml"
     progress("checking the training text for leakage of held-out eval answers")
-    leakage_gate = leakage_preflight(job, paths, claim_path)
+    leakage_gate = leakage_preflight(job, paths, claim_path, policy)
     _stage(stages, "leakage check", started, verdict=str(leakage_gate.verdict))
 
     # Imported only now: the audit imports the leakage check, whose absence the preflight refuses.
@@ -461,14 +468,14 @@ def run_pipeline(
         "judgments": "judgments.jsonl",
         "corpus": "corpus.jsonl",
     } | {k: f"{k}.jsonl" for k in ("human_pairs", "human_ratings") if k in paths}
-    claim_path = write_claim(job, data_dir, tables, Path(grpo_run.training_log))
-    result = run_audit(claim_path, bayes=job.bayes, seed=job.seed, progress=progress)
+    claim_path = write_claim(job, data_dir, tables, Path(grpo_run.training_log), policy)
+    result = run_audit(claim_path, policy=policy, bayes=job.bayes, seed=job.seed, progress=progress)
     gates = list(result.gates)
     report_dir = out / "report"
     verdict = json_safe(result.to_dict())
     written = write_report(Report.from_dict(verdict), report_dir)
     # The same assessment the audit's check made, kept for the plot beside the report.
-    thresholds = result_thresholds(job)
+    thresholds = load_claim(claim_path, policy=policy).thresholds
     health = assess_training_log(data_dir / "training_log.jsonl", thresholds)
     svg = training_health_svg(
         health.steps,
@@ -511,9 +518,3 @@ def run_pipeline(
         published,
         {k: str(v) for k, v in written.items()},
     )
-
-
-def result_thresholds(job: PipelineJob):
-    from honestci.audit.policy import THRESHOLDS, Thresholds
-
-    return Thresholds(**{**THRESHOLDS.__dict__, **job.thresholds})

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from honestci.audit.cli.support import BAYES_MODULES, fail_cleanly, seed_option
+from honestci.audit.cli.support import BAYES_MODULES, fail_cleanly, policy_option, seed_option
 from honestci.audit.errors import require_extra
 
 EXIT_REFUSED = 1
@@ -147,10 +147,12 @@ def generate_command(
 @click.command("pipeline")
 @click.argument("config", type=click.Path(path_type=Path))
 @_SET
+@policy_option
 @fail_cleanly
-def pipeline_command(config: Path, overrides: tuple[str, ...]) -> None:
+def pipeline_command(config: Path, overrides: tuple[str, ...], policy_file: Path | None) -> None:
     """Leakage check -> reward models -> GRPO -> generation -> judging -> audit; figures go into the
     model card only when every required gate passes (exit 1 otherwise)."""
+    from honestci.audit.data.policy_file import load_policy
     from honestci.training.config import TRAIN_MODULES
     from honestci.training.pipeline import PipelineRefused, load_pipeline_job, run_pipeline
 
@@ -162,7 +164,7 @@ def pipeline_command(config: Path, overrides: tuple[str, ...]) -> None:
     if job.bayes:
         require_extra("bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="set bayes: false")
     try:
-        result = run_pipeline(config, overrides, progress=_progress)
+        result = run_pipeline(config, overrides, progress=_progress, policy=load_policy(policy_file))
     except PipelineRefused as refused:
         click.secho(refused.message, fg="red", err=True)
         sys.exit(EXIT_REFUSED)
