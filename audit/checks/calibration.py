@@ -47,7 +47,7 @@ import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.audit.policy import THRESHOLDS
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
@@ -326,20 +326,8 @@ def cohen_kappa(
     rows, cols = p.sum(axis=1), p.sum(axis=0)
     observed, expected = float((w * p).sum()), float(rows @ w @ cols)
     if expected >= 1.0:
-        return ClusteredEstimate(
-            name,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            n,
-            int(np.unique(groups).size),
-            level,
-            verdict=Verdict.INCONCLUSIVE,
-            note="one class only: kappa is undefined",
+        return ClusteredEstimate.inconclusive(
+            name, None, n, int(np.unique(groups).size), level, "one class only: kappa is undefined"
         )
     kappa = (observed - expected) / (1.0 - expected)
     influence = ((w[ji, hi] - observed) - (1.0 - kappa) * ((w @ cols)[ji] + (rows @ w)[hi] - 2.0 * expected)) / (
@@ -347,21 +335,7 @@ def cohen_kappa(
     )
     linear = clustered_mean(kappa + influence, groups, name, level=level, rng=None, min_clusters=min_clusters)
     if not linear.reportable:
-        return ClusteredEstimate(
-            name,
-            kappa,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            n,
-            linear.n_clusters,
-            level,
-            verdict=Verdict.INCONCLUSIVE,
-            note=linear.note,
-        )
+        return ClusteredEstimate.inconclusive(name, kappa, n, linear.n_clusters, level, linear.note)
     boot, seed = (
         (None, None)
         if rng is None
@@ -597,39 +571,20 @@ def stacked_difference(
     n_clusters = int(np.unique(groups).size)
     point = float(a.mean() - b.mean()) if a.size and b.size else None
     if point is None or n_clusters < max(min_clusters, 2):
-        return ClusteredEstimate(
+        return ClusteredEstimate.inconclusive(
             name,
             point,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
             int(y.size),
             n_clusters,
             level,
-            verdict=Verdict.INCONCLUSIVE,
-            note=f"{n_clusters} cluster(s) < {max(min_clusters, 2)}" if point is not None else "no rows",
+            f"{n_clusters} cluster(s) < {max(min_clusters, 2)}" if point is not None else "no rows",
         )
     X = np.column_stack([np.ones(y.size), np.r_[np.ones(a.size), np.zeros(b.size)]])
     try:
         fit = cluster_robust_ols(X, y, groups, vcov="CR2", level=level, coef_names=("b", "a_minus_b"))
     except EstimationError:
-        return ClusteredEstimate(
-            name,
-            point,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            int(y.size),
-            n_clusters,
-            level,
-            verdict=Verdict.INCONCLUSIVE,
-            note="no variation: no variance to estimate",
+        return ClusteredEstimate.inconclusive(
+            name, point, int(y.size), n_clusters, level, "no variation: no variance to estimate"
         )
     return from_contrast(linear_contrast(fit, {"a_minus_b": 1.0}, label=name), name)
 

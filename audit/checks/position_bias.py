@@ -370,20 +370,8 @@ def position_bias(
     if order_effect is None:
         order_effect = boot
     if logit_effect is None:
-        logit_effect = ClusteredEstimate(
-            "order effect (logit scale)",
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            n,
-            boot.n_clusters,
-            level,
-            verdict=Verdict.INCONCLUSIVE,
-            note="a win probability of 0 or 1, or no variance",
+        logit_effect = ClusteredEstimate.inconclusive(
+            "order effect (logit scale)", None, n, boot.n_clusters, level, "a win probability of 0 or 1, or no variance"
         )
     exact_p, permutation_p, n_discordant, _permutation_seed = sign_flip_test(
         difference, draws=permutation_draws, rng=generator

@@ -48,6 +48,27 @@ class ClusteredEstimate:
     #: How the interval was computed, as :meth:`text` names it.
     method: str = "CR2"
 
+    @classmethod
+    def inconclusive(
+        cls, name: str, estimate: float | None, n: int, n_clusters: int, level: float, note: str
+    ) -> ClusteredEstimate:
+        """An estimate without an interval (INCONCLUSIVE), ``note`` saying why."""
+        return cls(
+            name,
+            estimate,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            n,
+            n_clusters,
+            level,
+            verdict=Verdict.INCONCLUSIVE,
+            note=note,
+        )
+
     @property
     def reportable(self) -> bool:
         return self.bounds is not None
@@ -109,27 +130,11 @@ def clustered_mean(
         )
     n, n_clusters = int(y.size), int(np.unique(groups).size) if y.size else 0
     if n == 0:
-        return ClusteredEstimate(
-            name, None, None, None, None, None, None, None, 0, 0, level, verdict=Verdict.INCONCLUSIVE, note="no rows"
-        )
+        return ClusteredEstimate.inconclusive(name, None, 0, 0, level, "no rows")
     estimate = float(y.mean())
 
     def without_interval(note: str) -> ClusteredEstimate:
-        return ClusteredEstimate(
-            name,
-            estimate,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            n,
-            n_clusters,
-            level,
-            verdict=Verdict.INCONCLUSIVE,
-            note=note,
-        )
+        return ClusteredEstimate.inconclusive(name, estimate, n, n_clusters, level, note)
 
     if n_clusters < max(min_clusters, 2):
         return without_interval(f"{n_clusters} cluster(s) < {max(min_clusters, 2)}")
@@ -174,20 +179,8 @@ def from_contrast(
     when the contrast is the linearisation of a non-linear statistic)."""
     point = contrast.estimate if estimate is None else estimate
     if not np.isfinite(contrast.se) or contrast.se <= 0:
-        return ClusteredEstimate(
-            name,
-            point,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            contrast.n,
-            contrast.n_clusters,
-            contrast.level,
-            verdict=Verdict.INCONCLUSIVE,
-            note="zero standard error: no variance to estimate",
+        return ClusteredEstimate.inconclusive(
+            name, point, contrast.n, contrast.n_clusters, contrast.level, "zero standard error: no variance to estimate"
         )
     half = contrast.ci_high - contrast.estimate
     return ClusteredEstimate(
