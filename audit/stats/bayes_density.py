@@ -2,12 +2,25 @@
 
 The PyMC models are the definitions: :func:`honestci.audit.stats.bayes._build_hierarchical_model` (the
 hierarchical win rate, documented below), :func:`honestci.audit.stats.bayes_compare._model` (the joint model of
-two systems) and the pooled Beta-binomial of :func:`honestci.audit.stats.bayes.fit_pooled_beta_binomial` (each
+two systems) and :func:`honestci.audit.stats.bayes._build_pooled_model` (the pooled Beta-binomial; each
 documented beside its kernel). This module writes the same functions out by hand so that nutpie
 can sample them without PyTensor: PyTensor graphs compiled by nutpie's numba backend are not cached
 across processes (6-19 s of compiling in every new process, bench/README.md), whereas these
 ``cache=True`` kernels are compiled once and then loaded from numba's on-disk cache (~0.02 s).
-nutpie calls them through its C callback ABI, so chains run in its Rust threads without the GIL.
+
+Sampling interface: nutpie's public Python-function model, ``nutpie.compiled_pyfunc.from_pyfunc``
+(the route nutpie's own JAX backend takes), with each density a numba *gufunc*
+``(packed data, x) -> (log density, gradient)`` bound to its data by ``functools.partial``. nutpie
+calls it from its Rust chain threads under the GIL; a gufunc call runs no Python frame, which
+matters: each call from a Rust thread gets a fresh Python thread state, and the first Python frame
+on it maps (and its release unmaps) a new frame stack, which made a Python or ``numba.njit``
+callback 2.5x as expensive per gradient (bench/README.md).
+
+Provenance: each density records, as a :class:`Derivation`, the PyMC functions it was derived from
+and their :func:`model_fingerprint` at the time. Before sampling, the fingerprint of the functions
+in use is recomputed (~1 ms); when it differs (someone edited the PyMC model) the density refuses
+itself with :class:`honestci.audit.stats.bayes.DensityMismatchError`, and ``sampler="auto"`` samples
+the PyMC model instead, with a warning, rather than silently ignoring the edit.
 
 Unconstrained parameter vector ``x`` (the order of ``model.initial_point()``)::
 
@@ -34,8 +47,9 @@ offsets d/draw_r = R_r - mean_r' R_r' - raw_r. d sigma_prior/ds = -(nu + 1) q / 
 q = (sigma/scale)^2 (nu > 0), -q (nu = 0).
 
 Validated against: PyMC's ``model.compile_logp()`` / ``model.compile_dlogp()`` (and the
-deterministics) of the same models at random points, every variant (tests/test_bayes_density.py);
-end to end, the pooled model's posterior against scipy.stats.beta (tests/test_bayes.py).
+deterministics) of the same models at random points, every variant, relative 1e-9; the same tests
+check the recorded fingerprints (tests/test_bayes_density.py); end to end, the pooled model's
+posterior against scipy.stats.beta and the hierarchical one against PyMC's NUTS (tests/test_bayes.py).
 
 References: Hoffman & Gelman (2014), "The No-U-Turn Sampler", JMLR 15 (the sampler nutpie
 implements); the models' references are in :mod:`honestci.audit.stats.bayes` and :mod:`honestci.audit.stats.bayes_compare`.
@@ -43,13 +57,136 @@ implements); the models' references are in :mod:`honestci.audit.stats.bayes` and
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import importlib
+import inspect
 import math
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 
-import numba
 import numpy as np
 
-from honestci.audit.stats.numba_cache import cfunc_cached, njit_cached
+from honestci.audit.stats.bayes import DensityMismatchError
+from honestci.audit.stats.numba_cache import guvectorize_cached, njit_cached
 
+
+# --------------------------------------------------------------------------------------------
+# Provenance: which PyMC definition each density was derived from
+# --------------------------------------------------------------------------------------------
+def model_fingerprint(functions: Sequence[Callable]) -> str:
+    """SHA-256 of the functions' syntax trees, less docstrings, comments, layout and annotations.
+
+    What a density was derived from is code, so the code is what is fingerprinted: any edit that
+    can change the PyMC model changes the fingerprint, while rewording a comment or reformatting
+    does not. The tree is written out by :func:`_canonical` (node types and fields, not
+    ``ast.dump``, whose format changes between Python versions). Costs ~1 ms per function.
+
+    Raises
+    ------
+    OSError, TypeError
+        When a function's source is not available (e.g. an install without ``.py`` files).
+    """
+    digest = hashlib.sha256()
+    for function in functions:
+        digest.update(_canonical(ast.parse(textwrap.dedent(inspect.getsource(function)))).encode())
+    return digest.hexdigest()
+
+
+_UNFINGERPRINTED_FIELDS = frozenset({"annotation", "returns", "type_comment", "ctx"})
+
+
+def _canonical(node) -> str:
+    if isinstance(node, list):
+        return "[" + ",".join(_canonical(item) for item in node) + "]"
+    if not isinstance(node, ast.AST):
+        return repr(node)
+    fields = []
+    for name, value in ast.iter_fields(node):
+        if name == "body" and _has_docstring(node):
+            value = value[1:]
+        if name in _UNFINGERPRINTED_FIELDS or value is None or value == []:
+            continue  # absent and empty fields differ between Python versions' trees
+        fields.append(f"{name}={_canonical(value)}")
+    return f"{type(node).__name__}({','.join(fields)})"
+
+
+def _has_docstring(node: ast.AST) -> bool:
+    body = getattr(node, "body", None)
+    return (
+        isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and bool(body)
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    )
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """The PyMC definition a density was derived from, and its :func:`model_fingerprint` then.
+
+    ``functions`` are ``"module:attribute"`` paths, looked up when checked, so the check sees the
+    definition in use (an edited file or a replaced attribute alike).
+    """
+
+    name: str  # of the module constant that records it
+    model: str
+    functions: tuple[str, ...]
+    fingerprint: str
+
+    def current_fingerprint(self) -> str:
+        resolved = []
+        for path in self.functions:
+            module, attribute = path.split(":")
+            resolved.append(getattr(importlib.import_module(module), attribute))
+        return model_fingerprint(resolved)
+
+    def check(self) -> None:
+        """Raise :class:`~honestci.audit.stats.bayes.DensityMismatchError` unless the definition in
+        use still has the recorded fingerprint."""
+        try:
+            current = self.current_fingerprint()
+        except (OSError, TypeError) as error:  # no source to fingerprint: cannot vouch for the density
+            current = f"unknown ({type(error).__name__}: {error})"
+        if current != self.fingerprint:
+            raise DensityMismatchError(
+                f"The hand-derived density of the {self.model} no longer matches its PyMC definition "
+                f"({', '.join(self.functions)}): fingerprint {current}, recorded {self.fingerprint}.",
+                fix=f"Re-derive the kernel in audit/stats/bayes_density.py from the edited model, check it "
+                f"with tests/test_bayes_density.py, then set {self.name}'s fingerprint to the new one "
+                "(the test prints it). Meanwhile sampler='pymc' samples the PyMC model itself.",
+            )
+
+
+HIERARCHICAL = Derivation(
+    "HIERARCHICAL",
+    "hierarchical win-rate model",
+    (
+        "honestci.audit.stats.bayes:_build_hierarchical_model",
+        "honestci.audit.stats.bayes:_sigma_with_prior",
+        "honestci.audit.stats.bayes:_quasi_binomial_loglik",
+    ),
+    "288661639027454bfef21f8bc31d92eb9a21612f8950ef4c301b98589e2fe852",
+)
+PAIRED = Derivation(
+    "PAIRED",
+    "joint model of two systems",
+    ("honestci.audit.stats.bayes_compare:_model", "honestci.audit.stats.bayes:_quasi_binomial_loglik"),
+    "e8a72d2dc3bda6cecdf14e5c861798c8eced94681aa29ad73109c3b8d420904c",
+)
+POOLED = Derivation(
+    "POOLED",
+    "pooled Beta-binomial model",
+    ("honestci.audit.stats.bayes:_build_pooled_model", "honestci.audit.stats.bayes:_quasi_binomial_loglik"),
+    "076efd4edb1bf23f36d28388d0b01844533b5b214427f269005273575bf306eb",
+)
+
+# --------------------------------------------------------------------------------------------
+# The hierarchical win-rate model (honestci.audit.stats.bayes._build_hierarchical_model)
+# --------------------------------------------------------------------------------------------
 _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_MU_PRIOR_SD = math.log(1.5)  # mu ~ N(0, 1.5) in both PyMC models
 _LOG_HALF_NORMAL_CONSTANT = 0.5 * math.log(2.0 / math.pi)
@@ -92,8 +229,8 @@ def pack(
 ) -> np.ndarray:
     """The model's data as one contiguous float64 buffer (header :data:`HEADER`, then the cells).
 
-    One buffer (not a dict of arrays) because nutpie hands the compiled C callbacks a single
-    data pointer.
+    One buffer (not a dict of arrays): every density is a gufunc of (packed, x), which one
+    ``functools.partial`` binds to its data.
     """
     header = [n_vignettes, n_runs, n_judges, float(centred), prior_nu, prior_scale, len(n)]
     blocks = [vignette_index, order, run_index, judge_index, n, wins]
@@ -108,8 +245,45 @@ def n_parameters(packed: np.ndarray) -> int:
 
 
 @njit_cached()
-def logp_and_gradient(x, grad, packed):
-    """Write the gradient into ``grad`` and return the log density (see the module docstring)."""
+def _as_sampled(logp, grad):
+    """``logp``, or -inf where ``logp`` or the gradient is not finite: nutpie then rejects the point
+    as a divergence (its rule for a non-finite log density) instead of integrating a NaN gradient."""
+    for i in range(grad.shape[0]):
+        if not math.isfinite(grad[i]):
+            return -math.inf
+    return logp if math.isfinite(logp) else -math.inf
+
+
+#: A point with a coordinate (unconstrained scale) beyond this is rejected, -inf, before any
+#: arithmetic. There the priors leave nothing to sample (every location prior is below log density
+#: -2e4 at 300; sigma = e^+-300 is ruled out by prior and data), and inside it no operation of these
+#: kernels overflows (sigma <= e^300, z^2 <= 1e267). That matters because numpy checks the
+#: floating-point flags after every gufunc call: an overflow in a divergent trajectory would
+#: otherwise print a RuntimeWarning from nutpie's threads, or under ``-W error`` kill the chain.
+MAX_ABS_COORDINATE = 300.0
+
+
+@njit_cached()
+def _rejected(x, logp_out, grad) -> bool:
+    """Set (-inf, 0) and return True when ``x`` leaves the box of :data:`MAX_ABS_COORDINATE` (or is NaN)."""
+    for i in range(x.shape[0]):
+        if not abs(x[i]) <= MAX_ABS_COORDINATE:
+            logp_out[0] = -math.inf
+            grad[:] = 0.0
+            return True
+    return False
+
+
+#: numba signature and layout of every density: a gufunc (packed data, x) -> (log density, gradient).
+_GUFUNC_SIGNATURE = (["void(float64[:], float64[:], float64[:], float64[:])"], "(m),(n)->(),(n)")
+
+
+@guvectorize_cached(*_GUFUNC_SIGNATURE)
+def logp_and_gradient(packed, x, logp_out, grad):
+    """``logp_and_gradient(packed, x)`` -> (log density, gradient) at ``x`` (module docstring; non-finite
+    values as :func:`_as_sampled` says, points outside :data:`MAX_ABS_COORDINATE` as -inf)."""
+    if _rejected(x, logp_out, grad):
+        return
     n_vignettes, n_runs, n_judges = int(packed[0]), int(packed[1]), int(packed[2])
     centred = packed[3] != 0.0
     nu, scale = packed[4], packed[5]
@@ -123,8 +297,7 @@ def logp_and_gradient(x, grad, packed):
     cell_wins = packed[start + 5 * n_cells : start + 6 * n_cells]
     run_start = 3 + n_vignettes
     judge_start = run_start + (n_runs if n_runs > 1 else 0)
-    for i in range(grad.shape[0]):
-        grad[i] = 0.0
+    grad[:] = 0.0
     mu, beta, log_sigma = x[0], x[1], x[2]
     sigma = math.exp(log_sigma)
 
@@ -210,7 +383,7 @@ def logp_and_gradient(x, grad, packed):
             raw = x[judge_start + j]
             logp += -0.5 * raw * raw - _HALF_LOG_TWO_PI
             grad[judge_start + j] += -judge_residual_total / n_judges - raw
-    return logp
+    logp_out[0] = _as_sampled(logp, grad)
 
 
 def parameter_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool) -> list[tuple[str, int]]:
@@ -224,7 +397,7 @@ def parameter_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool
 
 
 def expanded_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool) -> list[tuple[str, int]]:
-    """(name, size) of each block written by :func:`expand`: the parameters, then sigma, u and the
+    """(name, size) of each block returned by :func:`expand`: the parameters, then sigma, u and the
     centred offsets (the names PyMC gives its value variables and deterministics)."""
     blocks = parameter_blocks(n_vignettes, n_runs, n_judges, centred) + [("sigma", 1), ("u", n_vignettes)]
     if n_runs > 1:
@@ -235,13 +408,13 @@ def expanded_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool)
 
 
 @njit_cached()
-def expand(x, out, packed):
-    """Write x, sigma = exp(s), u and the zero-sum run/judge offsets into ``out`` (see expanded_blocks)."""
+def expand(x, packed):
+    """x, sigma = exp(s), u and the zero-sum run/judge offsets, in the order of :func:`expanded_blocks`."""
     n_vignettes, n_runs, n_judges = int(packed[0]), int(packed[1]), int(packed[2])
     centred = packed[3] != 0.0
     n_dim = x.shape[0]
-    for i in range(n_dim):
-        out[i] = x[i]
+    out = np.empty(2 * n_dim - 2)  # x, sigma, u (n_vignettes) and one offset per raw run/judge value
+    out[:n_dim] = x
     sigma = math.exp(x[2])
     out[n_dim] = sigma
     position = n_dim + 1
@@ -259,106 +432,56 @@ def expand(x, out, packed):
                 out[position + k] = x[block + k] - mean
             position += size
             block += size
+    return out
 
 
-# nutpie's C ABI for a compiled model, as nutpie.compile_pymc builds it for PyTensor graphs:
-# logp(dim, x*, grad*, logp*, data*) -> 0 ok, 3 / 4 non-finite gradient / log density, -1 wrong size;
-# expand(dim, n_expanded, x*, out*, data*) -> 0 ok, -1 wrong size.
-_LOGP_SIGNATURE = numba.types.int64(
-    numba.types.uint64,
-    numba.types.CPointer(numba.types.double),
-    numba.types.CPointer(numba.types.double),
-    numba.types.CPointer(numba.types.double),
-    numba.types.voidptr,
-)
-_EXPAND_SIGNATURE = numba.types.int64(
-    numba.types.uint64,
-    numba.types.uint64,
-    numba.types.CPointer(numba.types.double),
-    numba.types.CPointer(numba.types.double),
-    numba.types.voidptr,
-)
+def _nutpie_model(derivation, kernel, expand_kernel, packed: np.ndarray, n_dim: int, blocks, scalars, coords, dims):
+    """A nutpie model that samples ``kernel`` (x, packed) -> (log density, gradient), built through
+    nutpie's public Python-function interface ``nutpie.compiled_pyfunc.from_pyfunc``.
 
-
-@njit_cached()
-def _finite_status(value, grad):
-    """nutpie's status code: 0 ok, 3 a non-finite gradient, 4 a non-finite log density."""
-    for i in range(grad.shape[0]):
-        if not math.isfinite(grad[i]):
-            return 3
-    if not math.isfinite(value):
-        return 4
-    return 0
-
-
-@cfunc_cached(_LOGP_SIGNATURE)
-def logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
-    header = numba.carray(data_pointer, (_HEADER_SIZE,), np.float64)
-    packed = numba.carray(data_pointer, (_HEADER_SIZE + 6 * int(header[6]),), np.float64)
-    n_vignettes, n_runs, n_judges = int(header[0]), int(header[1]), int(header[2])
-    n_dim = 3 + n_vignettes + (n_runs if n_runs > 1 else 0) + (n_judges if n_judges > 1 else 0)
-    if dim != n_dim:
-        return -1
-    x = numba.carray(x_pointer, (n_dim,))
-    grad = numba.carray(grad_pointer, (n_dim,))
-    value = logp_and_gradient(x, grad, packed)
-    logp_pointer[0] = value
-    return _finite_status(value, grad)
-
-
-@cfunc_cached(_EXPAND_SIGNATURE)
-def expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
-    header = numba.carray(data_pointer, (_HEADER_SIZE,), np.float64)
-    packed = numba.carray(data_pointer, (_HEADER_SIZE + 6 * int(header[6]),), np.float64)
-    n_vignettes, n_runs, n_judges = int(header[0]), int(header[1]), int(header[2])
-    runs, judges = (n_runs if n_runs > 1 else 0), (n_judges if n_judges > 1 else 0)
-    n_dim = 3 + n_vignettes + runs + judges
-    if dim != n_dim or n_expanded != n_dim + 1 + n_vignettes + runs + judges:
-        return -1
-    expand(numba.carray(x_pointer, (n_dim,)), numba.carray(out_pointer, (n_expanded,)), packed)
-    return 0
-
-
-def _compiled_model(logp, expand_function, packed: np.ndarray, n_dim: int, blocks, scalars, coords, dims):
-    """nutpie's own ``CompiledPyMCModel`` (the object ``nutpie.compile_pymc_model`` returns) filled
-    with hand-written C callbacks and their data buffer instead of a compiled PyTensor graph.
-
-    ``nutpie.sample`` then runs it exactly as it runs a PyMC model: chains in parallel Rust threads
-    without the GIL, the same trace layout and names. Initial points are PyMC's default for these
-    models (support points, all 0 on the unconstrained space, plus U(-1, 1) jitter).
+    Refuses (:class:`honestci.audit.stats.bayes.DensityMismatchError`) when ``derivation``, the PyMC
+    model the kernel was written from, has changed since. nutpie calls ``kernel`` once per gradient
+    evaluation from its Rust chain threads (holding the GIL for the call) and ``expand_kernel`` once
+    per kept draw; ``blocks`` names and sizes the expanded vector, ``scalars`` the 0-d blocks.
+    Initial points are PyMC's default for these models (support points, all 0 on the unconstrained
+    space, plus U(-1, 1) jitter), drawn from the seed nutpie passes.
     """
-    from nutpie.compile_pymc import CompiledPyMCModel
+    derivation.check()
+    from nutpie.compiled_pyfunc import from_pyfunc
 
-    packed.flags.writeable = False
-    names = [name for name, _ in blocks]
-    shapes = [() if name in scalars else (size,) for name, size in blocks]
-    slices, position = [], 0
-    for _, size in blocks:
-        slices.append(slice(position, position + size))
+    layout, position = [], 0
+    for name, size in blocks:
+        layout.append((name, position, position + size, () if name in scalars else (size,)))
         position += size
+
+    def make_logp_fn():
+        return partial(kernel.ufunc, packed)
+
+    def make_expand_fn(seed1, seed2, chain):  # the expansion draws nothing: seeds unused
+        def expand_point(x):
+            out = expand_kernel(x, packed)
+            return {name: out[start:stop].reshape(shape) for name, start, stop, shape in layout}
+
+        return expand_point
 
     def initial_point(seed):
         return np.random.default_rng(seed).uniform(-1.0, 1.0, n_dim)
 
-    return CompiledPyMCModel(
-        compiled_logp_func=logp,
-        compiled_expand_func=expand_function,
-        initial_point_func=initial_point,
-        shared_data={},
-        user_data=packed,  # the callbacks' data pointer; the model object keeps it alive
-        n_expanded=position,
-        shape_info=(names, slices, shapes),
-        logp_func=None,
-        expand_func=None,
-        _n_dim=n_dim,
-        _shapes=dict(zip(names, shapes)),
-        _coords=coords,
+    return from_pyfunc(
+        n_dim,
+        make_logp_fn,
+        make_expand_fn,
+        [np.dtype(np.float64)] * len(layout),
+        [shape for *_, shape in layout],
+        [name for name, *_ in layout],
+        coords=coords,
         dims=dims,
+        make_initial_point_fn=initial_point,
     )
 
 
 def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
-    """The hierarchical model of :class:`honestci.audit.stats.bayes.WinRateCells` as a nutpie model (see _compiled_model)."""
+    """The hierarchical model of :class:`honestci.audit.stats.bayes.WinRateCells` as a nutpie model (see _nutpie_model)."""
     n_vignettes, n_runs, n_judges = cells.n_vignettes, cells.n_runs, cells.n_judges
     packed = pack(
         cells.vignette_index,
@@ -382,9 +505,10 @@ def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
     if n_judges > 1:
         coords["judge"] = list(cells.judge_labels)
         dims.update(judge_raw=("judge",), judge_effect=("judge",))
-    return _compiled_model(
-        logp_callback,
-        expand_callback,
+    return _nutpie_model(
+        HIERARCHICAL,
+        logp_and_gradient,
+        expand,
         packed,
         n_parameters(packed),
         expanded_blocks(n_vignettes, n_runs, n_judges, centred),
@@ -442,8 +566,11 @@ def _log_half_normal(value, log_value, scale):
     return _LOG_HALF_NORMAL_CONSTANT - math.log(scale) - 0.5 * (value / scale) ** 2 + log_value
 
 
-@njit_cached()
-def paired_logp_and_gradient(x, grad, packed):
+@guvectorize_cached(*_GUFUNC_SIGNATURE)
+def paired_logp_and_gradient(packed, x, logp_out, grad):
+    """``paired_logp_and_gradient(packed, x)`` -> (log density, gradient), as :func:`logp_and_gradient`."""
+    if _rejected(x, logp_out, grad):
+        return
     n_vignettes, n_cells = int(packed[0]), int(packed[1])
     start = _PAIRED_HEADER_SIZE
     cell_vignette = packed[start : start + n_cells]
@@ -487,45 +614,22 @@ def paired_logp_and_gradient(x, grad, packed):
         grad[4] += sigma_w * w_std * residual * system
         grad[u_start + v] += sigma_u * residual
         grad[w_start + v] += sigma_w * residual * system
-    return logp
+    logp_out[0] = _as_sampled(logp, grad)
 
 
 @njit_cached()
-def paired_expand(x, out, packed):
+def paired_expand(x, packed):
+    """x, sigma_u, sigma_w, u and w, in the order of :func:`paired_expanded_blocks`."""
     n_vignettes = int(packed[0])
     n_dim = x.shape[0]
-    for i in range(n_dim):
-        out[i] = x[i]
+    out = np.empty(n_dim + 2 + 2 * n_vignettes)
+    out[:n_dim] = x
     sigma_u, sigma_w = math.exp(x[3]), math.exp(x[4])
     out[n_dim], out[n_dim + 1] = sigma_u, sigma_w
     for v in range(n_vignettes):
         out[n_dim + 2 + v] = sigma_u * x[5 + v]
         out[n_dim + 2 + n_vignettes + v] = sigma_w * x[5 + n_vignettes + v]
-
-
-@cfunc_cached(_LOGP_SIGNATURE)
-def paired_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
-    header = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE,), np.float64)
-    packed = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE + 5 * int(header[1]),), np.float64)
-    n_dim = 5 + 2 * int(header[0])
-    if dim != n_dim:
-        return -1
-    grad = numba.carray(grad_pointer, (n_dim,))
-    value = paired_logp_and_gradient(numba.carray(x_pointer, (n_dim,)), grad, packed)
-    logp_pointer[0] = value
-    return _finite_status(value, grad)
-
-
-@cfunc_cached(_EXPAND_SIGNATURE)
-def paired_expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
-    header = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE,), np.float64)
-    packed = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE + 5 * int(header[1]),), np.float64)
-    n_vignettes = int(header[0])
-    n_dim = 5 + 2 * n_vignettes
-    if dim != n_dim or n_expanded != n_dim + 2 + 2 * n_vignettes:
-        return -1
-    paired_expand(numba.carray(x_pointer, (n_dim,)), numba.carray(out_pointer, (n_expanded,)), packed)
-    return 0
+    return out
 
 
 def paired_nutpie_model(labels, data: dict[str, np.ndarray]):
@@ -535,9 +639,10 @@ def paired_nutpie_model(labels, data: dict[str, np.ndarray]):
         data["cell_vignette"], data["cell_order"], data["cell_system"], data["cell_n"], data["cell_wins"], n_vignettes
     )
     dims = {name: ("vignette",) for name in ("u_std", "w_std", "u", "w")}
-    return _compiled_model(
-        paired_logp_callback,
-        paired_expand_callback,
+    return _nutpie_model(
+        PAIRED,
+        paired_logp_and_gradient,
+        paired_expand,
         packed,
         5 + 2 * n_vignettes,
         paired_expanded_blocks(n_vignettes),
@@ -548,48 +653,39 @@ def paired_nutpie_model(labels, data: dict[str, np.ndarray]):
 
 
 # --------------------------------------------------------------------------------------------
-# The pooled conjugate model (honestci.audit.stats.bayes.fit_pooled_beta_binomial): the same C-callback path,
-# checked end to end against a closed-form posterior
+# The pooled conjugate model (honestci.audit.stats.bayes._build_pooled_model): the same sampling
+# path, checked end to end against a closed-form posterior
 # --------------------------------------------------------------------------------------------
 # x = [z = logit p]; log density = log Beta(p | a, b) + log p + log(1 - p)  (the logit transform's
 # Jacobian) + w z - n log(1 + e^z) = a log p + b log(1 - p) - log B(a, b) + w z - n log(1 + e^z),
 # with log p = -log(1 + e^-z), log(1 - p) = -log(1 + e^z); d/dz = a (1 - p) - b p + w - n p.
-@njit_cached()
-def pooled_logp_and_gradient(x, grad, packed):
+@guvectorize_cached(*_GUFUNC_SIGNATURE)
+def pooled_logp_and_gradient(packed, x, logp_out, grad):
+    """``pooled_logp_and_gradient(packed, x)`` -> (log density, gradient), as :func:`logp_and_gradient`."""
+    if _rejected(x, logp_out, grad):
+        return
     a, b, n, wins = packed[0], packed[1], packed[2], packed[3]
     z = x[0]
     p = _expit(z)
     log_beta_function = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
     grad[0] = a * (1.0 - p) - b * p + wins - n * p
-    return -a * _log1pexp(-z) - b * _log1pexp(z) - log_beta_function + wins * z - n * _log1pexp(z)
+    logp = -a * _log1pexp(-z) - b * _log1pexp(z) - log_beta_function + wins * z - n * _log1pexp(z)
+    logp_out[0] = _as_sampled(logp, grad)
 
 
-@cfunc_cached(_LOGP_SIGNATURE)
-def pooled_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
-    if dim != 1:
-        return -1
-    grad = numba.carray(grad_pointer, (1,))
-    value = pooled_logp_and_gradient(numba.carray(x_pointer, (1,)), grad, numba.carray(data_pointer, (4,), np.float64))
-    logp_pointer[0] = value
-    return _finite_status(value, grad)
-
-
-@cfunc_cached(_EXPAND_SIGNATURE)
-def pooled_expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
-    if dim != 1 or n_expanded != 2:
-        return -1
-    out_pointer[0] = x_pointer[0]
-    out_pointer[1] = _expit(x_pointer[0])
-    return 0
+@njit_cached()
+def pooled_expand(x, packed):
+    """[z, p = expit(z)]."""
+    return np.array([x[0], _expit(x[0])])
 
 
 def pooled_nutpie_model(a: float, b: float, n: float, wins: float):
     """p ~ Beta(a, b) with the quasi-binomial likelihood of ``wins`` in ``n``, as a nutpie model."""
-    packed = np.array([a, b, n, wins], dtype=np.float64)
-    return _compiled_model(
-        pooled_logp_callback,
-        pooled_expand_callback,
-        packed,
+    return _nutpie_model(
+        POOLED,
+        pooled_logp_and_gradient,
+        pooled_expand,
+        np.array([a, b, n, wins], dtype=np.float64),
         1,
         [("p_logodds__", 1), ("p", 1)],
         {"p_logodds__", "p"},
