@@ -17,7 +17,7 @@ from scipy import integrate, stats
 from scipy.special import expit
 
 from honestci.audit.errors import InputError
-from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.audit.policy import THRESHOLDS, Verdict, clears_bar
 from honestci.audit.stats import bayes_density
 from honestci.audit.stats.bayes import (
     SIGMA_PRIORS,
@@ -258,6 +258,20 @@ def test_seed_generator_is_recorded(simulated):
         vignette, order, outcome, chains=2, draws=20, tune=5, seed=np.random.default_rng(7), parameterization="centred"
     )
     assert result.seed == int(np.random.default_rng(7).integers(0, 2**31 - 1))
+
+
+def test_bar_rule_is_clears_bar_and_p_above_bar_is_strict(fitted, simulated):
+    """A gated lower end exactly at the bar passes (policy.clears_bar: ci_low >= bar), while
+    P(win rate > bar) still counts draws strictly above it. The same seed gives the same draws."""
+    (vignette, order, outcome, _), _, _ = simulated
+    lower = fitted.winrate_new.lower
+    at_bar = fit_winrate_hierarchical(vignette, order, outcome, bar=lower, seed=11, **TEST_SAMPLING)
+    assert at_bar.winrate_new.lower == lower
+    assert clears_bar(at_bar.winrate_new.lower, lower)
+    assert at_bar.verdict == Verdict.WARN  # PASS on the bar, WARN for 6 vignettes; FAIL under "lower > bar"
+    assert f">= bar {lower}" in at_bar.message
+    draws = at_bar.idata.posterior["winrate_new"].values.ravel()
+    assert at_bar.winrate_new.p_above_bar == np.mean(draws > lower) < 1.0
 
 
 def test_auto_sampler_samples_the_pymc_model_when_nutpie_is_not_installed(monkeypatch):

@@ -72,7 +72,7 @@ import numpy as np
 from scipy.special import expit
 
 from honestci.audit.errors import HonestCIError, InputError, Problem
-from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict, worst
+from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict, clears_bar, worst
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -1028,8 +1028,9 @@ def fit_winrate_hierarchical(
     run, judge
         Optional run and judge ids; an effect is modelled only when there are >= 2 levels.
     bar
-        Win-rate bar of the claim; gives P(win rate > bar) and a PASS/FAIL verdict on the lower
-        end of the ``level`` interval for ``population``.
+        Win-rate bar of the claim; gives P(win rate > bar) and a PASS/FAIL verdict by the one bar
+        rule, :func:`honestci.audit.policy.clears_bar`: PASS when the lower end of the ``level``
+        interval for ``population`` is at or above the bar.
     prior
         Prior of sigma: a key of :data:`SIGMA_PRIORS` or a :class:`SigmaPrior`.
     parameterization
@@ -1146,12 +1147,12 @@ def fit_winrate_hierarchical(
         if bar is None:
             verdicts.append(Verdict.PASS)
             messages.append("converged; no bar to test")
-        elif gated.lower > bar:
+        elif clears_bar(gated.lower, bar):
             verdicts.append(Verdict.PASS)
-            messages.append(f"{population} win rate {level:.0%} interval lower end {gated.lower:.4f} > bar {bar}")
+            messages.append(f"{population} win rate {level:.0%} interval lower end {gated.lower:.4f} >= bar {bar}")
         else:
             verdicts.append(Verdict.FAIL)
-            messages.append(f"{population} win rate {level:.0%} interval lower end {gated.lower:.4f} <= bar {bar}")
+            messages.append(f"{population} win rate {level:.0%} interval lower end {gated.lower:.4f} < bar {bar}")
         if cells.n_vignettes < thresholds.min_clusters:
             verdicts.append(Verdict.INCONCLUSIVE)
             messages.append(
@@ -1242,7 +1243,7 @@ def _sensitivity_issue(sensitivity: PriorSensitivity, population: str, bar: floa
     if bar is None:
         return ""
     attribute = "winrate_these" if population == "these_vignettes" else "winrate_new"
-    decisions = {row.prior: getattr(row, attribute).lower > bar for row in sensitivity.rows}
+    decisions = {row.prior: clears_bar(getattr(row, attribute).lower, bar) for row in sensitivity.rows}
     if len(set(decisions.values())) > 1:
         return f"the decision against bar {bar} depends on the prior of sigma: {decisions}"
     return ""
