@@ -50,13 +50,29 @@ def _cells(rng, n_runs, n_judges):
     )
 
 
-def _as_point(x, blocks):
+def _as_points(xs, blocks, model):
+    """Each row of ``xs`` as a PyMC point: the blocks by name, 0-d where PyMC's value variable is."""
+    shapes = {name: np.shape(value) for name, value in model.initial_point().items()}
+    return [_as_point(x, blocks, shapes) for x in xs]
+
+
+def _as_point(x, blocks, shapes):
     point, position = {}, 0
     for name, size in blocks:
-        value = x[position : position + size]
-        point[name] = np.array(value[0]) if name in ("mu", "beta", "sigma_log__") else value.copy()
+        point[name] = x[position : position + size].reshape(shapes[name])
         position += size
     return point
+
+
+def _assert_expansion_matches(named, points, deterministics, pymc_expand):
+    """The expansion of all draws at once (rows = points) against PyMC's value variables and
+    deterministics at each point."""
+    assert list(named) == list(points[0]) + deterministics  # PyMC's names, value variables first
+    for row, point in enumerate(points):
+        for name, value in point.items():
+            np.testing.assert_array_equal(named[name][row], value)
+        for name, reference in zip(deterministics, pymc_expand(point)):
+            np.testing.assert_allclose(named[name][row], reference, rtol=1e-12, atol=1e-12)
 
 
 def _assert_fingerprint_current(derivation: bayes_density.Derivation) -> None:
@@ -94,8 +110,6 @@ def test_logp_gradient_and_expansion_match_pymc(n_runs, n_judges, centred):
 
     blocks = bayes_density.parameter_blocks(cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
     assert [name for name, _ in blocks] == list(model.initial_point())  # same names, same order
-    expanded_blocks = bayes_density.expanded_blocks(cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
-    assert [name for name, _ in expanded_blocks[len(blocks) :]] == deterministics
     for prior in SIGMA_PRIORS.values():
         model.set_data("sigma_prior_nu", np.array(prior.student_t_nu))
         model.set_data("sigma_prior_scale", np.array(prior.scale))
@@ -113,20 +127,15 @@ def test_logp_gradient_and_expansion_match_pymc(n_runs, n_judges, centred):
             prior.student_t_nu,
             prior.scale,
         )
-        n_dim = bayes_density.n_parameters(packed)
-        for _ in range(POINTS_PER_VARIANT):
-            x = rng.normal(0.0, 1.5, n_dim)
-            point = _as_point(x, blocks)
+        xs = rng.normal(0.0, 1.5, (POINTS_PER_VARIANT, bayes_density.n_parameters(packed)))
+        points = _as_points(xs, blocks, model)
+        for x, point in zip(xs, points):
             logp, gradient = bayes_density.logp_and_gradient(packed, x)
             reference_gradient = pymc_dlogp(point)
             assert logp == pytest.approx(pymc_logp(point), rel=1e-9), prior
             scale = max(1.0, float(np.max(np.abs(reference_gradient))))
             np.testing.assert_allclose(gradient, reference_gradient, rtol=0, atol=1e-9 * scale, err_msg=str(prior))
-            out = bayes_density.expand(x, packed)
-            assert out.size == sum(size for _, size in expanded_blocks)
-            np.testing.assert_array_equal(out[:n_dim], x)
-            reference = np.concatenate([np.ravel(v) for v in pymc_expand(point)])
-            np.testing.assert_allclose(out[n_dim:], reference, rtol=1e-12, atol=1e-12)
+        _assert_expansion_matches(bayes_density.expand(xs, packed), points, deterministics, pymc_expand)
     _assert_fingerprint_current(bayes_density.HIERARCHICAL)
 
 
@@ -164,27 +173,18 @@ def test_paired_model_logp_gradient_and_expansion_match_pymc():
     )
     blocks = bayes_density.paired_parameter_blocks(len(labels))
     assert [name for name, _ in blocks] == list(model.initial_point())
-    assert [name for name, _ in bayes_density.paired_expanded_blocks(len(labels))[len(blocks) :]] == deterministics
     packed = bayes_density.paired_pack(
         data["cell_vignette"], data["cell_order"], data["cell_system"], data["cell_n"], data["cell_wins"], len(labels)
     )
-    n_dim = sum(size for _, size in blocks)
-    scalars = {"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__"}
-    for _ in range(4 * POINTS_PER_VARIANT):
-        x = rng.normal(0.0, 1.5, n_dim)
-        point, position = {}, 0
-        for name, size in blocks:
-            point[name] = np.array(x[position]) if name in scalars else x[position : position + size].copy()
-            position += size
+    xs = rng.normal(0.0, 1.5, (4 * POINTS_PER_VARIANT, sum(size for _, size in blocks)))
+    points = _as_points(xs, blocks, model)
+    for x, point in zip(xs, points):
         logp, gradient = bayes_density.paired_logp_and_gradient(packed, x)
         reference_gradient = pymc_dlogp(point)
         assert logp == pytest.approx(pymc_logp(point), rel=1e-9)
         scale = max(1.0, float(np.max(np.abs(reference_gradient))))
         np.testing.assert_allclose(gradient, reference_gradient, rtol=0, atol=1e-9 * scale)
-        out = bayes_density.paired_expand(x, packed)
-        assert out.size == n_dim + 2 + 2 * len(labels)
-        reference = np.concatenate([np.ravel(v) for v in pymc_expand(point)])
-        np.testing.assert_allclose(out[n_dim:], reference, rtol=1e-12, atol=1e-12)
+    _assert_expansion_matches(bayes_density.paired_expand(xs, packed), points, deterministics, pymc_expand)
     _assert_fingerprint_current(bayes_density.PAIRED)
 
 
@@ -200,7 +200,8 @@ def test_pooled_model_logp_and_gradient_match_pymc():
         logp, gradient = bayes_density.pooled_logp_and_gradient(packed, np.array([z]))
         assert logp == pytest.approx(pymc_logp({"p_logodds__": np.array(z)}), rel=1e-9)
         assert gradient[0] == pytest.approx(pymc_dlogp({"p_logodds__": np.array(z)})[0], rel=1e-8, abs=1e-9)
-        np.testing.assert_allclose(bayes_density.pooled_expand(np.array([z]), packed), [z, expit(z)], rtol=1e-12)
+        named = bayes_density.pooled_expand(np.array([z]), packed)
+        assert named["p_logodds__"] == z and named["p"] == pytest.approx(expit(z), rel=1e-12)
     _assert_fingerprint_current(bayes_density.POOLED)
 
 
@@ -239,7 +240,7 @@ def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
     script = (
         "import json, sys, numpy as np, honestci.audit.stats.bayes_density as b\n"
         "packed = b.pack([0, 1], [.5, -.5], [0, 0], [0, 0], [1., 1.], [1., 0.], 2, 1, 1, True, 0., 1.)\n"
-        "b.logp_and_gradient(packed, np.zeros(5)); b.expand(np.zeros(5), packed)\n"
+        "b.logp_and_gradient(packed, np.zeros(5))\n"
         "if sys.argv[1] == 'fit':\n"
         "    from honestci.audit.stats.bayes import fit_winrate_hierarchical\n"
         "    sampler = fit_winrate_hierarchical(['a', 'a', 'b', 'b'] * 20, [.5, -.5] * 40, [1., 0., 1., 1.] * 20,\n"
@@ -264,7 +265,7 @@ def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
                 json.loads(stdout.splitlines()[-1]),
             )
         )
-    kernels = {"logp_and_gradient", "paired_logp_and_gradient", "pooled_logp_and_gradient", "expand"}
+    kernels = {"logp_and_gradient", "paired_logp_and_gradient", "pooled_logp_and_gradient"}
     assert kernels <= runs[0][0]  # empty cache: compiled and written
     saved, loaded, outcome = runs[1]
     assert saved == set() and kernels <= loaded

@@ -378,19 +378,21 @@ def _quiet_imports() -> None:
         import arviz  # noqa: F401
 
 
-def _sample_nutpie(model, chains, draws, tune, seed, progress):
+def _sample_nutpie(density, chains, draws, tune, seed, progress):
     import nutpie
 
-    return nutpie.sample(
-        model,
-        draws=draws,
-        tune=tune,
-        chains=chains,
-        cores=min(chains, os.cpu_count() or 1),
-        seed=seed,
-        progress_bar=progress,
-        save_warmup=False,
-        target_accept=TARGET_ACCEPT,
+    return density.named(
+        nutpie.sample(
+            density.model,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=min(chains, os.cpu_count() or 1),
+            seed=seed,
+            progress_bar=progress,
+            save_warmup=False,
+            target_accept=TARGET_ACCEPT,
+        )
     )
 
 

@@ -66,6 +66,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -386,6 +387,10 @@ def logp_and_gradient(packed, x, logp_out, grad):
     logp_out[0] = _as_sampled(logp, grad)
 
 
+#: Scalar value variables of the hierarchical model (the others are vectors, one entry per level).
+SCALARS = frozenset({"mu", "beta", "sigma_log__"})
+
+
 def parameter_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool) -> list[tuple[str, int]]:
     """(name, size) of each block of ``x``, named as PyMC's value variables (``initial_point()`` keys)."""
     blocks = [("mu", 1), ("beta", 1), ("sigma_log__", 1), ("vignette_logit" if centred else "u_std", n_vignettes)]
@@ -396,92 +401,94 @@ def parameter_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool
     return blocks
 
 
-def expanded_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool) -> list[tuple[str, int]]:
-    """(name, size) of each block returned by :func:`expand`: the parameters, then sigma, u and the
-    centred offsets (the names PyMC gives its value variables and deterministics)."""
-    blocks = parameter_blocks(n_vignettes, n_runs, n_judges, centred) + [("sigma", 1), ("u", n_vignettes)]
-    if n_runs > 1:
-        blocks.append(("run_effect", n_runs))
-    if n_judges > 1:
-        blocks.append(("judge_effect", n_judges))
-    return blocks
+def _split(x: np.ndarray, blocks: list[tuple[str, int]], scalars: frozenset) -> dict[str, np.ndarray]:
+    """The blocks of draws ``x`` (..., n_dim) by name: shape (...) for a scalar, (..., size) otherwise."""
+    named, position = {}, 0
+    for name, size in blocks:
+        named[name] = x[..., position] if name in scalars else x[..., position : position + size]
+        position += size
+    return named
 
 
-@njit_cached()
-def expand(x, packed):
-    """x, sigma = exp(s), u and the zero-sum run/judge offsets, in the order of :func:`expanded_blocks`."""
-    n_vignettes, n_runs, n_judges = int(packed[0]), int(packed[1]), int(packed[2])
-    centred = packed[3] != 0.0
-    n_dim = x.shape[0]
-    out = np.empty(2 * n_dim - 2)  # x, sigma, u (n_vignettes) and one offset per raw run/judge value
-    out[:n_dim] = x
-    sigma = math.exp(x[2])
-    out[n_dim] = sigma
-    position = n_dim + 1
-    for v in range(n_vignettes):
-        out[position + v] = x[3 + v] - x[0] if centred else sigma * x[3 + v]
-    position += n_vignettes
-    block = 3 + n_vignettes
-    for size in (n_runs, n_judges):
-        if size > 1:
-            mean = 0.0
-            for k in range(size):
-                mean += x[block + k]
-            mean /= size
-            for k in range(size):
-                out[position + k] = x[block + k] - mean
-            position += size
-            block += size
-    return out
+def expand(x: np.ndarray, packed: np.ndarray) -> dict[str, np.ndarray]:
+    """PyMC's value variables and deterministics of draws ``x`` (..., n_dim): the blocks of
+    :func:`parameter_blocks`, sigma = exp(s), u (theta - mu centred, sigma theta non-centred) and
+    the zero-sum run and judge offsets (raw - mean raw)."""
+    n_vignettes, n_runs, n_judges, centred = int(packed[0]), int(packed[1]), int(packed[2]), bool(packed[3])
+    named = _split(x, parameter_blocks(n_vignettes, n_runs, n_judges, centred), SCALARS)
+    named["sigma"] = np.exp(named["sigma_log__"])
+    if centred:
+        named["u"] = named["vignette_logit"] - named["mu"][..., None]
+    else:
+        named["u"] = named["sigma"][..., None] * named["u_std"]
+    for raw, effect in (("run_raw", "run_effect"), ("judge_raw", "judge_effect")):
+        if raw in named:
+            named[effect] = named[raw] - named[raw].mean(axis=-1, keepdims=True)
+    return named
 
 
-def _nutpie_model(derivation, kernel, expand_kernel, packed: np.ndarray, n_dim: int, blocks, scalars, coords, dims):
-    """A nutpie model that samples ``kernel`` (x, packed) -> (log density, gradient), built through
+@dataclass(frozen=True)
+class NutpieDensity:
+    """A hand-derived density as nutpie samples it, and how its draws get PyMC's names.
+
+    nutpie keeps each draw as the raw vector ``x``: its per-draw expand function is
+    ``dict.fromkeys``, which runs no Python frame (a Python one cost a third of the sampling time,
+    bench/README.md). :meth:`named` then computes PyMC's value variables and deterministics for all
+    draws at once with ``expand``.
+    """
+
+    model: Any  # nutpie.compiled_pyfunc.PyFuncModel
+    expand: Callable[[np.ndarray], dict[str, np.ndarray]]
+    dims: dict[str, tuple[str, ...]]
+    coords: dict[str, list]
+
+    def named(self, idata):
+        """``idata`` with its posterior of ``x`` replaced by the named variables (dims, coords as PyMC's)."""
+        import xarray as xr
+
+        x = idata.posterior["x"]
+        posterior = xr.Dataset(
+            {
+                name: (("chain", "draw", *self.dims.get(name, ())), values)
+                for name, values in self.expand(x.values).items()
+            },
+            coords={"chain": x["chain"].values, "draw": x["draw"].values, **self.coords},
+        )
+        del idata["posterior"]
+        idata.add_groups(posterior=posterior)
+        return idata
+
+
+def _nutpie_density(derivation, kernel, expand_draws, packed: np.ndarray, n_dim: int, dims, coords) -> NutpieDensity:
+    """``kernel`` (a gufunc (packed, x) -> (log density, gradient)) as a nutpie model, built through
     nutpie's public Python-function interface ``nutpie.compiled_pyfunc.from_pyfunc``.
 
     Refuses (:class:`honestci.audit.stats.bayes.DensityMismatchError`) when ``derivation``, the PyMC
-    model the kernel was written from, has changed since. nutpie calls ``kernel`` once per gradient
-    evaluation from its Rust chain threads (holding the GIL for the call) and ``expand_kernel`` once
-    per kept draw; ``blocks`` names and sizes the expanded vector, ``scalars`` the 0-d blocks.
-    Initial points are PyMC's default for these models (support points, all 0 on the unconstrained
-    space, plus U(-1, 1) jitter), drawn from the seed nutpie passes.
+    model the kernel was written from, has changed since. nutpie calls the ufunc bound to
+    ``packed`` once per gradient evaluation from its Rust chain threads, holding the GIL for the
+    call. Initial points are PyMC's default for these models (support points, all 0 on the
+    unconstrained space, plus U(-1, 1) jitter), drawn from the seed nutpie passes.
     """
     derivation.check()
     from nutpie.compiled_pyfunc import from_pyfunc
 
-    layout, position = [], 0
-    for name, size in blocks:
-        layout.append((name, position, position + size, () if name in scalars else (size,)))
-        position += size
-
-    def make_logp_fn():
-        return partial(kernel.ufunc, packed)
-
-    def make_expand_fn(seed1, seed2, chain):  # the expansion draws nothing: seeds unused
-        def expand_point(x):
-            out = expand_kernel(x, packed)
-            return {name: out[start:stop].reshape(shape) for name, start, stop, shape in layout}
-
-        return expand_point
-
     def initial_point(seed):
         return np.random.default_rng(seed).uniform(-1.0, 1.0, n_dim)
 
-    return from_pyfunc(
+    model = from_pyfunc(
         n_dim,
-        make_logp_fn,
-        make_expand_fn,
-        [np.dtype(np.float64)] * len(layout),
-        [shape for *_, shape in layout],
-        [name for name, *_ in layout],
-        coords=coords,
-        dims=dims,
+        lambda: partial(kernel.ufunc, packed),
+        lambda seed1, seed2, chain: partial(dict.fromkeys, ("x",)),  # {"x": draw}; nothing random
+        [np.dtype(np.float64)],
+        [(n_dim,)],
+        ["x"],
         make_initial_point_fn=initial_point,
     )
+    return NutpieDensity(model, partial(expand_draws, packed=packed), dims, coords)
 
 
-def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
-    """The hierarchical model of :class:`honestci.audit.stats.bayes.WinRateCells` as a nutpie model (see _nutpie_model)."""
+def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool) -> NutpieDensity:
+    """The hierarchical model of :class:`honestci.audit.stats.bayes.WinRateCells` for nutpie (see _nutpie_density)."""
     n_vignettes, n_runs, n_judges = cells.n_vignettes, cells.n_runs, cells.n_judges
     packed = pack(
         cells.vignette_index,
@@ -505,17 +512,7 @@ def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
     if n_judges > 1:
         coords["judge"] = list(cells.judge_labels)
         dims.update(judge_raw=("judge",), judge_effect=("judge",))
-    return _nutpie_model(
-        HIERARCHICAL,
-        logp_and_gradient,
-        expand,
-        packed,
-        n_parameters(packed),
-        expanded_blocks(n_vignettes, n_runs, n_judges, centred),
-        {"mu", "beta", "sigma_log__", "sigma"},
-        coords,
-        dims,
-    )
+    return _nutpie_density(HIERARCHICAL, logp_and_gradient, expand, packed, n_parameters(packed), dims, coords)
 
 
 # --------------------------------------------------------------------------------------------
@@ -540,6 +537,9 @@ def paired_pack(vignette_index, order, system, n, wins, n_vignettes: int) -> np.
     )
 
 
+PAIRED_SCALARS = frozenset({"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__"})
+
+
 def paired_parameter_blocks(n_vignettes: int) -> list[tuple[str, int]]:
     return [
         ("mu", 1),
@@ -549,15 +549,6 @@ def paired_parameter_blocks(n_vignettes: int) -> list[tuple[str, int]]:
         ("sigma_w_log__", 1),
         ("u_std", n_vignettes),
         ("w_std", n_vignettes),
-    ]
-
-
-def paired_expanded_blocks(n_vignettes: int) -> list[tuple[str, int]]:
-    return paired_parameter_blocks(n_vignettes) + [
-        ("sigma_u", 1),
-        ("sigma_w", 1),
-        ("u", n_vignettes),
-        ("w", n_vignettes),
     ]
 
 
@@ -617,38 +608,26 @@ def paired_logp_and_gradient(packed, x, logp_out, grad):
     logp_out[0] = _as_sampled(logp, grad)
 
 
-@njit_cached()
-def paired_expand(x, packed):
-    """x, sigma_u, sigma_w, u and w, in the order of :func:`paired_expanded_blocks`."""
-    n_vignettes = int(packed[0])
-    n_dim = x.shape[0]
-    out = np.empty(n_dim + 2 + 2 * n_vignettes)
-    out[:n_dim] = x
-    sigma_u, sigma_w = math.exp(x[3]), math.exp(x[4])
-    out[n_dim], out[n_dim + 1] = sigma_u, sigma_w
-    for v in range(n_vignettes):
-        out[n_dim + 2 + v] = sigma_u * x[5 + v]
-        out[n_dim + 2 + n_vignettes + v] = sigma_w * x[5 + n_vignettes + v]
-    return out
+def paired_expand(x: np.ndarray, packed: np.ndarray) -> dict[str, np.ndarray]:
+    """PyMC's value variables and deterministics of draws ``x`` (..., n_dim): the blocks of
+    :func:`paired_parameter_blocks`, sigma_u, sigma_w = exp(s_u), exp(s_w), u = sigma_u u_std and
+    w = sigma_w w_std."""
+    named = _split(x, paired_parameter_blocks(int(packed[0])), PAIRED_SCALARS)
+    named["sigma_u"], named["sigma_w"] = np.exp(named["sigma_u_log__"]), np.exp(named["sigma_w_log__"])
+    named["u"] = named["sigma_u"][..., None] * named["u_std"]
+    named["w"] = named["sigma_w"][..., None] * named["w_std"]
+    return named
 
 
-def paired_nutpie_model(labels, data: dict[str, np.ndarray]):
-    """The joint model of :mod:`honestci.audit.stats.bayes_compare` (its ``_cells`` output) as a nutpie model."""
+def paired_nutpie_model(labels, data: dict[str, np.ndarray]) -> NutpieDensity:
+    """The joint model of :mod:`honestci.audit.stats.bayes_compare` (its ``_cells`` output) for nutpie."""
     n_vignettes = len(labels)
     packed = paired_pack(
         data["cell_vignette"], data["cell_order"], data["cell_system"], data["cell_n"], data["cell_wins"], n_vignettes
     )
     dims = {name: ("vignette",) for name in ("u_std", "w_std", "u", "w")}
-    return _nutpie_model(
-        PAIRED,
-        paired_logp_and_gradient,
-        paired_expand,
-        packed,
-        5 + 2 * n_vignettes,
-        paired_expanded_blocks(n_vignettes),
-        {"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__", "sigma_u", "sigma_w"},
-        {"vignette": list(labels)},
-        dims,
+    return _nutpie_density(
+        PAIRED, paired_logp_and_gradient, paired_expand, packed, 5 + 2 * n_vignettes, dims, {"vignette": list(labels)}
     )
 
 
@@ -673,22 +652,14 @@ def pooled_logp_and_gradient(packed, x, logp_out, grad):
     logp_out[0] = _as_sampled(logp, grad)
 
 
-@njit_cached()
-def pooled_expand(x, packed):
-    """[z, p = expit(z)]."""
-    return np.array([x[0], _expit(x[0])])
+def pooled_expand(x: np.ndarray, packed: np.ndarray) -> dict[str, np.ndarray]:
+    """p_logodds__ = z and p = expit(z) of draws ``x`` (..., 1)."""
+    z = x[..., 0]
+    return {"p_logodds__": z, "p": 1.0 / (1.0 + np.exp(-z))}
 
 
-def pooled_nutpie_model(a: float, b: float, n: float, wins: float):
-    """p ~ Beta(a, b) with the quasi-binomial likelihood of ``wins`` in ``n``, as a nutpie model."""
-    return _nutpie_model(
-        POOLED,
-        pooled_logp_and_gradient,
-        pooled_expand,
-        np.array([a, b, n, wins], dtype=np.float64),
-        1,
-        [("p_logodds__", 1), ("p", 1)],
-        {"p_logodds__", "p"},
-        {},
-        {},
+def pooled_nutpie_model(a: float, b: float, n: float, wins: float) -> NutpieDensity:
+    """p ~ Beta(a, b) with the quasi-binomial likelihood of ``wins`` in ``n``, for nutpie."""
+    return _nutpie_density(
+        POOLED, pooled_logp_and_gradient, pooled_expand, np.array([a, b, n, wins], dtype=np.float64), 1, {}, {}
     )
