@@ -14,11 +14,11 @@ Sampling interface: nutpie's public Python-function model, ``nutpie.compiled_pyf
 calls it from its Rust chain threads under the GIL; a gufunc call runs no Python frame, which
 matters: each call from a Rust thread gets a fresh Python thread state, and the first Python frame
 on it maps (and its release unmaps) a new frame stack, which made a Python or ``numba.njit``
-callback 2.5x as expensive per gradient (bench/README.md).
+callback 2-3x as expensive per gradient (bench/README.md).
 
 Provenance: each density records, as a :class:`Derivation`, the PyMC functions it was derived from
 and their :func:`model_fingerprint` at the time. Before sampling, the fingerprint of the functions
-in use is recomputed (~1 ms); when it differs (someone edited the PyMC model) the density refuses
+in use is recomputed (~40 ms the first time in a process, ~4 ms after); when it differs (someone edited the PyMC model) the density refuses
 itself with :class:`honestci.audit.stats.bayes.DensityMismatchError`, and ``sampler="auto"`` samples
 the PyMC model instead, with a warning, rather than silently ignoring the edit.
 
@@ -83,7 +83,7 @@ def model_fingerprint(functions: Sequence[Callable]) -> str:
     What a density was derived from is code, so the code is what is fingerprinted: any edit that
     can change the PyMC model changes the fingerprint, while rewording a comment or reformatting
     does not. The tree is written out by :func:`_canonical` (node types and fields, not
-    ``ast.dump``, whose format changes between Python versions). Costs ~1 ms per function.
+    ``ast.dump``, whose format changes between Python versions).
 
     Raises
     ------
