@@ -46,8 +46,8 @@ a fingerprint of the PyMC functions it was derived from and refuses itself when 
 otherwise only when nutpie or numba is not installed; a failure while nutpie samples propagates.
 ``sampler="pymc"`` always samples the PyMC model. Why: letting nutpie compile the PyTensor graph
 costs 6-19 s of numba compiling in every new process (not cacheable), which made a one-fit process
-take 15-21 s; with the cached kernel a cold process takes about 5-7 s on 2 shared cores, of which
-``import arviz`` (imported by nutpie itself) is 2.5-3.5 s (bench/README.md).
+take 15-21 s; with the cached kernel a cold process takes about 5-8 s on 2 shared cores (load 3), of
+which ``import arviz`` (imported by nutpie itself) is 2-3.5 s (bench/README.md).
 4 chains x (1000 + 1000) stay the default: in 20 seeded fixture-like fits all 20 passed the gate
 (R-hat max 1.0096, min bulk/tail ESS 902/1447, 0 divergences after the automatic refit of one)
 while 4 x (500 + 500) failed it once (R-hat 1.0118).
