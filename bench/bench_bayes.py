@@ -7,7 +7,8 @@ Contenders, each timed as a cold process (imports + compile + sample, a fresh in
 where it makes sense, warm (a second fit on new data of the same shape in the same process):
 
 * ``honestci``        honestci.audit.stats.bayes.fit_winrate_hierarchical, sampler="auto": nutpie on the hand-derived
-                      log density of audit/bayes_density.py (numba, cached on disk), 36 cells
+                      log density of audit/stats/bayes_density.py (numba gufuncs, cached on disk)
+                      through nutpie's public ``compiled_pyfunc.from_pyfunc``, 36 cells
 * ``nutpie-pytensor`` nutpie on the same PyMC model compiled from its PyTensor graph (what
                       sampler="auto" did before; numba compile in every new process)
 * ``honestci-pymc``   the same model with PyMC's default NUTS (C backend)

@@ -8,6 +8,7 @@ machine has 2 shared cores.
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -16,9 +17,13 @@ from scipy import integrate, stats
 from scipy.special import expit
 
 from honestci.audit.errors import InputError
-from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.audit.policy import THRESHOLDS, Verdict, clears_bar
+from honestci.audit.stats import bayes_density
 from honestci.audit.stats.bayes import (
     SIGMA_PRIORS,
+    DensityMismatchError,
+    DensityMismatchWarning,
+    _build_hierarchical_model,
     aggregate_cells,
     fit_pooled_beta_binomial,
     fit_winrate_hierarchical,
@@ -28,6 +33,7 @@ from honestci.audit.stats.bayes import (
 )
 
 TEST_SAMPLING = dict(chains=2, draws=2000, tune=500)  # 2 x 1000 gave bulk ESS ~300-450
+ORIGINAL_HIERARCHICAL_MODEL = _build_hierarchical_model
 
 
 def simulate_verdicts(rng, mu=0.3, sigma=0.5, beta=0.4, n_vignettes=6, per_order=120, n_runs=1):
@@ -254,19 +260,80 @@ def test_seed_generator_is_recorded(simulated):
     assert result.seed == int(np.random.default_rng(7).integers(0, 2**31 - 1))
 
 
-def test_auto_sampler_falls_back_to_pymc_on_the_pymc_model_when_nutpie_fails(monkeypatch):
+def test_bar_rule_is_clears_bar_and_p_above_bar_is_strict(fitted, simulated):
+    """A gated lower end exactly at the bar passes (policy.clears_bar: ci_low >= bar), while
+    P(win rate > bar) still counts draws strictly above it. The same seed gives the same draws."""
+    (vignette, order, outcome, _), _, _ = simulated
+    lower = fitted.winrate_new.lower
+    at_bar = fit_winrate_hierarchical(vignette, order, outcome, bar=lower, seed=11, **TEST_SAMPLING)
+    assert at_bar.winrate_new.lower == lower
+    assert clears_bar(at_bar.winrate_new.lower, lower)
+    assert at_bar.verdict == Verdict.WARN  # PASS on the bar, WARN for 6 vignettes; FAIL under "lower > bar"
+    assert f">= bar {lower}" in at_bar.message
+    draws = at_bar.idata.posterior["winrate_new"].values.ravel()
+    assert at_bar.winrate_new.p_above_bar == np.mean(draws > lower) < 1.0
+
+
+def test_auto_sampler_samples_the_pymc_model_when_nutpie_is_not_installed(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "nutpie", None)  # `import nutpie` then fails as where it is absent
+    monkeypatch.delitem(sys.modules, "nutpie.compiled_pyfunc", raising=False)
+    result = fit_pooled_beta_binomial(131.5, 240, 2.0, 3.0, seed=3, chains=2, draws=300, tune=300)
+    assert result.sampler == "pymc"
+    assert result.sampler_note.startswith("nutpie") and "could not be imported" in result.sampler_note
+    with pytest.raises(ImportError):  # an explicit "nutpie" does not fall back
+        fit_pooled_beta_binomial(131.5, 240, 2.0, 3.0, sampler="nutpie", chains=2, draws=10, tune=10)
+
+
+def _edited_hierarchical_model(cells, prior, centred):
+    """The PyMC model with a term added, as a developer editing _build_hierarchical_model would."""
+    import pymc as pm
+
+    model = ORIGINAL_HIERARCHICAL_MODEL(cells, prior, centred)
+    with model:
+        pm.Deterministic("edited_term", 2.0 * model["mu"])
+    return model
+
+
+def test_an_edited_pymc_model_refuses_the_density_loudly_and_is_sampled_itself(monkeypatch, simulated, tmp_path):
+    import arviz as az
+
     import honestci.audit.stats.bayes as bayes
 
-    def failing_nutpie(*_):
-        raise RuntimeError("numba missing")
+    (vignette, order, outcome, _), _, _ = simulated
+    monkeypatch.setattr(bayes, "_build_hierarchical_model", _edited_hierarchical_model)
+    path = tmp_path / "edited.nc"
+    with pytest.warns(DensityMismatchWarning, match="hierarchical win-rate model no longer matches"):
+        result = fit_winrate_hierarchical(
+            vignette, order, outcome, chains=2, draws=100, tune=100, seed=1, parameterization="centred", idata_path=path
+        )
+    assert result.sampler == "pymc"
+    assert "hand-derived density refused itself" in result.message  # the message the report shows
+    assert "edited_term" in az.from_netcdf(path).posterior  # the edit was sampled, not ignored
+    with pytest.raises(DensityMismatchError, match="What to do: Re-derive"):
+        fit_winrate_hierarchical(vignette, order, outcome, sampler="nutpie", chains=2, draws=10, tune=10)
 
-    monkeypatch.setattr(bayes, "_sample_nutpie", failing_nutpie)
-    monkeypatch.setattr(bayes, "_sample_pymc", lambda build_model, *_: ("pymc trace of", build_model()))
-    idata, used, note = bayes._sample(lambda: "the PyMC model", lambda: "density", "auto", 2, 10, 10, 0, False)
-    assert (idata, used) == (("pymc trace of", "the PyMC model"), "pymc")
-    assert "RuntimeError: numba missing" in note
-    with pytest.raises(RuntimeError, match="numba missing"):  # an explicit "nutpie" does not fall back
-        bayes._sample(lambda: "the PyMC model", lambda: "density", "nutpie", 2, 10, 10, 0, False)
+
+@pytest.mark.parametrize(
+    "density_model,error",
+    [
+        # a density that cannot be evaluated anywhere (NaN data from a bug upstream): nutpie's RuntimeError
+        (lambda: bayes_density.pooled_nutpie_model(1.0, 1.0, 10.0, np.nan), "All initialization points failed"),
+        # a bug before sampling: a cell table without wins
+        (lambda: bayes_density.paired_nutpie_model(["a"], {"cell_vignette": [0]}), "cell_order"),
+        # an import other than nutpie's or numba's
+        (lambda: importlib.import_module("honestci.audit.stats.no_such_kernel"), "no_such_kernel"),
+    ],
+)
+def test_auto_sampler_lets_every_other_failure_propagate(density_model, error):
+    from honestci.audit.stats.bayes import _sample
+
+    def pymc_model():
+        pytest.fail("sampler='auto' fell back to PyMC instead of raising")
+
+    with pytest.raises(Exception, match=error):
+        _sample(pymc_model, density_model, "auto", 2, 10, 10, 0, False)
 
 
 # ---------------------------------------------------------------- slow tiers

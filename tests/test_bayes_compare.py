@@ -52,3 +52,24 @@ def test_systems_on_different_vignettes_are_refused():
     frame_a, frame_b = _per_order(rng, [0.1, 0.2], 5), _per_order(rng, [0.1, 0.2, 0.3], 5)
     with pytest.raises(InputError, match="same vignettes"):
         fit_paired_difference_bayes(frame_a, frame_b, system_a="a", system_b="b", opponent="o")
+
+
+def test_an_edited_joint_model_refuses_the_density(monkeypatch):
+    import honestci.audit.stats.bayes_compare as bayes_compare
+    from honestci.audit.stats.bayes import DensityMismatchError
+
+    original = bayes_compare._model
+
+    def edited_model(labels, data):  # a developer's edit of the joint model
+        import pymc as pm
+
+        model = original(labels, data)
+        with model:
+            pm.Deterministic("edited_term", 2.0 * model["delta"])
+        return model
+
+    monkeypatch.setattr(bayes_compare, "_model", edited_model)
+    rng = np.random.default_rng(2)
+    frame_a, frame_b = _per_order(rng, [0.1, 0.2], 5), _per_order(rng, [0.1, 0.2], 5)
+    with pytest.raises(DensityMismatchError, match="joint model of two systems no longer matches"):
+        fit_paired_difference_bayes(frame_a, frame_b, system_a="a", system_b="b", opponent="o", sampler="nutpie")

@@ -1,26 +1,39 @@
-"""The hand-derived log density of audit/bayes_density.py against PyMC's model of audit/bayes.py.
+"""The hand-derived log densities of audit/stats/bayes_density.py against the PyMC models they
+were derived from, and the fingerprints that record which PyMC definitions those were.
 
 Outside reference: PyMC's own ``model.compile_logp()`` / ``model.compile_dlogp()`` (log density
 with normalising constants and the log-transform Jacobian, and its gradient, on the unconstrained
 space) and ``model.compile_fn`` of the deterministics, at random points, for every variant of
 ``_build_hierarchical_model``: centred / non-centred x with / without run offsets x with /
-without judge offsets x every prior in SIGMA_PRIORS.
+without judge offsets x every prior in SIGMA_PRIORS; the joint model of bayes_compare; the pooled
+Beta-binomial. Each of those tests ends by checking the density's recorded fingerprint
+(:func:`_assert_fingerprint_current`): the density was just shown to match the PyMC model in use,
+so that model's fingerprint is the one to record.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.special import expit
 
 from honestci.audit.stats import bayes_density
-from honestci.audit.stats.bayes import SIGMA_PRIORS, _build_hierarchical_model, aggregate_cells
+from honestci.audit.stats.bayes import (
+    SIGMA_PRIORS,
+    _build_hierarchical_model,
+    _build_pooled_model,
+    aggregate_cells,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POINTS_PER_VARIANT = 40
@@ -37,13 +50,39 @@ def _cells(rng, n_runs, n_judges):
     )
 
 
-def _as_point(x, blocks):
+def _as_points(xs, blocks, model):
+    """Each row of ``xs`` as a PyMC point: the blocks by name, 0-d where PyMC's value variable is."""
+    shapes = {name: np.shape(value) for name, value in model.initial_point().items()}
+    return [_as_point(x, blocks, shapes) for x in xs]
+
+
+def _as_point(x, blocks, shapes):
     point, position = {}, 0
     for name, size in blocks:
-        value = x[position : position + size]
-        point[name] = np.array(value[0]) if name in ("mu", "beta", "sigma_log__") else value.copy()
+        point[name] = x[position : position + size].reshape(shapes[name])
         position += size
     return point
+
+
+def _assert_expansion_matches(named, points, deterministics, pymc_expand):
+    """The expansion of all draws at once (rows = points) against PyMC's value variables and
+    deterministics at each point."""
+    assert list(named) == list(points[0]) + deterministics  # PyMC's names, value variables first
+    for row, point in enumerate(points):
+        for name, value in point.items():
+            np.testing.assert_array_equal(named[name][row], value)
+        for name, reference in zip(deterministics, pymc_expand(point)):
+            np.testing.assert_allclose(named[name][row], reference, rtol=1e-12, atol=1e-12)
+
+
+def _assert_fingerprint_current(derivation: bayes_density.Derivation) -> None:
+    current = derivation.current_fingerprint()
+    assert current == derivation.fingerprint, (
+        f"The PyMC definition of the {derivation.model} ({', '.join(derivation.functions)}) changed since "
+        f"its density was derived. The density-vs-PyMC check above passed on the edited model, so set "
+        f"{derivation.name}'s fingerprint in audit/stats/bayes_density.py to {current!r}. (Had the log "
+        "density changed, that check would have failed first: re-derive the kernel, then update the fingerprint.)"
+    )
 
 
 STRUCTURES = list(itertools.product([1, 3], [1, 2], [True, False]))
@@ -71,8 +110,6 @@ def test_logp_gradient_and_expansion_match_pymc(n_runs, n_judges, centred):
 
     blocks = bayes_density.parameter_blocks(cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
     assert [name for name, _ in blocks] == list(model.initial_point())  # same names, same order
-    expanded_blocks = bayes_density.expanded_blocks(cells.n_vignettes, cells.n_runs, cells.n_judges, centred)
-    assert [name for name, _ in expanded_blocks[len(blocks) :]] == deterministics
     for prior in SIGMA_PRIORS.values():
         model.set_data("sigma_prior_nu", np.array(prior.student_t_nu))
         model.set_data("sigma_prior_scale", np.array(prior.scale))
@@ -90,21 +127,16 @@ def test_logp_gradient_and_expansion_match_pymc(n_runs, n_judges, centred):
             prior.student_t_nu,
             prior.scale,
         )
-        n_dim = bayes_density.n_parameters(packed)
-        for _ in range(POINTS_PER_VARIANT):
-            x = rng.normal(0.0, 1.5, n_dim)
-            point = _as_point(x, blocks)
-            gradient = np.empty(n_dim)
-            logp = bayes_density.logp_and_gradient(x, gradient, packed)
+        xs = rng.normal(0.0, 1.5, (POINTS_PER_VARIANT, bayes_density.n_parameters(packed)))
+        points = _as_points(xs, blocks, model)
+        for x, point in zip(xs, points):
+            logp, gradient = bayes_density.logp_and_gradient(packed, x)
             reference_gradient = pymc_dlogp(point)
             assert logp == pytest.approx(pymc_logp(point), rel=1e-9), prior
             scale = max(1.0, float(np.max(np.abs(reference_gradient))))
             np.testing.assert_allclose(gradient, reference_gradient, rtol=0, atol=1e-9 * scale, err_msg=str(prior))
-            out = np.empty(sum(size for _, size in expanded_blocks))
-            bayes_density.expand(x, out, packed)
-            np.testing.assert_array_equal(out[:n_dim], x)
-            reference = np.concatenate([np.ravel(v) for v in pymc_expand(point)])
-            np.testing.assert_allclose(out[n_dim:], reference, rtol=1e-12, atol=1e-12)
+        _assert_expansion_matches(bayes_density.expand(xs, packed), points, deterministics, pymc_expand)
+    _assert_fingerprint_current(bayes_density.HIERARCHICAL)
 
 
 def test_paired_model_logp_gradient_and_expansion_match_pymc():
@@ -141,53 +173,39 @@ def test_paired_model_logp_gradient_and_expansion_match_pymc():
     )
     blocks = bayes_density.paired_parameter_blocks(len(labels))
     assert [name for name, _ in blocks] == list(model.initial_point())
-    assert [name for name, _ in bayes_density.paired_expanded_blocks(len(labels))[len(blocks) :]] == deterministics
     packed = bayes_density.paired_pack(
         data["cell_vignette"], data["cell_order"], data["cell_system"], data["cell_n"], data["cell_wins"], len(labels)
     )
-    n_dim = sum(size for _, size in blocks)
-    scalars = {"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__"}
-    for _ in range(4 * POINTS_PER_VARIANT):
-        x = rng.normal(0.0, 1.5, n_dim)
-        point, position = {}, 0
-        for name, size in blocks:
-            point[name] = np.array(x[position]) if name in scalars else x[position : position + size].copy()
-            position += size
-        gradient = np.empty(n_dim)
-        logp = bayes_density.paired_logp_and_gradient(x, gradient, packed)
+    xs = rng.normal(0.0, 1.5, (4 * POINTS_PER_VARIANT, sum(size for _, size in blocks)))
+    points = _as_points(xs, blocks, model)
+    for x, point in zip(xs, points):
+        logp, gradient = bayes_density.paired_logp_and_gradient(packed, x)
         reference_gradient = pymc_dlogp(point)
         assert logp == pytest.approx(pymc_logp(point), rel=1e-9)
         scale = max(1.0, float(np.max(np.abs(reference_gradient))))
         np.testing.assert_allclose(gradient, reference_gradient, rtol=0, atol=1e-9 * scale)
-        out = np.empty(n_dim + 2 + 2 * len(labels))
-        bayes_density.paired_expand(x, out, packed)
-        reference = np.concatenate([np.ravel(v) for v in pymc_expand(point)])
-        np.testing.assert_allclose(out[n_dim:], reference, rtol=1e-12, atol=1e-12)
+    _assert_expansion_matches(bayes_density.paired_expand(xs, packed), points, deterministics, pymc_expand)
+    _assert_fingerprint_current(bayes_density.PAIRED)
 
 
 def test_pooled_model_logp_and_gradient_match_pymc():
     """The conjugate model of honestci.audit.stats.bayes.fit_pooled_beta_binomial against its PyMC definition."""
-    import pymc as pm
-
-    from honestci.audit.stats.bayes import _quasi_binomial_loglik
-
     a, b, n, wins = 2.0, 3.5, 240.0, 131.5
-    with pm.Model() as model:
-        p = pm.Beta("p", alpha=a, beta=b)
-        pm.Potential("quasi_binomial_loglik", _quasi_binomial_loglik(pm.math.logit(p), n, wins))
+    model = _build_pooled_model(a, b, n, wins)
     assert list(model.initial_point()) == ["p_logodds__"]
     pymc_logp = model.compile_logp(mode="FAST_COMPILE")
     pymc_dlogp = model.compile_dlogp(mode="FAST_COMPILE")
     packed = np.array([a, b, n, wins])
     for z in np.linspace(-6.0, 6.0, 41):
-        gradient = np.empty(1)
-        logp = bayes_density.pooled_logp_and_gradient(np.array([z]), gradient, packed)
+        logp, gradient = bayes_density.pooled_logp_and_gradient(packed, np.array([z]))
         assert logp == pytest.approx(pymc_logp({"p_logodds__": np.array(z)}), rel=1e-9)
         assert gradient[0] == pytest.approx(pymc_dlogp({"p_logodds__": np.array(z)})[0], rel=1e-8, abs=1e-9)
+        named = bayes_density.pooled_expand(np.array([z]), packed)
+        assert named["p_logodds__"] == z and named["p"] == pytest.approx(expit(z), rel=1e-12)
+    _assert_fingerprint_current(bayes_density.POOLED)
 
 
-def test_density_stays_finite_in_the_tails():
-    # eta of +-800 would overflow a naive log(1 + e^eta); the stable form keeps logp finite
+def test_density_stays_finite_in_the_tails_and_rejects_points_beyond_them():
     cells = aggregate_cells(["a", "a", "b", "b"], [0.5, -0.5, 0.5, -0.5], [1, 0, 1, 1])
     packed = bayes_density.pack(
         cells.vignette_index,
@@ -199,50 +217,101 @@ def test_density_stays_finite_in_the_tails():
         2,
         1,
         1,
-        True,
+        False,  # non-centred: eta = mu + sigma u_std
         0.0,
         1.0,
     )
-    gradient = np.empty(5)
-    for value in (800.0, -800.0):
-        x = np.array([0.0, 0.0, 0.0, value, -value])
-        assert np.isfinite(bayes_density.logp_and_gradient(x, gradient, packed))
-        assert np.all(np.isfinite(gradient))
+    limit = bayes_density.MAX_ABS_COORDINATE
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's floating-point warnings included: none may occur
+        for value in (limit, -limit):
+            # eta = +-e^5 * 300 ~ +-4e4 would overflow a naive log(1 + e^eta); the stable form stays finite
+            logp, gradient = bayes_density.logp_and_gradient(packed, np.array([0.0, 0.0, 5.0, value, -value]))
+            assert np.isfinite(logp) and np.all(np.isfinite(gradient))
+        for x in ([0.0, 0.0, limit + 1.0, 1.0, -1.0], [0.0, 0.0, 0.0, np.nan, 0.0], [-1e300, 0.0, 0.0, 0.0, 0.0]):
+            logp, gradient = bayes_density.logp_and_gradient(packed, np.array(x))
+            assert logp == -np.inf and np.all(gradient == 0.0)  # rejected before any arithmetic
 
 
 def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
-    """A second process loads every kernel from numba's on-disk cache instead of compiling it, and
-    the default fit (sampler="auto") runs without importing pymc or pytensor."""
+    """A second process loads every kernel from numba's on-disk cache instead of compiling it (as
+    numba's own NUMBA_DEBUG_CACHE log says), and the default fit (sampler="auto") runs without
+    importing pymc or pytensor."""
     script = (
         "import json, sys, numpy as np, honestci.audit.stats.bayes_density as b\n"
         "packed = b.pack([0, 1], [.5, -.5], [0, 0], [0, 0], [1., 1.], [1., 0.], 2, 1, 1, True, 0., 1.)\n"
-        "b.logp_and_gradient(np.zeros(5), np.zeros(5), packed); b.expand(np.zeros(5), np.zeros(12), packed)\n"
+        "b.logp_and_gradient(packed, np.zeros(5))\n"
         "if sys.argv[1] == 'fit':\n"
         "    from honestci.audit.stats.bayes import fit_winrate_hierarchical\n"
         "    sampler = fit_winrate_hierarchical(['a', 'a', 'b', 'b'] * 20, [.5, -.5] * 40, [1., 0., 1., 1.] * 20,\n"
         "                                       chains=2, draws=50, tune=50, seed=1).sampler\n"
         "else:\n"
         "    sampler = None\n"
-        "print(json.dumps({'jit_hits': [sum(f.stats.cache_hits.values()) for f in (b.logp_and_gradient, b.expand)],"
-        " 'jit_misses': [sum(f.stats.cache_misses.values()) for f in (b.logp_and_gradient, b.expand)],"
-        " 'cfunc_hits': [f.cache_hits for f in (b.logp_callback, b.expand_callback, b.paired_logp_callback,"
-        " b.paired_expand_callback, b.pooled_logp_callback, b.pooled_expand_callback)], 'sampler': sampler,"
-        " 'imported': sorted(m for m in ('pymc', 'pytensor') if m in sys.modules)}))\n"
+        "print(json.dumps({'sampler': sampler, 'imported': sorted(m for m in ('pymc', 'pytensor') if m in sys.modules)}))\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
-    runs = [
-        json.loads(
-            subprocess.run(
-                [sys.executable, "-c", script, mode], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
-            ).stdout.splitlines()[-1]
+    env = dict(
+        os.environ, PYTHONPATH=str(REPO_ROOT), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"), NUMBA_DEBUG_CACHE="1"
+    )
+    runs = []
+    for mode in ("compile", "fit"):
+        stdout = subprocess.run(
+            [sys.executable, "-c", script, mode], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+        ).stdout
+        cache_log = re.findall(r"^\[cache\] data (saved|loaded) .*bayes_density\.(\w+)-\d+", stdout, re.MULTILINE)
+        runs.append(
+            (
+                {kernel for event, kernel in cache_log if event == "saved"},
+                {kernel for event, kernel in cache_log if event == "loaded"},
+                json.loads(stdout.splitlines()[-1]),
+            )
         )
-        for mode in ("compile", "fit")
-    ]
-    assert runs[0]["jit_misses"] == [1, 1]  # empty cache: compiled (and written) once each
-    assert runs[1] == {
-        "jit_hits": [1, 1],
-        "jit_misses": [0, 0],
-        "cfunc_hits": [1] * 6,
-        "sampler": "nutpie",
-        "imported": [],
-    }
+    kernels = {"logp_and_gradient", "paired_logp_and_gradient", "pooled_logp_and_gradient"}
+    assert kernels <= runs[0][0]  # empty cache: compiled and written
+    saved, loaded, outcome = runs[1]
+    assert saved == set() and kernels <= loaded
+    assert outcome == {"sampler": "nutpie", "imported": []}
+
+
+FINGERPRINTED_SOURCE = '''
+def build(x, scale: float = 1.5):
+    """The model."""
+    y = x + scale  # a comment
+    return y * 2
+'''
+
+
+@pytest.mark.parametrize(
+    "edit,changes",
+    [
+        (lambda source: source.replace("# a comment", "# reworded"), False),
+        (lambda source: source.replace('"""The model."""', '"""The model, documented."""'), False),
+        (lambda source: source.replace("return y * 2", "return (\n        y * 2\n    )"), False),
+        (lambda source: source.replace("scale: float = 1.5", "scale: int = 1.5"), False),
+        (lambda source: source.replace("= 1.5", "= 1.0"), True),
+        (lambda source: source.replace("y * 2", "2 * y"), True),
+        (lambda source: source.replace('"""The model."""', '"""The model."""\n    x = abs(x)'), True),
+    ],
+)
+def test_fingerprint_follows_code_not_comments_docstrings_or_layout(tmp_path, edit, changes):
+    def fingerprint_of(source, name):
+        path = tmp_path / f"{name}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return bayes_density.model_fingerprint([module.build])
+
+    original = fingerprint_of(FINGERPRINTED_SOURCE, "original")
+    assert (fingerprint_of(edit(FINGERPRINTED_SOURCE), "edited") != original) is changes
+
+
+def test_a_definition_without_source_is_refused(monkeypatch):
+    from honestci.audit.stats import bayes
+    from honestci.audit.stats.bayes import DensityMismatchError
+
+    namespace: dict = {}
+    exec("def _quasi_binomial_loglik(eta, n, wins):\n    return 0.0\n", namespace)  # no file: no source
+    monkeypatch.setattr(bayes, "_quasi_binomial_loglik", namespace["_quasi_binomial_loglik"])
+    with pytest.raises(DensityMismatchError, match=r"fingerprint unknown \(OSError") as refused:
+        bayes_density.POOLED.check()
+    assert "POOLED" in str(refused.value) and "What to do" in str(refused.value)

@@ -38,11 +38,16 @@ posterior predictive p-values.
 Sampling. ``sampler="auto"`` runs nutpie on the model's log density and gradient written out by
 hand in :mod:`honestci.audit.stats.bayes_density` (numba, compiled once and then loaded from numba's on-disk
 cache; pinned to PyMC's ``compile_logp``/``compile_dlogp`` of :func:`_build_hierarchical_model` for
-every variant by tests/test_bayes_density.py). The PyMC model stays the definition and is what
-``sampler="pymc"`` samples, and the fallback when nutpie fails. Why: letting nutpie compile the
-PyTensor graph costs 6-19 s of numba compiling in every new process (not cacheable), which made a
-one-fit process take 15-21 s; with the cached kernel a cold process takes about 4-6 s on 2 shared
-cores, of which ``import arviz`` (imported by nutpie itself) is 2.5-3.5 s (bench/README.md).
+every variant by tests/test_bayes_density.py), through nutpie's public Python-function interface
+(``nutpie.compiled_pyfunc.from_pyfunc``). The PyMC model stays the definition: the density records
+a fingerprint of the PyMC functions it was derived from and refuses itself when they have changed
+(:class:`DensityMismatchError`), and ``auto`` then samples the PyMC model with PyMC's NUTS, warns
+(:class:`DensityMismatchWarning`) and says so in the result's message. ``auto`` falls back to PyMC
+otherwise only when nutpie or numba is not installed; a failure while nutpie samples propagates.
+``sampler="pymc"`` always samples the PyMC model. Why: letting nutpie compile the PyTensor graph
+costs 6-19 s of numba compiling in every new process (not cacheable), which made a one-fit process
+take 15-21 s; with the cached kernel a cold process takes about 5-8 s on 2 shared cores (load 3), of
+which ``import arviz`` (imported by nutpie itself) is 2-3.5 s (bench/README.md).
 4 chains x (1000 + 1000) stay the default: in 20 seeded fixture-like fits all 20 passed the gate
 (R-hat max 1.0096, min bulk/tail ESS 902/1447, 0 divergences after the automatic refit of one)
 while 4 x (500 + 500) failed it once (R-hat 1.0118).
@@ -66,8 +71,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.special import expit
 
-from honestci.audit.errors import InputError, Problem
-from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict, worst
+from honestci.audit.errors import HonestCIError, InputError, Problem
+from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict, clears_bar, worst
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -373,19 +378,21 @@ def _quiet_imports() -> None:
         import arviz  # noqa: F401
 
 
-def _sample_nutpie(density_model, chains, draws, tune, seed, progress):
+def _sample_nutpie(density, chains, draws, tune, seed, progress):
     import nutpie
 
-    return nutpie.sample(
-        density_model(),
-        draws=draws,
-        tune=tune,
-        chains=chains,
-        cores=min(chains, os.cpu_count() or 1),
-        seed=seed,
-        progress_bar=progress,
-        save_warmup=False,
-        target_accept=TARGET_ACCEPT,
+    return density.named(
+        nutpie.sample(
+            density.model,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=min(chains, os.cpu_count() or 1),
+            seed=seed,
+            progress_bar=progress,
+            save_warmup=False,
+            target_accept=TARGET_ACCEPT,
+        )
     )
 
 
@@ -413,12 +420,38 @@ def _sample_pymc(build_model, chains, draws, tune, seed, progress):
         pymc_logger.setLevel(previous_level)
 
 
+class DensityMismatchError(HonestCIError):
+    """The hand-derived density no longer matches the PyMC model it was derived from
+    (:class:`honestci.audit.stats.bayes_density.Derivation`): sampling it would ignore the edit."""
+
+    def __init__(self, message: str, fix: str):
+        self.message, self.fix = message, fix
+        super().__init__(f"{message}\nWhat to do: {fix}")
+
+
+class DensityMismatchWarning(UserWarning):
+    """``sampler="auto"`` refused the hand-derived density (:class:`DensityMismatchError`) and
+    sampled the PyMC model with PyMC's NUTS instead."""
+
+
+#: The fast path's own dependencies: only their absence sends ``sampler="auto"`` to PyMC.
+_FAST_PATH_MODULES = ("nutpie", "numba")
+
+
 def _sample(build_model, density_model, sampler, chains, draws, tune, seed, progress):
-    """Run the requested sampler; ``auto`` is nutpie with a fallback to PyMC's NUTS.
+    """Run the requested sampler; ``auto`` is nutpie on the hand-derived density, or PyMC's NUTS.
 
     nutpie samples ``density_model()``: the model's posterior with a hand-written compiled log
-    density (:mod:`honestci.audit.stats.bayes_density`), pinned by tests to ``build_model()``'s PyMC logp. PyMC's
-    NUTS samples ``build_model()`` itself.
+    density (:mod:`honestci.audit.stats.bayes_density`), which refuses itself
+    (:class:`DensityMismatchError`) when ``build_model``'s PyMC definition has changed since the
+    density was derived. PyMC's NUTS samples ``build_model()`` itself.
+
+    ``auto`` falls back to PyMC in two cases, and says which in the returned note: nutpie or numba
+    is not installed (an ImportError of those modules), or the density refused itself (also warned,
+    :class:`DensityMismatchWarning`). No failure while nutpie samples falls back: nutpie reports a
+    faulty kernel, a shape error and an unusable initial point alike as ``RuntimeError`` (or a Rust
+    panic), and for each of them the fix is in the code or the data, not in another sampler.
+    ``nutpie`` raises where ``auto`` would fall back.
 
     Returns (idata, sampler_used, note).
     """
@@ -428,12 +461,23 @@ def _sample(build_model, density_model, sampler, chains, draws, tune, seed, prog
     if sampler == "pymc":
         return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", ""
     if sampler == "nutpie":
-        return _sample_nutpie(density_model, chains, draws, tune, seed, progress), "nutpie", ""
+        return _sample_nutpie(density_model(), chains, draws, tune, seed, progress), "nutpie", ""
     try:
-        return _sample_nutpie(density_model, chains, draws, tune, seed, progress), "nutpie", ""
-    except Exception as error:  # nutpie or numba missing or failing: PyMC's NUTS samples the same model
-        note = f"nutpie unavailable or failed ({type(error).__name__}: {error}); used PyMC NUTS"
-        return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", note
+        model = density_model()
+    except ImportError as error:
+        if (error.name or "").partition(".")[0] not in _FAST_PATH_MODULES:
+            raise
+        note = f"{error.name} could not be imported ({error}); PyMC's NUTS sampled the PyMC model"
+    except DensityMismatchError as error:
+        note = f"PyMC's NUTS sampled the PyMC model because the hand-derived density refused itself: {error.message}"
+        warnings.warn(
+            f"{error.message} sampler='auto' samples the PyMC model with PyMC's NUTS instead (slower). {error.fix}",
+            DensityMismatchWarning,
+            stacklevel=2,
+        )
+    else:
+        return _sample_nutpie(model, chains, draws, tune, seed, progress), "nutpie", ""
+    return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", note
 
 
 # --------------------------------------------------------------------------------------------
@@ -986,8 +1030,9 @@ def fit_winrate_hierarchical(
     run, judge
         Optional run and judge ids; an effect is modelled only when there are >= 2 levels.
     bar
-        Win-rate bar of the claim; gives P(win rate > bar) and a PASS/FAIL verdict on the lower
-        end of the ``level`` interval for ``population``.
+        Win-rate bar of the claim; gives P(win rate > bar) and a PASS/FAIL verdict by the one bar
+        rule, :func:`honestci.audit.policy.clears_bar`: PASS when the lower end of the ``level``
+        interval for ``population`` is at or above the bar.
     prior
         Prior of sigma: a key of :data:`SIGMA_PRIORS` or a :class:`SigmaPrior`.
     parameterization
@@ -995,9 +1040,11 @@ def fit_winrate_hierarchical(
         else non-centred; refitted once in the other form if the first fit has divergences; the
         message records it), ``"centred"`` or ``"non_centred"``.
     sampler
-        ``"auto"`` (nutpie on the hand-derived compiled density of :mod:`honestci.audit.stats.bayes_density`,
-        falling back to PyMC NUTS on the PyMC model if nutpie or numba is missing or fails),
-        ``"nutpie"`` (the same without the fallback) or ``"pymc"``.
+        ``"auto"`` (nutpie on the hand-derived compiled density of :mod:`honestci.audit.stats.bayes_density`;
+        PyMC NUTS on the PyMC model when nutpie or numba is not installed, or, with a
+        :class:`DensityMismatchWarning` and a note in ``message``, when the PyMC model no longer
+        matches the density's recorded fingerprint), ``"nutpie"`` (the density, raising
+        :class:`DensityMismatchError` where ``auto`` would fall back) or ``"pymc"``.
     chains, draws, tune, seed
         NUTS settings; ``seed`` is an int or a Generator (an int is drawn from it and recorded).
     level, population
@@ -1015,7 +1062,7 @@ def fit_winrate_hierarchical(
     -------
     BayesWinRateResult
         Verdict INCONCLUSIVE with all estimates None when R-hat, ESS or divergences miss the
-        thresholds in :class:`honestci.audit.gates.Thresholds`; INCONCLUSIVE (estimates kept) below
+        thresholds in :class:`honestci.audit.policy.Thresholds`; INCONCLUSIVE (estimates kept) below
         ``min_clusters`` vignettes; otherwise PASS/FAIL against ``bar`` (PASS without a bar),
         at least WARN below ``few_clusters`` vignettes or when another prior flips the
         decision.
@@ -1067,7 +1114,7 @@ def fit_winrate_hierarchical(
     )
     ppc = None
     quantiles = None
-    messages: list[str] = [parameterization_note] if parameterization_note else []
+    messages = [note for note in (fit.sampler_note, parameterization_note) if note]
     verdicts: list[Verdict] = []
     if fit.diagnostics.converged:
         for name in ("winrate_these", "winrate_new"):
@@ -1102,12 +1149,12 @@ def fit_winrate_hierarchical(
         if bar is None:
             verdicts.append(Verdict.PASS)
             messages.append("converged; no bar to test")
-        elif gated.lower > bar:
+        elif clears_bar(gated.lower, bar):
             verdicts.append(Verdict.PASS)
-            messages.append(f"{population} win rate {level:.0%} interval lower end {gated.lower:.4f} > bar {bar}")
+            messages.append(f"{population} win rate {level:.0%} interval lower end {gated.lower:.4f} >= bar {bar}")
         else:
             verdicts.append(Verdict.FAIL)
-            messages.append(f"{population} win rate {level:.0%} interval lower end {gated.lower:.4f} <= bar {bar}")
+            messages.append(f"{population} win rate {level:.0%} interval lower end {gated.lower:.4f} < bar {bar}")
         if cells.n_vignettes < thresholds.min_clusters:
             verdicts.append(Verdict.INCONCLUSIVE)
             messages.append(
@@ -1198,7 +1245,7 @@ def _sensitivity_issue(sensitivity: PriorSensitivity, population: str, bar: floa
     if bar is None:
         return ""
     attribute = "winrate_these" if population == "these_vignettes" else "winrate_new"
-    decisions = {row.prior: getattr(row, attribute).lower > bar for row in sensitivity.rows}
+    decisions = {row.prior: clears_bar(getattr(row, attribute).lower, bar) for row in sensitivity.rows}
     if len(set(decisions.values())) > 1:
         return f"the decision against bar {bar} depends on the prior of sigma: {decisions}"
     return ""
@@ -1254,6 +1301,7 @@ class PooledBetaBinomialResult:
     wins: float
     n: int
     sampler: str
+    sampler_note: str
     seed: int
 
     def to_frame(self) -> pd.DataFrame:
@@ -1278,6 +1326,18 @@ class PooledBetaBinomialResult:
         )
 
 
+def _build_pooled_model(a: float, b: float, n: float, wins: float):
+    """p ~ Beta(a, b) with the quasi-binomial likelihood of ``wins`` in ``n`` (PyMC)."""
+    import pymc as pm
+
+    with pm.Model() as model:
+        total = pm.Data("total", np.array(float(n)))
+        successes = pm.Data("successes", np.array(float(wins)))
+        p = pm.Beta("p", alpha=a, beta=b)
+        pm.Potential("quasi_binomial_loglik", _quasi_binomial_loglik(pm.math.logit(p), total, successes))
+    return model
+
+
 def fit_pooled_beta_binomial(
     wins: float,
     n: int,
@@ -1295,7 +1355,7 @@ def fit_pooled_beta_binomial(
 
     The posterior is Beta(a + w, b + n - w) in closed form; sampling it with the same
     likelihood, sampler, summary and diagnostics code as :func:`fit_winrate_hierarchical` (by
-    default nutpie on a hand-written compiled density through the same C-callback path,
+    default nutpie on a hand-written compiled density through the same interface,
     :func:`honestci.audit.stats.bayes_density.pooled_nutpie_model`) checks that path. Validated against
     scipy.stats.beta.
     """
@@ -1306,22 +1366,14 @@ def fit_pooled_beta_binomial(
     _check_sampling_sizes(chains, draws, tune, level)
     seed_int = _resolve_seed(seed)
 
-    def build():
-        import pymc as pm
-
-        with pm.Model() as model:
-            total = pm.Data("total", np.array(float(n)))
-            successes = pm.Data("successes", np.array(float(wins)))
-            p = pm.Beta("p", alpha=a, beta=b)
-            pm.Potential("quasi_binomial_loglik", _quasi_binomial_loglik(pm.math.logit(p), total, successes))
-        return model
-
     def density_model():
         from honestci.audit.stats.bayes_density import pooled_nutpie_model
 
         return pooled_nutpie_model(a, b, float(n), float(wins))
 
-    idata, sampler_used, _ = _sample(build, density_model, sampler, chains, draws, tune, seed_int, False)
+    idata, sampler_used, note = _sample(
+        lambda: _build_pooled_model(a, b, n, wins), density_model, sampler, chains, draws, tune, seed_int, False
+    )
     diagnostics = _diagnose(idata, ["p"], chains, draws, tune, thresholds)
     from scipy import stats
 
@@ -1340,6 +1392,7 @@ def fit_pooled_beta_binomial(
         wins=float(wins),
         n=int(n),
         sampler=sampler_used,
+        sampler_note=note,
         seed=seed_int,
     )
 
@@ -1348,6 +1401,8 @@ __all__ = [
     "DEFAULT_SENSITIVITY_PRIORS",
     "SIGMA_PRIORS",
     "BayesWinRateResult",
+    "DensityMismatchError",
+    "DensityMismatchWarning",
     "PooledBetaBinomialResult",
     "PosteriorPredictiveCheck",
     "PosteriorSummary",

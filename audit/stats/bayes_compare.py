@@ -56,6 +56,8 @@ class BayesDifference:
     sampler: str
     seed: int
     runtime_seconds: float
+    #: Why PyMC's NUTS sampled instead of the hand-derived density, when it did (see bayes._sample).
+    sampler_note: str = ""
 
     def to_frame(self) -> pd.DataFrame:
         rows = []
@@ -163,7 +165,7 @@ def fit_paired_difference_bayes(
     seed = _resolve_seed(seed)
     started = time.perf_counter()
     labels, data = _cells(frame_a, frame_b)
-    idata, sampler_used, _ = _sample(
+    idata, sampler_used, note = _sample(
         lambda: _model(labels, data), lambda: _density_model(labels, data), sampler, chains, draws, tune, seed, False
     )
     diagnostics = _diagnose(
@@ -200,4 +202,5 @@ def fit_paired_difference_bayes(
         sampler_used,
         seed,
         time.perf_counter() - started,
+        note,
     )

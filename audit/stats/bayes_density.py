@@ -2,12 +2,25 @@
 
 The PyMC models are the definitions: :func:`honestci.audit.stats.bayes._build_hierarchical_model` (the
 hierarchical win rate, documented below), :func:`honestci.audit.stats.bayes_compare._model` (the joint model of
-two systems) and the pooled Beta-binomial of :func:`honestci.audit.stats.bayes.fit_pooled_beta_binomial` (each
+two systems) and :func:`honestci.audit.stats.bayes._build_pooled_model` (the pooled Beta-binomial; each
 documented beside its kernel). This module writes the same functions out by hand so that nutpie
 can sample them without PyTensor: PyTensor graphs compiled by nutpie's numba backend are not cached
 across processes (6-19 s of compiling in every new process, bench/README.md), whereas these
 ``cache=True`` kernels are compiled once and then loaded from numba's on-disk cache (~0.02 s).
-nutpie calls them through its C callback ABI, so chains run in its Rust threads without the GIL.
+
+Sampling interface: nutpie's public Python-function model, ``nutpie.compiled_pyfunc.from_pyfunc``
+(the route nutpie's own JAX backend takes), with each density a numba *gufunc*
+``(packed data, x) -> (log density, gradient)`` bound to its data by ``functools.partial``. nutpie
+calls it from its Rust chain threads under the GIL; a gufunc call runs no Python frame, which
+matters: each call from a Rust thread gets a fresh Python thread state, and the first Python frame
+on it maps (and its release unmaps) a new frame stack, which made a Python or ``numba.njit``
+callback 2-3x as expensive per gradient (bench/README.md).
+
+Provenance: each density records, as a :class:`Derivation`, the PyMC functions it was derived from
+and their :func:`model_fingerprint` at the time. Before sampling, the fingerprint of the functions
+in use is recomputed (~40 ms the first time in a process, ~4 ms after); when it differs (someone edited the PyMC model) the density refuses
+itself with :class:`honestci.audit.stats.bayes.DensityMismatchError`, and ``sampler="auto"`` samples
+the PyMC model instead, with a warning, rather than silently ignoring the edit.
 
 Unconstrained parameter vector ``x`` (the order of ``model.initial_point()``)::
 
@@ -34,8 +47,9 @@ offsets d/draw_r = R_r - mean_r' R_r' - raw_r. d sigma_prior/ds = -(nu + 1) q / 
 q = (sigma/scale)^2 (nu > 0), -q (nu = 0).
 
 Validated against: PyMC's ``model.compile_logp()`` / ``model.compile_dlogp()`` (and the
-deterministics) of the same models at random points, every variant (tests/test_bayes_density.py);
-end to end, the pooled model's posterior against scipy.stats.beta (tests/test_bayes.py).
+deterministics) of the same models at random points, every variant, relative 1e-9; the same tests
+check the recorded fingerprints (tests/test_bayes_density.py); end to end, the pooled model's
+posterior against scipy.stats.beta and the hierarchical one against PyMC's NUTS (tests/test_bayes.py).
 
 References: Hoffman & Gelman (2014), "The No-U-Turn Sampler", JMLR 15 (the sampler nutpie
 implements); the models' references are in :mod:`honestci.audit.stats.bayes` and :mod:`honestci.audit.stats.bayes_compare`.
@@ -43,13 +57,133 @@ implements); the models' references are in :mod:`honestci.audit.stats.bayes` and
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import importlib
+import inspect
 import math
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
-import numba
 import numpy as np
 
-from honestci.audit.stats.numba_cache import cfunc_cached, njit_cached
+from honestci.audit.stats.bayes import DensityMismatchError
+from honestci.audit.stats.numba_cache import guvectorize_cached, njit_cached
 
+
+# --------------------------------------------------------------------------------------------
+# Provenance: which PyMC definition each density was derived from
+# --------------------------------------------------------------------------------------------
+def model_fingerprint(functions: Sequence[Callable]) -> str:
+    """SHA-256 of the functions' syntax trees, less docstrings, comments, layout and annotations.
+
+    What a density was derived from is code, so the code is what is fingerprinted: any edit that
+    can change the PyMC model changes the fingerprint, while rewording a comment or reformatting
+    does not. The tree is written out by :func:`_canonical` (node types and fields, not
+    ``ast.dump``, whose format changes between Python versions).
+
+    Raises
+    ------
+    OSError, TypeError
+        When a function's source is not available (e.g. an install without ``.py`` files).
+    """
+    digest = hashlib.sha256()
+    for function in functions:
+        digest.update(_canonical(ast.parse(textwrap.dedent(inspect.getsource(function)))).encode())
+    return digest.hexdigest()
+
+
+_UNFINGERPRINTED_FIELDS = frozenset({"annotation", "returns", "type_comment", "ctx"})
+
+
+def _canonical(node) -> str:
+    if isinstance(node, list):
+        return "[" + ",".join(_canonical(item) for item in node) + "]"
+    if not isinstance(node, ast.AST):
+        return repr(node)
+    fields = []
+    for name, value in ast.iter_fields(node):
+        if name == "body" and _has_docstring(node):
+            value = value[1:]
+        if name in _UNFINGERPRINTED_FIELDS or value is None or value == []:
+            continue  # absent and empty fields differ between Python versions' trees
+        fields.append(f"{name}={_canonical(value)}")
+    return f"{type(node).__name__}({','.join(fields)})"
+
+
+def _has_docstring(node: ast.AST) -> bool:
+    if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) or not node.body:
+        return False
+    first = node.body[0]
+    return isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """The PyMC definition a density was derived from, and its :func:`model_fingerprint` then.
+
+    ``functions`` are ``"module:attribute"`` paths, looked up when checked, so the check sees the
+    definition in use (an edited file or a replaced attribute alike).
+    """
+
+    name: str  # of the module constant that records it
+    model: str
+    functions: tuple[str, ...]
+    fingerprint: str
+
+    def current_fingerprint(self) -> str:
+        resolved = []
+        for path in self.functions:
+            module, attribute = path.split(":")
+            resolved.append(getattr(importlib.import_module(module), attribute))
+        return model_fingerprint(resolved)
+
+    def check(self) -> None:
+        """Raise :class:`~honestci.audit.stats.bayes.DensityMismatchError` unless the definition in
+        use still has the recorded fingerprint."""
+        try:
+            current = self.current_fingerprint()
+        except (OSError, TypeError) as error:  # no source to fingerprint: cannot vouch for the density
+            current = f"unknown ({type(error).__name__}: {error})"
+        if current != self.fingerprint:
+            raise DensityMismatchError(
+                f"The hand-derived density of the {self.model} no longer matches its PyMC definition "
+                f"({', '.join(self.functions)}): fingerprint {current}, recorded {self.fingerprint}.",
+                fix=f"Re-derive the kernel in audit/stats/bayes_density.py from the edited model, check it "
+                f"with tests/test_bayes_density.py, then set {self.name}'s fingerprint to the new one "
+                "(the test prints it). Meanwhile sampler='pymc' samples the PyMC model itself.",
+            )
+
+
+HIERARCHICAL = Derivation(
+    "HIERARCHICAL",
+    "hierarchical win-rate model",
+    (
+        "honestci.audit.stats.bayes:_build_hierarchical_model",
+        "honestci.audit.stats.bayes:_sigma_with_prior",
+        "honestci.audit.stats.bayes:_quasi_binomial_loglik",
+    ),
+    "288661639027454bfef21f8bc31d92eb9a21612f8950ef4c301b98589e2fe852",
+)
+PAIRED = Derivation(
+    "PAIRED",
+    "joint model of two systems",
+    ("honestci.audit.stats.bayes_compare:_model", "honestci.audit.stats.bayes:_quasi_binomial_loglik"),
+    "e8a72d2dc3bda6cecdf14e5c861798c8eced94681aa29ad73109c3b8d420904c",
+)
+POOLED = Derivation(
+    "POOLED",
+    "pooled Beta-binomial model",
+    ("honestci.audit.stats.bayes:_build_pooled_model", "honestci.audit.stats.bayes:_quasi_binomial_loglik"),
+    "076efd4edb1bf23f36d28388d0b01844533b5b214427f269005273575bf306eb",
+)
+
+# --------------------------------------------------------------------------------------------
+# The hierarchical win-rate model (honestci.audit.stats.bayes._build_hierarchical_model)
+# --------------------------------------------------------------------------------------------
 _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_MU_PRIOR_SD = math.log(1.5)  # mu ~ N(0, 1.5) in both PyMC models
 _LOG_HALF_NORMAL_CONSTANT = 0.5 * math.log(2.0 / math.pi)
@@ -92,8 +226,8 @@ def pack(
 ) -> np.ndarray:
     """The model's data as one contiguous float64 buffer (header :data:`HEADER`, then the cells).
 
-    One buffer (not a dict of arrays) because nutpie hands the compiled C callbacks a single
-    data pointer.
+    One buffer (not a dict of arrays): every density is a gufunc of (packed, x), which one
+    ``functools.partial`` binds to its data.
     """
     header = [n_vignettes, n_runs, n_judges, float(centred), prior_nu, prior_scale, len(n)]
     blocks = [vignette_index, order, run_index, judge_index, n, wins]
@@ -108,8 +242,45 @@ def n_parameters(packed: np.ndarray) -> int:
 
 
 @njit_cached()
-def logp_and_gradient(x, grad, packed):
-    """Write the gradient into ``grad`` and return the log density (see the module docstring)."""
+def _as_sampled(logp, grad):
+    """``logp``, or -inf where ``logp`` or the gradient is not finite: nutpie then rejects the point
+    as a divergence (its rule for a non-finite log density) instead of integrating a NaN gradient."""
+    for i in range(grad.shape[0]):
+        if not math.isfinite(grad[i]):
+            return -math.inf
+    return logp if math.isfinite(logp) else -math.inf
+
+
+#: A point with a coordinate (unconstrained scale) beyond this is rejected, -inf, before any
+#: arithmetic. There the priors leave nothing to sample (every location prior is below log density
+#: -2e4 at 300; sigma = e^+-300 is ruled out by prior and data), and inside it no operation of these
+#: kernels overflows (sigma <= e^300, z^2 <= 1e267). That matters because numpy checks the
+#: floating-point flags after every gufunc call: an overflow in a divergent trajectory would
+#: otherwise print a RuntimeWarning from nutpie's threads, or under ``-W error`` kill the chain.
+MAX_ABS_COORDINATE = 300.0
+
+
+@njit_cached()
+def _rejected(x, logp_out, grad) -> bool:
+    """Set (-inf, 0) and return True when ``x`` leaves the box of :data:`MAX_ABS_COORDINATE` (or is NaN)."""
+    for i in range(x.shape[0]):
+        if not abs(x[i]) <= MAX_ABS_COORDINATE:
+            logp_out[0] = -math.inf
+            grad[:] = 0.0
+            return True
+    return False
+
+
+#: numba signature and layout of every density: a gufunc (packed data, x) -> (log density, gradient).
+_GUFUNC_SIGNATURE = (["void(float64[:], float64[:], float64[:], float64[:])"], "(m),(n)->(),(n)")
+
+
+@guvectorize_cached(*_GUFUNC_SIGNATURE)
+def logp_and_gradient(packed, x, logp_out, grad):
+    """``logp_and_gradient(packed, x)`` -> (log density, gradient) at ``x`` (module docstring; non-finite
+    values as :func:`_as_sampled` says, points outside :data:`MAX_ABS_COORDINATE` as -inf)."""
+    if _rejected(x, logp_out, grad):
+        return
     n_vignettes, n_runs, n_judges = int(packed[0]), int(packed[1]), int(packed[2])
     centred = packed[3] != 0.0
     nu, scale = packed[4], packed[5]
@@ -123,8 +294,7 @@ def logp_and_gradient(x, grad, packed):
     cell_wins = packed[start + 5 * n_cells : start + 6 * n_cells]
     run_start = 3 + n_vignettes
     judge_start = run_start + (n_runs if n_runs > 1 else 0)
-    for i in range(grad.shape[0]):
-        grad[i] = 0.0
+    grad[:] = 0.0
     mu, beta, log_sigma = x[0], x[1], x[2]
     sigma = math.exp(log_sigma)
 
@@ -210,7 +380,11 @@ def logp_and_gradient(x, grad, packed):
             raw = x[judge_start + j]
             logp += -0.5 * raw * raw - _HALF_LOG_TWO_PI
             grad[judge_start + j] += -judge_residual_total / n_judges - raw
-    return logp
+    logp_out[0] = _as_sampled(logp, grad)
+
+
+#: Scalar value variables of the hierarchical model (the others are vectors, one entry per level).
+SCALARS = frozenset({"mu", "beta", "sigma_log__"})
 
 
 def parameter_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool) -> list[tuple[str, int]]:
@@ -223,142 +397,94 @@ def parameter_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool
     return blocks
 
 
-def expanded_blocks(n_vignettes: int, n_runs: int, n_judges: int, centred: bool) -> list[tuple[str, int]]:
-    """(name, size) of each block written by :func:`expand`: the parameters, then sigma, u and the
-    centred offsets (the names PyMC gives its value variables and deterministics)."""
-    blocks = parameter_blocks(n_vignettes, n_runs, n_judges, centred) + [("sigma", 1), ("u", n_vignettes)]
-    if n_runs > 1:
-        blocks.append(("run_effect", n_runs))
-    if n_judges > 1:
-        blocks.append(("judge_effect", n_judges))
-    return blocks
-
-
-@njit_cached()
-def expand(x, out, packed):
-    """Write x, sigma = exp(s), u and the zero-sum run/judge offsets into ``out`` (see expanded_blocks)."""
-    n_vignettes, n_runs, n_judges = int(packed[0]), int(packed[1]), int(packed[2])
-    centred = packed[3] != 0.0
-    n_dim = x.shape[0]
-    for i in range(n_dim):
-        out[i] = x[i]
-    sigma = math.exp(x[2])
-    out[n_dim] = sigma
-    position = n_dim + 1
-    for v in range(n_vignettes):
-        out[position + v] = x[3 + v] - x[0] if centred else sigma * x[3 + v]
-    position += n_vignettes
-    block = 3 + n_vignettes
-    for size in (n_runs, n_judges):
-        if size > 1:
-            mean = 0.0
-            for k in range(size):
-                mean += x[block + k]
-            mean /= size
-            for k in range(size):
-                out[position + k] = x[block + k] - mean
-            position += size
-            block += size
-
-
-# nutpie's C ABI for a compiled model, as nutpie.compile_pymc builds it for PyTensor graphs:
-# logp(dim, x*, grad*, logp*, data*) -> 0 ok, 3 / 4 non-finite gradient / log density, -1 wrong size;
-# expand(dim, n_expanded, x*, out*, data*) -> 0 ok, -1 wrong size.
-_LOGP_SIGNATURE = numba.types.int64(
-    numba.types.uint64,
-    numba.types.CPointer(numba.types.double),
-    numba.types.CPointer(numba.types.double),
-    numba.types.CPointer(numba.types.double),
-    numba.types.voidptr,
-)
-_EXPAND_SIGNATURE = numba.types.int64(
-    numba.types.uint64,
-    numba.types.uint64,
-    numba.types.CPointer(numba.types.double),
-    numba.types.CPointer(numba.types.double),
-    numba.types.voidptr,
-)
-
-
-@njit_cached()
-def _finite_status(value, grad):
-    """nutpie's status code: 0 ok, 3 a non-finite gradient, 4 a non-finite log density."""
-    for i in range(grad.shape[0]):
-        if not math.isfinite(grad[i]):
-            return 3
-    if not math.isfinite(value):
-        return 4
-    return 0
-
-
-@cfunc_cached(_LOGP_SIGNATURE)
-def logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
-    header = numba.carray(data_pointer, (_HEADER_SIZE,), np.float64)
-    packed = numba.carray(data_pointer, (_HEADER_SIZE + 6 * int(header[6]),), np.float64)
-    n_vignettes, n_runs, n_judges = int(header[0]), int(header[1]), int(header[2])
-    n_dim = 3 + n_vignettes + (n_runs if n_runs > 1 else 0) + (n_judges if n_judges > 1 else 0)
-    if dim != n_dim:
-        return -1
-    x = numba.carray(x_pointer, (n_dim,))
-    grad = numba.carray(grad_pointer, (n_dim,))
-    value = logp_and_gradient(x, grad, packed)
-    logp_pointer[0] = value
-    return _finite_status(value, grad)
-
-
-@cfunc_cached(_EXPAND_SIGNATURE)
-def expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
-    header = numba.carray(data_pointer, (_HEADER_SIZE,), np.float64)
-    packed = numba.carray(data_pointer, (_HEADER_SIZE + 6 * int(header[6]),), np.float64)
-    n_vignettes, n_runs, n_judges = int(header[0]), int(header[1]), int(header[2])
-    runs, judges = (n_runs if n_runs > 1 else 0), (n_judges if n_judges > 1 else 0)
-    n_dim = 3 + n_vignettes + runs + judges
-    if dim != n_dim or n_expanded != n_dim + 1 + n_vignettes + runs + judges:
-        return -1
-    expand(numba.carray(x_pointer, (n_dim,)), numba.carray(out_pointer, (n_expanded,)), packed)
-    return 0
-
-
-def _compiled_model(logp, expand_function, packed: np.ndarray, n_dim: int, blocks, scalars, coords, dims):
-    """nutpie's own ``CompiledPyMCModel`` (the object ``nutpie.compile_pymc_model`` returns) filled
-    with hand-written C callbacks and their data buffer instead of a compiled PyTensor graph.
-
-    ``nutpie.sample`` then runs it exactly as it runs a PyMC model: chains in parallel Rust threads
-    without the GIL, the same trace layout and names. Initial points are PyMC's default for these
-    models (support points, all 0 on the unconstrained space, plus U(-1, 1) jitter).
-    """
-    from nutpie.compile_pymc import CompiledPyMCModel
-
-    packed.flags.writeable = False
-    names = [name for name, _ in blocks]
-    shapes = [() if name in scalars else (size,) for name, size in blocks]
-    slices, position = [], 0
-    for _, size in blocks:
-        slices.append(slice(position, position + size))
+def _split(x: np.ndarray, blocks: list[tuple[str, int]], scalars: frozenset) -> dict[str, np.ndarray]:
+    """The blocks of draws ``x`` (..., n_dim) by name: shape (...) for a scalar, (..., size) otherwise."""
+    named, position = {}, 0
+    for name, size in blocks:
+        named[name] = x[..., position] if name in scalars else x[..., position : position + size]
         position += size
+    return named
+
+
+def expand(x: np.ndarray, packed: np.ndarray) -> dict[str, np.ndarray]:
+    """PyMC's value variables and deterministics of draws ``x`` (..., n_dim): the blocks of
+    :func:`parameter_blocks`, sigma = exp(s), u (theta - mu centred, sigma theta non-centred) and
+    the zero-sum run and judge offsets (raw - mean raw)."""
+    n_vignettes, n_runs, n_judges, centred = int(packed[0]), int(packed[1]), int(packed[2]), bool(packed[3])
+    named = _split(x, parameter_blocks(n_vignettes, n_runs, n_judges, centred), SCALARS)
+    named["sigma"] = np.exp(named["sigma_log__"])
+    if centred:
+        named["u"] = named["vignette_logit"] - named["mu"][..., None]
+    else:
+        named["u"] = named["sigma"][..., None] * named["u_std"]
+    for raw, effect in (("run_raw", "run_effect"), ("judge_raw", "judge_effect")):
+        if raw in named:
+            named[effect] = named[raw] - named[raw].mean(axis=-1, keepdims=True)
+    return named
+
+
+@dataclass(frozen=True)
+class NutpieDensity:
+    """A hand-derived density as nutpie samples it, and how its draws get PyMC's names.
+
+    nutpie keeps each draw as the raw vector ``x``: its per-draw expand function is
+    ``dict.fromkeys``, which runs no Python frame (a Python one cost a third of the sampling time,
+    bench/README.md). :meth:`named` then computes PyMC's value variables and deterministics for all
+    draws at once with ``expand``.
+    """
+
+    model: Any  # nutpie.compiled_pyfunc.PyFuncModel
+    expand: Callable[[np.ndarray], dict[str, np.ndarray]]
+    dims: dict[str, tuple[str, ...]]
+    coords: dict[str, list]
+
+    def named(self, idata):
+        """``idata`` with its posterior of ``x`` replaced by the named variables (dims, coords as PyMC's)."""
+        import xarray as xr
+
+        x = idata.posterior["x"]
+        posterior = xr.Dataset(
+            {
+                name: (("chain", "draw", *self.dims.get(name, ())), values)
+                for name, values in self.expand(x.values).items()
+            },
+            coords={"chain": x["chain"].values, "draw": x["draw"].values, **self.coords},
+        )
+        del idata["posterior"]
+        idata.add_groups(posterior=posterior)
+        return idata
+
+
+def _nutpie_density(derivation, kernel, expand_draws, packed: np.ndarray, n_dim: int, dims, coords) -> NutpieDensity:
+    """``kernel`` (a gufunc (packed, x) -> (log density, gradient)) as a nutpie model, built through
+    nutpie's public Python-function interface ``nutpie.compiled_pyfunc.from_pyfunc``.
+
+    Refuses (:class:`honestci.audit.stats.bayes.DensityMismatchError`) when ``derivation``, the PyMC
+    model the kernel was written from, has changed since. nutpie calls the ufunc bound to
+    ``packed`` once per gradient evaluation from its Rust chain threads, holding the GIL for the
+    call. Initial points are PyMC's default for these models (support points, all 0 on the
+    unconstrained space, plus U(-1, 1) jitter), drawn from the seed nutpie passes.
+    """
+    derivation.check()
+    from nutpie.compiled_pyfunc import from_pyfunc
 
     def initial_point(seed):
         return np.random.default_rng(seed).uniform(-1.0, 1.0, n_dim)
 
-    return CompiledPyMCModel(
-        compiled_logp_func=logp,
-        compiled_expand_func=expand_function,
-        initial_point_func=initial_point,
-        shared_data={},
-        user_data=packed,  # the callbacks' data pointer; the model object keeps it alive
-        n_expanded=position,
-        shape_info=(names, slices, shapes),
-        logp_func=None,
-        expand_func=None,
-        _n_dim=n_dim,
-        _shapes=dict(zip(names, shapes)),
-        _coords=coords,
-        dims=dims,
+    model = from_pyfunc(
+        n_dim,
+        lambda: partial(kernel.ufunc, packed),
+        lambda seed1, seed2, chain: partial(dict.fromkeys, ("x",)),  # {"x": draw}; nothing random
+        [np.dtype(np.float64)],
+        [(n_dim,)],
+        ["x"],
+        make_initial_point_fn=initial_point,
     )
+    return NutpieDensity(model, partial(expand_draws, packed=packed), dims, coords)
 
 
-def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
-    """The hierarchical model of :class:`honestci.audit.stats.bayes.WinRateCells` as a nutpie model (see _compiled_model)."""
+def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool) -> NutpieDensity:
+    """The hierarchical model of :class:`honestci.audit.stats.bayes.WinRateCells` for nutpie (see _nutpie_density)."""
     n_vignettes, n_runs, n_judges = cells.n_vignettes, cells.n_runs, cells.n_judges
     packed = pack(
         cells.vignette_index,
@@ -382,16 +508,7 @@ def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool):
     if n_judges > 1:
         coords["judge"] = list(cells.judge_labels)
         dims.update(judge_raw=("judge",), judge_effect=("judge",))
-    return _compiled_model(
-        logp_callback,
-        expand_callback,
-        packed,
-        n_parameters(packed),
-        expanded_blocks(n_vignettes, n_runs, n_judges, centred),
-        {"mu", "beta", "sigma_log__", "sigma"},
-        coords,
-        dims,
-    )
+    return _nutpie_density(HIERARCHICAL, logp_and_gradient, expand, packed, n_parameters(packed), dims, coords)
 
 
 # --------------------------------------------------------------------------------------------
@@ -416,6 +533,9 @@ def paired_pack(vignette_index, order, system, n, wins, n_vignettes: int) -> np.
     )
 
 
+PAIRED_SCALARS = frozenset({"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__"})
+
+
 def paired_parameter_blocks(n_vignettes: int) -> list[tuple[str, int]]:
     return [
         ("mu", 1),
@@ -428,22 +548,16 @@ def paired_parameter_blocks(n_vignettes: int) -> list[tuple[str, int]]:
     ]
 
 
-def paired_expanded_blocks(n_vignettes: int) -> list[tuple[str, int]]:
-    return paired_parameter_blocks(n_vignettes) + [
-        ("sigma_u", 1),
-        ("sigma_w", 1),
-        ("u", n_vignettes),
-        ("w", n_vignettes),
-    ]
-
-
 @njit_cached()
 def _log_half_normal(value, log_value, scale):
     return _LOG_HALF_NORMAL_CONSTANT - math.log(scale) - 0.5 * (value / scale) ** 2 + log_value
 
 
-@njit_cached()
-def paired_logp_and_gradient(x, grad, packed):
+@guvectorize_cached(*_GUFUNC_SIGNATURE)
+def paired_logp_and_gradient(packed, x, logp_out, grad):
+    """``paired_logp_and_gradient(packed, x)`` -> (log density, gradient), as :func:`logp_and_gradient`."""
+    if _rejected(x, logp_out, grad):
+        return
     n_vignettes, n_cells = int(packed[0]), int(packed[1])
     start = _PAIRED_HEADER_SIZE
     cell_vignette = packed[start : start + n_cells]
@@ -487,112 +601,61 @@ def paired_logp_and_gradient(x, grad, packed):
         grad[4] += sigma_w * w_std * residual * system
         grad[u_start + v] += sigma_u * residual
         grad[w_start + v] += sigma_w * residual * system
-    return logp
+    logp_out[0] = _as_sampled(logp, grad)
 
 
-@njit_cached()
-def paired_expand(x, out, packed):
-    n_vignettes = int(packed[0])
-    n_dim = x.shape[0]
-    for i in range(n_dim):
-        out[i] = x[i]
-    sigma_u, sigma_w = math.exp(x[3]), math.exp(x[4])
-    out[n_dim], out[n_dim + 1] = sigma_u, sigma_w
-    for v in range(n_vignettes):
-        out[n_dim + 2 + v] = sigma_u * x[5 + v]
-        out[n_dim + 2 + n_vignettes + v] = sigma_w * x[5 + n_vignettes + v]
+def paired_expand(x: np.ndarray, packed: np.ndarray) -> dict[str, np.ndarray]:
+    """PyMC's value variables and deterministics of draws ``x`` (..., n_dim): the blocks of
+    :func:`paired_parameter_blocks`, sigma_u, sigma_w = exp(s_u), exp(s_w), u = sigma_u u_std and
+    w = sigma_w w_std."""
+    named = _split(x, paired_parameter_blocks(int(packed[0])), PAIRED_SCALARS)
+    named["sigma_u"], named["sigma_w"] = np.exp(named["sigma_u_log__"]), np.exp(named["sigma_w_log__"])
+    named["u"] = named["sigma_u"][..., None] * named["u_std"]
+    named["w"] = named["sigma_w"][..., None] * named["w_std"]
+    return named
 
 
-@cfunc_cached(_LOGP_SIGNATURE)
-def paired_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
-    header = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE,), np.float64)
-    packed = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE + 5 * int(header[1]),), np.float64)
-    n_dim = 5 + 2 * int(header[0])
-    if dim != n_dim:
-        return -1
-    grad = numba.carray(grad_pointer, (n_dim,))
-    value = paired_logp_and_gradient(numba.carray(x_pointer, (n_dim,)), grad, packed)
-    logp_pointer[0] = value
-    return _finite_status(value, grad)
-
-
-@cfunc_cached(_EXPAND_SIGNATURE)
-def paired_expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
-    header = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE,), np.float64)
-    packed = numba.carray(data_pointer, (_PAIRED_HEADER_SIZE + 5 * int(header[1]),), np.float64)
-    n_vignettes = int(header[0])
-    n_dim = 5 + 2 * n_vignettes
-    if dim != n_dim or n_expanded != n_dim + 2 + 2 * n_vignettes:
-        return -1
-    paired_expand(numba.carray(x_pointer, (n_dim,)), numba.carray(out_pointer, (n_expanded,)), packed)
-    return 0
-
-
-def paired_nutpie_model(labels, data: dict[str, np.ndarray]):
-    """The joint model of :mod:`honestci.audit.stats.bayes_compare` (its ``_cells`` output) as a nutpie model."""
+def paired_nutpie_model(labels, data: dict[str, np.ndarray]) -> NutpieDensity:
+    """The joint model of :mod:`honestci.audit.stats.bayes_compare` (its ``_cells`` output) for nutpie."""
     n_vignettes = len(labels)
     packed = paired_pack(
         data["cell_vignette"], data["cell_order"], data["cell_system"], data["cell_n"], data["cell_wins"], n_vignettes
     )
     dims = {name: ("vignette",) for name in ("u_std", "w_std", "u", "w")}
-    return _compiled_model(
-        paired_logp_callback,
-        paired_expand_callback,
-        packed,
-        5 + 2 * n_vignettes,
-        paired_expanded_blocks(n_vignettes),
-        {"mu", "delta", "beta", "sigma_u_log__", "sigma_w_log__", "sigma_u", "sigma_w"},
-        {"vignette": list(labels)},
-        dims,
+    return _nutpie_density(
+        PAIRED, paired_logp_and_gradient, paired_expand, packed, 5 + 2 * n_vignettes, dims, {"vignette": list(labels)}
     )
 
 
 # --------------------------------------------------------------------------------------------
-# The pooled conjugate model (honestci.audit.stats.bayes.fit_pooled_beta_binomial): the same C-callback path,
-# checked end to end against a closed-form posterior
+# The pooled conjugate model (honestci.audit.stats.bayes._build_pooled_model): the same sampling
+# path, checked end to end against a closed-form posterior
 # --------------------------------------------------------------------------------------------
 # x = [z = logit p]; log density = log Beta(p | a, b) + log p + log(1 - p)  (the logit transform's
 # Jacobian) + w z - n log(1 + e^z) = a log p + b log(1 - p) - log B(a, b) + w z - n log(1 + e^z),
 # with log p = -log(1 + e^-z), log(1 - p) = -log(1 + e^z); d/dz = a (1 - p) - b p + w - n p.
-@njit_cached()
-def pooled_logp_and_gradient(x, grad, packed):
+@guvectorize_cached(*_GUFUNC_SIGNATURE)
+def pooled_logp_and_gradient(packed, x, logp_out, grad):
+    """``pooled_logp_and_gradient(packed, x)`` -> (log density, gradient), as :func:`logp_and_gradient`."""
+    if _rejected(x, logp_out, grad):
+        return
     a, b, n, wins = packed[0], packed[1], packed[2], packed[3]
     z = x[0]
     p = _expit(z)
     log_beta_function = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
     grad[0] = a * (1.0 - p) - b * p + wins - n * p
-    return -a * _log1pexp(-z) - b * _log1pexp(z) - log_beta_function + wins * z - n * _log1pexp(z)
+    logp = -a * _log1pexp(-z) - b * _log1pexp(z) - log_beta_function + wins * z - n * _log1pexp(z)
+    logp_out[0] = _as_sampled(logp, grad)
 
 
-@cfunc_cached(_LOGP_SIGNATURE)
-def pooled_logp_callback(dim, x_pointer, grad_pointer, logp_pointer, data_pointer):
-    if dim != 1:
-        return -1
-    grad = numba.carray(grad_pointer, (1,))
-    value = pooled_logp_and_gradient(numba.carray(x_pointer, (1,)), grad, numba.carray(data_pointer, (4,), np.float64))
-    logp_pointer[0] = value
-    return _finite_status(value, grad)
+def pooled_expand(x: np.ndarray, packed: np.ndarray) -> dict[str, np.ndarray]:
+    """p_logodds__ = z and p = expit(z) of draws ``x`` (..., 1)."""
+    z = x[..., 0]
+    return {"p_logodds__": z, "p": 1.0 / (1.0 + np.exp(-z))}
 
 
-@cfunc_cached(_EXPAND_SIGNATURE)
-def pooled_expand_callback(dim, n_expanded, x_pointer, out_pointer, data_pointer):
-    if dim != 1 or n_expanded != 2:
-        return -1
-    out_pointer[0] = x_pointer[0]
-    out_pointer[1] = _expit(x_pointer[0])
-    return 0
-
-
-def pooled_nutpie_model(a: float, b: float, n: float, wins: float):
-    """p ~ Beta(a, b) with the quasi-binomial likelihood of ``wins`` in ``n``, as a nutpie model."""
-    packed = np.array([a, b, n, wins], dtype=np.float64)
-    return _compiled_model(
-        pooled_logp_callback,
-        pooled_expand_callback,
-        packed,
-        1,
-        [("p_logodds__", 1), ("p", 1)],
-        {"p_logodds__", "p"},
-        {},
-        {},
+def pooled_nutpie_model(a: float, b: float, n: float, wins: float) -> NutpieDensity:
+    """p ~ Beta(a, b) with the quasi-binomial likelihood of ``wins`` in ``n``, for nutpie."""
+    return _nutpie_density(
+        POOLED, pooled_logp_and_gradient, pooled_expand, np.array([a, b, n, wins], dtype=np.float64), 1, {}, {}
     )

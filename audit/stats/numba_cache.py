@@ -18,9 +18,9 @@ def njit_cached(**options):
     return _cached(numba.njit, options)
 
 
-def cfunc_cached(signature, **options):
-    """Decorator: ``numba.cfunc(signature, cache=True, **options)``, or without the cache."""
-    return _cached(lambda **all_options: numba.cfunc(signature, **all_options), options)
+def guvectorize_cached(signatures, layout, **options):
+    """Decorator: ``numba.guvectorize(signatures, layout, cache=True, **options)``, or without the cache."""
+    return _cached(lambda **all_options: numba.guvectorize(signatures, layout, **all_options), options)
 
 
 def _cached(compiler, options):
