@@ -327,13 +327,13 @@ def test_an_edited_pymc_model_refuses_the_density_loudly_and_is_sampled_itself(m
     ],
 )
 def test_auto_sampler_lets_every_other_failure_propagate(density_model, error):
-    from honestci.audit.stats.bayes import _sample
+    from honestci.audit.stats.bayes import sample_posterior
 
     def pymc_model():
         pytest.fail("sampler='auto' fell back to PyMC instead of raising")
 
     with pytest.raises(Exception, match=error):
-        _sample(pymc_model, density_model, "auto", 2, 10, 10, 0, False)
+        sample_posterior(pymc_model, density_model, "auto", 2, 10, 10, 0, False)
 
 
 # ---------------------------------------------------------------- slow tiers

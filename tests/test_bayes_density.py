@@ -310,8 +310,8 @@ def test_a_definition_without_source_is_refused(monkeypatch):
     from honestci.audit.stats.bayes import DensityMismatchError
 
     namespace: dict = {}
-    exec("def _quasi_binomial_loglik(eta, n, wins):\n    return 0.0\n", namespace)  # no file: no source
-    monkeypatch.setattr(bayes, "_quasi_binomial_loglik", namespace["_quasi_binomial_loglik"])
+    exec("def quasi_binomial_loglik(eta, n, wins):\n    return 0.0\n", namespace)  # no file: no source
+    monkeypatch.setattr(bayes, "quasi_binomial_loglik", namespace["quasi_binomial_loglik"])
     with pytest.raises(DensityMismatchError, match=r"fingerprint unknown \(OSError") as refused:
         bayes_density.POOLED.check()
     assert "POOLED" in str(refused.value) and "What to do" in str(refused.value)

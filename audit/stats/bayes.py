@@ -324,7 +324,7 @@ def aggregate_cells(
 # --------------------------------------------------------------------------------------------
 # Model and sampling
 # --------------------------------------------------------------------------------------------
-def _quasi_binomial_loglik(eta, n, wins):
+def quasi_binomial_loglik(eta, n, wins):
     """sum w log p + (n - w) log(1 - p) with p = expit(eta), written stably as w*eta - n*log1p(e^eta)."""
     import pymc as pm
 
@@ -367,7 +367,7 @@ def _build_hierarchical_model(cells: WinRateCells, prior: SigmaPrior, centred: b
             judge_raw = pm.Normal("judge_raw", 0.0, 1.0, dims="judge")
             judge_effect = pm.Deterministic("judge_effect", judge_raw - judge_raw.mean(), dims="judge")
             eta = eta + judge_effect[cell_judge]
-        pm.Potential("quasi_binomial_loglik", _quasi_binomial_loglik(eta, cell_n, cell_wins))
+        pm.Potential("quasi_binomial_loglik", quasi_binomial_loglik(eta, cell_n, cell_wins))
     return model
 
 
@@ -438,7 +438,7 @@ class DensityMismatchWarning(UserWarning):
 _FAST_PATH_MODULES = ("nutpie", "numba")
 
 
-def _sample(build_model, density_model, sampler, chains, draws, tune, seed, progress):
+def sample_posterior(build_model, density_model, sampler, chains, draws, tune, seed, progress):
     """Run the requested sampler; ``auto`` is nutpie on the hand-derived density, or PyMC's NUTS.
 
     nutpie samples ``density_model()``: the model's posterior with a hand-written compiled log
@@ -518,7 +518,7 @@ class SamplerDiagnostics:
         )
 
 
-def _diagnose(
+def diagnose_sampler(
     idata, var_names: list[str], chains: int, draws: int, tune: int, thresholds: Thresholds
 ) -> SamplerDiagnostics:
     import arviz as az
@@ -662,7 +662,7 @@ def winrate_estimand_draws(
     }
 
 
-def _stacked(idata, name: str) -> np.ndarray:
+def stacked_draws(idata, name: str) -> np.ndarray:
     """Draws of ``name`` as (S, ...) with chains stacked."""
     values = np.asarray(idata.posterior[name].values, dtype=float)
     return values.reshape((values.shape[0] * values.shape[1],) + values.shape[2:])
@@ -670,9 +670,9 @@ def _stacked(idata, name: str) -> np.ndarray:
 
 def _offset_draws(idata, cells: WinRateCells) -> np.ndarray:
     """(S, R*J) run + judge offsets of every (run, judge) combination."""
-    n_draws = _stacked(idata, "mu").shape[0]
-    run = _stacked(idata, "run_effect") if cells.n_runs > 1 else np.zeros((n_draws, 1))
-    judge = _stacked(idata, "judge_effect") if cells.n_judges > 1 else np.zeros((n_draws, 1))
+    n_draws = stacked_draws(idata, "mu").shape[0]
+    run = stacked_draws(idata, "run_effect") if cells.n_runs > 1 else np.zeros((n_draws, 1))
+    judge = stacked_draws(idata, "judge_effect") if cells.n_judges > 1 else np.zeros((n_draws, 1))
     return (run[:, :, None] + judge[:, None, :]).reshape(n_draws, -1)
 
 
@@ -887,7 +887,7 @@ class BayesWinRateResult:
         return header + self.to_frame().to_string(index=False)
 
 
-def _resolve_seed(seed: int | np.random.Generator) -> int:
+def resolve_seed(seed: int | np.random.Generator) -> int:
     if isinstance(seed, np.random.Generator):
         return int(seed.integers(0, 2**31 - 1))
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0:
@@ -935,7 +935,7 @@ def _density_model(cells: WinRateCells, prior: SigmaPrior, centred: bool):
 
 def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, seed, progress, thresholds) -> _Fit:
     centred = parameterization == "centred"
-    idata, sampler_used, note = _sample(
+    idata, sampler_used, note = sample_posterior(
         lambda: _build_hierarchical_model(cells, prior, centred),
         lambda: _density_model(cells, prior, centred),
         sampler,
@@ -946,10 +946,10 @@ def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, see
         progress,
     )
     estimands = winrate_estimand_draws(
-        _stacked(idata, "mu"),
-        _stacked(idata, "beta"),
-        _stacked(idata, "sigma"),
-        _stacked(idata, "u"),
+        stacked_draws(idata, "mu"),
+        stacked_draws(idata, "beta"),
+        stacked_draws(idata, "sigma"),
+        stacked_draws(idata, "u"),
         _offset_draws(idata, cells),
     )
     n_chains = idata.posterior.sizes["chain"]
@@ -960,7 +960,7 @@ def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, see
     var_names += ["run_effect"] if cells.n_runs > 1 else []
     var_names += ["judge_effect"] if cells.n_judges > 1 else []
     var_names += list(estimands)
-    diagnostics = _diagnose(idata, var_names, chains, draws, tune, thresholds)
+    diagnostics = diagnose_sampler(idata, var_names, chains, draws, tune, thresholds)
     return _Fit(idata, diagnostics, estimands, sampler_used, note)
 
 
@@ -1095,7 +1095,7 @@ def fit_winrate_hierarchical(
     cells = aggregate_cells(vignette, order, outcome, run, judge)
     automatic = parameterization == "auto"
     parameterization = _resolve_parameterization(parameterization, cells)
-    seed_int = _resolve_seed(seed)
+    seed_int = resolve_seed(seed)
 
     fit = _fit_cells(cells, main_prior, parameterization, sampler, chains, draws, tune, seed_int, progress, thresholds)
     parameterization_note = ""
@@ -1126,15 +1126,15 @@ def fit_winrate_hierarchical(
         }
         for name in ("order_effect_these", "order_effect_new"):
             summaries[name] = summarise_draws(fit.estimand_draws[name], level)
-        summaries["order_effect_logit"] = summarise_draws(_stacked(idata, "beta"), level)
-        summaries["sigma"] = summarise_draws(_stacked(idata, "sigma"), level)
+        summaries["order_effect_logit"] = summarise_draws(stacked_draws(idata, "beta"), level)
+        summaries["sigma"] = summarise_draws(stacked_draws(idata, "sigma"), level)
         ppc = posterior_predictive_check(
             cells,
-            _stacked(idata, "mu"),
-            _stacked(idata, "beta"),
-            _stacked(idata, "u"),
-            _stacked(idata, "run_effect") if cells.n_runs > 1 else None,
-            _stacked(idata, "judge_effect") if cells.n_judges > 1 else None,
+            stacked_draws(idata, "mu"),
+            stacked_draws(idata, "beta"),
+            stacked_draws(idata, "u"),
+            stacked_draws(idata, "run_effect") if cells.n_runs > 1 else None,
+            stacked_draws(idata, "judge_effect") if cells.n_judges > 1 else None,
             np.random.default_rng(seed_int),
             level,
             ppc_alpha,
@@ -1234,7 +1234,7 @@ def _sensitivity_row(prior: SigmaPrior, fit: _Fit, level: float, bar: float | No
         fit.diagnostics.divergences,
         summarise_draws(fit.estimand_draws["winrate_these"], level, bar),
         summarise_draws(fit.estimand_draws["winrate_new"], level, bar),
-        summarise_draws(_stacked(fit.idata, "sigma"), level),
+        summarise_draws(stacked_draws(fit.idata, "sigma"), level),
     )
 
 
@@ -1334,7 +1334,7 @@ def _build_pooled_model(a: float, b: float, n: float, wins: float):
         total = pm.Data("total", np.array(float(n)))
         successes = pm.Data("successes", np.array(float(wins)))
         p = pm.Beta("p", alpha=a, beta=b)
-        pm.Potential("quasi_binomial_loglik", _quasi_binomial_loglik(pm.math.logit(p), total, successes))
+        pm.Potential("quasi_binomial_loglik", quasi_binomial_loglik(pm.math.logit(p), total, successes))
     return model
 
 
@@ -1364,22 +1364,22 @@ def fit_pooled_beta_binomial(
     if a <= 0 or b <= 0:
         raise InputError(f"Beta({a}, {b}) is not a proper prior.", fix="Use a > 0 and b > 0.")
     _check_sampling_sizes(chains, draws, tune, level)
-    seed_int = _resolve_seed(seed)
+    seed_int = resolve_seed(seed)
 
     def density_model():
         from honestci.audit.stats.bayes_density import pooled_nutpie_model
 
         return pooled_nutpie_model(a, b, float(n), float(wins))
 
-    idata, sampler_used, note = _sample(
+    idata, sampler_used, note = sample_posterior(
         lambda: _build_pooled_model(a, b, n, wins), density_model, sampler, chains, draws, tune, seed_int, False
     )
-    diagnostics = _diagnose(idata, ["p"], chains, draws, tune, thresholds)
+    diagnostics = diagnose_sampler(idata, ["p"], chains, draws, tune, thresholds)
     from scipy import stats
 
     exact = stats.beta(a + wins, b + n - wins)
     tail = (1.0 - level) / 2.0
-    p_draws = _stacked(idata, "p")
+    p_draws = stacked_draws(idata, "p")
     return PooledBetaBinomialResult(
         summary=summarise_draws(p_draws, level) if diagnostics.converged else None,
         diagnostics=diagnostics,

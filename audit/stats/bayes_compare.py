@@ -28,11 +28,11 @@ from honestci.audit.policy import THRESHOLDS, Thresholds
 from honestci.audit.stats.bayes import (
     PosteriorSummary,
     SamplerDiagnostics,
-    _diagnose,
-    _quasi_binomial_loglik,
-    _resolve_seed,
-    _sample,
-    _stacked,
+    diagnose_sampler,
+    quasi_binomial_loglik,
+    resolve_seed,
+    sample_posterior,
+    stacked_draws,
     summarise_draws,
 )
 
@@ -56,7 +56,7 @@ class BayesDifference:
     sampler: str
     seed: int
     runtime_seconds: float
-    #: Why PyMC's NUTS sampled instead of the hand-derived density, when it did (see bayes._sample).
+    #: Why PyMC's NUTS sampled instead of the hand-derived density, when it did (see bayes.sample_posterior).
     sampler_note: str = ""
 
     def to_frame(self) -> pd.DataFrame:
@@ -116,7 +116,7 @@ def _model(labels, data):
         u = pm.Deterministic("u", sigma_u * u_std, dims="vignette")
         w = pm.Deterministic("w", sigma_w * w_std, dims="vignette")
         eta = mu + u[vignette] + (delta + w[vignette]) * system + beta * order
-        pm.Potential("quasi_binomial_loglik", _quasi_binomial_loglik(eta, n, wins))
+        pm.Potential("quasi_binomial_loglik", quasi_binomial_loglik(eta, n, wins))
     return model
 
 
@@ -162,21 +162,21 @@ def fit_paired_difference_bayes(
             f"{system_a} and {system_b} were not judged on the same vignettes.",
             fix="compare systems on a shared set of vignettes",
         )
-    seed = _resolve_seed(seed)
+    seed = resolve_seed(seed)
     started = time.perf_counter()
     labels, data = _cells(frame_a, frame_b)
-    idata, sampler_used, note = _sample(
+    idata, sampler_used, note = sample_posterior(
         lambda: _model(labels, data), lambda: _density_model(labels, data), sampler, chains, draws, tune, seed, False
     )
-    diagnostics = _diagnose(
+    diagnostics = diagnose_sampler(
         idata, ["mu", "delta", "beta", "sigma_u", "sigma_w", "u_std", "w_std"], chains, draws, tune, thresholds
     )
     summaries: dict = {"these": None, "new": None}
     p_beats = {"these": None, "new": None}
     if diagnostics.converged:
-        mu, delta, beta = (_stacked(idata, v) for v in ("mu", "delta", "beta"))
-        sigma_u, sigma_w = _stacked(idata, "sigma_u"), _stacked(idata, "sigma_w")
-        u, w = _stacked(idata, "u"), _stacked(idata, "w")  # draws x vignettes
+        mu, delta, beta = (stacked_draws(idata, v) for v in ("mu", "delta", "beta"))
+        sigma_u, sigma_w = stacked_draws(idata, "sigma_u"), stacked_draws(idata, "sigma_w")
+        u, w = stacked_draws(idata, "u"), stacked_draws(idata, "w")  # draws x vignettes
         b = beta[:, None]
         these = (_order_averaged(mu[:, None] + delta[:, None] + u + w, b) - _order_averaged(mu[:, None] + u, b)).mean(
             axis=1

@@ -164,21 +164,21 @@ HIERARCHICAL = Derivation(
     (
         "honestci.audit.stats.bayes:_build_hierarchical_model",
         "honestci.audit.stats.bayes:_sigma_with_prior",
-        "honestci.audit.stats.bayes:_quasi_binomial_loglik",
+        "honestci.audit.stats.bayes:quasi_binomial_loglik",
     ),
-    "288661639027454bfef21f8bc31d92eb9a21612f8950ef4c301b98589e2fe852",
+    "c9e4540ba0a1f774435de6b141a10eeef8b9c0112ad7c17e7591af592b060813",
 )
 PAIRED = Derivation(
     "PAIRED",
     "joint model of two systems",
-    ("honestci.audit.stats.bayes_compare:_model", "honestci.audit.stats.bayes:_quasi_binomial_loglik"),
-    "e8a72d2dc3bda6cecdf14e5c861798c8eced94681aa29ad73109c3b8d420904c",
+    ("honestci.audit.stats.bayes_compare:_model", "honestci.audit.stats.bayes:quasi_binomial_loglik"),
+    "048c82113c393a4b6f13e479e656d2c173723ca66e1f1d5e52c346375be7f8fa",
 )
 POOLED = Derivation(
     "POOLED",
     "pooled Beta-binomial model",
-    ("honestci.audit.stats.bayes:_build_pooled_model", "honestci.audit.stats.bayes:_quasi_binomial_loglik"),
-    "076efd4edb1bf23f36d28388d0b01844533b5b214427f269005273575bf306eb",
+    ("honestci.audit.stats.bayes:_build_pooled_model", "honestci.audit.stats.bayes:quasi_binomial_loglik"),
+    "3daf63f522dee988a92ca39edaf8ac254f812612e5d72202b0af8f0c631f415d",
 )
 
 # --------------------------------------------------------------------------------------------
