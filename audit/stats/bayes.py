@@ -123,7 +123,11 @@ class SigmaPrior:
         """Degrees of freedom as model data: 0 codes the half-normal (the nu -> infinity limit)."""
         if self.family == "halfnormal":
             return 0.0
-        return 1.0 if self.family == "halfcauchy" else float(self.nu)
+        if self.family == "halfcauchy":
+            return 1.0
+        if self.nu is None:
+            raise InputError(f"the {self.family} prior needs its degrees of freedom nu", fix="give nu > 0")
+        return float(self.nu)
 
 
 def _sigma_with_prior(prior: SigmaPrior):
@@ -863,7 +867,7 @@ class BayesWinRateResult:
         ]
         records = []
         for estimand, population, summary in rows:
-            record = {"estimand": estimand, "population": population, "method": "bayes_hierarchical"}
+            record: dict[str, object] = {"estimand": estimand, "population": population, "method": "bayes_hierarchical"}
             for stat in ("mean", "median", "lower", "upper"):
                 record[stat] = math.nan if summary is None else getattr(summary, stat)
             record["level"] = self.level
@@ -1146,7 +1150,10 @@ def fit_winrate_hierarchical(
                 f"posterior predictive check flags vignette(s) {flagged}: the model does not reproduce their win share"
             )
         gated = summaries["winrate_these" if population == "these_vignettes" else "winrate_new"]
-        if bar is None:
+        if gated is None:
+            verdicts.append(Verdict.INCONCLUSIVE)
+            messages.append(f"no posterior summary of the {population} win rate")
+        elif bar is None:
             verdicts.append(Verdict.PASS)
             messages.append("converged; no bar to test")
         elif clears_bar(gated.lower, bar):

@@ -172,7 +172,7 @@ def fit_paired_difference_bayes(
         idata, ["mu", "delta", "beta", "sigma_u", "sigma_w", "u_std", "w_std"], chains, draws, tune, thresholds
     )
     summaries: dict = {"these": None, "new": None}
-    p_beats = {"these": None, "new": None}
+    p_beats: dict[str, float | None] = {"these": None, "new": None}
     if diagnostics.converged:
         mu, delta, beta = (stacked_draws(idata, v) for v in ("mu", "delta", "beta"))
         sigma_u, sigma_w = stacked_draws(idata, "sigma_u"), stacked_draws(idata, "sigma_w")
