@@ -51,6 +51,7 @@ from honestci.audit.policy import THRESHOLDS
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
+    ESTIMATE_COLUMNS,
     ClusteredEstimate,
     clustered_mean,
     from_contrast,
@@ -988,24 +989,7 @@ class CalibrationResult:
         if self.ppi is not None:
             lines.append("judge-error-corrected (PPI++) win rate, human-preference scale: " + self.ppi.text())
         table = tuple(
-            {
-                k: v
-                for k, v in row.items()
-                if k
-                in (
-                    "judge",
-                    "name",
-                    "estimate",
-                    "ci_low",
-                    "ci_high",
-                    "boot_low",
-                    "boot_high",
-                    "df",
-                    "n",
-                    "n_clusters",
-                    "note",
-                )
-            }
+            {k: v for k, v in row.items() if k in ("judge", *ESTIMATE_COLUMNS, "note")}
             for row in self.to_frame().to_dict(orient="records")
         )
         return ReportSection("calibration", "Judge calibration against human preferences", tuple(lines), table)

@@ -20,6 +20,7 @@ from honestci.audit.cli.support import (
     seed_option,
 )
 from honestci.audit.errors import InputError
+from honestci.audit.stats.clustered_estimate import ESTIMATE_COLUMNS
 
 _TABLE_OPTIONS = {
     "judgments": "judgments",
@@ -157,19 +158,7 @@ def calibrate_judge_command(
     click.echo(
         _frame_text(
             result.to_frame(),
-            (
-                "name",
-                "estimate",
-                "ci_low",
-                "ci_high",
-                "boot_low",
-                "boot_high",
-                "df",
-                "n",
-                "n_clusters",
-                "verdict",
-                "note",
-            ),
+            (*ESTIMATE_COLUMNS, "verdict", "note"),
         )
     )
     click.echo(
@@ -221,7 +210,7 @@ def position_bias_command(
         click.echo(
             _frame_text(
                 result.to_frame(),
-                ("name", "estimate", "ci_low", "ci_high", "boot_low", "boot_high", "df", "n", "n_clusters"),
+                ESTIMATE_COLUMNS,
             )
         )
         click.echo("")

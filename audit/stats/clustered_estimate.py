@@ -23,6 +23,10 @@ from honestci.audit.stats.intervals import reportable_bounds
 DEFAULT_BOOTSTRAP_DRAWS = 1999
 
 
+#: The columns that show a clustered estimate in a table (its figures and both intervals).
+ESTIMATE_COLUMNS = ("name", "estimate", "ci_low", "ci_high", "boot_low", "boot_high", "df", "n", "n_clusters")
+
+
 @dataclass(frozen=True)
 class ClusteredEstimate:
     """One named estimate with its CR2 interval and, where computed, a cluster-bootstrap interval.

@@ -189,20 +189,15 @@ def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_dra
         return _stratified(scores, clusters, common)
 
     label = CLUSTER_METHODS[method]
+    no_interval = None
     if info.n_clusters < thresholds.min_clusters:
-        return IntervalResult(
-            method,
-            label,
-            "new_vignettes",
-            estimate,
-            None,
-            None,
-            verdict=Verdict.INCONCLUSIVE,
-            note=f"only {info.n_clusters} vignette(s); at least {thresholds.min_clusters} are needed "
-            "for any interval on new vignettes",
-            **common,
+        no_interval = (
+            f"only {info.n_clusters} vignette(s); at least {thresholds.min_clusters} are needed "
+            "for any interval on new vignettes"
         )
-    if np.ptp(scores) == 0:
+    elif np.ptp(scores) == 0:
+        no_interval = "every contest has the same score: no variance can be estimated"
+    if no_interval is not None:
         return IntervalResult(
             method,
             label,
@@ -211,7 +206,7 @@ def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_dra
             None,
             None,
             verdict=Verdict.INCONCLUSIVE,
-            note="every contest has the same score: no variance can be estimated",
+            note=no_interval,
             **common,
         )
     try:
