@@ -87,7 +87,9 @@ def test_malformed_judgments_exit_2_with_file_line_and_field(tmp_path):
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
-def test_too_few_vignettes_is_inconclusive_unless_allowed(tmp_path):
+def test_too_few_vignettes_block_even_with_allow_inconclusive(tmp_path):
+    # Below min_clusters the bar gate has no interval to compare: it did not run, so
+    # --allow-inconclusive does not let it through, and verdict.json says the same exit code.
     claim = _claim_beside_fixture(tmp_path, thresholds={"min_clusters": 7})
     blocked = honestci("audit", claim, "--out", tmp_path / "a", "--no-bayes", "--allow-outside-data")
     assert blocked.returncode == 1
@@ -95,7 +97,10 @@ def test_too_few_vignettes_is_inconclusive_unless_allowed(tmp_path):
     allowed = honestci(
         "audit", claim, "--out", tmp_path / "b", "--no-bayes", "--allow-outside-data", "--allow-inconclusive"
     )
-    assert allowed.returncode == 0
+    written = json.loads((tmp_path / "b" / "verdict.json").read_text())
+    assert allowed.returncode == 1 == written["exit_code"] and written["allow_inconclusive"] is True
+    bar = next(g for g in written["gates"] if g["gate"] == "ci_low_clears_bar")
+    assert bar["verdict"] == "INCONCLUSIVE" and bar["ran"] is False
 
 
 def test_invalid_comparison_claim_is_blocked_with_that_reason(tmp_path):
