@@ -208,6 +208,16 @@ def test_ppi_matches_ppi_py_live():
     assert (ours.ci_low, ours.ci_high) == pytest.approx((float(np.ravel(low)[0]), float(np.ravel(high)[0])), abs=1e-12)
 
 
+def test_clustered_ppi_is_inconclusive_with_too_few_clusters_or_no_variance():
+    rng = np.random.default_rng(3)
+    y, f = rng.integers(0, 2, 30).astype(float), rng.integers(0, 2, 30).astype(float)
+    few = ppi_mean_clustered(y, f, f, np.arange(30) % 3, np.arange(30) % 3)
+    assert few.verdict == Verdict.INCONCLUSIVE and few.ci_low is None and "3 cluster(s) < 5" in few.note
+    same = np.ones(30)
+    flat = ppi_mean_clustered(same, same, same, np.arange(30) % 6, np.arange(30) % 6)
+    assert flat.verdict == Verdict.INCONCLUSIVE and flat.note == "zero variance"
+
+
 def test_clustered_ppi_reduces_to_iid_with_singleton_clusters():
     rng = np.random.default_rng(8)
     y, f, fu = rng.random(40), rng.random(40), rng.random(300)

@@ -162,7 +162,17 @@ def ppi_mean_clustered(
         level=level,
         variance="clustered (cluster sums)",
     )
+    no_interval = None
     if max(min_clusters, 2) > G:
+        no_interval = f"{G} cluster(s) < {max(min_clusters, 2)}"
+    else:
+        scale = G / (G - 1)
+        se = float(np.sqrt(scale * np.sum((lam * a + b) ** 2)))
+        classical_se = float(np.sqrt(scale * np.sum(b**2)))
+        t = float(stats.t.ppf(0.5 + level / 2, G - 1))
+        if se == 0:
+            no_interval = "zero variance"
+    if no_interval is not None:
         return PPIResult(
             estimate,
             None,
@@ -173,25 +183,7 @@ def ppi_mean_clustered(
             classical_ci_high=None,
             df=None,
             verdict=Verdict.INCONCLUSIVE,
-            note=f"{G} cluster(s) < {max(min_clusters, 2)}",
-            **common,
-        )
-    scale = G / (G - 1)
-    se = float(np.sqrt(scale * np.sum((lam * a + b) ** 2)))
-    classical_se = float(np.sqrt(scale * np.sum(b**2)))
-    t = float(stats.t.ppf(0.5 + level / 2, G - 1))
-    if se == 0:
-        return PPIResult(
-            estimate,
-            None,
-            None,
-            None,
-            lam,
-            classical_ci_low=None,
-            classical_ci_high=None,
-            df=None,
-            verdict=Verdict.INCONCLUSIVE,
-            note="zero variance",
+            note=no_interval,
             **common,
         )
     return PPIResult(
