@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 #: The two populations a win-rate claim can be about (POPULATION_LABELS says what each means).
 Population = Literal["new_vignettes", "these_vignettes"]
@@ -207,7 +207,8 @@ TIGHTENS = {
 #: How an invalid verdict (unparseable, refused, empty) scores a contest order: against the claim
 #: (the policy loses that order: the conservative default), as a tie, or left out (then the
 #: ``valid_verdicts`` gate bounds what leaving it out could change).
-INVALID_SCORING = ("against_claim", "tie", "exclude")
+InvalidScoring = Literal["against_claim", "tie", "exclude"]
+INVALID_SCORING: tuple[str, ...] = get_args(InvalidScoring)
 #: Intervals the coverage study certifies honest for each population's bar gate
 #: (docs/coverage.md); a policy may choose among these, a claim never.
 CERTIFIED_GATE_METHODS = {"new_vignettes": ("cr2_logit",), "these_vignettes": ("stratified",)}
@@ -227,7 +228,7 @@ class Policy:
     #: (population, method) pairs: the interval whose CI-low the bar gate reads.
     gate_methods: tuple[tuple[str, str], ...] = tuple(GATE_METHOD_FOR_POPULATION.items())
     required_gates: tuple[str, ...] = DEFAULT_REQUIRED_GATES
-    invalid_verdicts: str = "against_claim"
+    invalid_verdicts: InvalidScoring = "against_claim"
     #: Where each deviation from the built-in defaults came from ("policy file PATH", "claim PATH").
     sources: tuple[tuple[str, str], ...] = ()
 

@@ -25,6 +25,8 @@ from honestci.audit.pipeline import run_audit
 from honestci.audit.policy import GATE_ORDER, THRESHOLDS, TIGHTENS, Verdict
 from honestci.audit.stats.winrate import ALL_METHODS, winrate_ci
 
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
 #: The auditor's policy for a study without human labels: every gate the synthetic study can feed.
 AUDITOR_GATES = ["enough_clusters", "ci_low_clears_bar", "valid_verdicts", "comparison_valid",
                  "claimed_figures_reproduce", "position_bias"]  # fmt: skip
@@ -106,19 +108,11 @@ def test_an_audit_that_exits_0_satisfies_the_auditors_policy(
         )
 
 
-def test_the_property_can_see_a_pass():
+def test_the_property_can_see_a_pass(tmp_path):
     """The property is not vacuous: the unmutated claim passes the auditor's policy at a low bar."""
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        claim_path = write_study(folder, study_rows(), claim_dict(bar=0.3))
-        (folder / "policy.yaml").write_text(yaml.safe_dump(AUDITOR_POLICY))
-        result = run_audit(claim_path, policy=load_policy(folder / "policy.yaml"), bayes=False)
-        assert result.exit_code() == 0, [
-            (g.name, str(g.verdict), g.message) for g in result.gates if g.name in result.required_gates
-        ]
-
-
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+    claim_path = write_study(tmp_path, study_rows(), claim_dict(bar=0.3))
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(AUDITOR_POLICY))
+    result = run_audit(claim_path, policy=load_policy(tmp_path / "policy.yaml"), bayes=False)
+    assert result.exit_code() == 0, [
+        (g.name, str(g.verdict), g.message) for g in result.gates if g.name in result.required_gates
+    ]

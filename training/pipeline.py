@@ -28,7 +28,7 @@ import pandas as pd
 
 from honestci.audit.data.claims import load_claim
 from honestci.audit.errors import HonestCIError, InputError
-from honestci.audit.policy import GATE_METHOD_FOR_POPULATION, GateResult, Policy, Verdict
+from honestci.audit.policy import GateResult, Policy, Verdict
 from honestci.training.config import build_config, load_config, require
 
 CARD_START = "<!-- honestci:figures:start -->"
@@ -240,7 +240,7 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
         judgments=empty_judgments,
         corpus=load_table(paths["corpus"], "corpus"),
     )
-    context = AuditContext(claim, study, None, None, GATE_METHOD_FOR_POPULATION[job.population], None, None, ())
+    context = AuditContext(claim, study, None, None, claim.policy.gate_method(job.population), None, None, ())
     try:
         context.checks["leakage"] = leakage_check(context)
     except (AttributeError, TypeError) as exc:

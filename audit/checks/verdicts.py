@@ -46,10 +46,6 @@ class VerdictValidity:
     #: Every judge of the study: judge, judgments, invalid ones (for imbalance between judges).
     by_judge: tuple[dict, ...] = ()
 
-    @property
-    def share(self) -> float:
-        return self.n_invalid_contests / self.n_contests if self.n_contests else 0.0
-
     def to_frame(self) -> pd.DataFrame:
         """One row per judge of the study: judgments and invalid verdicts."""
         return pd.DataFrame(list(self.by_judge), columns=["judge", "judgments", "invalid"])

@@ -27,6 +27,7 @@ from honestci.audit.errors import InputError, Problem
 from honestci.audit.policy import (
     CERTIFIED_GATE_METHODS,
     THRESHOLDS,
+    InvalidScoring,
     Policy,
     known_gates,
     known_thresholds,
@@ -49,7 +50,7 @@ class PolicySpec(BaseModel):
     thresholds: dict[str, float | int | str] = Field(default_factory=dict)
     gate_methods: dict[str, str] = Field(default_factory=dict)
     required_gates: tuple[str, ...] | None = None
-    invalid_verdicts: Literal["against_claim", "tie", "exclude"] = "against_claim"
+    invalid_verdicts: InvalidScoring = "against_claim"
 
     @field_validator("thresholds")
     @classmethod

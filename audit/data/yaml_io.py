@@ -26,8 +26,12 @@ MAX_BYTES = 4 * 1024 * 1024
 class StrictSafeLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses duplicate keys, deep nesting and alias bombs."""
 
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0  # of the node being composed
+
     def compose_node(self, parent, index):
-        depth = getattr(self, "_depth", 0) + 1
+        depth = self._depth + 1
         if depth > MAX_DEPTH:
             raise yaml.composer.ComposerError(
                 None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark
