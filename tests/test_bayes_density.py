@@ -272,6 +272,76 @@ def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
     assert outcome == {"sampler": "nutpie", "imported": []}
 
 
+_COLD_IMPORT = (
+    "import numpy as np, honestci.audit.stats.bayes_density as b\n"
+    "packed = b.pack([0, 1], [.5, -.5], [0, 0], [0, 0], [1., 1.], [1., 0.], 2, 1, 1, True, 0., 1.)\n"
+    "print(float(b.logp_and_gradient(packed, np.zeros(5))[0]))\n"
+)
+
+
+def _blocked_flock_waiters(lock: Path) -> set[int]:
+    """PIDs waiting (``->`` lines of /proc/locks) for an flock on ``lock``'s inode."""
+    inode = str(lock.stat().st_ino)
+    waiters = set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" in fields and fields[fields.index("->") + 1] == "FLOCK":
+            pid, device_inode = fields[fields.index("->") + 4], fields[fields.index("->") + 5]
+            if device_inode.rsplit(":", 1)[-1] == inode:
+                waiters.add(int(pid))
+    return waiters
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads waiting locks from Linux's /proc/locks")
+def test_gufuncs_compile_into_a_cold_cache_one_process_at_a_time(tmp_path):
+    """numba issue #10128: a gufunc's kernel and wrapper written by two processes segfault on load.
+    While another process holds the compile lock, a process importing the kernels into a cold
+    cache waits for it, writing nothing; once released it compiles, saves and computes."""
+    import fcntl
+    import time
+
+    from honestci.audit.stats.numba_cache import LOCK_NAME
+
+    cache = tmp_path / "numba-cache"
+    cache.mkdir()
+    lock = cache / LOCK_NAME
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), NUMBA_CACHE_DIR=str(cache))
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        child = subprocess.Popen(
+            [sys.executable, "-c", _COLD_IMPORT], env=env, cwd=tmp_path, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while child.pid not in _blocked_flock_waiters(lock):
+                assert child.poll() is None, "the cold import finished without waiting for the compile lock"
+                assert time.monotonic() < deadline, "the cold import never asked for the compile lock"
+                time.sleep(0.05)
+            assert not list(cache.rglob("*.nbc"))
+        except BaseException:
+            child.kill()
+            raise
+    stdout, _ = child.communicate(timeout=300)
+    assert child.returncode == 0
+    assert np.isfinite(float(stdout.split()[-1]))
+    assert any(path.name.startswith("guf-") for path in cache.rglob("*.nbc"))
+
+
+@pytest.mark.slow
+def test_concurrent_cold_imports_leave_a_cache_every_process_loads(tmp_path):
+    """Three processes fill one cold cache at once (how parallel test workers start on a fresh
+    clone); all succeed, and a fourth loads every kernel from what they left."""
+    for round_ in range(2):
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), NUMBA_CACHE_DIR=str(tmp_path / f"cache-{round_}"))
+        children = [
+            subprocess.Popen([sys.executable, "-c", _COLD_IMPORT], env=env, cwd=tmp_path, stdout=subprocess.PIPE)
+            for _ in range(3)
+        ]
+        assert [child.wait(timeout=300) for child in children] == [0, 0, 0]
+        warm = subprocess.run([sys.executable, "-c", _COLD_IMPORT], env=env, cwd=tmp_path, capture_output=True)
+        assert warm.returncode == 0, warm.stderr
+
+
 FINGERPRINTED_SOURCE = '''
 def build(x, scale: float = 1.5):
     """The model."""
