@@ -29,6 +29,16 @@ Estimands, per posterior draw s (``expit`` = inverse logit, ``eta_vrj = mu + u_v
 * the order effect on the probability scale: the same averages of expit(. + beta/2) - expit(. - beta/2),
   and beta itself (logit scale).
 
+Contest scores (what the audit fits, :func:`fit_contest_scores_hierarchical`). The per-verdict
+rate above is not the audit's estimand: with ties it lies above the both-orders contest score
+(1 win both, 0 lose both, 1/2 otherwise) by up to several points. The same model, fed contest
+cells (:func:`aggregate_contest_cells`: 2 trials and 2 sum(s) wins per contest, order 0, scaled by
+the quasi-binomial dispersion), has E[s | v] = expit(mu + u_v + a_r + b_j), and the same estimand
+code (with beta = 0) gives the contest-score rates of :mod:`honestci.audit.stats.estimands`.
+
+Posterior predictive check: run in every converged fit, per (vignette, run, judge); when it flags
+a group the win rates are withheld (None, INCONCLUSIVE, the reason in ``withheld``).
+
 References: Gelman & Hill (2007) ch. 14 (multilevel logistic regression); Gelman (2006), "Prior
 distributions for variance parameters in hierarchical models", Bayesian Analysis 1(3);
 Vehtari, Gelman, Simpson, Carpenter & Bürkner (2021), "Rank-normalization, folding, and
@@ -1220,7 +1230,8 @@ def fit_winrate_hierarchical(
     BayesWinRateResult
         Verdict INCONCLUSIVE with all estimates None when R-hat, ESS or divergences miss the
         thresholds in :class:`honestci.audit.policy.Thresholds`; INCONCLUSIVE (estimates kept) below
-        ``min_clusters`` vignettes; otherwise PASS/FAIL against ``bar`` (PASS without a bar),
+        ``min_clusters`` vignettes; INCONCLUSIVE with the win rates withheld (None, the reason in
+        ``withheld``) when the posterior predictive check flags a group; otherwise PASS/FAIL against ``bar`` (PASS without a bar),
         at least WARN below ``few_clusters`` vignettes or when another prior flips the
         decision.
 
