@@ -149,7 +149,9 @@ def gate_valid_verdicts(result: VerdictValidity | None) -> GateResult:
 
 def gate_sampler_converged(bayes: BayesCheck | None) -> GateResult:
     """``sampler_converged``: PASS when R-hat, bulk/tail ESS and divergences meet the thresholds
-    the fit was judged by; INCONCLUSIVE when they do not, or when the Bayesian model was disabled."""
+    the fit was judged by and the posterior predictive check flags nothing; INCONCLUSIVE when
+    they do not (a flagged check withholds the Bayesian win rates, the reason in the message), or
+    when the Bayesian model was disabled."""
     if bayes is None:
         return GateResult(
             "sampler_converged", Verdict.INCONCLUSIVE, "not run: the Bayesian model was disabled", ran=False
@@ -164,6 +166,13 @@ def gate_sampler_converged(bayes: BayesCheck | None) -> GateResult:
         "draws": d.draws,
         "sampler": result.sampler,
     }
+    if d.converged and result.withheld:
+        return GateResult(
+            "sampler_converged",
+            Verdict.INCONCLUSIVE,
+            f"the chains converged, but the Bayesian win rate is withheld: {result.withheld}",
+            evidence,
+        )
     if d.converged:
         return GateResult(
             "sampler_converged",

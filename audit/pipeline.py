@@ -469,6 +469,11 @@ def _bayes_summary(bayes: BayesCheck) -> dict:
         "ess_tail_min": d.ess_tail_min,
         "divergences": d.divergences,
         "converged": r.converged,
+        "estimand": "contest score (both orders), equal vignette weight",
+        "dispersion_phi": r.dispersion,
+        "ppc_groups_flagged": None if r.ppc is None else int(r.ppc.flagged.sum()),
+        "ppc_groups": None if r.ppc is None else int(r.ppc.flagged.size),
+        "withheld": r.withheld or None,
         "message": r.message,
         "runtime_seconds": r.runtime_seconds,
     }
@@ -489,10 +494,13 @@ def _bayes_summary(bayes: BayesCheck) -> dict:
 def _fit_bayes(
     contests: ContestTable, bar: float, level: float, seed: int, reference: IntervalResult, invalid: str
 ) -> BayesCheck:
-    from honestci.audit.stats.bayes import fit_winrate_hierarchical_frame
+    from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
 
-    result = fit_winrate_hierarchical_frame(
-        contests.per_order_outcomes(invalid=invalid), bar=bar, level=level, seed=seed
+    # The contest scores every interval reads, invalid verdicts scored as the audit policy says:
+    # the Bayesian figures are then the same estimands (equal-weight contest-score rates).
+    scored = contests.scores("both_orders", invalid=invalid)
+    result = fit_contest_scores_hierarchical(
+        scored.clusters, scored.values, run=scored.frame["run"].to_numpy(), bar=bar, level=level, seed=seed
     )
     common: dict[str, Any] = dict(
         level=level,
@@ -506,7 +514,7 @@ def _fit_bayes(
     rows = []
     for population, summary in (("these_vignettes", result.winrate_these), ("new_vignettes", result.winrate_new)):
         label = "Bayesian hierarchical (posterior median, equal-tailed)"
-        if summary is None:
+        if summary is None:  # not converged, or withheld by the posterior predictive check
             rows.append(
                 IntervalResult(
                     "bayes_hierarchical",

@@ -165,9 +165,10 @@ def render_markdown(report: Report) -> str:
         )
     bayes = data.get("bayes")
     if bayes:
-        lines += ["", "## Bayesian hierarchical model", ""] + [
-            f"- {k}: {fmt(v)}" for k, v in bayes.items() if not isinstance(v, (list, dict))
-        ]
+        lines += ["", "## Bayesian hierarchical model", ""]
+        if bayes.get("withheld"):
+            lines += [f"**The Bayesian win rate is withheld**: {md(bayes['withheld'])}.", ""]
+        lines += [f"- {k}: {fmt(v)}" for k, v in bayes.items() if not isinstance(v, (list, dict))]
     lines += claimed_section(data)
     for section in data.get("sections", []):
         lines += section_markdown(section)
