@@ -230,8 +230,9 @@ def gate_comparison_valid(comparisons: Iterable[ComparisonCheck]) -> GateResult:
 
 def gate_claimed_figures_reproduce(audit: ClaimedFigureAudit | None) -> GateResult:
     """``claimed_figures_reproduce``: FAIL when a stated figure does not reproduce from the raw data
-    or its method is misnamed, WARN when it is presented misleadingly (an unlabelled iid interval
-    on clustered data, one table mixing interval methods); PASS when no figures are claimed."""
+    or its method is misnamed, WARN when it is presented misleadingly (an iid interval on clustered
+    data, unlabelled or labelled: "reproduces, but the method ignores clustering"; one table mixing
+    interval methods); PASS when the figures reproduce by an honest method or none are claimed."""
     if audit is None:
         return GateResult("claimed_figures_reproduce", Verdict.PASS, "no figures are claimed")
     flags = audit.all_flags()
@@ -365,10 +366,24 @@ def gate_position_bias(result: PositionBiasResult | None, thresholds: Thresholds
 # --- the evidence behind the checkpoint -------------------------------------------------------
 
 
-def gate_winners_curse(result: SelectionAnalysis | None, thresholds: Thresholds = THRESHOLDS) -> GateResult:
-    """``winners_curse``: FAIL when the claim's evidence is the pool its policy was selected on;
-    WARN when the policy's held-out win rate falls more than ``winners_curse_shrinkage_warn``
-    below its selection estimate; INCONCLUSIVE without a selection pool; PASS otherwise."""
+def gate_winners_curse(result: SelectionAnalysis | None, bar: float, thresholds: Thresholds = THRESHOLDS) -> GateResult:
+    """``winners_curse``: the claim's policy against the selection among candidates it may have won.
+
+    - FAIL when the policy is a candidate and the claim's evidence includes the selection pool
+      (the pool it was selected on), or when it is the selected candidate (the winner) and the
+      AKM hybrid interval for the winner's rate lies entirely below the claim's ``bar``;
+    - INCONCLUSIVE when it is the winner and no hybrid interval can be formed (the reason is
+      given), or the hybrid interval reaches below the bar (CI-low < bar <= CI-high): selection
+      corrected, the selection pool cannot show the winner clears the bar;
+    - WARN when its held-out win rate falls more than ``winners_curse_shrinkage_warn`` below its
+      selection estimate;
+    - PASS when none of these holds: the winner's hybrid CI-low clears the bar
+      (:func:`honestci.audit.policy.clears_bar`), or the policy is not the selected candidate
+      (the correction concerns the winner, not it);
+    - INCONCLUSIVE ("not run") without a selection pool.
+
+    The worst verdict of those that hold is returned, with its messages.
+    """
     if result is None:
         return GateResult(
             "winners_curse",
@@ -377,58 +392,92 @@ def gate_winners_curse(result: SelectionAnalysis | None, thresholds: Thresholds 
             ran=False,
         )
     inference, shrinkage_warn = result.inference, thresholds.winners_curse_shrinkage_warn
+    hybrid = (None, None) if inference is None else inference.hybrid_ci
+    selection = result.selection
     evidence = {
-        "winner": inference.winner,
-        "naive": inference.naive_estimate,
-        "median_unbiased": inference.median_unbiased,
+        "winner": result.winner,
+        "naive": result.naive_estimate,
+        "median_unbiased": None if inference is None else inference.median_unbiased,
         "heldout": None if result.heldout is None else result.heldout.estimate,
         "policy_is_candidate": result.policy_is_candidate,
         "claim_uses_selection_pool": result.claim_uses_selection_pool,
         "shrinkage_warn": shrinkage_warn,
+        "hybrid_ci_low": hybrid[0],
+        "hybrid_ci_high": hybrid[1],
+        "bar": bar,
+        "policy_is_winner": result.policy_is_winner,
+        "n_vignettes": selection.n_clusters,
+        "covariance_shrinkage": selection.shrinkage,
+        "inference_note": result.inference_note,
     }
+    n_candidates = len(selection.candidates)
     if result.policy_is_candidate and result.claim_uses_selection_pool:
         return GateResult(
             "winners_curse",
             Verdict.FAIL,
-            f"{result.policy} was selected among {len(inference.candidates)} candidates on the "
+            f"{result.policy} was selected among {n_candidates} candidates on the "
             "selection pool, and the claim's contests include that pool: evaluate it on a fresh "
             "held-out pool only",
             evidence,
         )
-    if result.policy_is_candidate:
-        if result.policy_selection_estimate is None or result.policy_heldout_estimate is None:
-            return GateResult(
-                "winners_curse",
-                Verdict.INCONCLUSIVE,
-                f"{result.policy} lacks a selection or held-out estimate",
-                evidence,
-            )
-        drop = result.policy_selection_estimate - result.policy_heldout_estimate
-        evidence["policy_shrinkage"] = drop
-        if drop > shrinkage_warn:
-            return GateResult(
-                "winners_curse",
-                Verdict.WARN,
-                f"held-out {result.policy_heldout_estimate:.3f} falls {drop:.3f} below the selection "
-                f"estimate {result.policy_selection_estimate:.3f} (> {shrinkage_warn:g})",
-                evidence,
-            )
+    if not result.policy_is_candidate:
         return GateResult(
             "winners_curse",
             Verdict.PASS,
-            f"claim rests on the held-out pool; shrinkage {drop:+.3f} from selection",
+            f"the claim's policy is not among the {n_candidates} selection candidates "
+            f"(winner {result.winner}: naive {result.naive_estimate:.3f}"
+            + ("" if inference is None else f", AKM {inference.median_unbiased:.3f}")
+            + ("" if result.heldout is None else f", held-out {result.heldout.estimate:.3f}")
+            + ")",
             evidence,
         )
-    return GateResult(
-        "winners_curse",
-        Verdict.PASS,
-        f"the claim's policy is not among the {len(inference.candidates)} selection candidates "
-        f"(winner {inference.winner}: naive {inference.naive_estimate:.3f}, AKM "
-        f"{inference.median_unbiased:.3f}"
-        + ("" if result.heldout is None else f", held-out {result.heldout.estimate:.3f}")
-        + ")",
-        evidence,
-    )
+    findings: list[tuple[Verdict, str]] = []
+    if result.policy_is_winner:
+        if inference is None:
+            findings.append(
+                (Verdict.INCONCLUSIVE, f"no selection-corrected interval for {result.policy}: {result.inference_note}")
+            )
+        else:
+            interval = f"AKM hybrid {inference.level:.0%} interval [{hybrid[0]:.3f}, {hybrid[1]:.3f}]"
+            if hybrid[1] < bar:
+                findings.append(
+                    (
+                        Verdict.FAIL,
+                        f"{result.policy}, the best of {n_candidates}: {interval} lies below the bar {bar:.3f}",
+                    )
+                )
+            elif not clears_bar(hybrid[0], bar):
+                findings.append(
+                    (
+                        Verdict.INCONCLUSIVE,
+                        f"{result.policy}, the best of {n_candidates}: {interval} reaches below the bar {bar:.3f}; "
+                        "corrected for the selection, the selection pool cannot show it clears the bar",
+                    )
+                )
+            else:
+                findings.append(
+                    (
+                        Verdict.PASS,
+                        f"{interval} for {result.policy}, the best of {n_candidates}, clears the bar {bar:.3f}",
+                    )
+                )
+    if result.policy_selection_estimate is None or result.policy_heldout_estimate is None:
+        findings.append((Verdict.INCONCLUSIVE, f"{result.policy} lacks a selection or held-out estimate"))
+    else:
+        drop = result.policy_selection_estimate - result.policy_heldout_estimate
+        evidence["policy_shrinkage"] = drop
+        if drop > shrinkage_warn:
+            findings.append(
+                (
+                    Verdict.WARN,
+                    f"held-out {result.policy_heldout_estimate:.3f} falls {drop:.3f} below the selection "
+                    f"estimate {result.policy_selection_estimate:.3f} (> {shrinkage_warn:g})",
+                )
+            )
+        else:
+            findings.append((Verdict.PASS, f"claim rests on the held-out pool; shrinkage {drop:+.3f} from selection"))
+    verdict = worst([v for v, _ in findings])
+    return GateResult("winners_curse", verdict, "; ".join(m for v, m in findings if v == verdict), evidence)
 
 
 def gate_leakage(scan: LeakageScan | None) -> GateResult:
@@ -552,7 +601,7 @@ def _position_bias(context: AuditContext) -> GateResult:
 
 
 def _winners_curse(context: AuditContext) -> GateResult:
-    return gate_winners_curse(context.checks.get("winners_curse"), context.claim.thresholds)
+    return gate_winners_curse(context.checks.get("winners_curse"), context.claim.spec.bar, context.claim.thresholds)
 
 
 def _leakage(context: AuditContext) -> GateResult:

@@ -85,6 +85,12 @@ class Thresholds:
     #: Winner's curse: WARN when a selected candidate's held-out win rate falls more than this
     #: (absolute) below its selection-pool estimate (the seed project's best-of-N fell ~0.1).
     winners_curse_shrinkage_warn: float = 0.05
+    #: Winner's curse: the candidates' covariance Σ (sample covariance of their vignette means,
+    #: over G) is shrunk toward its diagonal (Ledoit & Wolf 2004) when K >= G - 1 candidates make
+    #: it singular or nearly so, or when the condition number of their sample correlation matrix
+    #: exceeds this. 1e4: a correlation matrix whose extreme eigenvalues differ by four orders of
+    #: magnitude is, from a few dozen vignettes, mostly sampling noise in its smallest directions.
+    winners_curse_max_condition: float = 1e4
     #: Leakage: an eval answer counts as leaked when at least this fraction of its word n-grams
     #: occurs in the training corpus (or its whole text occurs when it is shorter than n words).
     leakage_min_overlap: float = 0.5

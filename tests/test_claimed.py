@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import yaml
 
-from honestci.audit.checks.claimed import audit_claimed_figures, audit_claimed_table, reproduces, stated_decimals
+from honestci.audit.checks.claimed import (
+    IID_FLAG_DEFF,
+    audit_claimed_figures,
+    audit_claimed_table,
+    reproduces,
+    stated_decimals,
+)
 from honestci.audit.gates import gate_claimed_figures_reproduce
 from honestci.audit.policy import Verdict
 from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
@@ -37,9 +43,30 @@ def test_stated_rounding():
     assert reproduces(0.77649, 0.776) and not reproduces(0.7766, 0.776)
 
 
-def test_a_labelled_wilson_interval_reproduces_and_passes(clustered_table):
+def test_a_labelled_wilson_interval_reproduces_but_warns_that_it_ignores_clustering(clustered_table):
     audit = audit_claimed_figures(_stated(clustered_table, "wilson"), clustered_table)
     assert "wilson" in audit.reproducing_methods and "cr2" not in audit.reproducing_methods
+    assert audit.design_effect >= IID_FLAG_DEFF
+    gate = gate_claimed_figures_reproduce(audit)
+    assert gate.verdict == Verdict.WARN and "reproduces, but the method ignores clustering" in gate.message
+    assert "'wilson'" in gate.message and "unlabelled" not in gate.message
+
+
+@pytest.mark.parametrize("method", ["cr2", "cr2_logit"])
+def test_a_labelled_clustered_interval_reproduces_and_passes(clustered_table, method):
+    audit = audit_claimed_figures(_stated(clustered_table, method), clustered_table)
+    gate = gate_claimed_figures_reproduce(audit)
+    assert gate.verdict == Verdict.PASS and method in gate.message
+
+
+def test_a_labelled_wilson_interval_passes_when_contests_barely_cluster():
+    # 60 vignettes with no vignette effect: design effect near 1 (< IID_FLAG_DEFF), Wilson is fine.
+    rng = np.random.default_rng(11)
+    clusters = np.repeat(np.arange(60), 10)
+    scores = (rng.random((2, clusters.size)) < 0.8).mean(axis=0)
+    table = winrate_table(scores, clusters, methods=ALL_METHODS, seed=1)
+    audit = audit_claimed_figures(_stated(table, "wilson"), table)
+    assert audit.design_effect < IID_FLAG_DEFF
     assert gate_claimed_figures_reproduce(audit).verdict == Verdict.PASS
 
 
@@ -73,7 +100,7 @@ def test_a_table_mixing_methods_is_flagged(clustered_table):
     same = audit_claimed_table(
         headline, {"other": audit_claimed_figures(_stated(clustered_table, "wilson"), clustered_table)}
     )
-    assert gate_claimed_figures_reproduce(same).verdict == Verdict.PASS
+    assert not same.table_flags  # one method: no table flag (each Wilson row still warns on its own)
     mixed = audit_claimed_table(
         headline, {"other": audit_claimed_figures(_stated(clustered_table, "cr2"), clustered_table)}
     )

@@ -219,5 +219,7 @@ def test_best_of_n_claimed_on_the_heldout_pool_is_not_a_winners_curse_failure(tm
     honestci("audit", path, "--out", tmp_path / "out", "--no-bayes", "--allow-outside-data")
     verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
     gate = next(g for g in verdict["gates"] if g["gate"] == "winners_curse")
-    assert gate["verdict"] in ("PASS", "WARN"), gate
+    # Not a FAIL (the evidence is fresh), but with 8 candidates on 6 vignettes the AKM hybrid
+    # interval for the selected candidate reaches below the bar 0.608: the gate cannot pass it.
+    assert gate["verdict"] == "INCONCLUSIVE" and "reaches below the bar" in gate["message"], gate
     assert verdict["contests"]["n"] == 60 and verdict["contests"]["dropped"]["not_in_pool_heldout"] == 60

@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
+from scipy import special, stats
 
 from honestci.audit.checks.selection import (
     analyse_selection,
+    candidate_winner_inference,
+    ledoit_wolf_diagonal,
     selection_covariance,
     selection_null,
     selection_truncation,
@@ -23,7 +25,7 @@ from honestci.audit.checks.selection import (
 from honestci.audit.data.claims import load_claim
 from honestci.audit.data.contests import ContestTable
 from honestci.audit.data.io import load_study
-from honestci.audit.errors import InputError
+from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.gates import gate_winners_curse, run_gate
 from honestci.audit.policy import Verdict
 
@@ -275,48 +277,168 @@ def test_akm_coverage_slow_tier(n_candidates):
     assert cov["hybrid"] >= 0.95 - slack
 
 
+def _coverage_estimated_sigma(n_vignettes, n_candidates, reps, seed, per=10, n_draws=20_000):
+    """Coverage of the winner's true new-vignette rate with Σ estimated from the vignette means.
+
+    K candidates of equal true rate 0.75 (the selection the winner's curse is largest for), G
+    vignettes with a shared logit effect (sd 0.6) and a candidate-by-vignette one (sd 0.3), so
+    candidates correlate through their vignettes; ``per`` contests per vignette, each judged in
+    both orders. The path is the audit's: :func:`selection_covariance` (equal-weight rates,
+    Ledoit-Wolf shrinkage when it applies) and :func:`candidate_winner_inference`.
+    """
+    from scipy import optimize
+    from scipy.special import expit
+
+    from honestci.audit.checks.selection import candidate_winner_inference
+    from honestci.audit.stats.estimands import new_vignette_rate
+
+    rng = np.random.default_rng(seed)
+    shared_sd, own_sd = 0.6, 0.3
+    total_sd = math.hypot(shared_sd, own_sd)
+    # truth: θ_new = E[expit(μ + σZ)] (a contest score with no ties or order effect has mean expit(η))
+    mu = optimize.brentq(lambda m: new_vignette_rate(m, total_sd) - 0.75, -10, 10)
+    truth = new_vignette_rate(mu, total_sd)
+    clusters = np.repeat(np.arange(n_vignettes), per)
+    counts = dict.fromkeys(("covered", "low_above", "high_below", "naive_covered", "shrunk"), 0)
+    for _ in range(reps):
+        eta = mu + rng.normal(0, shared_sd, (n_vignettes, 1)) + rng.normal(0, own_sd, (n_vignettes, n_candidates))
+        y = (rng.random((2, clusters.size, n_candidates)) < expit(eta)[clusters]).mean(axis=0)
+        est = selection_covariance({f"c{j}": (y[:, j], clusters) for j in range(n_candidates)})
+        r = candidate_winner_inference(est, seed=rng, n_draws=n_draws)
+        low, high = r.hybrid_ci
+        counts["covered"] += low <= truth <= high
+        counts["low_above"] += low > truth
+        counts["high_below"] += high < truth
+        counts["naive_covered"] += r.naive_ci[0] <= truth <= r.naive_ci[1]
+        counts["shrunk"] += est.shrinkage_reason is not None
+    return {key: value / reps for key, value in counts.items()}
+
+
+# ---------------------------------------------------------------------------- covariance of the candidates
+
+
+def _ledoit_wolf_by_loops(rows):
+    """ρ̂ of Ledoit & Wolf (2004, sec. 3.2) with target diag(S), written term by term."""
+    n, k = len(rows), len(rows[0])
+    means = [sum(r[i] for r in rows) / n for i in range(k)]
+    y = [[r[i] - means[i] for i in range(k)] for r in rows]
+    s = [[sum(y[t][i] * y[t][j] for t in range(n)) / n for j in range(k)] for i in range(k)]
+    delta = sum(s[i][j] ** 2 for i in range(k) for j in range(k) if i != j)
+    beta = sum((y[t][i] * y[t][j] - s[i][j]) ** 2 for t in range(n) for i in range(k) for j in range(k) if i != j)
+    return min(beta / n**2, delta) / delta
+
+
+@pytest.mark.parametrize("shape, seed", [((6, 8), 1), ((12, 3), 2), ((30, 10), 3)])
+def test_ledoit_wolf_intensity_matches_the_formula_term_by_term(shape, seed):
+    rng = np.random.default_rng(seed)
+    rows = rng.normal(size=shape) + rng.normal(size=(shape[0], 1))  # correlated columns
+    assert ledoit_wolf_diagonal(rows) == pytest.approx(_ledoit_wolf_by_loops(rows.tolist()), rel=1e-12)
+
+
+def test_ledoit_wolf_intensity_bounds():
+    rng = np.random.default_rng(5)
+    # independent columns, few rows: the off-diagonal covariances are mostly noise, ρ̂ near 1
+    assert ledoit_wolf_diagonal(rng.normal(size=(6, 10))) > 0.5
+    # one strong common factor over many rows: the correlations are real, ρ̂ near 0
+    rows = rng.normal(size=(400, 1)) * 3 + rng.normal(size=(400, 4))
+    assert ledoit_wolf_diagonal(rows) < 0.05
+
+
+def _vignette_scores(rng, n_candidates, n_vignettes, sizes):
+    clusters = np.repeat(np.arange(n_vignettes), sizes)
+    return {f"c{j}": (rng.integers(0, 3, clusters.size) / 2, clusters) for j in range(n_candidates)}
+
+
+def test_selection_covariance_weights_vignettes_equally_on_the_common_vignettes():
+    rng = np.random.default_rng(4)
+    scores = _vignette_scores(rng, 3, 10, rng.integers(2, 30, 10))  # unequal sizes
+    values, clusters = scores["c2"]
+    scores["c2"] = (np.append(values, [1.0, 1.0]), np.append(clusters, [99, 99]))  # a vignette only c2 has
+    est = selection_covariance(scores)
+    # pandas: per-vignette means over the common vignettes, then their column means and covariance / G
+    wide = pd.DataFrame({name: pd.Series(v).groupby(c).mean() for name, (v, c) in scores.items()}).dropna()
+    assert est.n_clusters == 10 and est.n_vignettes_dropped == 1 and est.shrinkage_reason is None
+    np.testing.assert_allclose(est.estimates, wide.mean().to_numpy(), rtol=1e-12)
+    np.testing.assert_allclose(est.covariance, wide.cov().to_numpy() / 10, rtol=1e-12)
+
+
+def test_selection_covariance_shrinks_toward_the_diagonal_when_candidates_outnumber_vignettes():
+    rng = np.random.default_rng(6)
+    scores = _vignette_scores(rng, 8, 6, 10)
+    est = selection_covariance(scores)
+    wide = pd.DataFrame({name: pd.Series(v).groupby(c).mean() for name, (v, c) in scores.items()})
+    sample = wide.cov().to_numpy()
+    rho = ledoit_wolf_diagonal(wide.to_numpy())
+    assert est.shrinkage == rho and 0 < rho <= 1 and "K >= G - 1" in est.shrinkage_reason
+    assert est.condition_number == math.inf  # 8 candidates, 6 vignettes: rank <= 5
+    np.testing.assert_allclose(est.covariance, ((1 - rho) * sample + rho * np.diag(np.diag(sample))) / 6)
+    assert np.linalg.eigvalsh(est.covariance)[0] > 0  # positive definite once shrunk
+
+
+def test_selection_covariance_shrinks_an_ill_conditioned_estimate():
+    rng = np.random.default_rng(7)
+    scores = _vignette_scores(rng, 3, 40, 10)
+    values, clusters = scores["c0"]
+    scores["c1"] = (values + 1e-4 * rng.normal(size=values.size), clusters)  # nearly a copy of c0
+    est = selection_covariance(scores, max_condition=1e4)
+    assert est.condition_number > 1e4 and "condition number" in est.shrinkage_reason and est.shrinkage > 0
+    assert selection_covariance(scores, max_condition=math.inf).shrinkage_reason is None
+
+
+def test_selection_covariance_needs_two_common_vignettes():
+    scores = {"a": (np.array([1.0, 0.0]), np.array([1, 2])), "b": (np.array([1.0, 0.5]), np.array([2, 3]))}
+    with pytest.raises(EstimationError, match="share 1 vignette"):
+        selection_covariance(scores)
+
+
+def test_one_candidate_gives_the_t_interval_on_the_logit_scale():
+    # K = 1: no selection; the interval is expit(logit x ± t_{G-1} · se_logit), se_logit = se / (x(1 - x)).
+    rng = np.random.default_rng(8)
+    scores = _vignette_scores(rng, 1, 7, 12)
+    est = selection_covariance(scores)
+    r = candidate_winner_inference(est, seed=1, n_draws=20_000)
+    x = est.estimates[0]
+    se_logit = math.sqrt(est.covariance[0, 0]) / (x * (1 - x))
+    half = stats.t.ppf(0.975, 6) * se_logit
+    expected = special.expit([special.logit(x) - half, special.logit(x) + half])
+    np.testing.assert_allclose(r.naive_ci, expected, rtol=1e-10)
+    np.testing.assert_allclose(r.conditional_ci, expected, rtol=1e-7)
+    assert r.median_unbiased == pytest.approx(x, rel=1e-9)
+
+
+def test_a_winner_that_won_everything_has_no_logit_interval():
+    clusters = np.repeat(np.arange(6), 5)
+    rng = np.random.default_rng(9)
+    est = selection_covariance({"a": (np.ones(30), clusters), "b": (rng.integers(0, 3, 30) / 2, clusters)})
+    with pytest.raises(EstimationError, match="won every contest"):
+        candidate_winner_inference(est)
+
+
+# ---------------------------------------------------------------------------- coverage, Σ estimated
+
+
+@pytest.mark.coverage
+def test_hybrid_coverage_with_estimated_covariance_fast_tier():
+    """The worst cell of the slow grid below (G = 6, K = 10), 100 replications."""
+    reps = 100
+    cov = _coverage_estimated_sigma(6, 10, reps, seed=3060)
+    print(f"G=6 K=10 reps={reps}: {cov}")
+    assert cov["covered"] >= 0.95 - 3 * math.sqrt(0.05 * 0.95 / reps)
+    assert cov["low_above"] <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / reps)
+    assert cov["naive_covered"] < cov["covered"]
+
+
 @pytest.mark.slow
 @pytest.mark.coverage
-def test_akm_coverage_with_clustered_covariance_from_contests():
-    """End to end: contest scores with shared vignette effects, Σ estimated by CR2 (G = 40)."""
-    rng = np.random.default_rng(7)
-    n_cand, n_vig, per = 16, 40, 10
-    hits = {"naive": 0, "conditional": 0, "hybrid": 0}
+@pytest.mark.parametrize("n_vignettes", [6, 12, 30])
+@pytest.mark.parametrize("n_candidates", [3, 10])
+def test_hybrid_coverage_with_estimated_covariance_slow_tier(n_vignettes, n_candidates):
     reps = 400
-    for _ in range(reps):
-        shared = rng.normal(0, 0.6, n_vig)
-        scores = {}
-        for c in range(n_cand):
-            eta = 1.0 + shared[:, None] + rng.normal(0, 0.2, (n_vig, 1))
-            p = 1 / (1 + np.exp(-eta))
-            y = (rng.random((n_vig, per)) < p).astype(float)
-            scores[f"c{c}"] = (y.ravel(), np.repeat(np.arange(n_vig), per))
-        est = selection_covariance(scores)
-        r = winner_inference(est.estimates, est.covariance, seed=1, n_draws=20_000)
-        truth = float(np.mean(1 / (1 + np.exp(-(1.0 + rng.normal(0, 0.6, 200_000))))))
-        # the true mean of each candidate is the same by construction (up to its own vignette draws),
-        # so the target is the superpopulation mean win probability
-        hits["naive"] += r.naive_ci[0] <= truth <= r.naive_ci[1]
-        hits["conditional"] += r.conditional_ci[0] <= truth <= r.conditional_ci[1]
-        hits["hybrid"] += r.hybrid_ci[0] <= truth <= r.hybrid_ci[1]
-    cov = {k: v / reps for k, v in hits.items()}
-    print("clustered contests, N=16, G=40:", cov)
-    assert cov["conditional"] >= 0.90 and cov["naive"] < cov["conditional"]
-
-
-# ---------------------------------------------------------------------------- clustered covariance
-
-
-def test_selection_covariance_cr0_matches_the_hand_formula():
-    rng = np.random.default_rng(4)
-    clusters = np.repeat(np.arange(8), 5)
-    scores = {name: (rng.integers(0, 3, clusters.size) / 2, clusters) for name in ("a", "b", "c")}
-    est = selection_covariance(scores, vcov="CR0")
-    sums = np.array([[np.sum((v - v.mean())[c == g]) for g in range(8)] for v, c in scores.values()])
-    n = np.array([len(v) for v, _ in scores.values()])
-    expected = sums @ sums.T / np.outer(n, n)  # Σ_jk = Σ_g s_gj s_gk / (n_j n_k)
-    np.testing.assert_allclose(est.covariance, expected, rtol=1e-10, atol=1e-14)
-    np.testing.assert_allclose(est.estimates, [v.mean() for v, _ in scores.values()])
+    cov = _coverage_estimated_sigma(n_vignettes, n_candidates, reps, seed=3000 + 10 * n_vignettes + n_candidates)
+    print(f"G={n_vignettes} K={n_candidates} reps={reps}: {cov}")
+    assert cov["covered"] >= 0.95 - 3 * math.sqrt(0.05 * 0.95 / reps)
+    # the gate reads the CI-low: its one-sided error within 3 MC-SE of 2.5%
+    assert cov["low_above"] <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / reps)
 
 
 # ---------------------------------------------------------------------------- the fixture study
@@ -387,7 +509,8 @@ def test_gate_fails_when_the_claim_rests_on_its_selection_pool(tmp_path):
 @pytest.mark.parametrize("policy, verdict", [("grpo-ckpt-8", Verdict.WARN), ("grpo-ckpt-5", Verdict.PASS)])
 def test_gate_on_held_out_evidence_warns_on_material_shrinkage(fixture_study, policy, verdict):
     # A claim resting on the held-out pool only: ckpt-8 scores 0.800 on selection and 0.717 on
-    # held-out (shrinkage 0.083 > 0.05: WARN); ckpt-5 0.800 and 0.800 (PASS).
+    # held-out (shrinkage 0.083 > 0.05: WARN); ckpt-5 0.800 and 0.800 (PASS). A bar of 0.4, below
+    # both winners' hybrid CI-lows (0.49, 0.52 at G = 6, K = 8), isolates the shrinkage rule.
     from honestci.audit.data.contests import build_contests
 
     _claim, study = fixture_study
@@ -397,7 +520,63 @@ def test_gate_on_held_out_evidence_warns_on_material_shrinkage(fixture_study, po
     heldout_only = ContestTable(held, policy, "gpt-4-0314", contests.judge)
     analysis = analyse_selection(study, "gpt-4-0314", "llama-3.1-70b", policy=policy, claim_contests=heldout_only)
     assert analysis.policy_is_candidate and not analysis.claim_uses_selection_pool
-    assert gate_winners_curse(analysis).verdict == verdict
+    gate = gate_winners_curse(analysis, bar=0.4)
+    assert gate.verdict == verdict, gate
+    # both tie at the top of the selection pool: the claim's policy is listed first, so it is the winner
+    assert analysis.policy_is_winner and gate.evidence["hybrid_ci_low"] >= 0.4
+
+
+@pytest.fixture(scope="module")
+def heldout_analysis(fixture_study):
+    """grpo-ckpt-5 claimed on the held-out pool: the selected candidate (tied with ckpt-8)."""
+    from honestci.audit.data.contests import build_contests
+
+    _claim, study = fixture_study
+    contests = build_contests(study, "grpo-ckpt-5", "gpt-4-0314", "llama-3.1-70b")
+    pool = dict(zip(study.responses.frame["response_id"], study.responses.frame["pool"]))
+    held = contests.frame[contests.frame["policy_response"].map(pool) == "heldout"].reset_index(drop=True)
+    heldout_only = ContestTable(held, "grpo-ckpt-5", "gpt-4-0314", contests.judge)
+    return analyse_selection(study, "gpt-4-0314", "llama-3.1-70b", policy="grpo-ckpt-5", claim_contests=heldout_only)
+
+
+@pytest.mark.parametrize(
+    "hybrid, verdict, words",
+    [
+        ((0.65, 0.87), Verdict.PASS, "clears the bar"),
+        ((0.60, 0.87), Verdict.INCONCLUSIVE, "reaches below the bar"),
+        ((0.40, 0.60), Verdict.FAIL, "lies below the bar"),
+        ((0.608, 0.87), Verdict.PASS, "clears the bar"),  # at the bar clears it (clears_bar)
+    ],
+)
+def test_gate_reads_the_hybrid_ci_low_of_the_selected_candidate(heldout_analysis, hybrid, verdict, words):
+    from dataclasses import replace
+
+    analysis = replace(heldout_analysis, inference=replace(heldout_analysis.inference, hybrid_ci=hybrid))
+    gate = gate_winners_curse(analysis, bar=0.608)
+    assert gate.verdict == verdict and words in gate.message, gate
+    assert (gate.evidence["hybrid_ci_low"], gate.evidence["hybrid_ci_high"]) == hybrid
+    assert gate.evidence["bar"] == 0.608 and gate.evidence["covariance_shrinkage"] > 0  # 8 candidates, 6 vignettes
+    for key in ("winner", "naive", "median_unbiased", "heldout", "policy_is_candidate", "claim_uses_selection_pool"):
+        assert key in gate.evidence
+
+
+def test_gate_is_inconclusive_with_the_reason_below_min_clusters(fixture_study, heldout_analysis):
+    from dataclasses import replace
+
+    from honestci.audit.policy import Thresholds
+
+    _claim, study = fixture_study
+    analysis = analyse_selection(
+        study, "gpt-4-0314", "llama-3.1-70b", policy="grpo-ckpt-5", thresholds=Thresholds(min_clusters=7)
+    )
+    assert analysis.inference is None and "fewer than 7" in analysis.inference_note
+    held = replace(analysis, claim_uses_selection_pool=False, policy_heldout_estimate=0.8)
+    gate = gate_winners_curse(held, bar=0.608)
+    assert gate.verdict == Verdict.INCONCLUSIVE and "fewer than 7" in gate.message
+    # reusing the selection pool fails whether or not an interval could be formed
+    reused = replace(analysis, claim_uses_selection_pool=True)
+    assert gate_winners_curse(reused, bar=0.608).verdict == Verdict.FAIL
+    assert "No selection-corrected interval" in "\n".join(analysis.report_section().lines)
 
 
 def test_check_returns_none_without_a_selection_pool(fixture_study):

@@ -17,8 +17,10 @@ from honestci.audit.stats import iid
 from honestci.audit.stats.intervals import IntervalTable
 from honestci.audit.stats.winrate import IID_METHODS
 
-#: Design effect from which an unlabelled iid interval counts as presented as the honest one.
-UNLABELLED_IID_DEFF = 2.0
+#: Design effect from which an iid interval on clustered data is flagged: unlabelled, it counts as
+#: presented as the honest one; labelled (``method: wilson``), it reproduces but ignores clustering.
+#: At 2 the iid interval is at most 1/√2 of the clustered width.
+IID_FLAG_DEFF = 2.0
 
 
 def stated_decimals(value: float) -> int:
@@ -121,14 +123,21 @@ def audit_claimed_figures(stated: dict, intervals: IntervalTable) -> ClaimedFigu
         bounds
         and not stated_method
         and all(m in IID_METHODS for m in matched)
-        and reference.design_effect >= UNLABELLED_IID_DEFF
+        and reference.design_effect >= IID_FLAG_DEFF
     ):
         flags.append(
             f"WARN: an unlabelled iid interval ({', '.join(dict.fromkeys(matched))}) is presented while "
             f"contests cluster on {reference.n_clusters} vignettes (design effect "
             f"{reference.design_effect:.1f}, n_effective {reference.n_effective:.1f} of n {n})"
         )
-    if stated.get("n") is not None and n_ok and reference.design_effect >= UNLABELLED_IID_DEFF:
+    elif bounds and stated_method in IID_METHODS and reference.design_effect >= IID_FLAG_DEFF:
+        # the stated method is among the matched here (the branch above took the other case)
+        flags.append(
+            f"WARN: the interval reproduces, but the method ignores clustering: '{stated_method}' treats the "
+            f"{n} contests as independent while they cluster on {reference.n_clusters} vignettes (design effect "
+            f"{reference.design_effect:.1f}, n_effective {reference.n_effective:.1f})"
+        )
+    if stated.get("n") is not None and n_ok and reference.design_effect >= IID_FLAG_DEFF:
         # n counted in contests misleads only when the interval beside it does not account for
         # clustering; beside a clustered interval it is a note.
         severity = "NOTE" if stated_method and stated_method not in IID_METHODS else "WARN"

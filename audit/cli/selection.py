@@ -46,13 +46,14 @@ def winners_curse(claim_file, opponent, judge, level, seed, policy_file, out):
         seed=seed,
         policy=spec.policy,
         claim_contests=contests,
+        thresholds=thresholds,
     )
     click.echo("\n".join(analysis.report_section().lines))
     click.echo(analysis.to_frame().to_string(index=False))
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         analysis.to_frame().to_csv(Path(out) / "winners_curse.csv", index=False)
-    exit_by_gate(gate_winners_curse(analysis, thresholds))
+    exit_by_gate(gate_winners_curse(analysis, spec.bar, thresholds))
 
 
 @click.command("leakage")
