@@ -16,6 +16,7 @@ never PASS. Every comparison of an interval's lower bound with a bar goes throug
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 from honestci.audit.checks.calibration import GATE_TIE_POLICY, CalibrationResult
@@ -27,6 +28,7 @@ from honestci.audit.checks.selection import SelectionAnalysis
 from honestci.audit.checks.training_health import TrainingHealth
 from honestci.audit.checks.verdicts import VerdictValidity
 from honestci.audit.policy import GATE_ORDER, THRESHOLDS, GateResult, Thresholds, Verdict, clears_bar, worst
+from honestci.audit.stats.estimands import size_association
 
 # --- the win rate -----------------------------------------------------------------------------
 
@@ -570,9 +572,36 @@ def _ci_low_clears_bar(context: AuditContext) -> GateResult:
             spec.population,
             reason_if_missing=f"method {method} gives no {spec.population} interval",
         )
-    return gate_ci_low_clears_bar(
+    result = gate_ci_low_clears_bar(
         row.ci_low if row.reportable else None, spec.bar, method, spec.population, reason_if_missing=row.note
     )
+    return _with_size_association(result, context)
+
+
+def _with_size_association(result: GateResult, context: AuditContext) -> GateResult:
+    """The bar gate's evidence gains whether vignette sizes are informative (estimands): the gate
+    reads the equal-weight rate either way, and says so when weighting by contests would differ."""
+    if context.contests is None:
+        return result
+    scored = context.contests.scores("both_orders", invalid=context.claim.policy.invalid_verdicts)
+    sizes = size_association(scored.values, scored.clusters)
+    alpha = context.claim.thresholds.informative_sizes_alpha
+    evidence = {
+        **result.evidence,
+        "sizes_kendall_tau": sizes.tau,
+        "sizes_p_value": sizes.p_value,
+        "equal_weight_rate": sizes.equal_weight,
+        "contest_weighted_rate": sizes.contest_weighted,
+        "sizes_informative": sizes.informative(alpha),
+    }
+    message = result.message
+    if sizes.informative(alpha):
+        message += (
+            f"; vignette sizes are informative (Kendall tau {sizes.tau:+.2f}, p = {sizes.p_value:.3g}): "
+            f"the pooled share of contests is {sizes.contest_weighted:.3f} against the equal-weight rate "
+            f"{sizes.equal_weight:.3f} the gate reads"
+        )
+    return replace(result, evidence=evidence, message=message)
 
 
 def _valid_verdicts(context: AuditContext) -> GateResult:

@@ -37,3 +37,22 @@ def study():
 def truth():
     """The fixture study's ground truth (truth.json)."""
     return json.loads((REPO_ROOT / "fixtures" / "study" / "truth.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def passing_claim(tmp_path_factory) -> Path:
+    """The headline claim as an honest card states it: its point alone, in a copy of the study.
+
+    The fixture's card labels its interval ``method: wilson``, an iid interval on 6 vignettes, so
+    ``claimed_figures_reproduce`` WARNs on it (issue 15); tests of what only a PASS does use this.
+    """
+    import re
+    import shutil
+
+    folder = tmp_path_factory.mktemp("passing") / "study"
+    shutil.copytree(REPO_ROOT / "fixtures" / "study", folder)
+    claim = folder / "claim.yaml"
+    text, count = re.subn(r"^claimed: \{.*\}$", "claimed: {point: 0.843}", claim.read_text(), flags=re.MULTILINE)
+    assert count == 1
+    claim.write_text(text)
+    return claim

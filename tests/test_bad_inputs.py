@@ -995,12 +995,15 @@ def _verdict(tmp_path: Path) -> dict:
 
 
 def test_all_ties_is_a_valid_study_with_no_zero_width_interval(tmp_path):
+    # Every score 1/2: the intervals built on the vignette means' spread have none to use
+    # (INCONCLUSIVE), while the gate's posterior still bounds the rate near 1/2, below the bar.
     result = invoke(with_rows(lambda rows: None, verdicts=("tie",))(tmp_path))
-    assert result.exit_code == 1, result.output  # INCONCLUSIVE blocks
+    assert result.exit_code == 1, result.output
     verdict = _verdict(tmp_path)
-    assert verdict["verdict"] == "INCONCLUSIVE"
     gate = next(g for g in verdict["gates"] if g["gate"] == "ci_low_clears_bar")
-    assert gate["verdict"] == "INCONCLUSIVE" and "same score" in gate["message"]
+    assert gate["verdict"] == "FAIL" and gate["evidence"]["ci_low"] < min(0.5, gate["evidence"]["bar"])
+    rows = {r["method"]: r for r in verdict["intervals"]}
+    assert "same mean score" in rows["cr2"]["note"] and rows["cr2"]["ci_low"] is None
     for row in verdict["intervals"]:
         if row["ci_low"] is not None:
             assert row["ci_high"] > row["ci_low"], row  # never a zero-width interval
@@ -1014,7 +1017,7 @@ def test_every_verdict_invalid_is_evidence_that_blocks(tmp_path):
     result = invoke(with_rows(lambda rows: None, verdicts=("invalid",))(tmp_path))
     assert result.exit_code == 1, result.output
     gates = {g["gate"]: g for g in _verdict(tmp_path)["gates"]}
-    assert gates["valid_verdicts"]["verdict"] == "FAIL" and "alone decide" in gates["valid_verdicts"]["message"]
+    assert gates["valid_verdicts"]["verdict"] == "FAIL" and "they alone" in gates["valid_verdicts"]["message"]
 
 
 def test_single_vignette_is_inconclusive_and_blocks(tmp_path):

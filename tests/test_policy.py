@@ -29,7 +29,7 @@ def test_the_built_in_policy_has_no_deviation_and_a_stable_hash():
     policy = load_policy(None)
     assert policy == Policy() and policy.deviations() == ()
     assert policy.sha256 == Policy().sha256 and len(policy.sha256) == 64
-    assert policy.gate_method("new_vignettes") == "cr2_logit"
+    assert policy.gate_method("new_vignettes") == "bayes_logit_normal"
 
 
 def test_a_policy_file_sets_the_rules_and_names_its_deviations(tmp_path):

@@ -58,7 +58,8 @@ def _same(left, right) -> bool:
     return left == right
 
 
-def test_markdown_has_every_gate_and_the_model_card_section(headline_report):
+def test_markdown_has_every_gate_and_no_model_card_for_a_warn(headline_report):
+    # The fixture's card labels a Wilson interval (WARN): every gate is listed, no figure is published.
     text = render(headline_report, "md")
     for gate in (
         "enough_clusters",
@@ -72,7 +73,8 @@ def test_markdown_has_every_gate_and_the_model_card_section(headline_report):
         "training_healthy",
     ):
         assert f"| {gate} |" in text
-    assert "model-index:" in text and "iid Wilson (optimistic)" in text
+    assert headline_report.data["verdict"] == "WARN"
+    assert "model-index:" not in text and "iid Wilson (optimistic)" in text
 
 
 def test_report_model_rejects_other_documents():
@@ -224,7 +226,7 @@ def test_the_request_recorder_sees_an_external_image(tmp_path):
     assert "example.invalid" in proxy.page_requests()
 
 
-def test_hostile_names_are_escaped_and_only_a_pass_publishes_figures(tmp_path):
+def test_hostile_names_are_escaped_and_only_a_pass_publishes_figures(tmp_path, passing_claim):
     """A claim name with HTML, a `$` in vignette ids (matplotlib would read `$...$` as mathtext)
     and a blocked verdict: the report renders, escapes the HTML, and writes no model-card figure."""
     import sys
@@ -247,7 +249,7 @@ def test_hostile_names_are_escaped_and_only_a_pass_publishes_figures(tmp_path):
     assert "model-index" not in markdown and "No model-card figures" in markdown
     assert "$v0^{x}_$" in markdown
 
-    passing = run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False).report()
+    passing = run_audit(passing_claim, bayes=False).report()
     block = render(passing, "md").split("```yaml\n")[1].split("```")[0]
     metric = yaml.safe_load(block)["model-index"][0]["results"][0]["metrics"][0]
     assert metric["type"] == "win_rate" and 0 < metric["value"] < 1

@@ -22,7 +22,8 @@ def _clustered_scores(rng, n_clusters=6, per_cluster=40, mean_logit=1.2, sigma=0
 
 def test_stratified_matches_hc2_cell_means_contrast_in_statsmodels():
     # Var(Σ w_g ȳ_g) = Σ w_g² s_g²/n_g equals the HC2 variance of the cell-means OLS contrast:
-    # sm.OLS(y, dummies).fit(cov_type="HC2").t_test(weights) is the outside reference.
+    # sm.OLS(y, dummies).fit(cov_type="HC2").t_test(weights) is the outside reference; the weights
+    # are equal (1/G) on unequal sizes: the these-vignettes rate weights vignettes, not contests.
     rng = np.random.default_rng(1)
     sizes = np.array([30, 45, 25, 60, 40, 35])
     clusters = np.repeat(np.arange(6), sizes)
@@ -30,7 +31,7 @@ def test_stratified_matches_hc2_cell_means_contrast_in_statsmodels():
     result = winrate_ci(scores, clusters, method="stratified")
     dummies = (clusters[:, None] == np.arange(6)[None, :]).astype(float)
     fit = sm.OLS(scores, dummies).fit(cov_type="HC2")
-    contrast = fit.t_test(sizes / sizes.sum())
+    contrast = fit.t_test(np.full(6, 1 / 6))
     assert result.estimate == pytest.approx(float(contrast.effect[0]), rel=1e-12)
     assert result.se == pytest.approx(float(contrast.sd[0][0]), rel=1e-10)
     assert result.population == "these_vignettes"
@@ -167,23 +168,3 @@ def test_cr2_logit_is_inconclusive_when_every_contest_is_won():
     assert winrate_ci(scores, clusters, method="cr2_logit").reportable
     result = winrate_ci(np.ones(clusters.size), clusters, method="cr2_logit")
     assert result.verdict is Verdict.INCONCLUSIVE and result.ci_low is None
-
-
-@pytest.mark.coverage
-@pytest.mark.parametrize("n_clusters", [6, 12])
-def test_cr2_logit_covers_where_symmetric_cr2_does_not(n_clusters):
-    # The most skewed cell of the coverage study (ICC 0.3, new-vignette rate 0.8): vignette win
-    # probabilities Beta(0.8a, 0.2a), a = 2/ICC - 2, both orders Bernoulli, 40 contests each.
-    from honestci.audit.stats.coverage_study import simulate_scores
-
-    rng = np.random.default_rng(20261130)
-    reps, rate = 1500, 0.8
-    hits = {"cr2": 0, "cr2_logit": 0}
-    for _ in range(reps):
-        scores, clusters, _ = simulate_scores(rng, n_clusters, 40, rate, 0.3)
-        for method in hits:
-            row = winrate_ci(scores, clusters, method=method)
-            hits[method] += row.ci_low <= rate <= row.ci_high
-    mc_se = np.sqrt(0.95 * 0.05 / reps)  # ≈ 0.0056
-    assert abs(hits["cr2_logit"] / reps - 0.95) < 3 * mc_se, hits
-    assert hits["cr2"] < hits["cr2_logit"], hits

@@ -268,7 +268,13 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float | Non
 
 @main.command("coverage-study")
 @click.option("--reps", type=click.IntRange(10), default=1000, show_default=True, help="Replications per cell.")
-@click.option("--per-vignette", type=click.IntRange(2), default=40, show_default=True, help="Contests per vignette.")
+@click.option(
+    "--grid",
+    type=click.Choice(["default", "full"]),
+    default="default",
+    show_default=True,
+    help="Design cells: the default corners, or the full realistic grid (G 6-100, sizes, sd, rates, ties).",
+)
 @seed_option
 @click.option("--processes", type=click.IntRange(1), default=1, show_default=True, help="Worker processes.")
 @click.option(
@@ -280,12 +286,12 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float | Non
     help="Markdown table to write (a CSV is written beside it).",
 )
 @_fail_cleanly
-def coverage_study(reps: int, per_vignette: int, seed: int, processes: int, out_file: Path) -> None:
-    """Seeded simulation of every interval's coverage over G x ICC x true rate."""
+def coverage_study(reps: int, grid: str, seed: int, processes: int, out_file: Path) -> None:
+    """Seeded simulation of every interval's two-sided coverage and one-sided (CI-low) error."""
     from honestci.audit.stats.coverage_study import run_coverage_study
     from honestci.reports.writing import atomic_write_text
 
-    study = run_coverage_study(reps=reps, per_vignette=per_vignette, seed=seed, processes=processes, progress=_progress)
+    study = run_coverage_study(reps=reps, grid=grid, seed=seed, processes=processes, progress=_progress)
     atomic_write_text(out_file, study.to_markdown())
     atomic_write_text(out_file.with_suffix(".csv"), study.to_frame().to_csv(index=False))
     click.echo(str(out_file))

@@ -6,7 +6,7 @@ Example (every key optional; what is left out keeps the built-in default of
     version: 1
     name: acme-release-policy
     thresholds: {confidence_level: 0.975, min_clusters: 8, min_judge_agreement: 0.7}
-    gate_methods: {new_vignettes: cr2_logit}
+    gate_methods: {new_vignettes: bayes_logit_normal}
     required_gates: [enough_clusters, ci_low_clears_bar, ..., leakage]
     invalid_verdicts: against_claim      # or tie, exclude
 

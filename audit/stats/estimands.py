@@ -127,14 +127,14 @@ def vignette_rate(location, order_bias: float = 0.0, tie_halfwidth: float = 0.0)
 
 
 @lru_cache(maxsize=4)
-def _standard_normal_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
+def standard_normal_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
     nodes, weights = np.polynomial.hermite_e.hermegauss(n)
     return nodes, weights / weights.sum()
 
 
 def new_vignette_rate(mu: float, sd: float, order_bias: float = 0.0, tie_halfwidth: float = 0.0) -> float:
     """θ_new = E_Z[p(μ + σZ)], Z ~ N(0, 1), by Gauss–Hermite quadrature (Abramowitz & Stegun 25.4.46)."""
-    nodes, weights = _standard_normal_nodes(_QUADRATURE_NODES)
+    nodes, weights = standard_normal_nodes(_QUADRATURE_NODES)
     return float(np.dot(weights, vignette_rate(mu + sd * nodes, order_bias, tie_halfwidth)))
 
 
@@ -149,7 +149,7 @@ def location_for_rate(rate: float, sd: float, order_bias: float = 0.0, tie_halfw
 
 def tie_share(mu: float, sd: float, order_bias: float, tie_halfwidth: float) -> float:
     """Expected share of judged orders that are ties on a new vignette (for labelling designs)."""
-    nodes, weights = _standard_normal_nodes(_QUADRATURE_NODES)
+    nodes, weights = standard_normal_nodes(_QUADRATURE_NODES)
     location = mu + sd * nodes
     ties = [
         1.0 - expit(location + side * order_bias - tie_halfwidth) - expit(-location - side * order_bias - tie_halfwidth)

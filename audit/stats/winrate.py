@@ -1,14 +1,17 @@
 """Win rate of a policy over an opponent, with every interval method side by side.
 
-Estimand (DESIGN.md): per contest, score 1 if the policy wins both judged orders, 0 if it loses
-both, 1/2 otherwise. The win rate is the expected score, named by population:
+Estimands (:mod:`honestci.audit.stats.estimands`, written once there): per contest, score 1 if the
+policy wins both judged orders, 0 if it loses both, 1/2 otherwise; a vignette's rate is its
+expected score, and both populations weight vignettes equally:
 
-* ``these_vignettes`` — conditional on the observed prompts: Σ_g (n_g/n) E[score | g];
-* ``new_vignettes`` — over the superpopulation of prompts the vignettes were drawn from.
+* ``these_vignettes`` — conditional on the observed prompts: (1/G) Σ_g E[score | g];
+* ``new_vignettes`` — E_v[E[score | v]] over the population of prompts the vignettes were drawn from.
 
+Every population interval is built on the G vignette means ȳ_g around θ̂ = (1/G) Σ_g ȳ_g, which is
+unbiased for both whatever the number of contests per vignette (informative sizes included).
 Clustered intervals (CR0/CR1/CR2, CR2 on the logit scale, wild and pairs cluster bootstrap) target
-the new-vignette win rate; the stratified interval targets these vignettes; iid intervals fit neither and are shown as
-the optimistic baseline (Wilson is what most model cards report).
+the new-vignette rate; the stratified interval targets these vignettes; iid intervals (on the pooled
+contests) fit neither and are shown as the optimistic baseline (Wilson is what most model cards report).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict
 from honestci.audit.stats import cluster_robust, iid
 from honestci.audit.stats.design_effect import ClusteringSummary, clustering_summary
+from honestci.audit.stats.estimands import vignette_means
 from honestci.audit.stats.intervals import IntervalResult, IntervalTable
 
 IID_METHODS = {
@@ -40,6 +44,7 @@ CLUSTER_METHODS = {
     "wild_rademacher": "wild cluster bootstrap (WCR, Rademacher)",
     "cluster_bootstrap_percentile": "cluster bootstrap, percentile (under-covers at small G)",
     "cluster_bootstrap_bca": "cluster bootstrap, BCa (under-covers at small G)",
+    "bayes_logit_normal": "Bayesian logit-normal vignettes, posterior quantiles",
 }
 #: Up to this many distinct wild-bootstrap draws are enumerated exactly rather than sampled.
 MAX_ENUMERATED_DRAWS = 100_000
@@ -52,7 +57,16 @@ def method_label(method: str) -> str:
 
 
 ALL_METHODS = tuple(IID_METHODS) + ("stratified",) + tuple(CLUSTER_METHODS)
-DEFAULT_METHODS = ("wilson", "stratified", "cr1", "cr2", "wild_webb", "cluster_bootstrap_bca")
+DEFAULT_METHODS = (
+    "wilson",
+    "stratified",
+    "cr1",
+    "cr2",
+    "cr2_logit",
+    "wild_webb",
+    "cluster_bootstrap_bca",
+    "bayes_logit_normal",
+)
 
 
 def _clustering(scores: np.ndarray, clusters: np.ndarray) -> ClusteringSummary:
@@ -121,16 +135,18 @@ def winrate_ci(
     Notes
     -----
     iid: the score total is treated as a binomial count out of n (Wilson 1927; Agresti & Coull 1998;
-    Clopper & Pearson 1934). Stratified: θ̂ = Σ w_g ȳ_g, w_g = n_g/n, Var = Σ w_g² s_g²/n_g, with
-    Welch–Satterthwaite df. Clustered: ``lm(score ~ 1)`` with cluster-robust variance (CR2:
-    Bell & McCaffrey 2002; Pustejovsky & Tipton 2018); ``cr2_logit`` is the same CR2 standard error
+    Clopper & Pearson 1934). Stratified: θ̂ = Σ w_g ȳ_g, w_g = 1/G, Var = Σ w_g² s_g²/n_g, with
+    Welch–Satterthwaite df. Clustered: ``lm(ȳ_g ~ 1)`` on the G vignette means (one row per
+    vignette, so equal vignette weight) with cluster-robust variance (CR2: Bell & McCaffrey 2002;
+    Pustejovsky & Tipton 2018: here s²/G with G − 1 df); ``cr2_logit`` is the same CR2 standard error
     carried to the logit scale by the delta method, expit(logit θ̂ ± t_df · SE/(θ̂(1 − θ̂))) (the
     logit interval of R survey's ``svyciprop``; Korn & Graubard 1998), restricted wild cluster bootstrap with CI by
     test inversion (Roodman et al. 2019), pairs cluster bootstrap (Efron & Tibshirani 1993).
 
     Validated against: see the validation of each core module (statsmodels, R clubSandwich,
     wildboottest); ``cr2_logit`` against R survey ``svyciprop(method = "logit")`` on balanced
-    clusters, where CR2 equals survey's linearisation variance (tests/test_winrate.py).
+    clusters, where CR2 equals survey's linearisation variance; on unbalanced clusters, the
+    one-sample t interval of the vignette means (scipy.stats.ttest_1samp) (tests/test_winrate.py).
     """
     scores, clusters = _check_inputs(scores, clusters)
     if method not in ALL_METHODS:
@@ -170,15 +186,13 @@ def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_dra
         design_effect=info.design_effect,
         n_effective=info.n_effective,
     )
-    estimate = float(scores.mean())
-
     if method in IID_METHODS:
         low, high = iid.proportion_ci(float(scores.sum()), info.n, method=method, level=level)
         return IntervalResult(
             method,
             IID_METHODS[method],
             "iid",
-            estimate,
+            float(scores.mean()),
             low,
             high,
             note="treats contests as independent: optimistic when they share vignettes",
@@ -189,14 +203,16 @@ def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_dra
         return _stratified(scores, clusters, common)
 
     label = CLUSTER_METHODS[method]
+    per_vignette = vignette_means(scores, clusters)
+    estimate = per_vignette.estimate
     no_interval = None
     if info.n_clusters < thresholds.min_clusters:
         no_interval = (
             f"only {info.n_clusters} vignette(s); at least {thresholds.min_clusters} are needed "
             "for any interval on new vignettes"
         )
-    elif np.ptp(scores) == 0:
-        no_interval = "every contest has the same score: no variance can be estimated"
+    elif np.ptp(per_vignette.means) == 0 and method != "bayes_logit_normal":
+        no_interval = "every vignette has the same mean score: no between-vignette variance can be estimated"
     if no_interval is not None:
         return IntervalResult(
             method,
@@ -209,8 +225,12 @@ def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_dra
             note=no_interval,
             **common,
         )
+    if method == "bayes_logit_normal":
+        return _posterior_interval(method, label, scores, clusters, estimate, common)
     try:
-        return _clustered(method, label, scores, clusters, seed, common, bootstrap_draws)
+        # One row per vignette: every clustered method then weights vignettes equally (estimands).
+        means = per_vignette.means
+        return _clustered(method, label, means, np.arange(means.size), seed, common, bootstrap_draws)
     except EstimationError as exc:
         return IntervalResult(
             method, label, "new_vignettes", estimate, None, None, verdict=Verdict.INCONCLUSIVE, note=str(exc), **common
@@ -222,8 +242,7 @@ def _stratified(scores, clusters, common) -> IntervalResult:
     sizes = np.bincount(codes)
     means = np.bincount(codes, weights=scores) / sizes
     sq = np.bincount(codes, weights=(scores - means[codes]) ** 2)
-    n = scores.size
-    weights = sizes / n
+    weights = np.full(sizes.size, 1.0 / sizes.size)  # equal vignette weight (estimands)
     estimate = float(np.sum(weights * means))
     if np.any(sizes < 2):
         return IntervalResult(
@@ -269,6 +288,7 @@ def _stratified(scores, clusters, common) -> IntervalResult:
 
 
 def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -> IntervalResult:
+    """``scores`` are the vignette means, one per cluster."""
     level = common["level"]
     design = np.ones((scores.size, 1))
     if method in ("cr0", "cr1", "cr2", "cr2_logit"):
@@ -328,6 +348,33 @@ def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -
         float(result.ci_high),
         note=f"B = {result.B}",
         seed=seed,
+        **common,
+    )
+
+
+def _posterior_interval(method, label, scores, clusters, estimate, common) -> IntervalResult:
+    """Equal-tailed posterior interval of the new-vignette rate (:mod:`honestci.audit.stats.bayes_grid`).
+
+    The posterior carries the uncertainty in the vignette spread σ into the rate, which keeps the
+    CI-low's one-sided error at or below nominal where vignette rates are skewed near 1 and every
+    interval built from the vignette means' spread does not (docs/coverage.md). A perfect record
+    still gets an interval: the prior bounds how far unseen vignettes may lie below it.
+    """
+    from honestci.audit.stats.bayes_grid import rate_posterior
+
+    posterior = rate_posterior(scores, clusters)
+    tail = (1.0 - common["level"]) / 2.0
+    note = "posterior quantiles by quadrature; mu ~ N(0, 1.5), sigma ~ HalfNormal(1)"
+    if posterior.dispersion > 1.0:
+        note += f"; likelihood tempered by dispersion {posterior.dispersion:.2f}"
+    return IntervalResult(
+        method,
+        label,
+        "new_vignettes",
+        estimate,
+        posterior.quantile(tail),
+        posterior.quantile(1.0 - tail),
+        note=note,
         **common,
     )
 
