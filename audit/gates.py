@@ -440,6 +440,7 @@ def gate_winners_curse(result: SelectionAnalysis | None, bar: float, thresholds:
                 (Verdict.INCONCLUSIVE, f"no selection-corrected interval for {result.policy}: {result.inference_note}")
             )
         else:
+            hybrid = inference.hybrid_ci
             interval = f"AKM hybrid {inference.level:.0%} interval [{hybrid[0]:.3f}, {hybrid[1]:.3f}]"
             if hybrid[1] < bar:
                 findings.append(

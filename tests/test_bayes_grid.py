@@ -34,9 +34,11 @@ def test_tabulated_log_posterior_matches_scipy_quadrature():
 
     def reference(mu, sigma):
         total = stats.norm.logpdf(mu, 0, MU_PRIOR_SD) + stats.halfnorm.logpdf(sigma, scale=SIGMA_PRIOR_SCALE)
-        for w, l in zip(wins, losses):
+        for won, lost in zip(wins, losses):
             value = integrate.quad(
-                lambda z: math.exp(w * log_expit(mu + sigma * z) + l * log_expit(-mu - sigma * z)) * stats.norm.pdf(z),
+                lambda z: (
+                    math.exp(won * log_expit(mu + sigma * z) + lost * log_expit(-mu - sigma * z)) * stats.norm.pdf(z)
+                ),
                 -10,
                 10,
                 epsabs=0,

@@ -808,7 +808,7 @@ def analyse_selection(
         )
     if candidates is None:
         candidates = sorted(set(responses.loc[responses["pool"] == "selection", "system"]))
-    if policy in candidates:
+    if policy is not None and policy in candidates:
         candidates = [policy, *(c for c in candidates if c != policy)]
     selection_scores, heldout_scores, used_judge = {}, {}, judge
     for name in candidates:

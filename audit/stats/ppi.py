@@ -166,7 +166,7 @@ def ppi_mean_clustered(
     a = np.bincount(i_unl, fu - fu.mean(), G) / N - np.bincount(i_lab, f - f.mean(), G) / n
     b = np.bincount(i_lab, y - y.mean(), G) / n
     tuned = lam is None
-    if tuned:
+    if lam is None:
         lam = float(np.clip(-(a @ b) / (a @ a), 0.0, 1.0)) if a @ a > 0 else 0.0
     estimate = float(lam * fu.mean() + np.mean(y - lam * f))
     common = dict(
