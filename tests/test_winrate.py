@@ -70,12 +70,16 @@ def test_too_few_clusters_is_inconclusive_never_zero_width():
         assert "3 vignette" in row.note
 
 
-def test_constant_scores_are_inconclusive():
+def test_constant_scores_are_inconclusive_for_new_vignettes_and_floored_for_these():
+    # Every contest won: no spread between vignettes (CR2 INCONCLUSIVE), while the these-vignettes
+    # interval floors each vignette's variance at the plus-two value, (11/12)(1/12)/2 here.
     clusters = np.repeat(np.arange(6), 10)
     scores = np.ones(clusters.size)
-    for method in ("stratified", "cr2"):
-        row = winrate_ci(scores, clusters, method=method)
-        assert row.verdict == Verdict.INCONCLUSIVE and row.ci_low is None
+    row = winrate_ci(scores, clusters, method="cr2")
+    assert row.verdict == Verdict.INCONCLUSIVE and row.ci_low is None
+    row = winrate_ci(scores, clusters, method="stratified")
+    assert row.se == pytest.approx(np.sqrt((11 / 12) * (1 / 12) / 2 / 10 / 6), rel=1e-12)
+    assert row.ci_low < 1.0 and row.ci_high == 1.0
 
 
 def test_table_carries_clustering_summary_and_every_method_runs():
