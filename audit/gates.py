@@ -23,7 +23,7 @@ from honestci.audit.checks.calibration import GATE_TIE_POLICY, CalibrationResult
 from honestci.audit.checks.claimed import ClaimedFigureAudit
 from honestci.audit.checks.context import AuditContext, BayesCheck, CheckFailed, ComparisonCheck
 from honestci.audit.checks.leakage import LeakageScan
-from honestci.audit.checks.position_bias import PositionBiasResult
+from honestci.audit.checks.position_bias import ONE_ORDER_FIXED, PositionBiasResult
 from honestci.audit.checks.selection import SelectionAnalysis
 from honestci.audit.checks.training_health import TrainingHealth
 from honestci.audit.checks.verdicts import VerdictValidity
@@ -324,8 +324,11 @@ def gate_judge_calibrated(result: CalibrationResult | None, thresholds: Threshol
 
 def gate_position_bias(result: PositionBiasResult | None, thresholds: Thresholds = THRESHOLDS) -> GateResult:
     """``position_bias``: FAIL when the clustered CI of the order effect lies entirely outside
-    ±tolerance, WARN when it straddles a bound, PASS when inside; INCONCLUSIVE when single-order
-    (not identifiable) or without an honest interval.
+    ±tolerance, WARN when it straddles a bound, PASS when inside; INCONCLUSIVE when not
+    identifiable (one fixed presentation order: WARN instead when the policy sets
+    ``fixed_order_position_bias_warn``) or without an honest interval. The order effect is
+    within contests when both orders were judged, between contests when one randomised order
+    was (:mod:`honestci.audit.checks.position_bias`).
 
     The tolerance is a closed equivalence band, not a bar: an interval that touches a bound is
     inside on that side.
@@ -337,13 +340,22 @@ def gate_position_bias(result: PositionBiasResult | None, thresholds: Thresholds
         )
     tolerance = thresholds.position_bias_tolerance
     evidence = {"tolerance": tolerance, "judge": result.judge}
+    evidence["design"] = result.design
     if not result.identifiable:
-        return GateResult(
-            name,
-            Verdict.INCONCLUSIVE,
-            f"position bias of {result.judge} is not identifiable: {result.note}; judge both orders",
-            evidence,
+        message = f"position bias of {result.judge} is not identifiable: {result.note}"
+        if result.design == ONE_ORDER_FIXED and thresholds.fixed_order_position_bias_warn:
+            return GateResult(
+                name,
+                Verdict.WARN,
+                message + "; the policy accepts this risk (fixed_order_position_bias_warn), never as a PASS",
+                evidence,
+            )
+        fix = (
+            "judge both orders, or randomise the order and record it (response_first)"
+            if result.design == ONE_ORDER_FIXED
+            else "judge both orders"
         )
+        return GateResult(name, Verdict.INCONCLUSIVE, f"{message}; {fix}", evidence)
     effect = result.order_effect
     if effect is None:
         return GateResult(name, Verdict.INCONCLUSIVE, f"no order effect was estimated: {result.note}", evidence)

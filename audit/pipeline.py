@@ -71,6 +71,10 @@ class AuditResult:
     claim_method: str | None = None
     #: ``--allow-inconclusive``: required gates that ran and are INCONCLUSIVE do not block.
     allow_inconclusive: bool = False
+    #: The judging design of the claim's contests (:data:`honestci.audit.data.contests.DESIGNS`)
+    #: and what it implies for the win rate and position bias.
+    design: str = ""
+    design_note: str = ""
     #: The main Bayesian fit's posterior (arviz.InferenceData); :func:`honestci.reports.render.write_outputs`
     #: saves it as :data:`honestci.audit.report_model.POSTERIOR_FILE`. None without a converged Bayesian fit.
     posterior: Any = field(default=None, repr=False, compare=False)
@@ -123,7 +127,13 @@ class AuditResult:
             "gates": [
                 g.as_row() | {"required": g.name in self.required_gates, "evidence": g.evidence} for g in self.gates
             ],
-            "contests": {"n": self.n_contests, "n_invalid": self.n_invalid, "dropped": self.dropped},
+            "contests": {
+                "n": self.n_contests,
+                "n_invalid": self.n_invalid,
+                "dropped": self.dropped,
+                "design": self.design,
+                "design_note": self.design_note,
+            },
             "intervals": [r.as_row() for r in self.intervals.rows],
             "bayes": self.bayes_summary,
             "per_vignette": list(self.per_vignette),
@@ -332,7 +342,7 @@ def audit_context(
             fix="name one of the methods listed, or drop `method:` (the policy picks the gate's interval)",
         )
     study = load_study(claim.data_paths)
-    progress("assembling both-order contests")
+    progress("assembling contests (design detected from the judgments)")
     contests = build_contests(
         study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge, allow_single_order=spec.allow_single_order
     )
@@ -431,6 +441,8 @@ def run_audit(
         n_contests=int(len(scored.values)),
         n_invalid=int(contests.n_invalid),
         dropped=dict(contests.dropped),
+        design=contests.design,
+        design_note=contests.design_note,
         gates=run_gates(context),
         required_gates=required,
         claimed=spec.claimed.model_dump() if spec.claimed else None,

@@ -86,6 +86,10 @@ class Thresholds:
     #: from a few hundred contests have anyway. FAIL when the clustered CI lies entirely outside
     #: +-tolerance, WARN when it straddles a bound, PASS when inside.
     position_bias_tolerance: float = 0.10
+    #: Judgments in one fixed presentation order (the policy always in the same position) cannot
+    #: show position bias, and every score carries it: the position_bias gate is INCONCLUSIVE.
+    #: True accepts that risk as a WARN (never a PASS). Only a policy file may set it: it loosens.
+    fixed_order_position_bias_warn: bool = False
     #: Winner's curse: WARN when a selected candidate's held-out win rate falls more than this
     #: (absolute) below its selection-pool estimate (the seed project's best-of-N fell ~0.1).
     winners_curse_shrinkage_warn: float = 0.05

@@ -18,8 +18,20 @@ label within contests: under no position bias each contest's two verdicts are ex
 D → −D independently per contest; the exact null law of Σ D is Binomial(#{D ≠ 0}, ½) on the
 discordant contests (an exact McNemar test), checked by seeded Monte Carlo flips.
 
-With one presentation order per contest the order effect is confounded with which response was
-shown first, so it is NOT identifiable: the result is INCONCLUSIVE and carries no number.
+With one presentation order per contest (the design :func:`honestci.audit.data.contests.build_contests`
+names), two cases:
+
+- *one order, randomised* (the policy shown first in some contests, second in others): the order
+  effect is estimated **between** contests, δ = E[v | policy shown first] − E[v | shown second] on
+  the order's value v (1 win, ½ tie, 0 loss, or the continuous preference), as the slope of the
+  OLS ``v ~ 1 + policy_first`` with a CR2 interval clustered by vignette (Satterthwaite df). Under
+  a randomised order the slope is unbiased for δ, and the win rate, which mixes both orders, is
+  order-balanced in expectation when about half the contests show the policy first. No
+  consistency rate exists (no contest was seen twice).
+- *one order, fixed* (the policy always in the same position): the order effect is confounded
+  with which response was shown first, so it is NOT identifiable: the result is INCONCLUSIVE and
+  carries no number; the ``position_bias`` gate stays INCONCLUSIVE unless the policy's
+  ``fixed_order_position_bias_warn`` accepts the risk as a WARN.
 
 References: Zheng et al. (2023), "Judging LLM-as-a-judge with MT-Bench and Chatbot Arena"
 (consistency, position bias); Wang et al. (2023), "Large language models are not fair evaluators";
@@ -39,6 +51,7 @@ from scipy import stats
 from scipy.special import logit
 
 from honestci.audit.checks.context import AuditContext, ReportSection
+from honestci.audit.data.contests import BOTH_ORDERS, ONE_ORDER_FIXED, ONE_ORDER_RANDOMISED
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, Verdict
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
@@ -84,6 +97,8 @@ class PositionBiasResult:
     per_vignette: tuple[dict, ...]
     level: float
     note: str = ""
+    #: The judging design (:data:`honestci.audit.data.contests.DESIGNS`) the figures come from.
+    design: str = BOTH_ORDERS
 
     @property
     def verdict(self) -> Verdict:
@@ -116,6 +131,15 @@ class PositionBiasResult:
         head = f"judge {self.judge}, {self.policy} vs {self.opponent}"
         if not self.identifiable:
             return [f"{head}: position bias NOT identifiable ({self.note}); no number is reported"]
+        if self.design == ONE_ORDER_RANDOMISED:
+            return [
+                f"{head}: {self.n_contests} contests judged in one order each (design: {self.design}; "
+                f"{self.n_invalid} with an invalid verdict left out)",
+                f"order effect between contests, mean score when shown first − when shown second = "
+                f"{self.p_win_first:.3f} − {self.p_win_second:.3f}: {_text(self.order_effect)}",
+                f"order effect on the logit scale: {_text(self.order_effect_logit)}",
+                "consistency rate and first-position preference: not measured (no contest was judged in both orders)",
+            ]
         return [
             f"{head}: {self.n_contests} both-order contests ({self.n_invalid} with an invalid verdict left out, "
             f"{self.n_single_order} single-order left out)",
@@ -145,7 +169,14 @@ def _text(figure: ClusteredEstimate | None, missing: str = "not estimated") -> s
 
 
 def not_identifiable(
-    judge: str, policy: str, opponent: str, reason: str, *, n_single_order: int = 0, level: float = 0.95
+    judge: str,
+    policy: str,
+    opponent: str,
+    reason: str,
+    *,
+    n_single_order: int = 0,
+    level: float = 0.95,
+    design: str = BOTH_ORDERS,
 ) -> PositionBiasResult:
     """The result for data without both presentation orders: INCONCLUSIVE, never a number."""
     return PositionBiasResult(
@@ -171,6 +202,7 @@ def not_identifiable(
         (),
         level,
         reason,
+        design,
     )
 
 
@@ -423,19 +455,162 @@ def position_bias(
     )
 
 
+def position_bias_between_contests(
+    values,
+    policy_first,
+    clusters,
+    *,
+    judge: str = "",
+    policy: str = "",
+    opponent: str = "",
+    n_invalid: int = 0,
+    level: float = 0.95,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> PositionBiasResult:
+    """The order effect from contests judged in one randomised order each (module doc).
+
+    δ̂ = v̄(shown first) − v̄(shown second) is the slope of the OLS ``v ~ 1 + policy_first`` on the
+    contests' order values v ∈ [0, 1]; its interval is CR2 clustered by vignette with the
+    Satterthwaite df (:func:`honestci.audit.stats.cluster_robust.cluster_robust_ols`), and the logit
+    contrast logit v̄₁ − logit v̄₂ its delta-method linearisation. Below ``min_clusters``
+    vignettes, or without contests in both positions, the effect carries no interval.
+
+    References: Pustejovsky & Tipton (2018), CR2 and its Satterthwaite df; Zheng et al. (2023) on
+    position bias. Validated against: R clubSandwich through ``cluster_robust_ols``, and a seeded
+    coverage simulation with a known order effect (tests/test_position_bias.py).
+    """
+    v = np.asarray(values, dtype=float).reshape(-1)
+    first = np.asarray(policy_first, dtype=bool).reshape(-1)
+    groups = np.asarray(clusters).reshape(-1)
+    if not (v.shape == first.shape == groups.shape):
+        raise InputError("values, policy_first and clusters must have one entry per contest", fix="pass aligned arrays")
+    valid = np.isfinite(v)
+    v, first, groups = v[valid], first[valid], groups[valid]
+    n, n_clusters = int(v.size), int(np.unique(groups).size)
+    name = "order effect (probability points)"
+    if first.all() or not first.any():
+        return not_identifiable(
+            judge,
+            policy,
+            opponent,
+            "no valid contest shows the policy in "
+            + ("second" if first.all() and n else "first")
+            + " position, so the two positions cannot be compared",
+            n_single_order=n,
+            level=level,
+            design=ONE_ORDER_RANDOMISED,
+        )
+    p_first, p_second = float(v[first].mean()), float(v[~first].mean())
+    estimate = p_first - p_second
+    order_effect = logit_effect = None
+    if n_clusters < min_clusters:
+        reason = f"{n_clusters} vignettes, below the {min_clusters} a clustered interval needs"
+    else:
+        reason = "a win probability of 0 or 1, or no variance"
+        X = np.column_stack([np.ones(n), first.astype(float)])
+        try:
+            fit = cluster_robust_ols(X, v, groups, vcov="CR2", level=level, coef_names=("p_win_second", "order_effect"))
+        except EstimationError as error:
+            fit, reason = None, str(error)
+        if fit is not None:
+            order_effect = from_contrast(linear_contrast(fit, {"order_effect": 1.0}, label="order effect"), name)
+            if 0 < p_first < 1 and 0 < p_second < 1:
+                slope_first, slope_second = 1 / (p_first * (1 - p_first)), 1 / (p_second * (1 - p_second))
+                logit_effect = from_contrast(
+                    linear_contrast(fit, [slope_first - slope_second, slope_first], label="order effect (logit)"),
+                    "order effect (logit scale)",
+                    estimate=float(logit(p_first) - logit(p_second)),
+                )
+    if order_effect is None:
+        order_effect = ClusteredEstimate.inconclusive(name, estimate, n, n_clusters, level, reason)
+    if logit_effect is None:
+        logit_effect = ClusteredEstimate.inconclusive("order effect (logit scale)", None, n, n_clusters, level, reason)
+    frame = pd.DataFrame({"vignette_id": groups, "value": v, "first": first})
+    per_vignette = tuple(
+        {
+            "vignette_id": str(vignette),
+            "n": int(len(part)),
+            "consistency": None,
+            # within one vignette the difference exists only when both positions occur
+            "order_effect": (
+                float(part.loc[part["first"], "value"].mean() - part.loc[~part["first"], "value"].mean())
+                if 0 < part["first"].sum() < len(part)
+                else None
+            ),
+            "first_preference": None,
+        }
+        for vignette, part in frame.groupby("vignette_id", sort=True)
+    )
+    return PositionBiasResult(
+        judge,
+        policy,
+        opponent,
+        True,
+        n,
+        n_invalid,
+        n,
+        None,
+        None,
+        None,
+        order_effect,
+        logit_effect,
+        p_first,
+        p_second,
+        0,
+        None,
+        None,
+        0,
+        None,
+        per_vignette,
+        level,
+        "",
+        ONE_ORDER_RANDOMISED,
+    )
+
+
 def position_bias_from_contests(contests, **kwargs) -> PositionBiasResult:
-    """Position bias of an :class:`honestci.audit.data.contests.ContestTable` (single-order contests were dropped and are counted)."""
+    """Position bias of an :class:`honestci.audit.data.contests.ContestTable`, by its design: within
+    contests when both orders were judged (single-order contests of a mixed design were dropped
+    and are counted), between contests when one randomised order was, and not identifiable when
+    one fixed order was."""
+    level = kwargs.get("level", 0.95)
     single = int(contests.dropped.get("single_order", 0))
-    if len(contests.frame) == 0:
+    frame = contests.frame
+    if contests.design == ONE_ORDER_FIXED:
+        return not_identifiable(
+            contests.judge,
+            contests.policy,
+            contests.opponent,
+            contests.design_note or "one presentation order, the same in every contest",
+            n_single_order=len(frame),
+            level=level,
+            design=ONE_ORDER_FIXED,
+        )
+    if contests.design == ONE_ORDER_RANDOMISED:
+        invalid = contests.n_invalid
+        values = np.fmax(  # the one judged order's value (NaN when invalid)
+            frame["value_policy_first"].to_numpy(dtype=float), frame["value_policy_second"].to_numpy(dtype=float)
+        )
+        return position_bias_between_contests(
+            values,
+            contests.policy_first,
+            frame["vignette_id"],
+            judge=contests.judge,
+            policy=contests.policy,
+            opponent=contests.opponent,
+            n_invalid=invalid,
+            level=level,
+            min_clusters=kwargs.get("min_clusters", THRESHOLDS.min_clusters),
+        )
+    if len(frame) == 0:
         return not_identifiable(
             contests.judge,
             contests.policy,
             contests.opponent,
             f"all {single} contest(s) were judged in one presentation order only",
             n_single_order=single,
-            level=kwargs.get("level", 0.95),
+            level=level,
         )
-    frame = contests.frame
     return position_bias(
         frame["outcome_policy_first"],
         frame["outcome_policy_second"],

@@ -1,8 +1,22 @@
-"""Contests between a policy and an opponent, assembled from both-order judgments, and their scores.
+"""Contests between a policy and an opponent, assembled from judgments, and their scores.
 
 A *contest* is the unordered pair {policy response, opponent response} of one vignette judged by
-one judge; it is complete when the judge saw both presentation orders. Outcomes are from the
-policy's point of view.
+one judge, in one or both presentation orders. Outcomes are from the policy's point of view.
+
+The judging *design* is detected from the contests and named (:data:`DESIGNS`):
+
+- ``"both orders"``: every contest was judged in both orders; its score is the both-orders rule;
+- ``"one order, randomised"``: one order per contest, the policy shown first in some contests and
+  second in others (AlpacaEval's annotators, most arenas); the score is that order's value, and
+  position bias is estimated *between* contests;
+- ``"one order, fixed"``: one order per contest, the policy always in the same position: the
+  score is that order's value and position bias is not identifiable (it is part of every score);
+- ``"mixed"``: some contests in both orders, some in one: refused unless the claim sets
+  ``allow_single_order: true``, which leaves the single-order contests out (counted).
+
+A judgment may carry a continuous preference (``preference_first`` in [0, 1]) beside its verdict;
+an order's value for the policy is then its preference (p when shown first, 1 - p when second), and
+a contest's score averages its orders' values.
 """
 
 from __future__ import annotations
@@ -21,6 +35,14 @@ OUTCOMES = ("win", "loss", "tie", "invalid")
 OUTCOME_VALUE = {"win": 1.0, "tie": 0.5, "loss": 0.0, "invalid": np.nan}
 RULES = ("both_orders", "order_average")
 DEFAULT_RUN = "run-1"
+BOTH_ORDERS, ONE_ORDER_RANDOMISED, ONE_ORDER_FIXED, MIXED = (
+    "both orders",
+    "one order, randomised",
+    "one order, fixed",
+    "mixed",
+)
+#: The judging designs :func:`build_contests` names (module doc).
+DESIGNS = (BOTH_ORDERS, ONE_ORDER_RANDOMISED, ONE_ORDER_FIXED, MIXED)
 
 
 def _outcome_values(outcomes) -> np.ndarray:
@@ -129,11 +151,16 @@ class ContestScores:
 
 @dataclass(frozen=True, eq=False)
 class ContestTable:
-    """Complete contests of ``policy`` against ``opponent`` by one ``judge``.
+    """Contests of ``policy`` against ``opponent`` by one ``judge``.
 
     ``frame`` has one row per contest: contest_id, judge, vignette_id, run, policy_response,
-    opponent_response, outcome_policy_first, outcome_policy_second, line_policy_first,
-    line_policy_second. ``dropped`` counts contests left out on purpose (``single_order``).
+    opponent_response, outcome_policy_first, outcome_policy_second (``win``, ``loss``, ``tie``,
+    ``invalid``; missing where that order was not judged), value_policy_first,
+    value_policy_second (the order's value for the policy: 1, ½, 0 or its continuous preference;
+    NaN when invalid or not judged), line_policy_first, line_policy_second (missing where not
+    judged). ``dropped`` counts contests left out on purpose (``single_order``). ``design`` names
+    the judging design (:data:`DESIGNS`) and ``design_note`` says what it implies; ``continuous``
+    is True when any judged order carries a continuous preference.
     """
 
     frame: pd.DataFrame
@@ -141,16 +168,54 @@ class ContestTable:
     opponent: str
     judge: str
     dropped: Mapping[str, int] = field(default_factory=dict)
+    design: str = BOTH_ORDERS
+    design_note: str = ""
+    continuous: bool = False
+
+    def __post_init__(self) -> None:
+        # A frame with outcomes only (built by hand) gets the per-order values from its outcomes.
+        missing = [c for c in ("policy_first", "policy_second") if f"value_{c}" not in self.frame]
+        if missing:
+            frame = self.frame.copy()
+            for column in missing:
+                outcome = frame[f"outcome_{column}"]
+                frame[f"value_{column}"] = _outcome_values(outcome.fillna("invalid").to_numpy(dtype=object))
+            object.__setattr__(self, "frame", frame)
 
     @property
     def n_invalid(self) -> int:
-        """Contests with an invalid verdict in either order."""
+        """Contests with an invalid verdict in a judged order."""
         return int(self._invalid_contests().sum())
 
     def _invalid_contests(self) -> np.ndarray:
         return (
             (self.frame["outcome_policy_first"] == "invalid") | (self.frame["outcome_policy_second"] == "invalid")
-        ).to_numpy()
+        ).to_numpy(dtype=bool)
+
+    def _judged(self) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each contest's policy-first and policy-second orders were judged."""
+        return (
+            self.frame["outcome_policy_first"].notna().to_numpy(),
+            self.frame["outcome_policy_second"].notna().to_numpy(),
+        )
+
+    def _values(self, invalid: str) -> tuple[np.ndarray, np.ndarray]:
+        """Each order's value for the policy, an invalid one scored as ``invalid`` says (NaN when
+        it is ``"exclude"``, and wherever the order was not judged)."""
+        values = []
+        for column in ("policy_first", "policy_second"):
+            value = self.frame[f"value_{column}"].to_numpy(dtype=float)
+            if invalid != "exclude":
+                value = np.where(
+                    (self.frame[f"outcome_{column}"] == "invalid").to_numpy(dtype=bool), _invalid_value(invalid), value
+                )
+            values.append(value)
+        return values[0], values[1]
+
+    @property
+    def policy_first(self) -> np.ndarray:
+        """For single-order contests, whether the policy was shown first (True where both orders were judged)."""
+        return self._judged()[0]
 
     def to_frame(self) -> pd.DataFrame:
         """One row per contest (a copy of :attr:`frame`)."""
@@ -159,33 +224,46 @@ class ContestTable:
     def scores(self, rule: str = "both_orders", invalid: str = "exclude") -> ContestScores:
         """Scores of the contests under ``rule`` (see :func:`score_contests`).
 
-        ``invalid`` says what an order with an invalid verdict is worth to the policy: nothing
-        (``"against_claim"``: scored as a loss, the conservative choice), half (``"tie"``), all
-        (``"for_claim"``: the other end of the bound the ``valid_verdicts`` gate computes), or
-        ``"exclude"`` (contests with one are left out, as if never judged).
+        A contest judged in one order scores that order's value; with continuous preferences a
+        both-order contest scores the mean of its two orders' values (``rule`` has no categorical
+        verdicts to act on). ``invalid`` says what an order with an invalid verdict is worth to the
+        policy: nothing (``"against_claim"``: scored as a loss, the conservative choice), half
+        (``"tie"``), all (``"for_claim"``: the other end of the bound the ``valid_verdicts`` gate
+        computes), or ``"exclude"`` (contests with one are left out, as if never judged).
         """
-        first, second = (_outcome_values(self.frame[c]) for c in ("outcome_policy_first", "outcome_policy_second"))
-        if invalid != "exclude":
-            first, second = (np.where(np.isnan(v), _invalid_value(invalid), v) for v in (first, second))
-        scores = score_contests(first, second, rule)
+        first, second = self._values(invalid)
+        judged_first, judged_second = self._judged()
+        both = judged_first & judged_second
+        if self.continuous:
+            if rule not in RULES:
+                raise InputError(f"unknown contest scoring rule {rule!r}", fix=f"use one of: {', '.join(RULES)}")
+            paired = (first + second) / 2
+        else:
+            paired = score_contests(np.where(both, first, 0.0), np.where(both, second, 0.0), rule)
+            paired = np.where(np.isnan(first) | np.isnan(second), np.nan, paired)
+        scores = np.where(both, paired, np.where(judged_first, first, second))
         invalid_contests = self._invalid_contests()
         keep = ~invalid_contests if invalid == "exclude" else np.ones(len(self.frame), dtype=bool)
         frame = self.frame.loc[keep, ["contest_id", "vignette_id", "run"]].reset_index(drop=True)
         frame["score"] = scores[keep]
+        effective = rule
+        if not both.all():
+            effective = "one order" if not both.any() else f"{rule}; one order where only one was judged"
+        if self.continuous:
+            effective = "preference (mean over the judged orders)"
         return ContestScores(
-            rule, self.policy, self.opponent, self.judge, frame, int(invalid_contests.sum()), invalid=invalid
+            effective, self.policy, self.opponent, self.judge, frame, int(invalid_contests.sum()), invalid=invalid
         )
 
     def per_order_outcomes(self, invalid: str = "exclude") -> pd.DataFrame:
         """One row per judged order: contest_id, vignette_id, run, judge, policy_first (bool) and
-        value (1 win, 0.5 tie, 0 loss), for per-order models.
+        value (1 win, 0.5 tie, 0 loss, or the continuous preference for the policy), for
+        per-order models.
 
         An order with an invalid verdict is scored as :meth:`scores` says for ``invalid``, or left
         out (``"exclude"``; :attr:`n_invalid_orders` counts them)."""
         keys = self.frame[["contest_id", "vignette_id", "run", "judge"]]
-        values = [_outcome_values(self.frame[c]) for c in ("outcome_policy_first", "outcome_policy_second")]
-        if invalid != "exclude":
-            values = [np.where(np.isnan(v), _invalid_value(invalid), v) for v in values]
+        values = self._values(invalid)
         long = pd.concat(
             [keys.assign(policy_first=True, value=values[0]), keys.assign(policy_first=False, value=values[1])]
         ).sort_index(kind="stable")
@@ -221,6 +299,32 @@ def _contest_inputs(
     return tables["responses"], tables["judgments"]
 
 
+def _preference_problems(judgments: LoadedTable) -> list[Problem]:
+    """Rows whose continuous preference is outside [0, 1] or contradicts their verdict."""
+    frame = judgments.frame
+    if "preference_first" not in frame:
+        return []
+    problems = []
+    for line, verdict, preference in zip(judgments.lines, frame["verdict"], frame["preference_first"]):
+        if pd.isna(preference):
+            continue
+        if not 0 <= preference <= 1:
+            message, fix = f"{preference!r} is outside [0, 1]", "give the probability that the first response is better"
+        elif verdict == "invalid":
+            message, fix = (
+                "an invalid verdict carries a preference",
+                "leave preference_first empty, or give the verdict",
+            )
+        else:
+            side = "first" if preference > 0.5 else "second" if preference < 0.5 else "tie"
+            if verdict == side:
+                continue
+            message = f"preference {preference!r} favours {side!r} but the verdict is {verdict!r}"
+            fix = "set the verdict to the side the preference favours (tie at exactly 0.5)"
+        problems.append(Problem(judgments.path, int(line), "preference_first", message, fix))
+    return problems
+
+
 def build_contests(
     study_or_frames: Study | Mapping[str, LoadedTable | pd.DataFrame],
     policy: str,
@@ -228,7 +332,7 @@ def build_contests(
     judge: str | None = None,
     allow_single_order: bool = False,
 ) -> ContestTable:
-    """Assemble the both-order contests of ``policy`` against ``opponent`` judged by ``judge``.
+    """Assemble the contests of ``policy`` against ``opponent`` judged by ``judge`` and name their design.
 
     Parameters
     ----------
@@ -240,22 +344,32 @@ def build_contests(
     judge
         The judge to use; may be omitted when only one judge compared the two systems.
     allow_single_order
-        Leave out contests judged in one order only (counted in ``dropped["single_order"]``)
-        instead of raising: position bias is not identifiable from such a contest.
+        In a mixed design (some contests judged in both orders, some in one), leave out the
+        single-order contests (counted in ``dropped["single_order"]``) instead of raising. A
+        design with one order in every contest needs no flag: it is detected and named.
 
     Returns
     -------
     ContestTable
-        One row per complete contest, in the order the judgments file first mentions them.
+        One row per contest, in the order the judgments file first mentions them, with its
+        ``design`` (module doc).
 
     Raises
     ------
     SchemaError
-        A contest judged in one order only (unless allowed), or invalid frames.
+        A mixed design (unless allowed), a preference outside [0, 1] or against its verdict, or
+        invalid frames.
     InputError
         No judgment compares the two systems, or the judge is ambiguous or unknown.
     """
     responses, judgments = _contest_inputs(study_or_frames)
+    problems = _preference_problems(judgments)
+    if problems:
+        raise SchemaError(
+            f"{len(problems)} judgment(s) have a preference_first that cannot be used",
+            problems,
+            fix="give a probability in [0, 1] that agrees with the verdict (see docs/data-formats.md)",
+        )
     system = dict(zip(responses.frame["response_id"], responses.frame["system"]))
     run = dict(zip(responses.frame["response_id"], responses.frame["run"].fillna(DEFAULT_RUN)))
     if policy == opponent:
@@ -284,6 +398,18 @@ def build_contests(
     rows = selected & (j["judge"] == judge).to_numpy()
     pf = policy_first[rows]
     verdict = j.loc[rows, "verdict"].to_numpy()
+    outcome = np.select(
+        [verdict == "first", verdict == "second"],
+        [np.where(pf, "win", "loss"), np.where(pf, "loss", "win")],
+        default=verdict,
+    )
+    value = _outcome_values(outcome)
+    preference = (
+        j.loc[rows, "preference_first"].to_numpy(dtype=float)
+        if "preference_first" in j
+        else np.full(int(rows.sum()), np.nan)
+    )
+    continuous = bool(np.isfinite(preference).any())
     orders = pd.DataFrame(
         {
             "vignette_id": j.loc[rows, "vignette_id"].to_numpy(),
@@ -291,11 +417,9 @@ def build_contests(
             "opponent_response": np.where(pf, j.loc[rows, "response_second"], j.loc[rows, "response_first"]),
             "policy_first": pf,
             # verdict "first" is a win for the policy when it was shown first, a loss otherwise
-            "outcome": np.select(
-                [verdict == "first", verdict == "second"],
-                [np.where(pf, "win", "loss"), np.where(pf, "loss", "win")],
-                default=verdict,
-            ),
+            "outcome": outcome,
+            # the preference is for the response shown first: the policy's when it was
+            "value": np.where(np.isfinite(preference), np.where(pf, preference, 1 - preference), value),
             "line": judgments.lines[rows],
         }
     )
@@ -308,29 +432,61 @@ def build_contests(
         suffixes=("_policy_first", "_policy_second"),
         indicator="orders",
     )
-    single = contests[contests["orders"] != "both"]
-    if len(single) and not allow_single_order:
-        problems = [
-            Problem(
-                judgments.path,
-                int(row.line_policy_first if row.orders == "left_only" else row.line_policy_second),
-                "response_first",
-                f"judge {judge!r} judged policy response {row.policy_response!r} vs opponent response "
-                f"{row.opponent_response!r} only with the {'policy' if row.orders == 'left_only' else 'opponent'} shown first",
-                "judge the missing order",
+    both = (contests["orders"] == "both").to_numpy()
+    n_single, n_both = int((~both).sum()), int(both.sum())
+    shown_first = int((contests["orders"] == "left_only").sum())
+    dropped: dict[str, int] = {}
+    if n_single and n_both:
+        if not allow_single_order:
+            single = contests[~both]
+            problems = [
+                Problem(
+                    judgments.path,
+                    int(row.line_policy_first if row.orders == "left_only" else row.line_policy_second),
+                    "response_first",
+                    f"judge {judge!r} judged policy response {row.policy_response!r} vs opponent response "
+                    f"{row.opponent_response!r} only with the {'policy' if row.orders == 'left_only' else 'opponent'} shown first",
+                    "judge the missing order",
+                )
+                for row in single.itertuples()
+            ]
+            raise SchemaError(
+                f"{n_single} contest(s) of {policy!r} vs {opponent!r} were judged in one order only and {n_both} in "
+                "both (a mixed design): the two kinds of contest score differently (a verdict that flips with the "
+                "order is ½ in a both-order contest, a win or a loss in a single-order one), so they cannot be "
+                "pooled into one win rate",
+                problems,
+                fix="judge the missing orders, or set `allow_single_order: true` in the claim to leave the "
+                "single-order contests out (they are counted and reported)",
             )
-            for row in single.itertuples()
-        ]
-        raise SchemaError(
-            f"{len(single)} contest(s) of {policy!r} vs {opponent!r} were judged in one order only: position bias is not identifiable from them",
-            problems,
-            fix="judge the missing orders, or set `allow_single_order: true` in the claim to leave these contests out (they are counted)",
+        contests = contests[both]
+        dropped = {"single_order": n_single}
+        design = MIXED
+        note = (
+            f"mixed: {n_both} contest(s) judged in both orders, {n_single} in one order only; the single-order "
+            "ones are left out (allow_single_order), the rest scored by the both-orders rule"
         )
-    contests = contests[contests["orders"] == "both"]
+    elif n_single:
+        if 0 < shown_first < n_single:
+            design = ONE_ORDER_RANDOMISED
+            note = (
+                f"one order per contest, the policy shown first in {shown_first} of {n_single} contests: the order "
+                "is taken as randomised, so the win rate is order-balanced by design and position bias is "
+                "estimated between contests (if the order was not random, both may be confounded)"
+            )
+        else:
+            design = ONE_ORDER_FIXED
+            note = (
+                f"one order per contest, the policy always shown {'first' if shown_first else 'second'} "
+                f"({n_single} contests): position bias is not identifiable, and every score carries it"
+            )
+    else:
+        design, note = BOTH_ORDERS, f"both orders judged in all {n_both} contests"
     # contests in the order the file first mentions them
     contests = contests.iloc[
-        np.argsort(np.minimum(contests["line_policy_first"], contests["line_policy_second"]), kind="stable")
+        np.argsort(np.fmin(contests["line_policy_first"], contests["line_policy_second"]), kind="stable")
     ]
+    outcome_type = pd.StringDtype(na_value=np.nan)
     frame = pd.DataFrame(
         {
             "contest_id": judge + ":" + contests["policy_response"] + ":" + contests["opponent_response"],
@@ -339,11 +495,12 @@ def build_contests(
             "run": contests["policy_response"].map(run).astype("str"),
             "policy_response": contests["policy_response"],
             "opponent_response": contests["opponent_response"],
-            "outcome_policy_first": contests["outcome_policy_first"].astype("str"),
-            "outcome_policy_second": contests["outcome_policy_second"].astype("str"),
-            "line_policy_first": contests["line_policy_first"].astype(np.int64),
-            "line_policy_second": contests["line_policy_second"].astype(np.int64),
+            "outcome_policy_first": contests["outcome_policy_first"].astype(outcome_type),
+            "outcome_policy_second": contests["outcome_policy_second"].astype(outcome_type),
+            "value_policy_first": contests["value_policy_first"].astype(float),
+            "value_policy_second": contests["value_policy_second"].astype(float),
+            "line_policy_first": contests["line_policy_first"].astype("Int64"),
+            "line_policy_second": contests["line_policy_second"].astype("Int64"),
         }
     ).reset_index(drop=True)
-    dropped = {"single_order": len(single)} if len(single) else {}
-    return ContestTable(frame, policy, opponent, judge, dropped)
+    return ContestTable(frame, policy, opponent, judge, dropped, design, note, continuous)

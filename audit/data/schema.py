@@ -122,6 +122,13 @@ TABLES: dict[str, TableSpec] = {
                 _str("verdict", "the judge's verdict", allowed=("first", "second", "tie", "invalid")),
                 _str("raw", "the judge's raw output", required=False),
                 _str("prompt_sha256", "hash of the judging prompt template", required=False, pattern=SHA256_HEX),
+                Column(
+                    "preference_first",
+                    "float",
+                    False,
+                    "the judge's probability in [0, 1] that the response shown first is better (a continuous "
+                    "preference, e.g. AlpacaEval 2.0's; the verdict must name the side it favours)",
+                ),
             ),
             unique=(UniqueKey(("judge", "response_first", "response_second")),),
             distinct=(("response_first", "response_second"),),

@@ -398,17 +398,23 @@ def aggregate_contest_cells(
     Raises
     ------
     InputError
-        Mismatched lengths, scores outside {0, 1/2, 1}, or fewer than two vignettes.
+        Mismatched lengths, scores outside [0, 1], or fewer than two vignettes.
     """
     score_array = np.asarray(score, dtype=float)
     n = score_array.size
     if score_array.ndim != 1 or n == 0:
         raise InputError("No contests to fit.", fix="Pass one score per contest.")
-    bad = ~np.isin(score_array, (0.0, 0.5, 1.0))
+    # Continuous preferences and single-order scores lie in [0, 1] too: the quasi-binomial cell
+    # likelihood only needs the mean, and the Pearson dispersion absorbs their variance.
+    bad = ~((score_array >= 0) & (score_array <= 1))
     if bad.any():
         problems = [
             Problem(
-                "score", int(row), "score", f"value {score_array[row]!r} is not 0, 0.5 or 1", "score contests 1/0.5/0"
+                "score",
+                int(row),
+                "score",
+                f"value {score_array[row]!r} is not in [0, 1]",
+                "score contests in [0, 1] (1/0.5/0, or a preference)",
             )
             for row in np.flatnonzero(bad)[:20]
         ]
