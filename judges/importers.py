@@ -6,7 +6,8 @@ Formats
     AlpacaEval annotations (``results/<model>/<annotator>/annotations.json``, optionally gzipped):
     ``output_1`` (the baseline) is shown first, ``output_2`` second; ``preference`` 1 → first, 2 →
     second, 0 or 1.5 → tie (AlpacaEval's two draw codes), null → invalid. Vignette id =
-    ``sha1(instruction)[:12]``. Writes judgments, vignettes and responses.
+    ``sha1(instruction)[:12]``. Writes judgments, vignettes and responses. Several files at once:
+    a generator's differing text for one instruction (a regenerated baseline) is a distinct response.
 ``pandalm``
     The PandaLM test set (Wang et al. 2023) with its judges' result files: one order per item
     (``response1`` first); result 1 → first, 2 → second, 0/"Tie" → tie, "garbage" → invalid. The
@@ -17,6 +18,12 @@ Formats
     holds two games: game 1 shows model_1's answer first, game 2 model_2's; ``g1_winner`` and
     ``g2_winner`` are already mapped to model names (``model_1``, ``model_2``, ``tie``, ``error`` →
     invalid). Vignette = question id; responses are per (question, model, turn).
+``arena``
+    FastChat Chatbot Arena battles (``clean_battle_*.json``): one judged order per battle,
+    ``model_a`` first. Vignette = ``question_id``.
+``lm_eval``, ``inspect``
+    Per-item scores of two or more models (lm-evaluation-harness ``--log_samples`` JSONL; inspect_ai
+    JSON logs) as metric contests: higher score wins, both orders written (a metric has no order).
 ``generic``
     Any CSV/JSONL/Parquet with a column mapping and an explicit verdict-value mapping (nothing is
     guessed; with no verdict column, a mapped raw-reply column is parsed with
@@ -29,6 +36,7 @@ import gzip
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +56,7 @@ from honestci.judges.tables import (
     write_table,
 )
 
-FORMATS = ("alpaca_eval", "pandalm", "mtbench", "generic")
+FORMATS = ("alpaca_eval", "pandalm", "mtbench", "arena", "lm_eval", "inspect", "generic")
 
 
 def prompt_id(text: str) -> str:
@@ -205,6 +213,17 @@ def _alpaca_files(paths: Sequence[str | Path]) -> list[Path]:
     return files
 
 
+def _alpaca_response(out: _Collector, vid: str, system: str, text: str, where: tuple[Path, int]) -> str:
+    """The response id of ``system``'s ``text`` on vignette ``vid``: ``vid:system`` for the first
+    text seen, ``vid:system#sha1(text)[:12]`` for any other (a baseline regenerated between result
+    files is a distinct response, not a conflict)."""
+    plain = f"{vid}:{system}"
+    known = out.responses.get(plain)
+    response_id = plain if known is None or known["text"] == text else f"{plain}#{prompt_id(text)}"
+    out.response(response_id, vid, system, text, where)
+    return response_id
+
+
 def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
     """AlpacaEval ``annotations.json`` files (one per model) → judgments, vignettes, responses.
 
@@ -244,9 +263,8 @@ def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
                 verdict = known
             vid = prompt_id(rec["instruction"])
             out.vignette(vid, rec["instruction"], rec.get("dataset"), where)
-            first, second = f"{vid}:{rec['generator_1']}", f"{vid}:{rec['generator_2']}"
-            out.response(first, vid, rec["generator_1"], rec["output_1"], where)
-            out.response(second, vid, rec["generator_2"], rec["output_2"], where)
+            first = _alpaca_response(out, vid, rec["generator_1"], rec["output_1"], where)
+            second = _alpaca_response(out, vid, rec["generator_2"], rec["output_2"], where)
             raw = rec.get("raw_completion")
             out.judgment(
                 {
@@ -550,3 +568,373 @@ def import_generic(
             record.setdefault("prompt_sha256", None)
             out.judgment(record, (path, row.line))
     return out.result("generic", f"{path}: judgments cannot be imported.")
+
+
+# ------------------------------------------------------------------------------------- Arena battles
+_ARENA_WINNER = {"model_a": "first", "model_b": "second", "tie": "tie", "tie (bothbad)": "tie"}
+
+
+def _records(path: Path, out: _Collector, what: str):
+    """A JSON list of objects (``.json``/``.json.gz``) or JSON Lines (``.jsonl``), with positions."""
+    if not path.is_file():
+        raise InputError(f"{path}: file not found.", fix="check the path")
+    if path.name.lower().endswith((".jsonl", ".ndjson")):
+        return _jsonl_records(path, out)
+    return _json_records(path, out, what)
+
+
+def _conversation_text(conversation, role: str) -> str | None:
+    """The ``role`` turns of a FastChat conversation (list of {role, content}) joined; None if absent."""
+    if not isinstance(conversation, list):
+        return None
+    parts = [m.get("content") for m in conversation if isinstance(m, dict) and m.get("role") == role]
+    return "\n\n".join(p for p in parts if isinstance(p, str)) if parts else None
+
+
+def import_arena(path: str | Path) -> ImportedTables:
+    """FastChat Chatbot Arena battles (``clean_battle_*.json``, a JSON list, or JSON Lines) → judgments.
+
+    Each battle is one judged order as shown: ``model_a`` first. ``winner`` ``model_a`` → first,
+    ``model_b`` → second, ``tie`` and ``tie (bothbad)`` → tie (the original word is kept in ``raw``).
+    Vignette (cluster) = ``question_id``; responses are per (question, model, turn). When a battle
+    carries ``conversation_a``/``conversation_b`` (lists of {role, content}), vignettes (the user
+    turns) and responses (the assistant turns) are written too.
+    """
+    path = Path(path)
+    out = _Collector()
+    for number, rec in _records(path, out, "battles"):
+        where = (path, number)
+        missing = [k for k in ("question_id", "model_a", "model_b", "winner", "judge") if _missing(rec.get(k))]
+        for key in missing:
+            out.problem(path, number, key, "missing", "pass an unchanged FastChat battle file")
+        if missing:
+            continue
+        verdict = _ARENA_WINNER.get(rec["winner"])
+        if verdict is None:
+            out.problem(path, number, "winner", f"{rec['winner']!r} is not model_a, model_b, tie or tie (bothbad)")
+            continue
+        turn = rec.get("turn", 1)
+        if isinstance(turn, bool) or not isinstance(turn, int):
+            out.problem(path, number, "turn", f"{turn!r} is not an integer", "FastChat numbers turns with integers")
+            continue
+        if rec["model_a"] == rec["model_b"]:
+            out.problem(path, number, "model_b", f"the same model {rec['model_a']!r} on both sides")
+            continue
+        vid = str(rec["question_id"])
+        ids = {side: f"{vid}:{rec[side]}:turn{turn}" for side in ("model_a", "model_b")}
+        question = _conversation_text(rec.get("conversation_a"), "user")
+        if question is not None:
+            out.vignette(vid, question, rec.get("category") or rec.get("language"), where)
+            for side, conversation in (("model_a", "conversation_a"), ("model_b", "conversation_b")):
+                answer = _conversation_text(rec.get(conversation), "assistant")
+                if answer is None:
+                    out.problem(
+                        path, number, conversation, "has no assistant turn while conversation_a has a user turn"
+                    )
+                else:
+                    out.response(ids[side], vid, rec[side], answer, where)
+        out.judgment(
+            {
+                "judge": str(rec["judge"]),
+                "vignette_id": vid,
+                "response_first": ids["model_a"],
+                "response_second": ids["model_b"],
+                "verdict": verdict,
+                "raw": rec["winner"],
+                "prompt_sha256": None,
+                "turn": turn,
+            },
+            where,
+        )
+    return out.result("arena", "The Arena battles cannot be imported.", ("turn",))
+
+
+# ----------------------------------------------------------------- per-item scores → metric contests
+def _metric_verdict(first: float | None, second: float | None) -> str:
+    """Higher score wins, equal scores tie; a missing score (the item errored) is an invalid verdict."""
+    if first is None or second is None:
+        return "invalid"
+    return "first" if first > second else "second" if second > first else "tie"
+
+
+def _metric_contests(out: _Collector, judge: str, scored: dict, extra: tuple[str, ...] = ()) -> None:
+    """Every pair of systems on every item they share, compared by score, in both orders.
+
+    ``scored`` maps system → {item key: (vignette_id, response_id, score or None, where, extras)}.
+    A metric sees no presentation order, so both orders are the same comparison: both are written
+    (position bias is zero by construction, not estimated). An item one system lacks is a problem.
+    """
+    systems = list(scored)
+    if len(systems) < 2:
+        raise InputError(
+            f"Per-item scores of one system only ({', '.join(systems) or 'none'}): a win rate needs two.",
+            fix="pass the files of two or more models run on the same items",
+        )
+    everything = set().union(*(set(items) for items in scored.values()))
+    for system in systems:
+        for key in sorted(everything - set(scored[system]), key=str):
+            other = next(s for s in systems if key in scored[s])
+            file, line = scored[other][key][3]
+            out.problem(
+                file, line, None, f"item {key!r} has no result for {system!r}", "run every model on the same items"
+            )
+    for i, a in enumerate(systems):
+        for b in systems[i + 1 :]:
+            for key in scored[a]:
+                if key not in scored[b]:
+                    continue
+                vid, ra, sa, where, extras = scored[a][key]
+                vid_b, rb, sb, where_b, _ = scored[b][key]
+                if vid_b != vid:
+                    out.problem(*where_b, None, f"item {key!r} is in cluster {vid_b!r} here but {vid!r} in {where[0]}")
+                    continue
+                for (r1, s1), (r2, s2) in (((ra, sa), (rb, sb)), ((rb, sb), (ra, sa))):
+                    out.judgment(
+                        {
+                            "judge": judge,
+                            "vignette_id": vid,
+                            "response_first": r1,
+                            "response_second": r2,
+                            "verdict": _metric_verdict(s1, s2),
+                            "raw": json.dumps({"score_first": s1, "score_second": s2}),
+                            "prompt_sha256": None,
+                            **{name: extras.get(name) for name in extra},
+                        },
+                        where,
+                    )
+
+
+def _named_paths(paths: Sequence[str | Path]) -> list[tuple[str | None, Path]]:
+    """``NAME=PATH`` or ``PATH`` (an existing file is never split at '=')."""
+    named = []
+    for spec in map(str, paths):
+        name, sep, rest = spec.partition("=")
+        named.append((name, Path(rest)) if sep and name and not Path(spec).exists() else (None, Path(spec)))
+    return named
+
+
+def _number(value) -> float | str:
+    """A per-item score as a float; a message (str) when it is not one number."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else "is not finite"
+    return f"{value!r} is not a number (a per-item score)"
+
+
+def _at_path(record: dict, dotted: str):
+    """``record`` followed along ``a.b.c``; KeyError if any step is absent."""
+    value = record
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(part)
+        value = value[part]
+    return value
+
+
+# ---------------------------------------------------------------------------- lm-evaluation-harness
+_LM_EVAL_NON_METRIC = {
+    "doc_id",
+    "doc",
+    "target",
+    "arguments",
+    "resps",
+    "filtered_resps",
+    "filter",
+    "metrics",
+    "doc_hash",
+    "prompt_hash",
+    "target_hash",
+}
+_LM_EVAL_NAME = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl(\.gz)?$")
+
+
+def import_lm_eval(
+    paths: Sequence[str | Path],
+    metric: str | None = None,
+    cluster_key: str | None = None,
+    filter_name: str | None = None,
+) -> ImportedTables:
+    """lm-evaluation-harness ``--log_samples`` files (``samples_<task>_<date>.jsonl``), one per model,
+    → metric contests between the models on each document.
+
+    The model is the file's folder (lm-eval writes ``<output_path>/<model>/samples_...``) unless
+    given as ``NAME=PATH``. ``metric`` picks the per-sample key (``acc``, ``exact_match``...; default:
+    the only one). Cluster (vignette) = ``doc_id``, or the value at ``cluster_key``, a dotted path
+    into ``doc``. Records per filter (``filter``) are told apart by ``filter_name`` when a file has
+    several. Verdicts: the higher per-sample score wins, equal scores tie (see
+    :func:`_metric_contests`).
+    """
+    out = _Collector()
+    scored: dict[str, dict] = {}
+    tasks = set()
+    chosen_metric = metric
+    for name, path in _named_paths(paths):
+        match = _LM_EVAL_NAME.match(path.name)
+        task = match["task"] if match else path.name.split(".")[0]
+        tasks.add(task)
+        system = name or path.resolve().parent.name
+        if system in scored:
+            raise InputError(f"{path}: model {system!r} given twice.", fix="pass each model's file once, as NAME=PATH")
+        items: dict = {}
+        scored[system] = items
+        for number, rec in _records(path, out, "samples"):
+            where = (path, number)
+            filt = rec.get("filter")
+            if filter_name is not None and filt != filter_name:
+                continue
+            if _missing(rec.get("doc_id")) or isinstance(rec.get("doc_id"), (dict, list)):
+                out.problem(path, number, "doc_id", "missing or not an id", "pass an unchanged --log_samples file")
+                continue
+            if chosen_metric is None:
+                names = [k for k in rec if k not in _LM_EVAL_NON_METRIC]
+                if len(names) != 1:
+                    raise InputError(
+                        f"{path}, line {number}: per-sample metrics {names}; which one is the score?",
+                        fix="pass --metric NAME",
+                    )
+                chosen_metric = names[0]
+            if chosen_metric not in rec:
+                out.problem(path, number, chosen_metric, "missing", "pick a metric every sample has (--metric)")
+                continue
+            score = _number(rec[chosen_metric])
+            if isinstance(score, str):
+                out.problem(
+                    path,
+                    number,
+                    chosen_metric,
+                    score,
+                    "pick a per-sample metric (acc, exact_match...), not a corpus one",
+                )
+                continue
+            doc = rec.get("doc") if isinstance(rec.get("doc"), dict) else {}
+            if cluster_key is None:
+                vid, text = str(rec["doc_id"]), json.dumps(doc, ensure_ascii=False, sort_keys=True)
+            else:
+                try:
+                    value = _at_path(doc, cluster_key)
+                except KeyError as exc:
+                    out.problem(
+                        path, number, f"doc.{cluster_key}", f"absent (no {exc.args[0]!r})", "check --cluster-key"
+                    )
+                    continue
+                vid, text = f"{task}:{value}", f"{cluster_key} = {value}"
+            key = (task, str(rec["doc_id"]))
+            if key in items:
+                out.problem(
+                    path,
+                    number,
+                    "doc_id",
+                    f"doc {rec['doc_id']!r} appears twice (first at line {items[key][3][1]})",
+                    "several filters: choose one with --filter" if filt is not None else "pass an unchanged file",
+                )
+                continue
+            response_id = f"{task}:{rec['doc_id']}:{system}"
+            out.vignette(vid, text, task, where)
+            resps = rec.get("filtered_resps", rec.get("resps"))
+            out.response(
+                response_id,
+                vid,
+                system,
+                resps if isinstance(resps, str) else json.dumps(resps, ensure_ascii=False),
+                where,
+            )
+            items[key] = (vid, response_id, score, where, {"doc_id": str(rec["doc_id"])})
+    if out.problems:
+        raise InputError("The lm-evaluation-harness samples cannot be imported.", out.problems)
+    _metric_contests(out, f"lm_eval:{chosen_metric}", scored, ("doc_id",))
+    return out.result("lm_eval", "The lm-evaluation-harness samples cannot be imported.", ("doc_id",))
+
+
+# ------------------------------------------------------------------------------------------- inspect_ai
+#: inspect_ai's letter values (inspect_ai.scorer: CORRECT, INCORRECT, PARTIAL, NOANSWER) as numbers.
+_INSPECT_LETTERS = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}
+
+
+def import_inspect(paths: Sequence[str | Path], scorer: str | None = None) -> ImportedTables:
+    """inspect_ai eval logs in JSON (``inspect eval --log-format json``), one per model, → metric
+    contests between the models on each (sample, epoch).
+
+    The model is ``eval.model`` (or ``NAME=PATH``). ``scorer`` picks the score (default: the only
+    one). Values: numbers and booleans as they are, ``C``/``I``/``P``/``N`` as 1/0/0.5/0
+    (inspect_ai's CORRECT, INCORRECT, PARTIAL, NOANSWER). Cluster (vignette) = sample ``id``; each
+    epoch is its own contest within it. A sample that errored (``error`` set, no score) is an
+    invalid verdict, kept. A sample's position in ``samples`` (1-based) is reported as its line.
+    """
+    out = _Collector()
+    scored: dict[str, dict] = {}
+    chosen = scorer
+    for name, path in _named_paths(paths):
+        if path.suffix == ".eval":
+            raise InputError(
+                f"{path}: the zipped .eval log format is not read yet.", fix="inspect log convert --to json"
+            )
+        log = _load_json(path) if path.is_file() else None
+        if log is None:
+            raise InputError(f"{path}: file not found.", fix="check the path")
+        out.inputs.append(path)
+        if not isinstance(log, dict) or not isinstance(log.get("eval"), dict):
+            raise InputError(f"{path}: not an inspect_ai JSON log (no 'eval' object).", fix="pass a .json eval log")
+        samples = log.get("samples")
+        if not isinstance(samples, list):
+            raise InputError(
+                f"{path}: the log has no samples (status {log.get('status')!r}).",
+                fix="pass a log written with samples (not --no-log-samples)",
+            )
+        system = name or str(log["eval"].get("model") or path.stem)
+        task = str(log["eval"].get("task") or "task")
+        if system in scored:
+            raise InputError(f"{path}: model {system!r} given twice.", fix="pass each model's log once, as NAME=PATH")
+        items: dict = {}
+        scored[system] = items
+        for number, sample in enumerate(samples, start=1):
+            where = (path, number)
+            if not isinstance(sample, dict):
+                out.problem(path, number, "samples", "is not an object")
+                continue
+            sid, epoch = sample.get("id"), sample.get("epoch", 1)
+            if _missing(sid) or isinstance(sid, (dict, list, bool)):
+                out.problem(path, number, f"samples[{number - 1}].id", "missing or not an id")
+                continue
+            if isinstance(epoch, bool) or not isinstance(epoch, int):
+                out.problem(path, number, f"samples[{number - 1}].epoch", f"{epoch!r} is not an integer")
+                continue
+            scores = sample.get("scores") or {}
+            if not isinstance(scores, dict):
+                out.problem(path, number, f"samples[{number - 1}].scores", "is not an object")
+                continue
+            if chosen is None and scores:
+                if len(scores) != 1:
+                    raise InputError(
+                        f"{path}: scorers {sorted(scores)}; which one is the score?", fix="pass --metric NAME"
+                    )
+                chosen = next(iter(scores))
+            field_name = f"samples[{number - 1}].scores.{chosen}.value"
+            if chosen in scores:
+                entry = scores[chosen]
+                value = entry.get("value") if isinstance(entry, dict) else None
+                score = _INSPECT_LETTERS.get(value) if isinstance(value, str) else _number(value)
+                if score is None or isinstance(score, str):
+                    out.problem(path, number, field_name, score or f"{value!r} is not C, I, P, N or a number")
+                    continue
+            elif sample.get("error"):
+                score = None  # the sample errored: an invalid verdict, kept and counted
+            else:
+                out.problem(path, number, field_name, "missing (and the sample has no error)")
+                continue
+            key = (str(sid), epoch)
+            if key in items:
+                out.problem(path, number, f"samples[{number - 1}].id", f"sample {sid!r} epoch {epoch} appears twice")
+                continue
+            vid = f"{task}:{sid}"
+            text = sample.get("input")
+            out.vignette(vid, text if isinstance(text, str) else json.dumps(text, ensure_ascii=False), task, where)
+            response_id = f"{vid}:{system}:epoch{epoch}"
+            output = sample.get("output") if isinstance(sample.get("output"), dict) else {}
+            answer = output.get("completion")
+            out.response(response_id, vid, system, answer if isinstance(answer, str) else "", where)
+            items[key] = (vid, response_id, score, where, {"epoch": epoch})
+    if out.problems:
+        raise InputError("The inspect_ai logs cannot be imported.", out.problems)
+    _metric_contests(out, f"inspect:{chosen}", scored, ("epoch",))
+    return out.result("inspect", "The inspect_ai logs cannot be imported.", ("epoch",))

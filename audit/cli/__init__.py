@@ -27,7 +27,7 @@ LAZY_COMMANDS = {
     ),
     "import": (
         "honestci.audit.cli.judges:import_command",
-        "Import judgments made by another tool (FORMAT: alpaca_eval, pandalm, mtbench, generic).",
+        "Import judgments or per-item scores made by another tool (FORMAT below).",
     ),
     "calibrate-judge": (
         "honestci.audit.cli.checks:calibrate_judge_command",

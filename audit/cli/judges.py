@@ -191,12 +191,46 @@ def judge_command(
     "--verdict-map", "verdict_map", multiple=True, help="generic: SOURCE_VALUE=first|second|tie|invalid (repeatable)."
 )
 @click.option("--judge", "judge_name", help="generic: constant judge name.")
+@click.option(
+    "--metric", help="lm_eval: the per-sample metric (acc, exact_match...); inspect: the scorer. Default: the only one."
+)
+@click.option("--cluster-key", help="lm_eval: dotted path into `doc` whose value is the cluster (default: doc_id).")
+@click.option("--filter", "filter_name", help="lm_eval: the filter to read when a file holds several.")
 @_fail_cleanly
-def import_command(fmt, paths, out_path, judge_files, questions, answers, mapping, verdict_map, judge_name):
-    """Import judgments made by another tool (FORMAT: alpaca_eval, pandalm, mtbench, generic)."""
+def import_command(
+    fmt,
+    paths,
+    out_path,
+    judge_files,
+    questions,
+    answers,
+    mapping,
+    verdict_map,
+    judge_name,
+    metric,
+    cluster_key,
+    filter_name,
+):
+    """Import judgments or per-item scores made by another tool (FORMAT below).
+
+    \b
+    Writes honestci's tables (docs/data-formats.md). FORMAT and PATHS:
+      alpaca_eval  annotations.json(.gz) files or folders, one or many (several
+                   baselines' texts become distinct responses)
+      pandalm      testset-v1.json (+ --judge-file for each judge)
+      mtbench      FastChat model_judgment/*_pair.jsonl (+ --questions, --answers)
+      arena        FastChat Arena battles: clean_battle_*.json (or .jsonl), one
+                   judged order per battle, model_a shown first
+      lm_eval      lm-evaluation-harness --log_samples samples_<task>_<date>.jsonl,
+                   one per model (model = folder, or NAME=PATH); --metric,
+                   --cluster-key, --filter
+      inspect      inspect_ai JSON eval logs (--log-format json), one per model
+                   (model = eval.model, or NAME=PATH); --metric picks the scorer
+      generic      any CSV/JSONL/Parquet with --map and --verdict-map
+    """
     from honestci.judges import importers
 
-    if fmt != "alpaca_eval" and len(paths) > 1:
+    if fmt not in ("alpaca_eval", "lm_eval", "inspect") and len(paths) > 1:
         raise InputError(f"{fmt} takes one PATH, got {len(paths)}.", fix="pass one file")
     if fmt == "alpaca_eval":
         tables = importers.import_alpaca_eval(paths)
@@ -208,6 +242,12 @@ def import_command(fmt, paths, out_path, judge_files, questions, answers, mappin
         tables = importers.import_pandalm(paths[0], files)
     elif fmt == "mtbench":
         tables = importers.import_mtbench(paths[0], questions=questions, answers_dir=answers)
+    elif fmt == "arena":
+        tables = importers.import_arena(paths[0])
+    elif fmt == "lm_eval":
+        tables = importers.import_lm_eval(paths, metric=metric, cluster_key=cluster_key, filter_name=filter_name)
+    elif fmt == "inspect":
+        tables = importers.import_inspect(paths, scorer=metric)
     else:
         tables = importers.import_generic(
             paths[0], _pairs(mapping, "--map"), _pairs(verdict_map, "--verdict-map") or None, judge=judge_name
