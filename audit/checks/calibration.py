@@ -14,8 +14,20 @@ verdict     preferred response       code
 first       ``response_first``       +1 if it is a, -1 if it is b
 second      ``response_second``      +1 if it is a, -1 if it is b
 tie         none                     0
-invalid     unknown                  NaN (dropped and counted; or 0 with ``invalid_as="tie"``)
+invalid     none (a failed verdict)  by ``invalid_as`` (below)
 ==========  =======================  ==========
+
+Invalid verdicts (unparseable, refused, empty) are rows with a status, never dropped silently.
+``invalid_as`` (:data:`INVALID_AS`, the calibration reading of the audit policy's
+``invalid_verdicts``, :data:`honestci.audit.policy.INVALID_SCORING`) says how they count:
+
+- ``"disagreement"`` (default, conservative; policy ``against_claim``): code
+  :data:`INVALID_CODE`, a judge class of its own that matches no human class. It counts as a
+  disagreement in every agreement figure and in accuracy, and in kappa as a fourth judge row
+  with weight 0 against every human class (the table is 4 x 3). This reproduces published
+  tables that count parse failures as wrong.
+- ``"tie"`` (policy ``tie``): code 0, PandaLM's rule for unparseable output.
+- ``"exclude"`` (policy ``exclude``): NaN, left out of every figure and counted in the report.
 
 Human reference per item: the majority of the raters' pairwise labels (an unresolved split is a
 tie, or goes to the first rater with ``split="first_rater"`` as PandaLM does), or, from ratings,
@@ -67,6 +79,13 @@ CLASSES = (PREFERS_B, TIE, PREFERS_A)
 TIE_POLICIES = ("as_class", "human_decided", "decided")
 GATE_TIE_POLICY = "human_decided"
 LABEL_CODES = {"a": PREFERS_A, "tie": TIE, "b": PREFERS_B}
+#: Code of an invalid verdict under ``invalid_as="disagreement"``: off the -1/0/+1 scale, so it
+#: equals no human code, and its class index (code + 1 = 3) is the fourth row of the confusion table.
+INVALID_CODE = 2.0
+#: How invalid verdicts count in calibration (module docstring); the first is the default.
+INVALID_AS = ("disagreement", "tie", "exclude")
+#: The audit policy's ``invalid_verdicts`` (:data:`honestci.audit.policy.INVALID_SCORING`) read for calibration.
+INVALID_AS_FROM_POLICY = {"against_claim": "disagreement", "tie": "tie", "exclude": "exclude"}
 SOURCES = ("auto", "pairs", "ratings")
 
 
@@ -74,13 +93,14 @@ SOURCES = ("auto", "pairs", "ratings")
 
 
 def verdict_to_preference(
-    verdict, response_first, response_second, response_a, response_b, invalid_as: str = "missing"
+    verdict, response_first, response_second, response_a, response_b, invalid_as: str = "disagreement"
 ) -> np.ndarray:
     """Code each judged order's verdict as a preference between the item's responses a and b.
 
     ``first`` prefers ``response_first``, ``second`` prefers ``response_second``; the preferred
-    response is coded +1 if it is a and -1 if it is b; ``tie`` is 0; ``invalid`` is NaN
-    (``invalid_as="missing"``) or 0 (``invalid_as="tie"``, PandaLM's rule for unparseable output).
+    response is coded +1 if it is a and -1 if it is b; ``tie`` is 0; ``invalid`` is
+    :data:`INVALID_CODE` (``invalid_as="disagreement"``), 0 (``"tie"``, PandaLM's rule for
+    unparseable output) or NaN (``"exclude"``).
 
     Raises
     ------
@@ -96,10 +116,7 @@ def verdict_to_preference(
             f"{int((~same).sum())} judged order(s) compare responses other than their item's a and b.",
             fix="match judgments to items by their unordered response pair",
         )
-    if invalid_as not in ("missing", "tie"):
-        raise InputError(
-            f"invalid_as={invalid_as!r} is not 'missing' or 'tie'.", fix="use 'missing' (default) or 'tie'"
-        )
+    _check_invalid_as(invalid_as)
     known = np.isin(verdict, ("first", "second", "tie", "invalid"))
     if not known.all():
         raise InputError(f"unknown verdict {verdict[~known][0]!r}", fix="use first, second, tie or invalid")
@@ -110,10 +127,18 @@ def verdict_to_preference(
         np.where(
             verdict == "second",
             np.where(first_is_a, PREFERS_B, PREFERS_A),
-            np.where(verdict == "tie", TIE, TIE if invalid_as == "tie" else np.nan),
+            np.where(verdict == "tie", TIE, {"disagreement": INVALID_CODE, "tie": TIE, "exclude": np.nan}[invalid_as]),
         ),
     )
     return code.astype(float)
+
+
+def _check_invalid_as(invalid_as: str) -> None:
+    if invalid_as not in INVALID_AS:
+        raise InputError(
+            f"invalid_as={invalid_as!r} is not one of {INVALID_AS}.",
+            fix="use 'disagreement' (default: a failed verdict counts against the judge), 'tie' or 'exclude'",
+        )
 
 
 def preference_from_difference(difference, min_margin: float = 0.0) -> np.ndarray:
@@ -151,14 +176,18 @@ def majority_preference(rater_codes, split: str = "tie") -> np.ndarray:
 
 
 def _class_index(codes: np.ndarray) -> np.ndarray:
-    return np.round(codes).astype(int) + 1  # -1, 0, +1 -> 0, 1, 2
+    return np.round(codes).astype(int) + 1  # -1, 0, +1, INVALID_CODE -> 0, 1, 2, 3
 
 
 def confusion_table(judge_codes, human_codes) -> np.ndarray:
-    """3 x 3 counts, rows the judge's class and columns the human class, both in :data:`CLASSES` order."""
+    """4 x 3 counts: rows the judge's class (:data:`CLASSES` order, then invalid), columns the human class.
+
+    The fourth row holds invalid verdicts coded :data:`INVALID_CODE` (``invalid_as="disagreement"``);
+    it is all zero under the other conventions.
+    """
     j, h = np.asarray(judge_codes, float), np.asarray(human_codes, float)
     ok = ~np.isnan(j) & ~np.isnan(h)
-    table = np.zeros((3, 3))
+    table = np.zeros((4, 3))
     np.add.at(table, (_class_index(j[ok]), _class_index(h[ok])), 1.0)
     return table
 
@@ -169,6 +198,8 @@ class ClassificationMetrics:
 
     Macro F1 is the mean of the per-class F1 scores (scikit-learn's ``average="macro"``; a class
     with no predictions has precision 0), the definition of PandaLM's ``compute_metrics.py``.
+    Invalid verdicts coded :data:`INVALID_CODE` are wrong: they count in accuracy's denominator
+    and in each human class's recall, and predict no class.
     """
 
     accuracy: float
@@ -198,8 +229,8 @@ def classification_metrics(judge_codes, human_codes) -> ClassificationMetrics:
     n = table.sum()
     if n == 0:
         raise InputError("no item has both a judge verdict and a human label.", fix="check the item matching")
-    tp = np.diag(table)
-    predicted, actual = table.sum(axis=1), table.sum(axis=0)
+    tp = np.diag(table[:3])
+    predicted, actual = table[:3].sum(axis=1), table.sum(axis=0)
     precision = np.divide(tp, predicted, out=np.zeros(3), where=predicted > 0)
     recall = np.divide(tp, actual, out=np.zeros(3), where=actual > 0)
     f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros(3), where=precision + recall > 0)
@@ -267,20 +298,22 @@ def agreement_ci(
 
 
 def _agreement_weights(weights: str | None) -> np.ndarray:
+    """4 x 3 agreement weights: judge class (b, tie, a, invalid) against human class (b, tie, a)."""
     distance = np.abs(np.subtract.outer(np.arange(3), np.arange(3))) / 2.0
+    invalid = np.zeros((1, 3))  # an invalid verdict agrees with no human class
     if weights is None:
-        return np.eye(3)
+        return np.vstack([np.eye(3), invalid])
     if weights == "linear":
-        return 1.0 - distance
+        return np.vstack([1.0 - distance, invalid])
     if weights == "quadratic":
-        return 1.0 - distance**2
+        return np.vstack([1.0 - distance**2, invalid])
     raise InputError(
         f"weights={weights!r} is not None, 'linear' or 'quadratic'.", fix="use None, 'linear' or 'quadratic'"
     )
 
 
 def _kappa_from_tables(tables: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Kappa of each 3 x 3 count table in ``tables`` (..., 3, 3)."""
+    """Kappa of each 4 x 3 count table in ``tables`` (..., 4, 3)."""
     p = tables / tables.sum(axis=(-2, -1), keepdims=True)
     rows, cols = p.sum(axis=-1), p.sum(axis=-2)
     observed = (w * p).sum(axis=(-2, -1))
@@ -321,7 +354,7 @@ def cohen_kappa(
     n = ji.size
     if n == 0:
         raise InputError("no item has both a judge verdict and a human label.", fix="check the item matching")
-    table = np.zeros((3, 3))
+    table = np.zeros(w.shape)
     np.add.at(table, (ji, hi), 1.0)
     p = table / n
     rows, cols = p.sum(axis=1), p.sum(axis=0)
@@ -341,7 +374,7 @@ def cohen_kappa(
         (None, None)
         if rng is None
         else _bootstrap_tables(
-            _cluster_tables(ji, hi, groups, 3), lambda t: _kappa_from_tables(t, w), bootstrap_draws, rng, level
+            _cluster_tables(ji, hi, groups, w.shape), lambda t: _kappa_from_tables(t, w), bootstrap_draws, rng, level
         )
     )
     return ClusteredEstimate(
@@ -360,10 +393,10 @@ def cohen_kappa(
     )
 
 
-def _cluster_tables(rows: np.ndarray, cols: np.ndarray, groups: np.ndarray, k: int, weights=None) -> np.ndarray:
-    """Per-cluster k x k count tables (G, k, k)."""
+def _cluster_tables(rows: np.ndarray, cols: np.ndarray, groups: np.ndarray, shape, weights=None) -> np.ndarray:
+    """Per-cluster count tables (G, *shape)."""
     _, g = np.unique(groups, return_inverse=True)
-    tables = np.zeros((g.max() + 1, k, k))
+    tables = np.zeros((g.max() + 1, *shape))
     np.add.at(tables, (g, rows, cols), 1.0 if weights is None else weights)
     return tables
 
@@ -875,11 +908,12 @@ def _items_from_ratings(ratings: pd.DataFrame, pairs, judged, min_margin: float)
     return CalibrationItems("ratings", items, tuple(map(str, scores.columns)), codes, differences, float(min_margin))
 
 
-def judged_rows(items: CalibrationItems, judgments, judge: str, invalid_as: str = "missing") -> pd.DataFrame:
-    """The judge's verdicts on the items, one row per judged order.
+def judged_rows(items: CalibrationItems, judgments, judge: str, invalid_as: str = "disagreement") -> pd.DataFrame:
+    """The judge's verdicts on the items, one row per judged order, invalid verdicts included.
 
-    Columns: item (index into ``items.items``), vignette_id, response_first, verdict, judge_code
-    (see :func:`verdict_to_preference`), human (the item's reference code).
+    Columns: item (index into ``items.items``), vignette_id, response_first, verdict, status
+    (``"valid"`` or ``"invalid"``), judge_code (see :func:`verdict_to_preference`; how an invalid
+    verdict is coded follows ``invalid_as``), human (the item's reference code).
     """
     frame = _frame(judgments)
     if frame is None:
@@ -895,6 +929,7 @@ def judged_rows(items: CalibrationItems, judgments, judge: str, invalid_as: str 
             "vignette_id": item["vignette_id"].to_numpy(),
             "response_first": frame["response_first"].astype(str).to_numpy(),
             "verdict": frame["verdict"].astype(str).to_numpy(),
+            "status": np.where(frame["verdict"].astype(str).to_numpy() == "invalid", "invalid", "valid"),
             "judge_code": verdict_to_preference(
                 frame["verdict"].to_numpy(),
                 frame["response_first"].to_numpy(),
@@ -919,7 +954,9 @@ class CalibrationResult:
     """Calibration of one judge against human preferences (see the module docstring).
 
     ``agreement`` holds one estimate per tie policy (:data:`TIE_POLICIES` order); the gate reads
-    the ``"human_decided"`` one, the human ceiling and the judge's gap to it.
+    the ``"human_decided"`` one, the human ceiling and the judge's gap to it. ``max_raters_per_item``
+    < 2 (one rater, e.g. gold labels) means no inter-rater ceiling: ``ceiling``,
+    ``gap_to_ceiling`` and ``alpha`` are None and :attr:`single_rater` is true.
     """
 
     judge: str
@@ -931,6 +968,8 @@ class CalibrationResult:
     n_rows: int
     n_invalid: int
     n_orders_per_item: float
+    n_raters: int
+    max_raters_per_item: int
     agreement: tuple[ClusteredEstimate, ...]
     metrics: ClassificationMetrics
     kappa: ClusteredEstimate
@@ -943,6 +982,11 @@ class CalibrationResult:
     ppi: PPIResult | None
     level: float
     seed: int | None
+
+    @property
+    def single_rater(self) -> bool:
+        """One human label per item: no inter-rater ceiling can be estimated."""
+        return self.max_raters_per_item < 2
 
     def agreement_for(self, ties: str = GATE_TIE_POLICY) -> ClusteredEstimate:
         return self.agreement[TIE_POLICIES.index(ties)]
@@ -967,11 +1011,20 @@ class CalibrationResult:
             + (f" (min margin {self.min_margin:g})" if self.source == "ratings" else "")
             + f": {self.n_items} items ({self.n_items_human_tie} human ties), {self.n_rows} judged orders "
             f"({self.n_orders_per_item:.1f} per item), {self.n_invalid} invalid verdict(s) "
-            + ("counted as ties" if self.invalid_as == "tie" else "left out"),
+            + {
+                "disagreement": "counted as disagreements",
+                "tie": "counted as ties",
+                "exclude": "left out",
+            }[self.invalid_as],
             f"agreement with the human-preferred response (judge ties count against it): {decided.text()}",
             f"3-class accuracy {self.metrics.accuracy:.3f}, macro-F1 {self.metrics.macro_f1:.3f}; "
             f"Cohen's kappa {self.kappa.text()}; weighted kappa {self.weighted_kappa.text()}",
         ]
+        if self.single_rater:
+            lines.append(
+                f"one rater: no inter-rater ceiling ({self.n_raters} rater id(s), at most one label per item); "
+                "the judge is read on its agreement alone"
+            )
         if self.ceiling is not None and self.gap_to_ceiling is not None:  # computed together (>= 2 raters)
             lines.append(
                 f"human-human ceiling (each rater vs the rest, leave one rater out): {self.ceiling.text()}; "
@@ -1020,7 +1073,7 @@ def calibrate_judge(
     source: str = "auto",
     min_margin: float = 0.0,
     split: str = "tie",
-    invalid_as: str = "missing",
+    invalid_as: str = "disagreement",
     other_judges: tuple[str, ...] | None = None,
     level: float = 0.95,
     seed: int = CHECK_SEED,
@@ -1030,9 +1083,12 @@ def calibrate_judge(
     """Every calibration figure of ``judge``: agreement (3 tie policies), kappa, alpha, ceiling, comparisons.
 
     ``other_judges``: judges to compare with on the same judged orders and to select among
-    (default: every other judge with verdicts on the items). Raises :class:`InputError` when the
-    judge has no verdict on any human-labelled item.
+    (default: every other judge with verdicts on the items). ``invalid_as``: how invalid
+    verdicts count (module docstring; default ``"disagreement"``). With one label per item (one
+    rater, gold labels) agreement and kappa are reported without a human ceiling. Raises
+    :class:`InputError` when the judge has no verdict on any human-labelled item.
     """
+    _check_invalid_as(invalid_as)
     items = calibration_items(
         human_pairs=human_pairs,
         human_ratings=human_ratings,
@@ -1063,9 +1119,12 @@ def calibrate_judge(
     kappa = cohen_kappa(rows["judge_code"], rows["human"], rows["vignette_id"], rng=seed, **common)
     weighted = cohen_kappa(rows["judge_code"], rows["human"], rows["vignette_id"], weights="linear", rng=seed, **common)
     n_raters = items.rater_codes.shape[1]
+    per_item = (~np.isnan(items.rater_codes)).sum(axis=1)
+    max_raters_per_item = int(per_item.max()) if per_item.size else 0
     clusters = items.items["vignette_id"].to_numpy()
+    keep_j, agree_j = agreement_indicator(rows["judge_code"], rows["human"], GATE_TIE_POLICY)
     alpha = ceiling = gap = None
-    if n_raters >= 2:
+    if max_raters_per_item >= 2:
         alpha = krippendorff_alpha(items.rater_codes, clusters, level=level, rng=seed, bootstrap_draws=bootstrap_draws)
         ceiling = human_ceiling(
             items.rater_codes,
@@ -1080,7 +1139,6 @@ def calibrate_judge(
             items.rater_codes, rater_differences=items.rater_differences, min_margin=items.min_margin, split=split
         )
         keep_h, agree_h = agreement_indicator(own.ravel(), rest.ravel(), GATE_TIE_POLICY)
-        keep_j, agree_j = agreement_indicator(rows["judge_code"], rows["human"], GATE_TIE_POLICY)
         gap = stacked_difference(
             agree_j,
             rows["vignette_id"].to_numpy()[keep_j],
@@ -1140,6 +1198,8 @@ def calibrate_judge(
         n_rows=int(len(rows)),
         n_invalid=int((rows["verdict"] == "invalid").sum()),
         n_orders_per_item=float(len(rows) / n_items_judged),
+        n_raters=int(n_raters),
+        max_raters_per_item=max_raters_per_item,
         agreement=agreement,
         metrics=classification_metrics(rows["judge_code"], rows["human"]),
         kappa=kappa,
@@ -1196,7 +1256,8 @@ def ppi_winrate(
 
 
 def calibration_check(context: AuditContext) -> CalibrationResult | None:
-    """The claim's judge against the study's human preferences, with the PPI-corrected win rate;
+    """The claim's judge against the study's human preferences, with the PPI-corrected win rate
+    (invalid verdicts counted as the policy's ``invalid_verdicts`` says, :data:`INVALID_AS_FROM_POLICY`);
     None without human data, before anything is judged (no contests), or when the human data
     cannot calibrate the judge (InputError: e.g. the judge judged none of the human-labelled pairs)."""
     study, contests = context.study, context.contests
@@ -1213,6 +1274,7 @@ def calibration_check(context: AuditContext) -> CalibrationResult | None:
             level=level,
             min_clusters=thresholds.min_clusters,
             seed=context.seed,
+            invalid_as=INVALID_AS_FROM_POLICY[context.claim.policy.invalid_verdicts],
         )
         items = calibration_items(
             human_pairs=study.human_pairs, human_ratings=study.human_ratings, judgments=study.judgments
