@@ -59,7 +59,7 @@ import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import THRESHOLDS
+from honestci.audit.policy import THRESHOLDS, Verdict
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
@@ -71,6 +71,9 @@ from honestci.audit.stats.clustered_estimate import (
 from honestci.audit.stats.random_state import resolve_rng
 
 if TYPE_CHECKING:
+    from honestci.audit.checks.position_bias import PositionBiasResult
+    from honestci.audit.checks.selection import WinnerInference
+    from honestci.audit.policy import Thresholds
     from honestci.audit.stats.ppi import PPIResult
 
 PREFERS_A, TIE, PREFERS_B = 1.0, 0.0, -1.0
@@ -667,9 +670,11 @@ class JudgeSelection:
 
     The chosen judge's agreement on the data it was chosen on is a winner's estimate (biased
     upward); the honest figure is its agreement on the held-out vignettes, which played no part
-    in the choice. A conditional (Andrews-Kitagawa-McCloskey) correction of the winner's estimate
-    itself is :func:`honestci.audit.checks.selection.winner_inference`, given the candidates' covariance
-    (:func:`honestci.audit.checks.selection.selection_covariance`).
+    in the choice. ``winner`` is the selection on all vignettes, corrected as a winner: the
+    Andrews-Kitagawa-McCloskey hybrid interval (:func:`honestci.audit.checks.selection.
+    candidate_winner_inference`) for the equal-vignette-weight agreement of the judge with the
+    highest agreement (None with ``winner_note`` saying why). ``excluded``: candidates whose
+    position-bias gate FAILs on the calibration items, with the reason; they are never selected.
     """
 
     candidates: tuple[str, ...]
@@ -680,12 +685,30 @@ class JudgeSelection:
     in_sample: ClusteredEstimate
     heldout: ClusteredEstimate
     seed: int | None
+    excluded: tuple[tuple[str, str], ...] = ()
+    winner: WinnerInference | None = None
+    winner_note: str | None = None
 
     def to_frame(self) -> pd.DataFrame:
         rows = [
             {"judge": judge, "split": "selection", "estimate": value, "selected": judge == self.selected}
             for judge, value in self.selection_estimates.items()
         ]
+        rows += [{"judge": judge, "split": "excluded: " + reason, "selected": False} for judge, reason in self.excluded]
+        if self.winner is not None:
+            rows += [
+                {
+                    "judge": self.winner.winner,
+                    "split": f"all vignettes, {method}",
+                    "estimate": estimate,
+                    "ci_low": ci_low,
+                    "ci_high": ci_high,
+                    "selected": True,
+                }
+                for method, estimate, ci_low, ci_high in self.winner.to_frame()[
+                    ["method", "estimate", "ci_low", "ci_high"]
+                ].itertuples(index=False)
+            ]
         rows.append(
             {
                 "judge": self.selected,
@@ -704,6 +727,17 @@ class JudgeSelection:
             f"vignette(s) (agreement there {self.selection_estimates[self.selected]:.3f}, a winner's figure, "
             f"biased upward); on {len(self.heldout_vignettes)} held-out vignette(s) it agrees "
             f"{self.heldout.text()} (seed {self.seed})"
+            + "".join(f"; {judge} never selected: {reason}" for judge, reason in self.excluded)
+            + (
+                f"; on all vignettes the best judge is {self.winner.winner}, agreement {self.winner.naive_estimate:.3f} "
+                f"(a winner's figure), corrected for the selection among {len(self.winner.candidates)} "
+                f"(AKM hybrid) {self.winner.hybrid_estimate:.3f} [{self.winner.hybrid_ci[0]:.3f}, "
+                f"{self.winner.hybrid_ci[1]:.3f}]"
+                if self.winner is not None
+                else f"; no selection-corrected figure: {self.winner_note}"
+                if self.winner_note
+                else ""
+            )
         )
 
 
@@ -943,6 +977,82 @@ def judged_rows(items: CalibrationItems, judgments, judge: str, invalid_as: str 
     )
 
 
+# --- judge selection on the calibration items: position bias, winner's correction ----------------
+
+
+def judge_position_bias(
+    rows: pd.DataFrame,
+    items: CalibrationItems,
+    judge: str,
+    *,
+    level: float = 0.95,
+    rng: int = 0,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> PositionBiasResult:
+    """Position bias of a judge on the calibration items it judged in both orders.
+
+    Each item is a contest of its response a against b: the outcome of a when shown first and
+    when shown second (win, loss, tie; an invalid verdict stays invalid and the position-bias
+    check leaves that item out, counted). The figures and their intervals are those of
+    :func:`honestci.audit.checks.position_bias.position_bias`; the first verdict of each order
+    is used when an order was judged more than once.
+    """
+    from honestci.audit.checks.position_bias import position_bias
+
+    a_first = rows["response_first"].to_numpy() == items.items["response_a"].to_numpy()[rows["item"].to_numpy()]
+    code = rows["judge_code"].to_numpy()  # already relative to a: +1 names a, -1 names b
+    outcome = np.where(
+        rows["status"].to_numpy() == "invalid",
+        "invalid",
+        np.where(code > 0, "win", np.where(code < 0, "loss", "tie")),
+    )
+    frame = pd.DataFrame({"item": rows["item"].to_numpy(), "a_first": a_first, "outcome": outcome})
+    frame = frame.drop_duplicates(["item", "a_first"])
+    wide = frame.pivot(index="item", columns="a_first", values="outcome")
+    both = wide.dropna() if wide.shape[1] == 2 else wide.iloc[:0]
+    vignettes = items.items["vignette_id"].to_numpy()[both.index.to_numpy()]
+    return position_bias(
+        both[True] if len(both) else [],
+        both[False] if len(both) else [],
+        vignettes,
+        judge=judge,
+        policy="response a",
+        opponent="response b",
+        n_single_order=int(len(wide) - len(both)),
+        level=level,
+        rng=rng,
+        min_clusters=min_clusters,
+    )
+
+
+def judge_winner(
+    candidates: dict[str, tuple], *, level: float = 0.95, seed: int = 0, n_draws: int | None = None
+) -> tuple[WinnerInference | None, str | None]:
+    """The best judge's agreement on all vignettes, corrected for the selection among ``candidates``.
+
+    ``candidates`` maps judge → (agreement indicators, vignette of each row). Estimand: the chosen
+    judge's equal-vignette-weight agreement (mean of its vignette means over the vignettes every
+    candidate judged). Interval: the AKM hybrid interval on the logit scale with Σ estimated from
+    the vignettes (:func:`honestci.audit.checks.selection.candidate_winner_inference`; reference
+    Andrews, Kitagawa & McCloskey 2024); ``n_draws``: its projection draws (default the selection
+    module's). Returns (None, why) when it cannot be computed.
+
+    Validated against: seeded coverage simulation of naive, AKM hybrid and projection intervals
+    (``tests/test_calibration_single_rater.py``; figures in docs/methods.md).
+    """
+    from honestci.audit.checks.selection import (
+        DEFAULT_PROJECTION_DRAWS,
+        candidate_winner_inference,
+        selection_covariance,
+    )
+
+    draws = DEFAULT_PROJECTION_DRAWS if n_draws is None else n_draws
+    try:
+        return candidate_winner_inference(selection_covariance(candidates), level=level, seed=seed, n_draws=draws), None
+    except (EstimationError, InputError) as error:
+        return None, str(error)
+
+
 # --- one judge, everything -------------------------------------------------------------------
 
 #: Seed of the vignette split of judge selection and of the bootstraps inside the audit check.
@@ -982,6 +1092,8 @@ class CalibrationResult:
     ppi: PPIResult | None
     level: float
     seed: int | None
+    #: Candidate judges whose position-bias gate FAILs on the calibration items (never selected), with why.
+    position_bias_excluded: tuple[tuple[str, str], ...] = ()
 
     @property
     def single_rater(self) -> bool:
@@ -1039,6 +1151,8 @@ class CalibrationResult:
             )
         if self.selection is not None:
             lines.append("judge selection: " + self.selection.text())
+        else:
+            lines += [f"{judge} is never selected: {reason}" for judge, reason in self.position_bias_excluded]
         if self.ppi is not None:
             lines.append("judge-error-corrected (PPI++) win rate, human-preference scale: " + self.ppi.text())
         table = tuple(
@@ -1075,6 +1189,7 @@ def calibrate_judge(
     split: str = "tie",
     invalid_as: str = "disagreement",
     other_judges: tuple[str, ...] | None = None,
+    thresholds: Thresholds | None = None,
     level: float = 0.95,
     seed: int = CHECK_SEED,
     bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
@@ -1083,7 +1198,9 @@ def calibrate_judge(
     """Every calibration figure of ``judge``: agreement (3 tie policies), kappa, alpha, ceiling, comparisons.
 
     ``other_judges``: judges to compare with on the same judged orders and to select among
-    (default: every other judge with verdicts on the items). ``invalid_as``: how invalid
+    (default: every other judge with verdicts on the items); a candidate whose position-bias
+    gate (on the calibration items, ``thresholds``: default the built-in) FAILs is never
+    selected. ``invalid_as``: how invalid
     verdicts count (module docstring; default ``"disagreement"``). With one label per item (one
     rater, gold labels) agreement and kappa are reported without a human ceiling. Raises
     :class:`InputError` when the judge has no verdict on any human-labelled item.
@@ -1153,6 +1270,7 @@ def calibrate_judge(
         other_judges = () if frame is None else tuple(j for j in pd.unique(frame["judge"].astype(str)) if j != judge)
     mine = _agree_series(rows, GATE_TIE_POLICY)
     comparisons, candidates = [], {judge: (agree_j, rows["vignette_id"].to_numpy()[keep_j])}
+    rows_by_judge = {judge: rows}
     vignette_of_item = items.items["vignette_id"].to_numpy()
     for other in other_judges:
         other_rows = judged_rows(items, judgments, other, invalid_as)
@@ -1162,6 +1280,7 @@ def calibrate_judge(
         common_index = mine.index.intersection(theirs.index)
         keep_o, agree_o = agreement_indicator(other_rows["judge_code"], other_rows["human"], GATE_TIE_POLICY)
         candidates[other] = (agree_o, other_rows["vignette_id"].to_numpy()[keep_o])
+        rows_by_judge[other] = other_rows
         comparisons.append(
             (
                 other,
@@ -1184,9 +1303,29 @@ def calibrate_judge(
                 ),
             )
         )
-    selection = None
+    selection, excluded = None, []
     if len(candidates) >= 2:
-        selection = select_judge(candidates, level=level, rng=seed, min_clusters=min_clusters)
+        from dataclasses import replace
+
+        from honestci.audit.gates import gate_position_bias
+        from honestci.audit.policy import THRESHOLDS as BUILT_IN
+
+        for candidate, candidate_rows in rows_by_judge.items():
+            bias = judge_position_bias(
+                candidate_rows, items, candidate, level=level, rng=seed, min_clusters=min_clusters
+            )
+            gate = gate_position_bias(bias, thresholds or BUILT_IN)
+            if gate.verdict == Verdict.FAIL:
+                excluded.append((candidate, f"position-bias gate FAILs on the calibration items ({gate.message})"))
+        eligible = {k: v for k, v in candidates.items() if k not in dict(excluded)}
+        if len(eligible) >= 2:
+            winner, note = judge_winner(eligible, level=level, seed=seed)
+            selection = replace(
+                select_judge(eligible, level=level, rng=seed, min_clusters=min_clusters),
+                excluded=tuple(excluded),
+                winner=winner,
+                winner_note=note,
+            )
     n_items_judged = rows["item"].nunique()
     return CalibrationResult(
         judge=judge,
@@ -1212,6 +1351,7 @@ def calibrate_judge(
         ppi=None,
         level=level,
         seed=seed,
+        position_bias_excluded=tuple(excluded),
     )
 
 
@@ -1275,6 +1415,7 @@ def calibration_check(context: AuditContext) -> CalibrationResult | None:
             min_clusters=thresholds.min_clusters,
             seed=context.seed,
             invalid_as=INVALID_AS_FROM_POLICY[context.claim.policy.invalid_verdicts],
+            thresholds=thresholds,
         )
         items = calibration_items(
             human_pairs=study.human_pairs, human_ratings=study.human_ratings, judgments=study.judgments

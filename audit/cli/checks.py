@@ -151,6 +151,7 @@ def calibrate_judge_command(
         invalid_as=invalid_as,
         level=level,
         seed=seed,
+        thresholds=thresholds,
     )
     section = result.report_section()
     for line in section.lines:
