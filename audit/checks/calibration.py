@@ -338,7 +338,8 @@ def cohen_kappa(
     """Cohen's kappa (``weights=None``) or weighted kappa (``"linear"``/``"quadratic"``) over the 3 ordered classes.
 
     κ = (p_o − p_e)/(1 − p_e) with p_o = Σ w_ij p_ij and p_e = Σ w_ij r_i c_j (r, c: the judge's and
-    the humans' class shares; w = 1 − |i − j|/2 linear, 1 − (i − j)²/4 quadratic). Interval: CR2 on
+    the humans' class shares; w = 1 − |i − j|/2 linear, 1 − (i − j)²/4 quadratic; an invalid verdict
+    coded :data:`INVALID_CODE` is a fourth judge row with w = 0 against every class). Interval: CR2 on
     the linearised pseudo-values κ + IF_k, with the influence function
     IF_k = [(w_{i_k j_k} − p_o) − (1 − κ)(Σ_j w_{i_k j} c_j + Σ_i w_{i j_k} r_i − 2 p_e)]/(1 − p_e)
     (delta method; with one item per cluster and CR0 this is the Fleiss-Cohen-Everitt variance),
@@ -346,7 +347,9 @@ def cohen_kappa(
 
     References: Cohen (1960, 1968); Fleiss, Cohen & Everitt (1969), Psychol. Bull. 72:323.
     Validated against: statsmodels ``cohens_kappa`` (estimate and, for unweighted kappa, its
-    asymptotic SE) and a seeded cluster-bootstrap check (``tests/test_calibration.py``).
+    asymptotic SE; with invalid verdicts, the table padded to 4 x 4 with disagreement weights
+    1 − w), and seeded coverage of the clustered interval (``tests/test_calibration.py``,
+    ``tests/test_calibration_single_rater.py``).
     """
     w = _agreement_weights(weights)
     j, h = np.asarray(judge_codes, float), np.asarray(human_codes, float)
