@@ -270,7 +270,13 @@ def gate_judge_calibrated(result: CalibrationResult | None, thresholds: Threshol
     """``judge_calibrated``: PASS when the judge's agreement CI-low clears ``min_judge_agreement``
     and the judge is not materially below the human ceiling; FAIL when either fails with
     confidence; WARN when the gap's point estimate is material but its interval reaches back
-    within tolerance; INCONCLUSIVE when there is no human data or no honest interval."""
+    within tolerance; INCONCLUSIVE when there is no human data or no honest interval.
+
+    One rater (at most one human label per item, e.g. gold labels): there is no inter-rater
+    ceiling to compare with, so the gate decides on agreement alone: PASS when the agreement's
+    CI-low clears ``min_judge_agreement``, FAIL when it does not. The bar is absolute, so it is
+    as strict as with many raters; what is lost is only the check against the ceiling, and the
+    message says so. With two or more raters but no estimable ceiling the gate WARNs, as before."""
     name = "judge_calibrated"
     if result is None:
         return GateResult(
@@ -298,6 +304,11 @@ def gate_judge_calibrated(result: CalibrationResult | None, thresholds: Threshol
             evidence,
         )
     message = f"agreement {agreement.text()} >= {thresholds.min_judge_agreement:.2f}"
+    if result.single_rater:
+        evidence["single_rater"] = True
+        return GateResult(
+            name, Verdict.PASS, message + "; one rater: no inter-rater ceiling, decided on agreement alone", evidence
+        )
     gap = result.gap_to_ceiling
     if gap is None or gap.bounds is None or gap.estimate is None:
         return GateResult(

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from honestci.audit.checks.calibration import (
     CLASSES,
+    INVALID_CODE,
     agreement_ci,
     calibrate_judge,
     calibration_items,
@@ -46,8 +47,9 @@ def test_verdict_mapping_is_explicit():
         ["y"] * 6,
     )
     np.testing.assert_array_equal(codes[:5], [1, -1, -1, 1, 0])
-    assert np.isnan(codes[5])
+    assert codes[5] == INVALID_CODE  # default: an invalid verdict is a class of its own, never a match
     assert verdict_to_preference(["invalid"], ["x"], ["y"], ["x"], ["y"], invalid_as="tie")[0] == 0
+    assert np.isnan(verdict_to_preference(["invalid"], ["x"], ["y"], ["x"], ["y"], invalid_as="exclude")[0])
 
 
 def test_majority_with_explicit_ties():
@@ -160,7 +162,7 @@ def test_kappa_matches_statsmodels(weights):
     judge, human = _random_codes(3)
     from honestci.audit.checks.calibration import confusion_table
 
-    ref = cohens_kappa(confusion_table(judge, human), wt=weights)
+    ref = cohens_kappa(confusion_table(judge, human)[:3], wt=weights)  # no invalid row here
     ours = cohen_kappa(judge, human, np.arange(judge.size), weights=weights, rng=None)
     assert ours.estimate == pytest.approx(ref.kappa, abs=1e-12)
     if weights is None:
@@ -243,6 +245,7 @@ def test_fixture_agreement_intervals_cover_truth(study, truth, judge):
         human_pairs=study.human_pairs,
         source="ratings",
         other_judges=(),
+        invalid_as="exclude",  # the truth is defined on valid verdicts
     )
     expected = truth["human_agreement"][judge]
     for ties, key in (("human_decided", "agreement"), ("decided", "agreement_excluding_judge_ties")):

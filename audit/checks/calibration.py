@@ -14,8 +14,20 @@ verdict     preferred response       code
 first       ``response_first``       +1 if it is a, -1 if it is b
 second      ``response_second``      +1 if it is a, -1 if it is b
 tie         none                     0
-invalid     unknown                  NaN (dropped and counted; or 0 with ``invalid_as="tie"``)
+invalid     none (a failed verdict)  by ``invalid_as`` (below)
 ==========  =======================  ==========
+
+Invalid verdicts (unparseable, refused, empty) are rows with a status, never dropped silently.
+``invalid_as`` (:data:`INVALID_AS`, the calibration reading of the audit policy's
+``invalid_verdicts``, :data:`honestci.audit.policy.INVALID_SCORING`) says how they count:
+
+- ``"disagreement"`` (default, conservative; policy ``against_claim``): code
+  :data:`INVALID_CODE`, a judge class of its own that matches no human class. It counts as a
+  disagreement in every agreement figure and in accuracy, and in kappa as a fourth judge row
+  with weight 0 against every human class (the table is 4 x 3). This reproduces published
+  tables that count parse failures as wrong.
+- ``"tie"`` (policy ``tie``): code 0, PandaLM's rule for unparseable output.
+- ``"exclude"`` (policy ``exclude``): NaN, left out of every figure and counted in the report.
 
 Human reference per item: the majority of the raters' pairwise labels (an unresolved split is a
 tie, or goes to the first rater with ``split="first_rater"`` as PandaLM does), or, from ratings,
@@ -47,7 +59,7 @@ import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import THRESHOLDS
+from honestci.audit.policy import THRESHOLDS, Verdict
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
@@ -59,6 +71,9 @@ from honestci.audit.stats.clustered_estimate import (
 from honestci.audit.stats.random_state import resolve_rng
 
 if TYPE_CHECKING:
+    from honestci.audit.checks.position_bias import PositionBiasResult
+    from honestci.audit.checks.selection import WinnerInference
+    from honestci.audit.policy import Thresholds
     from honestci.audit.stats.ppi import PPIResult
 
 PREFERS_A, TIE, PREFERS_B = 1.0, 0.0, -1.0
@@ -67,6 +82,13 @@ CLASSES = (PREFERS_B, TIE, PREFERS_A)
 TIE_POLICIES = ("as_class", "human_decided", "decided")
 GATE_TIE_POLICY = "human_decided"
 LABEL_CODES = {"a": PREFERS_A, "tie": TIE, "b": PREFERS_B}
+#: Code of an invalid verdict under ``invalid_as="disagreement"``: off the -1/0/+1 scale, so it
+#: equals no human code, and its class index (code + 1 = 3) is the fourth row of the confusion table.
+INVALID_CODE = 2.0
+#: How invalid verdicts count in calibration (module docstring); the first is the default.
+INVALID_AS = ("disagreement", "tie", "exclude")
+#: The audit policy's ``invalid_verdicts`` (:data:`honestci.audit.policy.INVALID_SCORING`) read for calibration.
+INVALID_AS_FROM_POLICY = {"against_claim": "disagreement", "tie": "tie", "exclude": "exclude"}
 SOURCES = ("auto", "pairs", "ratings")
 
 
@@ -74,13 +96,14 @@ SOURCES = ("auto", "pairs", "ratings")
 
 
 def verdict_to_preference(
-    verdict, response_first, response_second, response_a, response_b, invalid_as: str = "missing"
+    verdict, response_first, response_second, response_a, response_b, invalid_as: str = "disagreement"
 ) -> np.ndarray:
     """Code each judged order's verdict as a preference between the item's responses a and b.
 
     ``first`` prefers ``response_first``, ``second`` prefers ``response_second``; the preferred
-    response is coded +1 if it is a and -1 if it is b; ``tie`` is 0; ``invalid`` is NaN
-    (``invalid_as="missing"``) or 0 (``invalid_as="tie"``, PandaLM's rule for unparseable output).
+    response is coded +1 if it is a and -1 if it is b; ``tie`` is 0; ``invalid`` is
+    :data:`INVALID_CODE` (``invalid_as="disagreement"``), 0 (``"tie"``, PandaLM's rule for
+    unparseable output) or NaN (``"exclude"``).
 
     Raises
     ------
@@ -96,10 +119,7 @@ def verdict_to_preference(
             f"{int((~same).sum())} judged order(s) compare responses other than their item's a and b.",
             fix="match judgments to items by their unordered response pair",
         )
-    if invalid_as not in ("missing", "tie"):
-        raise InputError(
-            f"invalid_as={invalid_as!r} is not 'missing' or 'tie'.", fix="use 'missing' (default) or 'tie'"
-        )
+    _check_invalid_as(invalid_as)
     known = np.isin(verdict, ("first", "second", "tie", "invalid"))
     if not known.all():
         raise InputError(f"unknown verdict {verdict[~known][0]!r}", fix="use first, second, tie or invalid")
@@ -110,10 +130,18 @@ def verdict_to_preference(
         np.where(
             verdict == "second",
             np.where(first_is_a, PREFERS_B, PREFERS_A),
-            np.where(verdict == "tie", TIE, TIE if invalid_as == "tie" else np.nan),
+            np.where(verdict == "tie", TIE, {"disagreement": INVALID_CODE, "tie": TIE, "exclude": np.nan}[invalid_as]),
         ),
     )
     return code.astype(float)
+
+
+def _check_invalid_as(invalid_as: str) -> None:
+    if invalid_as not in INVALID_AS:
+        raise InputError(
+            f"invalid_as={invalid_as!r} is not one of {INVALID_AS}.",
+            fix="use 'disagreement' (default: a failed verdict counts against the judge), 'tie' or 'exclude'",
+        )
 
 
 def preference_from_difference(difference, min_margin: float = 0.0) -> np.ndarray:
@@ -151,14 +179,18 @@ def majority_preference(rater_codes, split: str = "tie") -> np.ndarray:
 
 
 def _class_index(codes: np.ndarray) -> np.ndarray:
-    return np.round(codes).astype(int) + 1  # -1, 0, +1 -> 0, 1, 2
+    return np.round(codes).astype(int) + 1  # -1, 0, +1, INVALID_CODE -> 0, 1, 2, 3
 
 
 def confusion_table(judge_codes, human_codes) -> np.ndarray:
-    """3 x 3 counts, rows the judge's class and columns the human class, both in :data:`CLASSES` order."""
+    """4 x 3 counts: rows the judge's class (:data:`CLASSES` order, then invalid), columns the human class.
+
+    The fourth row holds invalid verdicts coded :data:`INVALID_CODE` (``invalid_as="disagreement"``);
+    it is all zero under the other conventions.
+    """
     j, h = np.asarray(judge_codes, float), np.asarray(human_codes, float)
     ok = ~np.isnan(j) & ~np.isnan(h)
-    table = np.zeros((3, 3))
+    table = np.zeros((4, 3))
     np.add.at(table, (_class_index(j[ok]), _class_index(h[ok])), 1.0)
     return table
 
@@ -169,6 +201,8 @@ class ClassificationMetrics:
 
     Macro F1 is the mean of the per-class F1 scores (scikit-learn's ``average="macro"``; a class
     with no predictions has precision 0), the definition of PandaLM's ``compute_metrics.py``.
+    Invalid verdicts coded :data:`INVALID_CODE` are wrong: they count in accuracy's denominator
+    and in each human class's recall, and predict no class.
     """
 
     accuracy: float
@@ -198,8 +232,8 @@ def classification_metrics(judge_codes, human_codes) -> ClassificationMetrics:
     n = table.sum()
     if n == 0:
         raise InputError("no item has both a judge verdict and a human label.", fix="check the item matching")
-    tp = np.diag(table)
-    predicted, actual = table.sum(axis=1), table.sum(axis=0)
+    tp = np.diag(table[:3])
+    predicted, actual = table[:3].sum(axis=1), table.sum(axis=0)
     precision = np.divide(tp, predicted, out=np.zeros(3), where=predicted > 0)
     recall = np.divide(tp, actual, out=np.zeros(3), where=actual > 0)
     f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros(3), where=precision + recall > 0)
@@ -267,20 +301,22 @@ def agreement_ci(
 
 
 def _agreement_weights(weights: str | None) -> np.ndarray:
+    """4 x 3 agreement weights: judge class (b, tie, a, invalid) against human class (b, tie, a)."""
     distance = np.abs(np.subtract.outer(np.arange(3), np.arange(3))) / 2.0
+    invalid = np.zeros((1, 3))  # an invalid verdict agrees with no human class
     if weights is None:
-        return np.eye(3)
+        return np.vstack([np.eye(3), invalid])
     if weights == "linear":
-        return 1.0 - distance
+        return np.vstack([1.0 - distance, invalid])
     if weights == "quadratic":
-        return 1.0 - distance**2
+        return np.vstack([1.0 - distance**2, invalid])
     raise InputError(
         f"weights={weights!r} is not None, 'linear' or 'quadratic'.", fix="use None, 'linear' or 'quadratic'"
     )
 
 
 def _kappa_from_tables(tables: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Kappa of each 3 x 3 count table in ``tables`` (..., 3, 3)."""
+    """Kappa of each 4 x 3 count table in ``tables`` (..., 4, 3)."""
     p = tables / tables.sum(axis=(-2, -1), keepdims=True)
     rows, cols = p.sum(axis=-1), p.sum(axis=-2)
     observed = (w * p).sum(axis=(-2, -1))
@@ -302,7 +338,8 @@ def cohen_kappa(
     """Cohen's kappa (``weights=None``) or weighted kappa (``"linear"``/``"quadratic"``) over the 3 ordered classes.
 
     κ = (p_o − p_e)/(1 − p_e) with p_o = Σ w_ij p_ij and p_e = Σ w_ij r_i c_j (r, c: the judge's and
-    the humans' class shares; w = 1 − |i − j|/2 linear, 1 − (i − j)²/4 quadratic). Interval: CR2 on
+    the humans' class shares; w = 1 − |i − j|/2 linear, 1 − (i − j)²/4 quadratic; an invalid verdict
+    coded :data:`INVALID_CODE` is a fourth judge row with w = 0 against every class). Interval: CR2 on
     the linearised pseudo-values κ + IF_k, with the influence function
     IF_k = [(w_{i_k j_k} − p_o) − (1 − κ)(Σ_j w_{i_k j} c_j + Σ_i w_{i j_k} r_i − 2 p_e)]/(1 − p_e)
     (delta method; with one item per cluster and CR0 this is the Fleiss-Cohen-Everitt variance),
@@ -310,7 +347,9 @@ def cohen_kappa(
 
     References: Cohen (1960, 1968); Fleiss, Cohen & Everitt (1969), Psychol. Bull. 72:323.
     Validated against: statsmodels ``cohens_kappa`` (estimate and, for unweighted kappa, its
-    asymptotic SE) and a seeded cluster-bootstrap check (``tests/test_calibration.py``).
+    asymptotic SE; with invalid verdicts, the table padded to 4 x 4 with disagreement weights
+    1 − w), and seeded coverage of the clustered interval (``tests/test_calibration.py``,
+    ``tests/test_calibration_single_rater.py``).
     """
     w = _agreement_weights(weights)
     j, h = np.asarray(judge_codes, float), np.asarray(human_codes, float)
@@ -321,7 +360,7 @@ def cohen_kappa(
     n = ji.size
     if n == 0:
         raise InputError("no item has both a judge verdict and a human label.", fix="check the item matching")
-    table = np.zeros((3, 3))
+    table = np.zeros(w.shape)
     np.add.at(table, (ji, hi), 1.0)
     p = table / n
     rows, cols = p.sum(axis=1), p.sum(axis=0)
@@ -341,7 +380,7 @@ def cohen_kappa(
         (None, None)
         if rng is None
         else _bootstrap_tables(
-            _cluster_tables(ji, hi, groups, 3), lambda t: _kappa_from_tables(t, w), bootstrap_draws, rng, level
+            _cluster_tables(ji, hi, groups, w.shape), lambda t: _kappa_from_tables(t, w), bootstrap_draws, rng, level
         )
     )
     return ClusteredEstimate(
@@ -360,10 +399,10 @@ def cohen_kappa(
     )
 
 
-def _cluster_tables(rows: np.ndarray, cols: np.ndarray, groups: np.ndarray, k: int, weights=None) -> np.ndarray:
-    """Per-cluster k x k count tables (G, k, k)."""
+def _cluster_tables(rows: np.ndarray, cols: np.ndarray, groups: np.ndarray, shape, weights=None) -> np.ndarray:
+    """Per-cluster count tables (G, *shape)."""
     _, g = np.unique(groups, return_inverse=True)
-    tables = np.zeros((g.max() + 1, k, k))
+    tables = np.zeros((g.max() + 1, *shape))
     np.add.at(tables, (g, rows, cols), 1.0 if weights is None else weights)
     return tables
 
@@ -634,9 +673,11 @@ class JudgeSelection:
 
     The chosen judge's agreement on the data it was chosen on is a winner's estimate (biased
     upward); the honest figure is its agreement on the held-out vignettes, which played no part
-    in the choice. A conditional (Andrews-Kitagawa-McCloskey) correction of the winner's estimate
-    itself is :func:`honestci.audit.checks.selection.winner_inference`, given the candidates' covariance
-    (:func:`honestci.audit.checks.selection.selection_covariance`).
+    in the choice. ``winner`` is the selection on all vignettes, corrected as a winner: the
+    Andrews-Kitagawa-McCloskey hybrid interval (:func:`honestci.audit.checks.selection.
+    candidate_winner_inference`) for the equal-vignette-weight agreement of the judge with the
+    highest agreement (None with ``winner_note`` saying why). ``excluded``: candidates whose
+    position-bias gate FAILs on the calibration items, with the reason; they are never selected.
     """
 
     candidates: tuple[str, ...]
@@ -647,12 +688,30 @@ class JudgeSelection:
     in_sample: ClusteredEstimate
     heldout: ClusteredEstimate
     seed: int | None
+    excluded: tuple[tuple[str, str], ...] = ()
+    winner: WinnerInference | None = None
+    winner_note: str | None = None
 
     def to_frame(self) -> pd.DataFrame:
         rows = [
             {"judge": judge, "split": "selection", "estimate": value, "selected": judge == self.selected}
             for judge, value in self.selection_estimates.items()
         ]
+        rows += [{"judge": judge, "split": "excluded: " + reason, "selected": False} for judge, reason in self.excluded]
+        if self.winner is not None:
+            rows += [
+                {
+                    "judge": self.winner.winner,
+                    "split": f"all vignettes, {method}",
+                    "estimate": estimate,
+                    "ci_low": ci_low,
+                    "ci_high": ci_high,
+                    "selected": True,
+                }
+                for method, estimate, ci_low, ci_high in self.winner.to_frame()[
+                    ["method", "estimate", "ci_low", "ci_high"]
+                ].itertuples(index=False)
+            ]
         rows.append(
             {
                 "judge": self.selected,
@@ -671,6 +730,17 @@ class JudgeSelection:
             f"vignette(s) (agreement there {self.selection_estimates[self.selected]:.3f}, a winner's figure, "
             f"biased upward); on {len(self.heldout_vignettes)} held-out vignette(s) it agrees "
             f"{self.heldout.text()} (seed {self.seed})"
+            + "".join(f"; {judge} never selected: {reason}" for judge, reason in self.excluded)
+            + (
+                f"; on all vignettes the best judge is {self.winner.winner}, agreement {self.winner.naive_estimate:.3f} "
+                f"(a winner's figure), corrected for the selection among {len(self.winner.candidates)} "
+                f"(AKM hybrid) {self.winner.hybrid_estimate:.3f} [{self.winner.hybrid_ci[0]:.3f}, "
+                f"{self.winner.hybrid_ci[1]:.3f}]"
+                if self.winner is not None
+                else f"; no selection-corrected figure: {self.winner_note}"
+                if self.winner_note
+                else ""
+            )
         )
 
 
@@ -875,11 +945,12 @@ def _items_from_ratings(ratings: pd.DataFrame, pairs, judged, min_margin: float)
     return CalibrationItems("ratings", items, tuple(map(str, scores.columns)), codes, differences, float(min_margin))
 
 
-def judged_rows(items: CalibrationItems, judgments, judge: str, invalid_as: str = "missing") -> pd.DataFrame:
-    """The judge's verdicts on the items, one row per judged order.
+def judged_rows(items: CalibrationItems, judgments, judge: str, invalid_as: str = "disagreement") -> pd.DataFrame:
+    """The judge's verdicts on the items, one row per judged order, invalid verdicts included.
 
-    Columns: item (index into ``items.items``), vignette_id, response_first, verdict, judge_code
-    (see :func:`verdict_to_preference`), human (the item's reference code).
+    Columns: item (index into ``items.items``), vignette_id, response_first, verdict, status
+    (``"valid"`` or ``"invalid"``), judge_code (see :func:`verdict_to_preference`; how an invalid
+    verdict is coded follows ``invalid_as``), human (the item's reference code).
     """
     frame = _frame(judgments)
     if frame is None:
@@ -895,6 +966,7 @@ def judged_rows(items: CalibrationItems, judgments, judge: str, invalid_as: str 
             "vignette_id": item["vignette_id"].to_numpy(),
             "response_first": frame["response_first"].astype(str).to_numpy(),
             "verdict": frame["verdict"].astype(str).to_numpy(),
+            "status": np.where(frame["verdict"].astype(str).to_numpy() == "invalid", "invalid", "valid"),
             "judge_code": verdict_to_preference(
                 frame["verdict"].to_numpy(),
                 frame["response_first"].to_numpy(),
@@ -908,6 +980,82 @@ def judged_rows(items: CalibrationItems, judgments, judge: str, invalid_as: str 
     )
 
 
+# --- judge selection on the calibration items: position bias, winner's correction ----------------
+
+
+def judge_position_bias(
+    rows: pd.DataFrame,
+    items: CalibrationItems,
+    judge: str,
+    *,
+    level: float = 0.95,
+    rng: int = 0,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> PositionBiasResult:
+    """Position bias of a judge on the calibration items it judged in both orders.
+
+    Each item is a contest of its response a against b: the outcome of a when shown first and
+    when shown second (win, loss, tie; an invalid verdict stays invalid and the position-bias
+    check leaves that item out, counted). The figures and their intervals are those of
+    :func:`honestci.audit.checks.position_bias.position_bias`; the first verdict of each order
+    is used when an order was judged more than once.
+    """
+    from honestci.audit.checks.position_bias import position_bias
+
+    a_first = rows["response_first"].to_numpy() == items.items["response_a"].to_numpy()[rows["item"].to_numpy()]
+    code = rows["judge_code"].to_numpy()  # already relative to a: +1 names a, -1 names b
+    outcome = np.where(
+        rows["status"].to_numpy() == "invalid",
+        "invalid",
+        np.where(code > 0, "win", np.where(code < 0, "loss", "tie")),
+    )
+    frame = pd.DataFrame({"item": rows["item"].to_numpy(), "a_first": a_first, "outcome": outcome})
+    frame = frame.drop_duplicates(["item", "a_first"])
+    wide = frame.pivot(index="item", columns="a_first", values="outcome")
+    both = wide.dropna() if wide.shape[1] == 2 else wide.iloc[:0]
+    vignettes = items.items["vignette_id"].to_numpy()[both.index.to_numpy()]
+    return position_bias(
+        both[True] if len(both) else [],
+        both[False] if len(both) else [],
+        vignettes,
+        judge=judge,
+        policy="response a",
+        opponent="response b",
+        n_single_order=int(len(wide) - len(both)),
+        level=level,
+        rng=rng,
+        min_clusters=min_clusters,
+    )
+
+
+def judge_winner(
+    candidates: dict[str, tuple], *, level: float = 0.95, seed: int = 0, n_draws: int | None = None
+) -> tuple[WinnerInference | None, str | None]:
+    """The best judge's agreement on all vignettes, corrected for the selection among ``candidates``.
+
+    ``candidates`` maps judge → (agreement indicators, vignette of each row). Estimand: the chosen
+    judge's equal-vignette-weight agreement (mean of its vignette means over the vignettes every
+    candidate judged). Interval: the AKM hybrid interval on the logit scale with Σ estimated from
+    the vignettes (:func:`honestci.audit.checks.selection.candidate_winner_inference`; reference
+    Andrews, Kitagawa & McCloskey 2024); ``n_draws``: its projection draws (default the selection
+    module's). Returns (None, why) when it cannot be computed.
+
+    Validated against: seeded coverage simulation of naive, AKM hybrid and projection intervals
+    (``tests/test_calibration_single_rater.py``; figures in docs/methods.md).
+    """
+    from honestci.audit.checks.selection import (
+        DEFAULT_PROJECTION_DRAWS,
+        candidate_winner_inference,
+        selection_covariance,
+    )
+
+    draws = DEFAULT_PROJECTION_DRAWS if n_draws is None else n_draws
+    try:
+        return candidate_winner_inference(selection_covariance(candidates), level=level, seed=seed, n_draws=draws), None
+    except (EstimationError, InputError) as error:
+        return None, str(error)
+
+
 # --- one judge, everything -------------------------------------------------------------------
 
 #: Seed of the vignette split of judge selection and of the bootstraps inside the audit check.
@@ -919,7 +1067,9 @@ class CalibrationResult:
     """Calibration of one judge against human preferences (see the module docstring).
 
     ``agreement`` holds one estimate per tie policy (:data:`TIE_POLICIES` order); the gate reads
-    the ``"human_decided"`` one, the human ceiling and the judge's gap to it.
+    the ``"human_decided"`` one, the human ceiling and the judge's gap to it. ``max_raters_per_item``
+    < 2 (one rater, e.g. gold labels) means no inter-rater ceiling: ``ceiling``,
+    ``gap_to_ceiling`` and ``alpha`` are None and :attr:`single_rater` is true.
     """
 
     judge: str
@@ -931,6 +1081,8 @@ class CalibrationResult:
     n_rows: int
     n_invalid: int
     n_orders_per_item: float
+    n_raters: int
+    max_raters_per_item: int
     agreement: tuple[ClusteredEstimate, ...]
     metrics: ClassificationMetrics
     kappa: ClusteredEstimate
@@ -943,6 +1095,13 @@ class CalibrationResult:
     ppi: PPIResult | None
     level: float
     seed: int | None
+    #: Candidate judges whose position-bias gate FAILs on the calibration items (never selected), with why.
+    position_bias_excluded: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def single_rater(self) -> bool:
+        """One human label per item: no inter-rater ceiling can be estimated."""
+        return self.max_raters_per_item < 2
 
     def agreement_for(self, ties: str = GATE_TIE_POLICY) -> ClusteredEstimate:
         return self.agreement[TIE_POLICIES.index(ties)]
@@ -967,11 +1126,20 @@ class CalibrationResult:
             + (f" (min margin {self.min_margin:g})" if self.source == "ratings" else "")
             + f": {self.n_items} items ({self.n_items_human_tie} human ties), {self.n_rows} judged orders "
             f"({self.n_orders_per_item:.1f} per item), {self.n_invalid} invalid verdict(s) "
-            + ("counted as ties" if self.invalid_as == "tie" else "left out"),
+            + {
+                "disagreement": "counted as disagreements",
+                "tie": "counted as ties",
+                "exclude": "left out",
+            }[self.invalid_as],
             f"agreement with the human-preferred response (judge ties count against it): {decided.text()}",
             f"3-class accuracy {self.metrics.accuracy:.3f}, macro-F1 {self.metrics.macro_f1:.3f}; "
             f"Cohen's kappa {self.kappa.text()}; weighted kappa {self.weighted_kappa.text()}",
         ]
+        if self.single_rater:
+            lines.append(
+                f"one rater: no inter-rater ceiling ({self.n_raters} rater id(s), at most one label per item); "
+                "the judge is read on its agreement alone"
+            )
         if self.ceiling is not None and self.gap_to_ceiling is not None:  # computed together (>= 2 raters)
             lines.append(
                 f"human-human ceiling (each rater vs the rest, leave one rater out): {self.ceiling.text()}; "
@@ -986,6 +1154,8 @@ class CalibrationResult:
             )
         if self.selection is not None:
             lines.append("judge selection: " + self.selection.text())
+        else:
+            lines += [f"{judge} is never selected: {reason}" for judge, reason in self.position_bias_excluded]
         if self.ppi is not None:
             lines.append("judge-error-corrected (PPI++) win rate, human-preference scale: " + self.ppi.text())
         table = tuple(
@@ -1020,8 +1190,9 @@ def calibrate_judge(
     source: str = "auto",
     min_margin: float = 0.0,
     split: str = "tie",
-    invalid_as: str = "missing",
+    invalid_as: str = "disagreement",
     other_judges: tuple[str, ...] | None = None,
+    thresholds: Thresholds | None = None,
     level: float = 0.95,
     seed: int = CHECK_SEED,
     bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
@@ -1030,9 +1201,14 @@ def calibrate_judge(
     """Every calibration figure of ``judge``: agreement (3 tie policies), kappa, alpha, ceiling, comparisons.
 
     ``other_judges``: judges to compare with on the same judged orders and to select among
-    (default: every other judge with verdicts on the items). Raises :class:`InputError` when the
-    judge has no verdict on any human-labelled item.
+    (default: every other judge with verdicts on the items); a candidate whose position-bias
+    gate (on the calibration items, ``thresholds``: default the built-in) FAILs is never
+    selected. ``invalid_as``: how invalid
+    verdicts count (module docstring; default ``"disagreement"``). With one label per item (one
+    rater, gold labels) agreement and kappa are reported without a human ceiling. Raises
+    :class:`InputError` when the judge has no verdict on any human-labelled item.
     """
+    _check_invalid_as(invalid_as)
     items = calibration_items(
         human_pairs=human_pairs,
         human_ratings=human_ratings,
@@ -1063,9 +1239,12 @@ def calibrate_judge(
     kappa = cohen_kappa(rows["judge_code"], rows["human"], rows["vignette_id"], rng=seed, **common)
     weighted = cohen_kappa(rows["judge_code"], rows["human"], rows["vignette_id"], weights="linear", rng=seed, **common)
     n_raters = items.rater_codes.shape[1]
+    per_item = (~np.isnan(items.rater_codes)).sum(axis=1)
+    max_raters_per_item = int(per_item.max()) if per_item.size else 0
     clusters = items.items["vignette_id"].to_numpy()
+    keep_j, agree_j = agreement_indicator(rows["judge_code"], rows["human"], GATE_TIE_POLICY)
     alpha = ceiling = gap = None
-    if n_raters >= 2:
+    if max_raters_per_item >= 2:
         alpha = krippendorff_alpha(items.rater_codes, clusters, level=level, rng=seed, bootstrap_draws=bootstrap_draws)
         ceiling = human_ceiling(
             items.rater_codes,
@@ -1080,7 +1259,6 @@ def calibrate_judge(
             items.rater_codes, rater_differences=items.rater_differences, min_margin=items.min_margin, split=split
         )
         keep_h, agree_h = agreement_indicator(own.ravel(), rest.ravel(), GATE_TIE_POLICY)
-        keep_j, agree_j = agreement_indicator(rows["judge_code"], rows["human"], GATE_TIE_POLICY)
         gap = stacked_difference(
             agree_j,
             rows["vignette_id"].to_numpy()[keep_j],
@@ -1095,6 +1273,7 @@ def calibrate_judge(
         other_judges = () if frame is None else tuple(j for j in pd.unique(frame["judge"].astype(str)) if j != judge)
     mine = _agree_series(rows, GATE_TIE_POLICY)
     comparisons, candidates = [], {judge: (agree_j, rows["vignette_id"].to_numpy()[keep_j])}
+    rows_by_judge = {judge: rows}
     vignette_of_item = items.items["vignette_id"].to_numpy()
     for other in other_judges:
         other_rows = judged_rows(items, judgments, other, invalid_as)
@@ -1104,6 +1283,7 @@ def calibrate_judge(
         common_index = mine.index.intersection(theirs.index)
         keep_o, agree_o = agreement_indicator(other_rows["judge_code"], other_rows["human"], GATE_TIE_POLICY)
         candidates[other] = (agree_o, other_rows["vignette_id"].to_numpy()[keep_o])
+        rows_by_judge[other] = other_rows
         comparisons.append(
             (
                 other,
@@ -1126,9 +1306,29 @@ def calibrate_judge(
                 ),
             )
         )
-    selection = None
+    selection, excluded = None, []
     if len(candidates) >= 2:
-        selection = select_judge(candidates, level=level, rng=seed, min_clusters=min_clusters)
+        from dataclasses import replace
+
+        from honestci.audit.gates import gate_position_bias
+        from honestci.audit.policy import THRESHOLDS as BUILT_IN
+
+        for candidate, candidate_rows in rows_by_judge.items():
+            bias = judge_position_bias(
+                candidate_rows, items, candidate, level=level, rng=seed, min_clusters=min_clusters
+            )
+            gate = gate_position_bias(bias, thresholds or BUILT_IN)
+            if gate.verdict == Verdict.FAIL:
+                excluded.append((candidate, f"position-bias gate FAILs on the calibration items ({gate.message})"))
+        eligible = {k: v for k, v in candidates.items() if k not in dict(excluded)}
+        if len(eligible) >= 2:
+            winner, note = judge_winner(eligible, level=level, seed=seed)
+            selection = replace(
+                select_judge(eligible, level=level, rng=seed, min_clusters=min_clusters),
+                excluded=tuple(excluded),
+                winner=winner,
+                winner_note=note,
+            )
     n_items_judged = rows["item"].nunique()
     return CalibrationResult(
         judge=judge,
@@ -1140,6 +1340,8 @@ def calibrate_judge(
         n_rows=int(len(rows)),
         n_invalid=int((rows["verdict"] == "invalid").sum()),
         n_orders_per_item=float(len(rows) / n_items_judged),
+        n_raters=int(n_raters),
+        max_raters_per_item=max_raters_per_item,
         agreement=agreement,
         metrics=classification_metrics(rows["judge_code"], rows["human"]),
         kappa=kappa,
@@ -1152,6 +1354,7 @@ def calibrate_judge(
         ppi=None,
         level=level,
         seed=seed,
+        position_bias_excluded=tuple(excluded),
     )
 
 
@@ -1196,7 +1399,8 @@ def ppi_winrate(
 
 
 def calibration_check(context: AuditContext) -> CalibrationResult | None:
-    """The claim's judge against the study's human preferences, with the PPI-corrected win rate;
+    """The claim's judge against the study's human preferences, with the PPI-corrected win rate
+    (invalid verdicts counted as the policy's ``invalid_verdicts`` says, :data:`INVALID_AS_FROM_POLICY`);
     None without human data, before anything is judged (no contests), or when the human data
     cannot calibrate the judge (InputError: e.g. the judge judged none of the human-labelled pairs)."""
     study, contests = context.study, context.contests
@@ -1213,6 +1417,8 @@ def calibration_check(context: AuditContext) -> CalibrationResult | None:
             level=level,
             min_clusters=thresholds.min_clusters,
             seed=context.seed,
+            invalid_as=INVALID_AS_FROM_POLICY[context.claim.policy.invalid_verdicts],
+            thresholds=thresholds,
         )
         items = calibration_items(
             human_pairs=study.human_pairs, human_ratings=study.human_ratings, judgments=study.judgments

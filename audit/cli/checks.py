@@ -93,10 +93,11 @@ def _path_option(name: str):
 )
 @click.option(
     "--invalid-as",
-    type=click.Choice(["missing", "tie"]),
-    default="missing",
+    type=click.Choice(["disagreement", "tie", "exclude"]),
+    default="disagreement",
     show_default=True,
-    help="Unparseable verdicts: left out (counted), or counted as ties (PandaLM's rule).",
+    help="Invalid (unparseable, refused, empty) verdicts: count as disagreements (conservative), as ties "
+    "(PandaLM's rule), or leave out (counted in the report).",
 )
 @level_option
 @seed_option
@@ -150,6 +151,7 @@ def calibrate_judge_command(
         invalid_as=invalid_as,
         level=level,
         seed=seed,
+        thresholds=thresholds,
     )
     section = result.report_section()
     for line in section.lines:
