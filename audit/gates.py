@@ -377,7 +377,7 @@ def gate_position_bias(result: PositionBiasResult | None, thresholds: Thresholds
         )
     low, high = effect.bounds
     text = f"{result.judge}: order effect {effect.text()}"
-    if low > tolerance or high < -tolerance:
+    if result.favours_a_position(tolerance):
         return GateResult(
             name, Verdict.FAIL, f"{text} lies outside ±{tolerance:.2f}: the judge favours a position", evidence
         )

@@ -686,7 +686,12 @@ def _metric_contests(out: _Collector, judge: str, scored: dict, extra: tuple[str
                 vid, ra, sa, where, extras = scored[a][key]
                 vid_b, rb, sb, where_b, _ = scored[b][key]
                 if vid_b != vid:
-                    out.problem(*where_b, None, f"item {key!r} is in cluster {vid_b!r} here but {vid!r} in {where[0]}")
+                    out.problem(
+                        where_b[0],
+                        where_b[1],
+                        None,
+                        f"item {key!r} is in cluster {vid_b!r} here but {vid!r} in {where[0]}",
+                    )
                     continue
                 for (r1, s1), (r2, s2) in (((ra, sa), (rb, sb)), ((rb, sb), (ra, sa))):
                     out.judgment(
@@ -706,7 +711,7 @@ def _metric_contests(out: _Collector, judge: str, scored: dict, extra: tuple[str
 
 def _named_paths(paths: Sequence[str | Path]) -> list[tuple[str | None, Path]]:
     """``NAME=PATH`` or ``PATH`` (an existing file is never split at '=')."""
-    named = []
+    named: list[tuple[str | None, Path]] = []
     for spec in map(str, paths):
         name, sep, rest = spec.partition("=")
         named.append((name, Path(rest)) if sep and name and not Path(spec).exists() else (None, Path(spec)))
@@ -930,8 +935,8 @@ def import_inspect(paths: Sequence[str | Path], scorer: str | None = None) -> Im
             text = sample.get("input")
             out.vignette(vid, text if isinstance(text, str) else json.dumps(text, ensure_ascii=False), task, where)
             response_id = f"{vid}:{system}:epoch{epoch}"
-            output = sample.get("output") if isinstance(sample.get("output"), dict) else {}
-            answer = output.get("completion")
+            output = sample.get("output")
+            answer = output.get("completion") if isinstance(output, dict) else None
             out.response(response_id, vid, system, answer if isinstance(answer, str) else "", where)
             items[key] = (vid, response_id, score, where, {"epoch": epoch})
     if out.problems:

@@ -459,7 +459,7 @@ def test_contest_cells_are_two_trials_per_contest():
     np.testing.assert_allclose(cells.wins * cells.dispersion, [3, 1, 2])
     assert cells.n_verdicts == 10
     with pytest.raises(InputError, match="invalid"):
-        aggregate_contest_cells(["a", "b"], [1, 0.25])
+        aggregate_contest_cells(["a", "b"], [1, 1.25])  # continuous scores in [0, 1] are accepted, not beyond
 
 
 def test_contest_dispersion_matches_closed_form():

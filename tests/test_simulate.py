@@ -537,9 +537,16 @@ def _documented_columns() -> dict[str, dict[str, bool]]:
     return tables
 
 
+#: Documented optional columns the simulator never writes: its judges give categorical verdicts.
+NOT_SIMULATED = {"judgments": ("preference_first",)}
+
+
 def test_tables_have_exactly_the_documented_columns(study):
     documented = _documented_columns()
     assert set(documented) == set(sim.TABLE_FILES)
+    for name, columns in NOT_SIMULATED.items():
+        for column in columns:
+            assert documented[name].pop(column) is False  # optional
     for name, frame in study.tables.items():
         assert list(frame.columns) == list(documented[name]), name
         assert tuple(frame.columns) == sim.TABLE_COLUMNS[name]

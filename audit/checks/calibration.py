@@ -59,7 +59,7 @@ import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.audit.policy import THRESHOLDS
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
@@ -1310,16 +1310,22 @@ def calibrate_judge(
     if len(candidates) >= 2:
         from dataclasses import replace
 
-        from honestci.audit.gates import gate_position_bias
         from honestci.audit.policy import THRESHOLDS as BUILT_IN
 
+        tolerance = (thresholds or BUILT_IN).position_bias_tolerance
         for candidate, candidate_rows in rows_by_judge.items():
             bias = judge_position_bias(
                 candidate_rows, items, candidate, level=level, rng=seed, min_clusters=min_clusters
             )
-            gate = gate_position_bias(bias, thresholds or BUILT_IN)
-            if gate.verdict == Verdict.FAIL:
-                excluded.append((candidate, f"position-bias gate FAILs on the calibration items ({gate.message})"))
+            effect = None if bias is None else bias.order_effect
+            if bias is not None and effect is not None and bias.favours_a_position(tolerance):
+                excluded.append(
+                    (
+                        candidate,
+                        f"position-bias gate FAILs on the calibration items (order effect "
+                        f"{effect.text()} lies outside ±{tolerance:.2f})",
+                    )
+                )
         eligible = {k: v for k, v in candidates.items() if k not in dict(excluded)}
         if len(eligible) >= 2:
             winner, note = judge_winner(eligible, level=level, seed=seed)

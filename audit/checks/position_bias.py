@@ -104,6 +104,15 @@ class PositionBiasResult:
     def verdict(self) -> Verdict:
         return Verdict.PASS if self.identifiable else Verdict.INCONCLUSIVE
 
+    def favours_a_position(self, tolerance: float) -> bool:
+        """The order effect's interval lies entirely outside ±``tolerance`` (what FAILs the
+        ``position_bias`` gate; False when nothing honest was estimated)."""
+        effect = self.order_effect if self.identifiable else None
+        if effect is None or effect.bounds is None:
+            return False
+        low, high = effect.bounds
+        return low > tolerance or high < -tolerance
+
     def to_frame(self) -> pd.DataFrame:
         """One row per figure (none when not identifiable: the row says so)."""
         if not self.identifiable:
