@@ -227,6 +227,9 @@ def _alpaca_response(out: _Collector, vid: str, system: str, text: str, where: t
 def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
     """AlpacaEval ``annotations.json`` files (one per model) → judgments, vignettes, responses.
 
+    A discrete ``preference`` (1, 2; 0 or 1.5 a draw) is a verdict. A continuous one in [1, 2]
+    (AlpacaEval 2.0's weighted annotator: 1 + P(output_2 better)) is kept as ``preference_first``
+    = 2 − preference, output_1 being shown first, with the verdict naming the side it favours.
     A record's position in its file (1-based) is reported as its line.
     """
     out = _Collector()
@@ -243,6 +246,7 @@ def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
                     out.problem(path, number, key, "missing or not text", "pass unchanged AlpacaEval annotations")
                 continue
             preference = rec.get("preference")
+            continuous = None
             if _missing(preference):
                 verdict = "invalid"
             else:
@@ -250,14 +254,19 @@ def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
                     known = _ALPACA_PREFERENCE.get(float(preference))
                 except (TypeError, ValueError):
                     known = None
+                continuous = None
+                if known is None and isinstance(preference, (int, float)) and 1.0 <= float(preference) <= 2.0:
+                    # AlpacaEval 2.0's weighted annotator: preference = 1 + P(output_2 better), and
+                    # output_1 is shown first, so P(first better) = 2 - preference.
+                    continuous = 2.0 - float(preference)
+                    known = "first" if continuous > 0.5 else "second" if continuous < 0.5 else "tie"
                 if known is None:
                     out.problem(
                         path,
                         number,
                         "preference",
-                        f"{preference!r} is not 1, 2 or a draw (0, 1.5)",
-                        "continuous (logprob-weighted) preferences are scores, not verdicts: "
-                        "import a discrete annotator's annotations",
+                        f"{preference!r} is neither 1, 2, a draw (0, 1.5) nor a continuous preference in [1, 2]",
+                        "pass unchanged AlpacaEval annotations",
                     )
                     continue
                 verdict = known
@@ -275,10 +284,16 @@ def import_alpaca_eval(paths: Sequence[str | Path]) -> ImportedTables:
                     "verdict": verdict,
                     "raw": raw if isinstance(raw, str) or raw is None else json.dumps(raw),
                     "prompt_sha256": None,
+                    **({} if continuous is None else {"preference_first": continuous}),
                 },
                 where,
             )
-    return out.result("alpaca_eval", "AlpacaEval annotations cannot be imported.")
+    continuous_preferences = any("preference_first" in row for row in out.judgments)
+    return out.result(
+        "alpaca_eval",
+        "AlpacaEval annotations cannot be imported.",
+        extra=("preference_first",) if continuous_preferences else (),
+    )
 
 
 # --------------------------------------------------------------------------------------------- PandaLM

@@ -709,9 +709,9 @@ IMPORTER_CASES = [
         ("annotations.json, line 1, field 'output_1': missing or not text",),
     ),
     Case(
-        "alpaca-continuous-preference",
-        importer("alpaca_eval", "annotations.json", _alpaca({**ALPACA_RECORD, "preference": 1.73})),
-        ("annotations.json, line 1, field 'preference': 1.73 is not 1, 2 or a draw",),
+        "alpaca-preference-out-of-range",
+        importer("alpaca_eval", "annotations.json", _alpaca({**ALPACA_RECORD, "preference": 2.73})),
+        ("annotations.json, line 1, field 'preference': 2.73 is neither 1, 2, a draw",),
     ),
     Case(
         "alpaca-non-utf8",

@@ -226,3 +226,30 @@ def test_alpaca_eval_files_whose_baselines_differ_import_as_distinct_responses(s
     shutil.copy(first, tmp_path / first.name)
     result = _cli(["alpaca_eval", str(tmp_path / first.name), str(changed), "--out", str(tmp_path / "a.jsonl")])
     assert result.exit_code == 0, result.output
+
+
+# ------------------------------------------------------------------------- AlpacaEval 2.0, continuous
+def test_alpaca_eval_2_continuous_preferences_reproduce_the_published_leaderboard(shared_data, tmp_path):
+    # Outside reference: the leaderboard CSV shipped with the annotations (tatsu-lab/alpaca_eval at
+    # commit cd543a1). Through honestci's own path (import -> validating loader -> contests -> CR1
+    # clustered by instruction, one contest each), with invalid (missing) preferences scored as
+    # ties, the published convention: win_rate and standard_error agree to 1e-6 for every model.
+    import pandas as pd
+
+    from honestci.audit.data.contests import build_contests
+    from honestci.audit.stats.winrate import winrate_ci
+
+    folder = shared_data / "alpaca_eval2"
+    board = pd.read_csv(folder / "leaderboards" / "weighted_alpaca_eval_gpt4_turbo_leaderboard.csv", index_col=0)
+    files = sorted((folder / "raw_annotations").glob("*.annotations.json.gz"))
+    assert len(files) == 8
+    for path in files:
+        model = path.name.removesuffix(".annotations.json.gz")
+        tables = import_alpaca_eval([path])
+        assert "preference_first" in tables.extra_judgment_columns
+        _, study = _round_trip(tables, tmp_path / model)
+        contests = build_contests(study, policy=model, opponent="gpt4_1106_preview")
+        scored = contests.scores("both_orders", invalid="tie")
+        row = winrate_ci(scored.values, scored.clusters, method="cr1")
+        assert 100 * row.estimate == pytest.approx(board.loc[model, "win_rate"], abs=1e-6), model
+        assert 100 * row.se == pytest.approx(board.loc[model, "standard_error"], abs=1e-6), model
