@@ -189,7 +189,7 @@ def test_cli_bad_input_exits_2_with_file_line_and_field(tmp_path):
     assert result.exit_code == 2 and "absent.jsonl: file not found" in result.output
 
 
-def test_alpaca_eval_rejects_continuous_preferences_with_record_number(tmp_path):
+def test_alpaca_eval_keeps_continuous_preferences_and_rejects_out_of_range_with_record_number(tmp_path):
     path = tmp_path / "annotations.json"
     record = {
         "instruction": "Hi",
@@ -200,7 +200,12 @@ def test_alpaca_eval_rejects_continuous_preferences_with_record_number(tmp_path)
         "annotator": "weighted",
         "preference": 1.73,
     }
+    # AlpacaEval 2.0's weighted preference 1 + P(output_2 better): output_1 is shown first.
     path.write_text(json.dumps([dict(record, preference=2), dict(record, instruction="Yo", preference=1.73)]))
+    rows = import_alpaca_eval([path]).judgments
+    assert rows[0]["verdict"] == "second" and "preference_first" not in rows[0]
+    assert rows[1]["verdict"] == "second" and rows[1]["preference_first"] == pytest.approx(0.27, abs=1e-12)
+    path.write_text(json.dumps([dict(record, preference=2), dict(record, instruction="Yo", preference=2.73)]))
     with pytest.raises(InputError) as err:
         import_alpaca_eval([path])
     (problem,) = err.value.problems

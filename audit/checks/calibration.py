@@ -1322,8 +1322,8 @@ def calibrate_judge(
                 excluded.append(
                     (
                         candidate,
-                        f"position-bias gate FAILs on the calibration items (order effect "
-                        f"{effect.text()} lies outside ±{tolerance:.2f})",
+                        f"position-bias gate FAILs on the calibration items ({bias.judge}: order effect "
+                        f"{effect.text()} lies outside ±{tolerance:.2f}: the judge favours a position)",
                     )
                 )
         eligible = {k: v for k, v in candidates.items() if k not in dict(excluded)}
