@@ -54,8 +54,8 @@ def test_tabulated_log_posterior_matches_scipy_quadrature():
     np.testing.assert_allclose(ours - ours[0], theirs - theirs[0], atol=1e-3)
 
 
-def test_target_is_the_estimands_new_vignette_rate():
-    # theta(mu, sigma) read off the grid is estimands.new_vignette_rate (order bias and ties 0).
+def test_posterior_is_a_sorted_distribution_on_the_unit_interval():
+    # The rates read off the grid are sorted, lie in [0, 1], and their masses sum to 1.
     scores, clusters = _scores(np.random.default_rng(3), 10, 30, 0.75, 0.6)
     posterior = rate_posterior(scores, clusters)
     assert posterior.theta.min() >= 0 and posterior.theta.max() <= 1

@@ -81,18 +81,13 @@ class SizeAssociation:
     """Whether the number of contests per vignette is associated with its mean score.
 
     ``tau`` is Kendall's tau-b between n_g and ȳ_g with its two-sided ``p_value`` (scipy
-    ``kendalltau``); ``None`` when sizes do not vary (nothing can be informative). ``shift`` is the
-    contest-weighted estimate minus the equal-weight one: what weighting by size would add.
+    ``kendalltau``); ``None`` when sizes do not vary (nothing can be informative).
     """
 
     tau: float | None
     p_value: float | None
     equal_weight: float
     contest_weighted: float
-
-    @property
-    def shift(self) -> float:
-        return self.contest_weighted - self.equal_weight
 
     def informative(self, alpha: float) -> bool:
         return self.p_value is not None and self.p_value < alpha
@@ -156,10 +151,3 @@ def tie_share(mu: float, sd: float, order_bias: float, tie_halfwidth: float) -> 
         for side in (1.0, -1.0)
     ]
     return float(np.dot(weights, 0.5 * (ties[0] + ties[1])))
-
-
-def halfwidth_for_ties(share: float, mu_guess: float, sd: float, order_bias: float) -> float:
-    """The tie half-width t giving roughly ``share`` ties per judged order near location ``mu_guess``."""
-    if share <= 0.0:
-        return 0.0
-    return float(optimize.brentq(lambda t: tie_share(mu_guess, sd, order_bias, t) - share, 0.0, 20.0))
