@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 
 from honestci.audit.stats.coverage_study import (
@@ -43,19 +42,23 @@ def test_gate_interval_keeps_its_one_sided_error_where_the_logit_interval_does_n
     assert frame.loc["bayes_logit_normal", "low_above_truth"] < frame.loc["cr2_logit", "low_above_truth"]
 
 
+#: Replications per cell of the full grid in the slow tier (the gate methods only: about 15 minutes
+#: on 2 cores); docs/coverage-full.md is the same run (same seed and reps).
+FULL_GRID_REPS = 150
+FULL_GRID_SEED = 20261201
+
+
 @pytest.mark.coverage
 @pytest.mark.slow
-def test_gate_intervals_one_sided_error_on_the_worst_cells_of_the_full_grid():
-    # Every gate interval, on the cells of the full grid where vignette rates are most skewed
-    # (sd 1, rates 0.9 and 0.95), balanced and unbalanced, G = 12 and 100; fails when a CI-low lies
-    # above its truth more than 2.5% + 3 MC-SE of the time.
-    grid = Grid((12, 100), ("balanced", "unbalanced"), (1.0,), (0.9, 0.95), (0.0,))
-    assert set(grid.cells()) <= set(FULL_GRID.cells())
-    study = run_coverage_study(reps=250, methods=HONEST_METHODS, grid=grid, seed=3, processes=2)
+def test_gate_intervals_one_sided_error_on_every_cell_of_the_full_grid():
+    # Issue 15's grid: G 6-100, balanced and unbalanced sizes, sd 0.3 and 1, rates 0.6-0.95, ties
+    # 0-35%, order bias. Fails when a gate interval's CI-low lies above its truth more often than
+    # 2.5% + 3 MC-SE in any cell.
+    study = run_coverage_study(
+        reps=FULL_GRID_REPS, methods=HONEST_METHODS, grid="full", seed=FULL_GRID_SEED, processes=2
+    )
+    assert len(study.to_frame()) == len(FULL_GRID.cells()) * len(HONEST_METHODS)
     assert study.gate_misses().empty, study.gate_misses()
-    frame = study.to_frame()
-    these = frame[frame["truth"] == "these_vignettes"]
-    assert ((these["coverage"] - 0.95).abs() < 0.015 + 3 * np.sqrt(0.95 * 0.05 / 250)).all(), these
 
 
 def test_result_does_not_depend_on_the_number_of_processes():

@@ -275,6 +275,12 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float | Non
     show_default=True,
     help="Design cells: the default corners, or the full realistic grid (G 6-100, sizes, sd, rates, ties).",
 )
+@click.option(
+    "--methods",
+    default="all",
+    show_default=True,
+    help="Intervals to study: all, gate (the intervals the policy's bar gates read), or a comma list of methods.",
+)
 @seed_option
 @click.option("--processes", type=click.IntRange(1), default=1, show_default=True, help="Worker processes.")
 @click.option(
@@ -286,12 +292,17 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float | Non
     help="Markdown table to write (a CSV is written beside it).",
 )
 @_fail_cleanly
-def coverage_study(reps: int, grid: str, seed: int, processes: int, out_file: Path) -> None:
+def coverage_study(reps: int, grid: str, methods: str, seed: int, processes: int, out_file: Path) -> None:
     """Seeded simulation of every interval's two-sided coverage and one-sided (CI-low) error."""
-    from honestci.audit.stats.coverage_study import run_coverage_study
+    from honestci.audit.stats.coverage_study import HONEST_METHODS, run_coverage_study
+    from honestci.audit.stats.winrate import ALL_METHODS
     from honestci.reports.writing import atomic_write_text
 
-    study = run_coverage_study(reps=reps, grid=grid, seed=seed, processes=processes, progress=_progress)
+    chosen = ALL_METHODS if methods == "all" else HONEST_METHODS if methods == "gate" else tuple(methods.split(","))
+    unknown = sorted(set(chosen) - set(ALL_METHODS))
+    if unknown:
+        raise click.BadParameter(f"unknown methods {unknown}; choose from {list(ALL_METHODS)}", param_hint="--methods")
+    study = run_coverage_study(reps=reps, grid=grid, methods=chosen, seed=seed, processes=processes, progress=_progress)
     atomic_write_text(out_file, study.to_markdown())
     atomic_write_text(out_file.with_suffix(".csv"), study.to_frame().to_csv(index=False))
     click.echo(str(out_file))

@@ -149,10 +149,18 @@ class CoverageStudy:
             ),
         )
         mc_two = 100 * math.sqrt(self.level * (1 - self.level) / self.reps)
+        studied = tuple(frame["method"].drop_duplicates())
+        methods = (
+            ""
+            if set(studied) == set(ALL_METHODS)
+            else " --methods gate"
+            if set(studied) == set(HONEST_METHODS)
+            else f" --methods {','.join(studied)}"
+        )
         lines = [
             "# Coverage of the win-rate intervals",
             "",
-            f"Produced by `honestci coverage-study --grid {self.grid} --reps {self.reps} --seed {self.seed}` "
+            f"Produced by `honestci coverage-study --grid {self.grid}{methods} --reps {self.reps} --seed {self.seed}` "
             f"(nominal {self.level:.0%}; Monte Carlo SE {mc_two:.2f} points for a two-sided coverage, "
             f"{100 * (self.one_sided_bound - self.one_sided_nominal) / ONE_SIDED_MC_SE:.2f} for a one-sided "
             "error). Design: `audit/stats/coverage_study.py` (logit-normal vignettes, order bias "
