@@ -9,29 +9,17 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from inspect_support import rewrite_eval as _rewrite
 
 from honestci.audit.cli.judges import import_command
 from honestci.audit.data.io import load_study
 from honestci.audit.errors import InputError
-from honestci.judges.importers import _zip_member, import_inspect
+from honestci.judges.importers import import_inspect
 
 DATA = Path(__file__).parent / "data" / "inspect"
 CAPITALS = {tag: DATA / f"capitals_{tag}" for tag in ("paris-or-tokyo", "lima")}
 GRADED = [DATA / "graded_paris-or-tokyo.eval", DATA / "graded_lima.eval"]
 PAIRWISE = DATA / "pairwise.eval"
-
-
-def _rewrite(src: Path, dst: Path, edits=None, compression=zipfile.ZIP_DEFLATED) -> Path:
-    """Copy an .eval log member by member (read by honestci's own reader), ``edits[name](json)``
-    applied, written with the stdlib's ``compression`` (deflate: what inspect_ai wrote before zstd)."""
-    edits = edits or {}
-    with zipfile.ZipFile(src) as archive, zipfile.ZipFile(dst, "w", compression=compression) as out:
-        for info in archive.infolist():
-            data = _zip_member(src, archive, info)
-            if info.filename in edits:
-                data = json.dumps(edits[info.filename](json.loads(data))).encode()
-            out.writestr(info.filename, data)
-    return dst
 
 
 def _study(tables, tmp_path):
