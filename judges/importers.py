@@ -936,13 +936,13 @@ def _inspect_log(path: Path, out: _Collector) -> tuple[dict, list[tuple[int, str
         log = _load_json(path)
         if not isinstance(log, dict) or not isinstance(log.get("eval"), dict):
             raise InputError(f"{path}: not an inspect_ai JSON log (no 'eval' object).", fix="pass a .json eval log")
-        samples = log.get("samples")
-        if not isinstance(samples, list):
+        records = log.get("samples")
+        if not isinstance(records, list):
             raise InputError(
                 f"{path}: the log has no samples (status {log.get('status')!r}).",
                 fix="pass a log written with samples (not --no-log-samples)",
             )
-        return log, [(i + 1, f"samples[{i}].", sample) for i, sample in enumerate(samples)]
+        return log, [(i + 1, f"samples[{i}].", sample) for i, sample in enumerate(records)]
     try:
         with zipfile.ZipFile(path) as archive:
             members = {info.filename: info for info in archive.infolist()}  # the last write of a name wins
@@ -976,11 +976,11 @@ def _inspect_log(path: Path, out: _Collector) -> tuple[dict, list[tuple[int, str
 
 def _role_models(eval_spec: dict) -> dict[str, str]:
     """``eval.model_roles`` → role: model name (a role bound to a list of models: names joined by +)."""
-    roles = eval_spec.get("model_roles") if isinstance(eval_spec.get("model_roles"), dict) else {}
-    named = {}
-    for role, config in roles.items():
+    roles = eval_spec.get("model_roles")
+    named: dict[str, str] = {}
+    for role, config in (roles if isinstance(roles, dict) else {}).items():
         configs = config if isinstance(config, list) else [config]
-        models = [c.get("model") for c in configs if isinstance(c, dict) and isinstance(c.get("model"), str)]
+        models = [str(c["model"]) for c in configs if isinstance(c, dict) and isinstance(c.get("model"), str)]
         if models:
             named[str(role)] = "+".join(models)
     return named
@@ -1064,7 +1064,7 @@ def import_inspect(
             ids = _inspect_sample_ids(out, where, prefix, sample)
             if ids is None:
                 continue
-            sid, epoch, scores = ids
+            record, sid, epoch, scores = ids
             if chosen is None and scores:
                 if len(scores) != 1:
                     raise InputError(
@@ -1079,7 +1079,7 @@ def import_inspect(
                 if score is None or isinstance(score, str):
                     out.problem(path, position, field_name, score or f"{value!r} is not C, I, P, N or a number")
                     continue
-            elif sample.get("error"):
+            elif record.get("error"):
                 score = None  # the sample errored: an invalid verdict, kept and counted
             else:
                 out.problem(path, position, field_name, "missing (and the sample has no error)")
@@ -1088,11 +1088,11 @@ def import_inspect(
             if key in items:
                 out.problem(path, position, f"{prefix}id", f"sample {sid!r} epoch {epoch} appears twice")
                 continue
-            vid = _inspect_vignette(out, where, prefix, sample, task, cluster_key)
+            vid = _inspect_vignette(out, where, prefix, record, task, cluster_key)
             if vid is None:
                 continue
             response_id = f"{task}:{sid}:{system}:epoch{epoch}"
-            output = sample.get("output")
+            output = record.get("output")
             answer = output.get("completion") if isinstance(output, dict) else None
             out.response(response_id, vid, system, answer if isinstance(answer, str) else "", where)
             items[key] = (vid, response_id, score, where, {"epoch": epoch})
@@ -1116,8 +1116,8 @@ def import_inspect(
 
 def _inspect_sample_ids(
     out: _Collector, where: tuple[Path, int], prefix: str, sample: object
-) -> tuple[object, int, dict] | None:
-    """(id, epoch, scores) of a sample, or None after reporting what is wrong with it."""
+) -> tuple[dict, object, int, dict] | None:
+    """(sample, id, epoch, scores) of a sample, or None after reporting what is wrong with it."""
     if not isinstance(sample, dict):
         out.problem(*where, prefix.rstrip(".:") or "samples", "is not an object")
         return None
@@ -1132,7 +1132,7 @@ def _inspect_sample_ids(
     if not isinstance(scores, dict):
         out.problem(*where, f"{prefix}scores", "is not an object")
         return None
-    return sid, epoch, scores
+    return sample, sid, epoch, scores
 
 
 def _inspect_vignette(
@@ -1168,8 +1168,7 @@ def _inspect_pairwise(
     ids = _inspect_sample_ids(out, where, prefix, sample)
     if ids is None:
         return
-    assert isinstance(sample, dict)
-    _sid, epoch, scores = ids
+    sample, _sid, epoch, scores = ids
     vid = _inspect_vignette(out, where, prefix, sample, context["task"], cluster_key)
     if vid is None:
         return
