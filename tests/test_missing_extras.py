@@ -25,6 +25,7 @@ EXTRA_MODULES = {
     "train": ("torch", "transformers", "trl", "accelerate", "datasets"),
     "distributed": ("distributed", "dask"),
     "dev": ("statsmodels", "krippendorff"),
+    "inspect": ("zstandard",),
 }
 
 
@@ -168,4 +169,15 @@ def test_dask_leakage_scan_without_the_distributed_extra_exits_2(tmp_path):
         out,
     )
     assert_needs_extra(result, "distributed", "(or pass --workers 0)")
+    assert not out.exists()
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="Python 3.14 reads zstd itself (compression.zstd)")
+def test_import_of_a_zstd_eval_log_without_the_inspect_extra_exits_2(tmp_path):
+    out = tmp_path / "judgments.jsonl"
+    logs = [REPO_ROOT / "tests" / "data" / "inspect" / f"capitals_{tag}.eval" for tag in ("paris-or-tokyo", "lima")]
+    result = honestci_without(
+        ["zstandard"], "import", "inspect", *(f"m{i}={p}" for i, p in enumerate(logs)), "--out", out
+    )
+    assert_needs_extra(result, "inspect", "zstandard is not installed", "inspect log convert --to json")
     assert not out.exists()

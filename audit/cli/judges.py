@@ -194,7 +194,11 @@ def judge_command(
 @click.option(
     "--metric", help="lm_eval: the per-sample metric (acc, exact_match...); inspect: the scorer. Default: the only one."
 )
-@click.option("--cluster-key", help="lm_eval: dotted path into `doc` whose value is the cluster (default: doc_id).")
+@click.option(
+    "--cluster-key",
+    help="lm_eval: dotted path into `doc` whose value is the cluster (default: doc_id); "
+    "inspect: dotted path into the sample's metadata (default: the sample id).",
+)
 @click.option("--filter", "filter_name", help="lm_eval: the filter to read when a file holds several.")
 @_fail_cleanly
 def import_command(
@@ -224,8 +228,10 @@ def import_command(
       lm_eval      lm-evaluation-harness --log_samples samples_<task>_<date>.jsonl,
                    one per model (model = folder, or NAME=PATH); --metric,
                    --cluster-key, --filter
-      inspect      inspect_ai JSON eval logs (--log-format json), one per model
-                   (model = eval.model, or NAME=PATH); --metric picks the scorer
+      inspect      inspect_ai eval logs (.eval or .json): pairwise scorers (model_a,
+                   model_b in the score metadata) as judgments by the grader role;
+                   graded scorers as metric contests, one log per model (model =
+                   eval.model, or NAME=PATH); --metric, --cluster-key
       generic      any CSV/JSONL/Parquet with --map and --verdict-map
     """
     from honestci.judges import importers
@@ -247,7 +253,7 @@ def import_command(
     elif fmt == "lm_eval":
         tables = importers.import_lm_eval(paths, metric=metric, cluster_key=cluster_key, filter_name=filter_name)
     elif fmt == "inspect":
-        tables = importers.import_inspect(paths, scorer=metric)
+        tables = importers.import_inspect(paths, scorer=metric, cluster_key=cluster_key)
     else:
         tables = importers.import_generic(
             paths[0], _pairs(mapping, "--map"), _pairs(verdict_map, "--verdict-map") or None, judge=judge_name
