@@ -83,19 +83,29 @@ class AuditResult:
     def verdict(self) -> Verdict:
         return overall_verdict(self.gates, self.required_gates)
 
-    def exit_code(self, allow_inconclusive: bool | None = None) -> int:
-        """0 only when every required gate passes or, with ``allow_inconclusive`` (default: as the
-        audit was run), when every required gate is PASS or an INCONCLUSIVE that ran. A WARN or
-        FAIL, a required gate that did not run (missing evidence, check or extra) or one with no
-        result always blocks."""
+    def blocking_gates(self, allow_inconclusive: bool | None = None) -> tuple[GateResult, ...]:
+        """The required gates that block the release, in gate order: a WARN or FAIL, an
+        INCONCLUSIVE (unless ``allow_inconclusive``, default: as the audit was run, and the gate
+        ran), and a required gate with no result (as an INCONCLUSIVE that did not run)."""
         allow = self.allow_inconclusive if allow_inconclusive is None else allow_inconclusive
-        required = [g for g in self.gates if g.name in self.required_gates]
-        if set(self.required_gates) - {g.name for g in required}:
-            return EXIT_BLOCKED
         passable = (Verdict.PASS, Verdict.INCONCLUSIVE) if allow else (Verdict.PASS,)
-        if all(g.verdict in passable and (g.verdict == Verdict.PASS or g.ran) for g in required):
-            return EXIT_PASS
-        return EXIT_BLOCKED
+        by_name = {g.name: g for g in self.gates}
+        blocking = []
+        for name in self.required_gates:
+            gate = by_name.get(name) or GateResult(
+                name, Verdict.INCONCLUSIVE, "no result: the gate did not run", ran=False
+            )
+            if not (gate.verdict in passable and (gate.verdict == Verdict.PASS or gate.ran)):
+                blocking.append(gate)
+        order = {name: i for i, name in enumerate(g.name for g in self.gates)}
+        return tuple(sorted(blocking, key=lambda g: order.get(g.name, len(order))))
+
+    def exit_code(self, allow_inconclusive: bool | None = None) -> int:
+        """0 only when no required gate blocks (:meth:`blocking_gates`): every required gate
+        passes or, with ``allow_inconclusive`` (default: as the audit was run), is PASS or an
+        INCONCLUSIVE that ran. A WARN or FAIL, a required gate that did not run (missing evidence,
+        check or extra) or one with no result always blocks."""
+        return EXIT_BLOCKED if self.blocking_gates(allow_inconclusive) else EXIT_PASS
 
     def gate_interval(self) -> IntervalResult:
         return self.intervals.get(self.gate_method, self.population)
@@ -122,6 +132,7 @@ class AuditResult:
             },
             "verdict": str(self.verdict),
             "exit_code": self.exit_code(),
+            "blocking_gates": [g.as_row() for g in self.blocking_gates()],
             "gate_method": self.gate_method,
             "required_gates": list(self.required_gates),
             "gates": [

@@ -74,6 +74,27 @@ def atomic_write_texts(files: Mapping[Path, str]) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
+def append_text(path: str | Path, text: str) -> Path:
+    """Append ``text`` to ``path`` (created if missing, with the umask's permissions), as
+    GitHub Actions' ``$GITHUB_STEP_SUMMARY`` file expects.
+
+    Raises
+    ------
+    InputError
+        When the file cannot be opened or written, saying which and why.
+    """
+    path = Path(path)
+    try:
+        with path.open("a", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise InputError(
+            f"Cannot append to {path}: {exc.strerror}.",
+            fix="check the path in $GITHUB_STEP_SUMMARY, or unset it outside GitHub Actions",
+        ) from None
+    return path
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

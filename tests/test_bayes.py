@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -520,6 +521,46 @@ def test_contest_new_vignette_draws_are_the_estimands_quadrature(contest_fit):
     mu, sigma = posterior["mu"].values.ravel()[:50], posterior["sigma"].values.ravel()[:50]
     expected = [estimands.new_vignette_rate(m, s) for m, s in zip(mu, sigma)]
     np.testing.assert_allclose(posterior["winrate_new"].values.ravel()[:50], expected, atol=1e-9)
+
+
+def test_saved_posterior_is_a_complete_inference_data_for_loo_and_ppc(contest_fit, tmp_path):
+    """posterior.nc as the audit writes it: every group ArviZ needs, no transformed value variables,
+    the pointwise log-likelihood of each cell the binomial log pmf (phi = 1 here, whole counts), the
+    saved replicates the ones the posterior predictive check used, and az.loo / az.plot_ppc run."""
+    import arviz as az
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    result, _ = contest_fit
+    path = tmp_path / "posterior.nc"
+    result.idata.to_netcdf(path)
+    idata = az.from_netcdf(path)
+    groups = {"posterior", "posterior_predictive", "log_likelihood", "observed_data", "constant_data", "sample_stats"}
+    assert groups <= set(idata.groups())
+    assert not [name for name in idata.posterior.data_vars if name.endswith("__")]
+    assert {"mu", "sigma", "u", "winrate_these", "winrate_new"} <= set(idata.posterior.data_vars)
+    cells = idata.constant_data
+    n, wins = cells["cell_n"].values, idata.observed_data["wins"].values
+    assert result.dispersion == 1.0 and np.array_equal(n, np.rint(n)) and np.array_equal(wins, np.rint(wins))
+    assert np.array_equal(wins, cells["cell_wins"].values) and int(n.sum()) == 2 * result.n_contests
+    assert "vignette, run, judge" in idata.observed_data.attrs["observation"]
+    # One run and one judge: logit p of a cell is mu + u_v.
+    posterior = idata.posterior
+    eta = posterior["mu"].values[..., None] + posterior["u"].values
+    expected = stats.binom.logpmf(wins, n, expit(eta))
+    np.testing.assert_allclose(idata.log_likelihood["wins"].values, expected, rtol=1e-10)
+    # One group per cell: the check's predicted shares are the saved replicates' mean share.
+    replicated_share = idata.posterior_predictive["wins"].values / n
+    np.testing.assert_allclose(replicated_share.mean(axis=(0, 1)), result.ppc.predicted_mean, rtol=1e-12)
+    with warnings.catch_warnings():  # one cell per vignette: each u_v rests on its cell, Pareto k is high
+        warnings.simplefilter("ignore", UserWarning)
+        loo = az.loo(idata, pointwise=True)
+    assert loo["n_data_points"] == 12 and loo["pareto_k"].size == 12 and np.isfinite(loo["elpd_loo"])
+    axes = az.plot_ppc(idata, num_pp_samples=20, random_seed=1)
+    assert np.size(axes) == 1
+    plt.close("all")
 
 
 def misfitting_contests(rng, n_vignettes=8, per_cell=40):

@@ -91,3 +91,20 @@ def test_every_seed_option_is_the_one_shared_option_except_the_simulators():
     assert {(o.opts[0], o.type, o.default, o.help, o.show_default) for o in options.values()} == {
         ("--seed", click.INT, DEFAULT_SEED, options["audit"].help, True)
     }
+
+
+def test_the_library_functions_behind_the_commands_default_to_the_same_seed():
+    # A function called without a seed draws what the command (and `honestci audit`) draws by default.
+    import inspect
+
+    from honestci.audit.checks import calibration, position_bias, selection
+    from honestci.audit.stats.coverage_study import run_coverage_study
+
+    functions = (
+        run_coverage_study,
+        selection.analyse_selection,
+        selection.winner_inference,
+        selection.candidate_winner_inference,
+    )
+    assert {inspect.signature(f).parameters["seed"].default for f in functions} == {DEFAULT_SEED}
+    assert calibration.CHECK_SEED == position_bias.CHECK_SEED == DEFAULT_SEED

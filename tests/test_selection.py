@@ -27,7 +27,7 @@ from honestci.audit.data.contests import ContestTable
 from honestci.audit.data.io import load_study
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.gates import gate_winners_curse, run_gate
-from honestci.audit.policy import Verdict
+from honestci.audit.policy import DEFAULT_SEED, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "study"
@@ -479,8 +479,11 @@ def _claim_copy(tmp_path, policy):
 
 
 class _Context:
+    """The parts of an AuditContext the winner's-curse check reads (the audit's seed included)."""
+
     def __init__(self, claim, study, contests):
         self.claim, self.study, self.contests, self.checks = claim, study, contests, {}
+        self.seed = DEFAULT_SEED
 
 
 def test_gate_pass_when_the_policy_is_not_a_candidate(fixture_study):

@@ -28,7 +28,7 @@ import pandas as pd
 
 from honestci.audit.data.claims import load_claim
 from honestci.audit.errors import HonestCIError, InputError
-from honestci.audit.policy import GateResult, Policy, Verdict
+from honestci.audit.policy import DEFAULT_SEED, GateResult, Policy, Verdict
 from honestci.training.config import build_config, load_config, require
 
 CARD_START = "<!-- honestci:figures:start -->"
@@ -66,7 +66,7 @@ class PipelineJob:
     generation: dict = field(default_factory=dict)
     judge: dict = field(default_factory=dict)
     bayes: bool = False
-    seed: int = 20261129
+    seed: int = DEFAULT_SEED
     thresholds: dict = field(default_factory=dict)
     required_gates: tuple[str, ...] | None = None
     model_card: Path | None = None

@@ -59,7 +59,7 @@ import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import THRESHOLDS
+from honestci.audit.policy import DEFAULT_SEED, THRESHOLDS
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
@@ -1059,7 +1059,7 @@ def judge_winner(
 # --- one judge, everything -------------------------------------------------------------------
 
 #: Seed of the vignette split of judge selection and of the bootstraps inside the audit check.
-CHECK_SEED = 20261129
+CHECK_SEED = DEFAULT_SEED
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from scipy.special import logit
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.data.contests import BOTH_ORDERS, ONE_ORDER_FIXED, ONE_ORDER_RANDOMISED
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.audit.policy import DEFAULT_SEED, THRESHOLDS, Verdict
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
@@ -64,7 +64,7 @@ from honestci.audit.stats.clustered_estimate import (
 from honestci.audit.stats.random_state import resolve_rng
 
 PERMUTATION_DRAWS = 9999
-CHECK_SEED = 20261129
+CHECK_SEED = DEFAULT_SEED
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from scipy import optimize, special
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import THRESHOLDS, Thresholds
+from honestci.audit.policy import DEFAULT_SEED, THRESHOLDS, Thresholds
 from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.estimands import vignette_means
 from honestci.audit.stats.random_state import resolve_rng
@@ -248,7 +248,7 @@ def winner_inference(
     candidates: Sequence[str] | None = None,
     level: float = 0.95,
     beta: float | None = None,
-    seed: int | np.random.Generator = 20240101,
+    seed: int | np.random.Generator = DEFAULT_SEED,
     n_draws: int = DEFAULT_PROJECTION_DRAWS,
     null: SelectionNull | None = None,
     tie_tolerance: float = 1e-9,
@@ -549,7 +549,7 @@ def candidate_winner_inference(
     *,
     level: float = 0.95,
     beta: float | None = None,
-    seed: int | np.random.Generator = 20240101,
+    seed: int | np.random.Generator = DEFAULT_SEED,
     n_draws: int = DEFAULT_PROJECTION_DRAWS,
 ) -> WinnerInference:
     """AKM inference on the winner of candidates' win rates, on the logit scale, shown as rates.
@@ -783,7 +783,7 @@ def analyse_selection(
     candidates: Sequence[str] | None = None,
     level: float = 0.95,
     beta: float | None = None,
-    seed: int = 20240101,
+    seed: int = DEFAULT_SEED,
     policy: str | None = None,
     claim_contests=None,
     thresholds: Thresholds = THRESHOLDS,
@@ -911,6 +911,7 @@ def winners_curse_check(context: AuditContext) -> SelectionAnalysis | None:
         spec.opponent,
         contests.judge,
         level=thresholds.confidence_level,
+        seed=context.seed,
         policy=spec.policy,
         claim_contests=contests,
         thresholds=thresholds,

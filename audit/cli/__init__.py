@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from honestci import __version__
-from honestci.audit.cli.support import BAYES_MODULES, LazyGroup, policy_option, seed_option
+from honestci.audit.cli.support import BAYES_MODULES, LazyGroup, level_option, policy_option, seed_option
 from honestci.audit.cli.support import fail_cleanly as _fail_cleanly
 from honestci.audit.errors import InputError, require_extra
 from honestci.audit.policy import DEFAULT_SEED
@@ -39,7 +39,7 @@ LAZY_COMMANDS = {
     ),
     "winners-curse": (
         "honestci.audit.cli.selection:winners_curse",
-        "Winner's-curse analysis of the selection pool of CLAIM_FILE's study.",
+        "Winner's-curse analysis of the selection pool of CLAIM's study.",
     ),
     "leakage": (
         "honestci.audit.cli.selection:leakage",
@@ -62,6 +62,10 @@ LAZY_COMMANDS = {
 
 def _progress(message: str) -> None:
     click.echo(f"… {message}", err=True)
+
+
+def _silent(message: str) -> None:
+    """--quiet: no progress lines."""
 
 
 @click.group(cls=LazyGroup, lazy_commands=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
@@ -104,10 +108,22 @@ def _run_and_report(
     allow_outside_data: bool,
     policy_file: Path | None = None,
     allow_inconclusive: bool = False,
+    *,
+    quiet: bool = False,
+    as_json: bool = False,
+    junit: Path | None = None,
 ):
+    """Run the audit, write its reports (and ``junit``, and the GitHub step summary when
+    ``$GITHUB_STEP_SUMMARY`` is set) and print it: the full account, only the verdict line
+    (``quiet``), or the machine-readable verdict on standard output (``as_json``)."""
+    import json
+    import os
+
     from honestci.audit.data.policy_file import load_policy
     from honestci.audit.pipeline import run_audit
+    from honestci.reports.ci import junit_xml, step_summary, verdict_line
     from honestci.reports.render import write_outputs
+    from honestci.reports.writing import append_text, atomic_write_text
 
     if bayes:  # before any work, so a missing extra never reaches a verdict
         require_extra("bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="pass --no-bayes")
@@ -118,26 +134,47 @@ def _run_and_report(
         seed=seed,
         allow_outside_data=allow_outside_data,
         allow_inconclusive=allow_inconclusive,
-        progress=_progress,
+        progress=_silent if quiet else _progress,
     )
-    paths = write_outputs(result.report(), out_dir, posterior=result.posterior)
-    rules = result.audit_policy
-    click.echo(
-        f"policy: {rules['name']} (sha256 {rules['sha256'][:12]}), level {rules['confidence_level']:g}, "
-        f"{len(rules['deviations'])} deviation(s) from the built-in rules"
-    )
-    click.echo(str(result.intervals))
-    click.echo("")
-    for gate in result.gates:
-        click.echo(f"  gate {gate.name:<26} {gate.verdict!s:<13} {gate.message}")
-    click.echo("")
-    colour = "green" if result.verdict.name in ("PASS", "WARN") else "red"
-    click.secho(f"verdict: {result.verdict}", fg=colour, bold=True)
-    click.echo(f"report:  {paths['md']}")
-    click.echo(f"         {paths['html']}")
-    click.echo(f"verdict: {paths['json']}")
-    if "posterior" in paths:
-        click.echo(f"posterior: {paths['posterior']}")
+    report = result.report()
+    data = report.data
+    paths = write_outputs(report, out_dir, posterior=result.posterior)
+    if junit is not None:
+        paths["junit"] = atomic_write_text(junit, junit_xml(data))
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_file:
+        append_text(Path(summary_file), step_summary(data))
+    if as_json:
+        gates = [{key: row[key] for key in ("gate", "verdict", "required", "ran", "message")} for row in data["gates"]]
+        machine = {
+            "verdict": data["verdict"],
+            "exit_code": data["exit_code"],
+            "claim": data["claim"]["path"],
+            "blocking_gates": data["blocking_gates"],
+            "gates": gates,
+            "files": {name: str(path) for name, path in paths.items()},
+        }
+        click.echo(json.dumps(machine, indent=2))
+        return result
+    if not quiet:
+        rules = result.audit_policy
+        click.echo(
+            f"policy: {rules['name']} (sha256 {rules['sha256'][:12]}), level {rules['confidence_level']:g}, "
+            f"{len(rules['deviations'])} deviation(s) from the built-in rules"
+        )
+        click.echo(str(result.intervals))
+        click.echo("")
+        for gate in result.gates:
+            click.echo(f"  gate {gate.name:<26} {gate.verdict!s:<13} {gate.message}")
+        click.echo("")
+        click.echo(f"report:    {paths['md']}")
+        click.echo(f"           {paths['html']}")
+        click.echo(f"json:      {paths['json']}")
+        for name in ("posterior", "junit"):
+            if name in paths:
+                click.echo(f"{name + ':':<10} {paths[name]}")
+    colour = "green" if result.exit_code() == 0 else "red"
+    click.secho(verdict_line(data), fg=colour, bold=True)
     return result
 
 
@@ -160,6 +197,21 @@ def _run_and_report(
     "run (missing evidence or extra) still blocks.",
 )
 @click.option("--allow-outside-data", is_flag=True, help="Let data paths resolve outside the claim's folder.")
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write a JUnit XML file, one testcase per gate (failure: blocking WARN/FAIL; error: blocking "
+    "INCONCLUSIVE; skipped: a gate that does not block).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print only errors and the final verdict line.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the verdict as JSON on standard output (verdict, exit code, blocking gates, every gate, files) "
+    "instead of the text account.",
+)
 @_fail_cleanly
 def audit(
     claim: Path,
@@ -169,9 +221,27 @@ def audit(
     policy_file: Path | None,
     allow_inconclusive: bool,
     allow_outside_data: bool,
+    junit: Path | None,
+    quiet: bool,
+    as_json: bool,
 ) -> None:
-    """Audit CLAIM (a claim YAML file): exit 0 if the release may go ahead, 1 if blocked."""
-    result = _run_and_report(claim, out_dir, bayes, seed, allow_outside_data, policy_file, allow_inconclusive)
+    """Audit CLAIM (a claim YAML file): exit 0 if the release may go ahead, 1 if blocked, 2 on bad input.
+
+    When $GITHUB_STEP_SUMMARY is set (GitHub Actions), a Markdown summary of the verdict and the
+    blocking gates is appended to it.
+    """
+    result = _run_and_report(
+        claim,
+        out_dir,
+        bayes,
+        seed,
+        allow_outside_data,
+        policy_file,
+        allow_inconclusive,
+        quiet=quiet,
+        as_json=as_json,
+        junit=junit,
+    )
     sys.exit(result.exit_code())
 
 
@@ -226,12 +296,7 @@ def report(result: Path, fmt: str, out_file: Path | None) -> None:
 @click.argument("claim", type=click.Path(path_type=Path))
 @click.option("--method", "methods", multiple=True, help="Interval method (repeatable); default: all.")
 @seed_option
-@click.option(
-    "--level",
-    type=click.FloatRange(0.5, 0.999),
-    default=None,
-    help="Confidence level of the table (default: the policy's); the gate always uses the policy's.",
-)
+@level_option
 @policy_option
 @_fail_cleanly
 def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float | None, policy_file: Path | None) -> None:
@@ -263,7 +328,8 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float | Non
     frame = table.to_frame()[
         ["label", "population", "estimate", "ci_low", "ci_high", "n", "n_clusters", "n_effective", "verdict"]
     ]
-    click.echo(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    # n_effective is undefined (NaN) when every vignette has one contest: shown as n/a.
+    click.echo(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="n/a"))
 
 
 @main.command("coverage-study")
@@ -287,9 +353,9 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float | Non
     "--out",
     "out_file",
     type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("docs/coverage.md"),
+    default=Path("coverage.md"),
     show_default=True,
-    help="Markdown table to write (a CSV is written beside it).",
+    help="Markdown table to write, relative to the current folder (a CSV is written beside it).",
 )
 @_fail_cleanly
 def coverage_study(reps: int, grid: str, methods: str, seed: int, processes: int, out_file: Path) -> None:

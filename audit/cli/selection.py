@@ -11,7 +11,7 @@ from honestci.audit.errors import InputError
 
 
 @click.command("winners-curse")
-@click.argument("claim_file", type=click.Path(dir_okay=False))
+@click.argument("claim", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--opponent", default=None, help="Opponent the candidates are scored against (default: the claim's).")
 @click.option("--judge", default=None, help="Judge (default: the claim's).")
 @level_option
@@ -19,8 +19,8 @@ from honestci.audit.errors import InputError
 @policy_option
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Write winners_curse.csv here.")
 @fail_cleanly
-def winners_curse(claim_file, opponent, judge, level, seed, policy_file, out):
-    """Winner's-curse analysis of the selection pool of CLAIM_FILE's study.
+def winners_curse(claim, opponent, judge, level, seed, policy_file, out):
+    """Winner's-curse analysis of the selection pool of CLAIM's study.
 
     Prints the naive winner estimate, the AKM median-unbiased estimate with conditional and
     hybrid intervals, the held-out replication and the gate; exits 0 only when the gate PASSes.
@@ -32,9 +32,9 @@ def winners_curse(claim_file, opponent, judge, level, seed, policy_file, out):
     from honestci.audit.data.policy_file import load_policy
     from honestci.audit.gates import gate_winners_curse
 
-    claim = load_claim(claim_file, policy=load_policy(policy_file))
-    spec, thresholds = claim.spec, claim.thresholds
-    study = load_study(claim.data_paths)
+    loaded = load_claim(claim, policy=load_policy(policy_file))
+    spec, thresholds = loaded.spec, loaded.thresholds
+    study = load_study(loaded.data_paths)
     contests = build_contests(
         study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge, allow_single_order=spec.allow_single_order
     )

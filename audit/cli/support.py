@@ -26,12 +26,16 @@ seed_option = click.option(
     help="Seed of every random draw this command makes (bootstraps, MCMC, order shuffles, sampling).",
 )
 
-#: A check command's confidence level (default: the policy's).
+#: The one type of every ``--level``: a confidence level strictly between 0 and 1.
+LEVEL = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
+
+#: The one ``--level`` option of every command that takes a confidence level (default: the policy's;
+#: a gate always uses the policy's level).
 level_option = click.option(
     "--level",
-    type=click.FloatRange(0.5, 0.999),
+    type=LEVEL,
     default=None,
-    help="Confidence level of the intervals (default: the policy's, 0.95 built in).",
+    help="Confidence level of the intervals, in (0, 1) (default: the policy's, 0.95 built in).",
 )
 
 #: The auditor's policy file: every command that judges a claim reads its rules from it.

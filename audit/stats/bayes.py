@@ -870,6 +870,50 @@ class PosteriorPredictiveCheck:
         )
 
 
+def cell_linear_predictor(
+    cells: WinRateCells,
+    mu: np.ndarray,
+    beta: np.ndarray,
+    u: np.ndarray,
+    run_effect: np.ndarray | None,
+    judge_effect: np.ndarray | None,
+) -> np.ndarray:
+    """(S, cells) logit p of every cell per draw: mu + u_v + beta o + a_r + b_j."""
+    eta = mu[:, None] + u[:, cells.vignette_index] + beta[:, None] * cells.order[None, :]
+    if run_effect is not None:
+        eta = eta + run_effect[:, cells.run_index]
+    if judge_effect is not None:
+        eta = eta + judge_effect[:, cells.judge_index]
+    return eta
+
+
+def replicate_cell_wins(cells: WinRateCells, eta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """(S, cells) posterior predictive wins: Binomial(round(n), expit(eta)) per draw, rescaled to
+    the cell's ``n`` (contest cells carry n / phi trials, which need not be whole)."""
+    trials = np.maximum(1.0, np.rint(cells.n))
+    return rng.binomial(trials.astype(np.int64)[None, :], expit(eta)) * (cells.n / trials)[None, :]
+
+
+def cell_log_likelihood(cells: WinRateCells, eta: np.ndarray) -> np.ndarray:
+    r"""(S, cells) pointwise log-likelihood of every cell per draw.
+
+    .. math::
+        \ell_c = \log\binom{n_c}{w_c} + w_c \eta_c - n_c \log(1 + e^{\eta_c})
+
+    the model's quasi-binomial term (:func:`quasi_binomial_loglik`, the potential it samples) plus
+    the binomial coefficient through log-gamma, so that with whole counts (verdict cells; contest
+    cells when phi = 1) it is the binomial log pmf and the cells' sum is the model's log-likelihood
+    up to that data-only constant. One observation is one cell.
+
+    Validated against: scipy.stats.binom.logpmf (tests/test_bayes.py).
+    """
+    from scipy.special import gammaln
+
+    n, w = cells.n[None, :].astype(float), cells.wins[None, :]
+    log_choose = gammaln(n + 1.0) - gammaln(w + 1.0) - gammaln(n - w + 1.0)
+    return log_choose + w * eta - n * np.logaddexp(0.0, eta)
+
+
 def posterior_predictive_check(
     cells: WinRateCells,
     mu: np.ndarray,
@@ -882,14 +926,14 @@ def posterior_predictive_check(
     alpha: float = 0.05,
 ) -> PosteriorPredictiveCheck:
     """Replicate every cell from its posterior p and compare win shares per (vignette, run, judge)."""
-    eta = mu[:, None] + u[:, cells.vignette_index] + beta[:, None] * cells.order[None, :]
-    if run_effect is not None:
-        eta = eta + run_effect[:, cells.run_index]
-    if judge_effect is not None:
-        eta = eta + judge_effect[:, cells.judge_index]
-    # Contest cells carry n / phi trials: replicate in whole trials, rescaled to the cell's n.
-    trials = np.maximum(1.0, np.rint(cells.n))
-    replicated_wins = rng.binomial(trials.astype(np.int64)[None, :], expit(eta)) * (cells.n / trials)[None, :]
+    eta = cell_linear_predictor(cells, mu, beta, u, run_effect, judge_effect)
+    return _check_replicates(cells, replicate_cell_wins(cells, eta, rng), level, alpha)
+
+
+def _check_replicates(
+    cells: WinRateCells, replicated_wins: np.ndarray, level: float, alpha: float
+) -> PosteriorPredictiveCheck:
+    """The check of :func:`posterior_predictive_check` on given (S, cells) replicated wins."""
     groups, group_of_cell = np.unique(
         np.stack([cells.vignette_index, cells.run_index, cells.judge_index], axis=1), axis=0, return_inverse=True
     )
@@ -1137,14 +1181,42 @@ def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, see
     return _Fit(idata, diagnostics, estimands, sampler_used, note)
 
 
-def _add_cells_to_idata(idata, cells: WinRateCells) -> None:
-    """The cells the model was fitted to, with their labels, as ``constant_data`` (replacing the
-    unlabelled model data PyMC's sampler stores there)."""
+#: What one observation of the saved InferenceData is, per kind of cell (its observed_data attrs).
+OBSERVATION_UNIT = {
+    "verdict": "one cell (vignette, order, run, judge): wins = sum of its verdicts' outcomes (a tie 1/2) "
+    "out of n verdicts",
+    "contest": "one cell (vignette, run, judge): wins = 2 x the sum of its contest scores out of n = 2 x its "
+    "contests, both divided by the quasi-binomial dispersion phi",
+}
+
+
+def _complete_idata(idata, cells: WinRateCells, eta: np.ndarray, replicated_wins: np.ndarray) -> None:
+    """Make ``idata`` a complete InferenceData of the fit, in place.
+
+    posterior without the sampler's transformed value variables (``sigma_log__``: names ending in
+    ``__``, PyMC's convention, which its own ``pm.sample`` output also leaves out); observed_data,
+    posterior_predictive and log_likelihood of the variable ``wins`` per cell (so ``az.loo`` and
+    ``az.plot_ppc`` work; one observation is a cell, :data:`OBSERVATION_UNIT`); constant_data: the
+    cells with their labels (replacing the unlabelled model data PyMC's sampler stores there).
+    """
     import xarray as xr
 
-    if "constant_data" in idata.groups():
-        del idata["constant_data"]
+    internal = [name for name in idata.posterior.data_vars if str(name).endswith("__")]
+    posterior = idata.posterior.drop_vars(internal)
+    shape = (idata.posterior.sizes["chain"], idata.posterior.sizes["draw"], cells.n.size)
+    coords = {"chain": posterior["chain"].values, "draw": posterior["draw"].values}
+    dims = ("chain", "draw", "cell")
+    for group in ("posterior", "constant_data", "observed_data", "posterior_predictive", "log_likelihood"):
+        if group in idata.groups():
+            del idata[group]
+    attrs = {"observation": OBSERVATION_UNIT[cells.unit], "dispersion_phi": float(cells.dispersion)}
     idata.add_groups(
+        posterior=posterior,
+        posterior_predictive=xr.Dataset({"wins": (dims, replicated_wins.reshape(shape))}, coords=coords, attrs=attrs),
+        log_likelihood=xr.Dataset(
+            {"wins": (dims, cell_log_likelihood(cells, eta).reshape(shape))}, coords=coords, attrs=attrs
+        ),
+        observed_data=xr.Dataset({"wins": ("cell", cells.wins)}, attrs=attrs),
         constant_data=xr.Dataset(
             {
                 "cell_vignette": ("cell", np.asarray(cells.vignette_labels)[cells.vignette_index]),
@@ -1154,7 +1226,7 @@ def _add_cells_to_idata(idata, cells: WinRateCells) -> None:
                 "cell_n": ("cell", cells.n),
                 "cell_wins": ("cell", cells.wins),
             }
-        )
+        ),
     )
 
 
@@ -1228,8 +1300,10 @@ def fit_winrate_hierarchical(
     ppc_alpha
         Family-wise level of the posterior predictive flag (Bonferroni over vignettes).
     idata_path
-        If given, the InferenceData (posterior incl. estimand draws, sample stats, cells as
-        constant_data) is written there as netCDF.
+        If given, the InferenceData is written there as netCDF: posterior (incl. estimand draws,
+        without transformed value variables), sample_stats, and per cell (one observation, see
+        :data:`OBSERVATION_UNIT`) observed_data, posterior_predictive and log_likelihood of
+        ``wins`` (:func:`cell_log_likelihood`), and the cells as constant_data.
 
     Returns
     -------
@@ -1334,6 +1408,16 @@ def _fit_hierarchical_cells(
     withheld = ""
     messages = [note for note in (fit.sampler_note, parameterization_note) if note]
     verdicts: list[Verdict] = []
+    # One set of replicates feeds both the check and the saved posterior_predictive group.
+    eta = cell_linear_predictor(
+        cells,
+        stacked_draws(idata, "mu"),
+        stacked_draws(idata, "beta"),
+        stacked_draws(idata, "u"),
+        stacked_draws(idata, "run_effect") if cells.n_runs > 1 else None,
+        stacked_draws(idata, "judge_effect") if cells.n_judges > 1 else None,
+    )
+    replicated_wins = replicate_cell_wins(cells, eta, np.random.default_rng(seed_int))
     if fit.diagnostics.converged:
         for name in ("winrate_these", "winrate_new"):
             summaries[name] = summarise_draws(fit.estimand_draws[name], level, bar)
@@ -1347,17 +1431,7 @@ def _fit_hierarchical_cells(
                 summaries[name] = summarise_draws(fit.estimand_draws[name], level)
             summaries["order_effect_logit"] = summarise_draws(stacked_draws(idata, "beta"), level)
         summaries["sigma"] = summarise_draws(stacked_draws(idata, "sigma"), level)
-        ppc = posterior_predictive_check(
-            cells,
-            stacked_draws(idata, "mu"),
-            stacked_draws(idata, "beta"),
-            stacked_draws(idata, "u"),
-            stacked_draws(idata, "run_effect") if cells.n_runs > 1 else None,
-            stacked_draws(idata, "judge_effect") if cells.n_judges > 1 else None,
-            np.random.default_rng(seed_int),
-            level,
-            ppc_alpha,
-        )
+        ppc = _check_replicates(cells, replicated_wins, level, ppc_alpha)
         if ppc.any_flagged:
             # A model that does not reproduce its own data gives no win rate to read: withheld.
             flagged = ppc.flagged_groups
@@ -1421,7 +1495,7 @@ def _fit_hierarchical_cells(
                 verdicts.append(Verdict.WARN)
                 messages.append(issue)
 
-    _add_cells_to_idata(idata, cells)
+    _complete_idata(idata, cells, eta, replicated_wins)
     saved_path = None
     if idata_path is not None:
         saved_path = str(Path(idata_path))
@@ -1714,6 +1788,7 @@ def fit_pooled_beta_binomial(
 
 __all__ = [
     "DEFAULT_SENSITIVITY_PRIORS",
+    "OBSERVATION_UNIT",
     "SIGMA_PRIORS",
     "BayesWinRateResult",
     "DensityMismatchError",
@@ -1727,6 +1802,8 @@ __all__ = [
     "WinRateCells",
     "aggregate_cells",
     "aggregate_contest_cells",
+    "cell_linear_predictor",
+    "cell_log_likelihood",
     "contest_dispersion",
     "fit_contest_scores_hierarchical",
     "fit_pooled_beta_binomial",
@@ -1734,6 +1811,7 @@ __all__ = [
     "fit_winrate_hierarchical_frame",
     "normal_quadrature",
     "posterior_predictive_check",
+    "replicate_cell_wins",
     "summarise_draws",
     "winrate_estimand_draws",
 ]

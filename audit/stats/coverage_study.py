@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from honestci.audit.policy import GATE_METHOD_FOR_POPULATION, THRESHOLDS
+from honestci.audit.policy import DEFAULT_SEED, GATE_METHOD_FOR_POPULATION, THRESHOLDS
 from honestci.audit.stats.estimands import location_for_rate, tie_share, vignette_rate
 from honestci.audit.stats.winrate import ALL_METHODS, IID_METHODS, method_label, winrate_ci
 
@@ -304,7 +304,7 @@ def _run_cell(args) -> list[dict]:
 
 def run_coverage_study(
     reps: int = 1000,
-    seed: int = 20261129,
+    seed: int = DEFAULT_SEED,
     level: float = 0.95,
     methods=ALL_METHODS,
     grid: str | Grid = "default",

@@ -82,7 +82,7 @@ class IntervalTable:
         for r in self.rows:
             ci = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.reportable else "INCONCLUSIVE"
             est = f"{r.estimate:.3f}" if r.estimate is not None and not math.isnan(r.estimate) else "  -  "
-            lines.append(
-                f"  {r.label:<56} {r.population:<16} {est} {ci}  n={r.n} G={r.n_clusters} n_eff={r.n_effective:.1f}"
-            )
+            # n_effective is undefined (NaN) when every vignette has one contest.
+            n_eff = "n/a" if r.n_effective is None or math.isnan(r.n_effective) else f"{r.n_effective:.1f}"
+            lines.append(f"  {r.label:<56} {r.population:<16} {est} {ci}  n={r.n} G={r.n_clusters} n_eff={n_eff}")
         return "\n".join(lines)
