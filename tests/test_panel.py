@@ -183,10 +183,18 @@ def _panel_truth(mu: float, sd: float, shifts: np.ndarray) -> float:
     return float(weights @ (p**2 + p * (1 - p)).mean(axis=1))
 
 
-def test_panel_mean_cr2_interval_covers_the_true_panel_rate():
+@pytest.mark.parametrize(
+    "method, reps",
+    [
+        ("cr2", 2000),
+        # the new-vignette gate's interval: 0.5 s a call, so 400 replications (MC-SE 1.1 points) in the slow tier
+        pytest.param("bayes_logit_normal", 400, marks=pytest.mark.slow),
+    ],
+)
+def test_panel_mean_interval_covers_the_true_panel_rate(method, reps):
     # 3 judges of different leniency, 20 vignettes x 6 contests, vignette sd 0.8 and contest sd 0.5
-    # on the logit scale; 2000 replications: MC-SE of the coverage 0.49 points.
-    reps, n_vignettes, pairs, shifts = 2000, 20, 6, np.array(list(LENIENCY.values()))
+    # on the logit scale; with 2000 replications the MC-SE of the coverage is 0.49 points.
+    n_vignettes, pairs, shifts = 20, 6, np.array(list(LENIENCY.values()))
     mu, sd_vignette, sd_contest = 0.4, 0.8, 0.5
     truth = _panel_truth(mu, np.hypot(sd_vignette, sd_contest), shifts)
     rng = np.random.default_rng(20260501)
@@ -197,9 +205,10 @@ def test_panel_mean_cr2_interval_covers_the_true_panel_rate():
         p = expit(q[:, None] + shifts[None, :])
         wins = rng.random((2, *p.shape)) < p  # both orders, independent given q
         judge_scores = np.where(wins.all(axis=0), 1.0, np.where(~wins.any(axis=0), 0.0, 0.5))
-        row = winrate_ci(panel_score(judge_scores, "mean"), clusters, "cr2")
+        row = winrate_ci(panel_score(judge_scores, "mean"), clusters, method, seed=1)
         covered += row.ci_low <= truth <= row.ci_high
     coverage = covered / reps
+    print(f"{method}: coverage {coverage:.4f} of truth {truth:.4f} in {reps} replications")
     mc_se = np.sqrt(0.95 * 0.05 / reps)
     assert abs(coverage - 0.95) <= max(0.015, 3 * mc_se), coverage
 

@@ -188,7 +188,7 @@ class ContestScores:
         return self.frame["vignette_id"].to_numpy()
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per valid contest: contest_id, vignette_id, run, score."""
+        """One row per valid contest: contest_id, vignette_id, run, score, policy_response, opponent_response."""
         return self.frame.copy()
 
     def __str__(self) -> str:
