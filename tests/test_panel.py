@@ -183,6 +183,7 @@ def _panel_truth(mu: float, sd: float, shifts: np.ndarray) -> float:
     return float(weights @ (p**2 + p * (1 - p)).mean(axis=1))
 
 
+@pytest.mark.coverage
 @pytest.mark.parametrize(
     "method, reps",
     [
