@@ -650,7 +650,26 @@ def _judge_calibrated(context: AuditContext) -> GateResult:
 
 def _position_bias(context: AuditContext) -> GateResult:
     check = context.checks.get("position_bias")
-    return gate_position_bias(None if check is None else check.claim_judge, context.claim.thresholds)
+    if check is None or not check.panel:
+        return gate_position_bias(None if check is None else check.claim_judge, context.claim.thresholds)
+    return gate_panel_position_bias(check.gated(), context.claim.thresholds)
+
+
+def gate_panel_position_bias(results: Iterable[PositionBiasResult], thresholds: Thresholds = THRESHOLDS) -> GateResult:
+    """``position_bias`` for a panel: :func:`gate_position_bias` on every panel judge, and the worst
+    verdict (a FAIL when any judge favours a position beyond tolerance, whatever the panel rule:
+    a majority may outvote a biased judge on some contests, the mean never does). The message
+    names the judges that set the verdict; the evidence holds every judge's."""
+    gates = [gate_position_bias(result, thresholds) for result in results]
+    verdict = worst(g.verdict for g in gates)
+    setting = [g for g in gates if g.verdict == verdict]
+    return GateResult(
+        "position_bias",
+        verdict,
+        f"panel of {len(gates)} judges: " + "; ".join(g.message for g in setting),
+        {"tolerance": thresholds.position_bias_tolerance, "judges": [g.evidence for g in gates]},
+        ran=all(g.ran for g in gates),
+    )
 
 
 def _winners_curse(context: AuditContext) -> GateResult:

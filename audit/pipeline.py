@@ -20,7 +20,7 @@ from honestci.audit.checks.claimed import ClaimedFigureAudit, audit_claimed_figu
 from honestci.audit.checks.context import AuditContext, BayesCheck, ComparisonCheck
 from honestci.audit.checks.registry import run_checks
 from honestci.audit.data.claims import Claim, load_claim
-from honestci.audit.data.contests import ContestTable, build_contests
+from honestci.audit.data.contests import ContestTable, build_claim_contests
 from honestci.audit.data.io import Study, load_study
 from honestci.audit.errors import ClaimError, Problem
 from honestci.audit.gates import overall_verdict, run_gates
@@ -75,6 +75,9 @@ class AuditResult:
     #: and what it implies for the win rate and position bias.
     design: str = ""
     design_note: str = ""
+    #: The claim's panel of judges (empty for one judge) and its panel rule.
+    panel: tuple[str, ...] = ()
+    panel_rule: str | None = None
     #: The main Bayesian fit's posterior (arviz.InferenceData); :func:`honestci.reports.render.write_outputs`
     #: saves it as :data:`honestci.audit.report_model.POSTERIOR_FILE`. None without a converged Bayesian fit.
     posterior: Any = field(default=None, repr=False, compare=False)
@@ -126,6 +129,8 @@ class AuditResult:
                 "policy": self.policy,
                 "opponent": self.opponent,
                 "judge": self.judge,
+                "panel": list(self.panel) or None,
+                "panel_rule": self.panel_rule,
                 "bar": self.bar,
                 "population": self.population,
                 "claimed": self.claimed,
@@ -218,13 +223,29 @@ def _contests_in_pool(contests: ContestTable, study: Study, pool: str) -> Contes
     return replace(contests, frame=contests.frame[keep.to_numpy()].reset_index(drop=True), dropped=dropped)
 
 
-def _claimed_rows(claim: Claim, study: Study, judge: str, level: float, seed: int) -> dict[str, ClaimedFigureAudit]:
-    """Audit each other row of the claimed table from its own contests (same opponent and judge)."""
+def _same_judging(claim: Claim, study: Study, contests: ContestTable, system: str) -> ContestTable:
+    """The contests of ``system`` against the claim's opponent, judged as the claim's are (its
+    judge, or its panel by the same rule)."""
+    return build_claim_contests(
+        study,
+        system,
+        claim.spec.opponent,
+        judge=contests.judge,
+        panel=contests.panel,
+        panel_rule=contests.panel_rule,
+        allow_single_order=claim.spec.allow_single_order,
+    )
+
+
+def _claimed_rows(
+    claim: Claim, study: Study, contests: ContestTable, level: float, seed: int
+) -> dict[str, ClaimedFigureAudit]:
+    """Audit each other row of the claimed table from its own contests (same opponent and judge or panel)."""
     spec, audits = claim.spec, {}
     for row in () if spec.claimed is None else spec.claimed.table:
-        scored = build_contests(
-            study, policy=row.system, opponent=spec.opponent, judge=judge, allow_single_order=spec.allow_single_order
-        ).scores("both_orders", invalid=claim.policy.invalid_verdicts)
+        scored = _same_judging(claim, study, contests, row.system).scores(
+            "both_orders", invalid=claim.policy.invalid_verdicts
+        )
         table = winrate_table(
             scored.values, scored.clusters, methods=ALL_METHODS, level=level, seed=seed, thresholds=claim.thresholds
         )
@@ -268,13 +289,7 @@ def _comparisons(
     policy_scores = contests.scores("both_orders", invalid=invalid)
     for comparison in spec.claimed.comparisons:
         try:
-            other_contests = build_contests(
-                study,
-                policy=comparison.against,
-                opponent=spec.opponent,
-                judge=contests.judge,
-                allow_single_order=spec.allow_single_order,
-            )
+            other_contests = _same_judging(claim, study, contests, comparison.against)
             other = other_contests.scores("both_orders", invalid=invalid)
             paired = paired_difference(
                 policy_scores.values,
@@ -287,7 +302,9 @@ def _comparisons(
                 level=level,
             )
             posterior = None
-            if bayes:
+            # The joint Bayesian model of the difference is per judged order of one judge; a
+            # panel's comparison rests on the clustered test of its panel scores alone.
+            if bayes and not contests.panel:
                 from honestci.audit.stats.bayes_compare import fit_paired_difference_bayes
 
                 posterior = fit_paired_difference_bayes(
@@ -354,8 +371,14 @@ def audit_context(
         )
     study = load_study(claim.data_paths)
     progress("assembling contests (design detected from the judgments)")
-    contests = build_contests(
-        study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge, allow_single_order=spec.allow_single_order
+    contests = build_claim_contests(
+        study,
+        spec.policy,
+        spec.opponent,
+        judge=spec.judge,
+        panel=spec.panel,
+        panel_rule=spec.panel_rule,
+        allow_single_order=spec.allow_single_order,
     )
     if spec.pool is not None:
         contests = _contests_in_pool(contests, study, spec.pool)
@@ -393,7 +416,7 @@ def audit_context(
         if spec.claimed.table:
             progress("recomputing the other rows of the claimed table")
             claimed_audit = audit_claimed_table(
-                claimed_audit, _claimed_rows(claim, study, contests.judge, stated_level, seed)
+                claimed_audit, _claimed_rows(claim, study, contests, stated_level, seed)
             )
     context = AuditContext(
         claim,
@@ -454,6 +477,8 @@ def run_audit(
         dropped=dict(contests.dropped),
         design=contests.design,
         design_note=contests.design_note,
+        panel=contests.panel,
+        panel_rule=contests.panel_rule,
         gates=run_gates(context),
         required_gates=required,
         claimed=spec.claimed.model_dump() if spec.claimed else None,

@@ -223,6 +223,9 @@ TIGHTENS = {
 #: ``valid_verdicts`` gate bounds what leaving it out could change).
 InvalidScoring = Literal["against_claim", "tie", "exclude"]
 INVALID_SCORING: tuple[str, ...] = get_args(InvalidScoring)
+#: How a panel's verdicts on one contest become one score (audit/data/contests.py ``panel_score``):
+#: the average of the judges' contest scores, or the majority of their verdicts (tie without one).
+PANEL_RULES: tuple[str, ...] = ("mean", "majority")
 #: Intervals the coverage study certifies honest for each population's bar gate
 #: (docs/coverage.md); a policy may choose among these, a claim never.
 CERTIFIED_GATE_METHODS = {"new_vignettes": ("bayes_logit_normal",), "these_vignettes": ("stratified",)}
@@ -243,6 +246,8 @@ class Policy:
     gate_methods: tuple[tuple[str, str], ...] = tuple(GATE_METHOD_FOR_POPULATION.items())
     required_gates: tuple[str, ...] = DEFAULT_REQUIRED_GATES
     invalid_verdicts: InvalidScoring = "against_claim"
+    #: Panel rules a claim may name (:data:`PANEL_RULES`); the policy decides, not the claim.
+    panel_rules: tuple[str, ...] = PANEL_RULES
     #: Where each deviation from the built-in defaults came from ("policy file PATH", "claim PATH").
     sources: tuple[tuple[str, str], ...] = ()
 
@@ -257,6 +262,7 @@ class Policy:
             "gate_methods": dict(self.gate_methods),
             "required_gates": list(self.required_gates),
             "invalid_verdicts": self.invalid_verdicts,
+            "panel_rules": list(self.panel_rules),
         }
 
     @property

@@ -76,7 +76,9 @@ def test_the_registry_holds_exactly_the_policy_gates_in_order():
 @pytest.mark.parametrize("which", ["fixture_context", "bare_context"])
 def test_every_registered_gate_keeps_the_gate_contract(request, which):
     context = request.getfixturevalue(which)
-    assert all(result is not None for result in context.checks.values()) == (which == "fixture_context")
+    # the panel check applies only to a claim that names a panel (its gates: tests/test_panel.py)
+    applicable = [result for key, result in context.checks.items() if key != "panel"]
+    assert all(result is not None for result in applicable) == (which == "fixture_context")
     for name, gate in GATES.items():
         result = gate(context)
         assert isinstance(result, GateResult) and result.name == name

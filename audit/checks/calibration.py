@@ -1375,9 +1375,7 @@ def ppi_winrate(
     """
     from honestci.audit.stats.ppi import ppi_mean_clustered
 
-    scored = contests.scores("both_orders").frame.merge(
-        contests.frame[["contest_id", "policy_response", "opponent_response"]], on="contest_id"
-    )
+    scored = contests.scores("both_orders").frame  # carries each contest's policy and opponent responses
     keys = _pair_key(scored["vignette_id"], scored["policy_response"], scored["opponent_response"])
     index = pd.Index(items.items["item_key"]).get_indexer(keys)
     labelled = index >= 0
@@ -1412,6 +1410,11 @@ def calibration_check(context: AuditContext) -> CalibrationResult | None:
     study, contests = context.study, context.contests
     if contests is None or (study.human_pairs is None and study.human_ratings is None):
         return None  # nothing judged yet (the training pipeline's preflight), or no human data
+    if contests.panel:
+        raise EstimationError(
+            f"calibration of a panel ({', '.join(contests.panel)}) against human labels is not implemented; "
+            "calibrate each panel judge with `honestci calibrate-judge`"
+        )
     thresholds = context.claim.thresholds
     level = thresholds.confidence_level
     try:

@@ -940,7 +940,7 @@ def check_claim_leakage(
         return LeakageCheck(scan, None)
     leaked = set(scan.leaked_items)
     scored = contests.scores("both_orders")
-    rows = contests.frame.set_index("contest_id").loc[scored.frame["contest_id"]]
+    rows = scored.frame  # a panel's scores are one row per contest, not per judge
     flag = (rows["opponent_response"].isin(leaked) | rows["policy_response"].isin(leaked)).to_numpy()
     effect = leak_effect(scored.values, scored.clusters, flag, level) if scored.values.size else None
     return LeakageCheck(scan, effect)

@@ -643,11 +643,21 @@ def position_bias_for_judge(study, policy: str, opponent: str, judge: str, **kwa
 
 @dataclass(frozen=True)
 class PositionBiasCheck:
-    """The audit's position-bias check: the claim's judge, and every other judge of the same contests."""
+    """The audit's position-bias check: the claim's judge, and every other judge of the same contests.
+
+    For a panel, ``claim_judge`` is the first panel judge, ``others`` begins with the rest of the
+    panel, and ``panel`` names its judges: :meth:`gated` are the results the gate reads (each panel
+    judge's).
+    """
 
     claim_judge: PositionBiasResult
     others: tuple[PositionBiasResult, ...]
     tolerance: float
+    panel: tuple[str, ...] = ()
+
+    def gated(self) -> tuple[PositionBiasResult, ...]:
+        """The claim's judge, or every judge of its panel."""
+        return (self.claim_judge, *(r for r in self.others if r.judge in self.panel))
 
     def to_frame(self) -> pd.DataFrame:
         return pd.concat([r.to_frame() for r in (self.claim_judge, *self.others)], ignore_index=True)
@@ -656,10 +666,15 @@ class PositionBiasCheck:
         lines = list(self.claim_judge.summary_lines())
         for other in self.others:
             lines.append(
-                f"other judge {other.judge}: "
+                f"{'panel' if other.judge in self.panel else 'other'} judge {other.judge}: "
                 + (other.summary_lines()[1] if other.identifiable else other.summary_lines()[0])
             )
         lines.append(f"tolerance on the order effect: ±{self.tolerance:.2f}")
+        if self.panel:
+            lines.append(
+                f"panel of {len(self.panel)} judges: the gate reads every panel judge's order effect and "
+                "gives the worst verdict (one position-biased judge fails the panel, whatever the rule)"
+            )
         table: list[dict[str, object]] = []
         for result in (self.claim_judge, *self.others):
             if not result.identifiable:
@@ -709,12 +724,13 @@ def position_bias_check(context: AuditContext) -> PositionBiasCheck | None:
         return None
     thresholds = context.claim.thresholds
     options = dict(level=thresholds.confidence_level, min_clusters=thresholds.min_clusters, rng=context.seed)
-    mine = position_bias_from_contests(contests, **options)
+    panel = [position_bias_from_contests(contests.for_judge(judge), **options) for judge in contests.panel]
+    mine = panel[0] if panel else position_bias_from_contests(contests, **options)
     judgments = context.study.judgments.frame
-    others = []
-    for judge in sorted(set(judgments["judge"].astype(str)) - {contests.judge}):
+    others = panel[1:]
+    for judge in sorted(set(judgments["judge"].astype(str)) - {contests.judge, *contests.panel}):
         try:
             others.append(position_bias_for_judge(context.study, contests.policy, contests.opponent, judge, **options))
         except InputError:
             continue  # this judge did not compare the claim's two systems
-    return PositionBiasCheck(mine, tuple(others), thresholds.position_bias_tolerance)
+    return PositionBiasCheck(mine, tuple(others), thresholds.position_bias_tolerance, contests.panel)

@@ -901,6 +901,11 @@ def winners_curse_check(context: AuditContext) -> SelectionAnalysis | None:
     contests = context.contests
     if contests is None:  # nothing judged yet (the training pipeline's preflight)
         return None
+    if contests.panel:
+        raise EstimationError(
+            f"the winner's-curse analysis of a panel ({', '.join(contests.panel)}) is not implemented; "
+            "analyse the selection pool per judge with `honestci winners-curse`"
+        )
     judgments = context.study.judgments.frame
     by_judge = judgments[judgments["judge"] == contests.judge]
     if not (by_judge["response_first"].isin(selection_ids) | by_judge["response_second"].isin(selection_ids)).any():

@@ -302,7 +302,7 @@ def report(result: Path, fmt: str, out_file: Path | None) -> None:
 def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float | None, policy_file: Path | None) -> None:
     """Print the side-by-side win-rate table (method, estimate, CI, n, G, n_eff) for CLAIM's data."""
     from honestci.audit.data.claims import load_claim
-    from honestci.audit.data.contests import build_contests
+    from honestci.audit.data.contests import build_claim_contests
     from honestci.audit.data.io import load_study
     from honestci.audit.data.policy_file import load_policy
     from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
@@ -310,11 +310,13 @@ def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float | Non
     loaded = load_claim(claim, policy=load_policy(policy_file))
     level = loaded.thresholds.confidence_level if level is None else level
     study = load_study(loaded.data_paths)
-    contests = build_contests(
+    contests = build_claim_contests(
         study,
-        policy=loaded.spec.policy,
-        opponent=loaded.spec.opponent,
+        loaded.spec.policy,
+        loaded.spec.opponent,
         judge=loaded.spec.judge,
+        panel=loaded.spec.panel,
+        panel_rule=loaded.spec.panel_rule,
         allow_single_order=loaded.spec.allow_single_order,
     )
     scored = contests.scores("both_orders", invalid=loaded.policy.invalid_verdicts)

@@ -11,7 +11,7 @@ Example::
     name: "reappraisal-4b-grpo beats gpt-4-0314"
     policy: reappraisal-4b-grpo
     opponent: gpt-4-0314
-    judge: llama-3.1-70b
+    judge: llama-3.1-70b              # or a panel: `panel: [a, b, c]` with `panel_rule: mean`
     metric: winrate
     bar: 0.608
     population: new_vignettes        # or these_vignettes
@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from honestci.audit.data.yaml_io import problems_from_validation, read_yaml_mapping
 from honestci.audit.errors import ClaimError, Problem
@@ -96,6 +96,9 @@ class ClaimSpec(BaseModel):
     policy: str = Field(min_length=1)
     opponent: str = Field(min_length=1)
     judge: str | None = None
+    #: Several judges on the same contests and the rule that makes one score of their verdicts.
+    panel: tuple[str, ...] | None = None
+    panel_rule: Literal["mean", "majority"] | None = None
     metric: Literal["winrate"] = "winrate"
     bar: float = Field(gt=0, lt=1)
     population: Population = THRESHOLDS.default_population
@@ -130,6 +133,21 @@ class ClaimSpec(BaseModel):
     @classmethod
     def _known_gates(cls, value):
         return known_gates(value)
+
+    @field_validator("panel")
+    @classmethod
+    def _distinct_judges(cls, value):
+        if value is not None and (len(value) < 2 or len(set(value)) != len(value) or not all(value)):
+            raise ValueError("a panel names two or more distinct judges")
+        return value
+
+    @model_validator(mode="after")
+    def _panel_or_judge(self) -> ClaimSpec:
+        if self.panel is not None and self.judge is not None:
+            raise ValueError("name either `judge:` (one judge) or `panel:` (several), not both")
+        if (self.panel is None) != (self.panel_rule is None):
+            raise ValueError("`panel:` and `panel_rule:` go together: a panel needs its rule (mean or majority)")
+        return self
 
     @field_validator("thresholds")
     @classmethod
@@ -237,6 +255,22 @@ def load_claim(path: str | Path, allow_outside: bool = False, policy: Policy | N
             fix="give each threshold a value of its default's type (see audit/policy.py)",
         )
     judged_by = tightened(policy or Policy(), spec, path)
+    if spec.panel_rule is not None and spec.panel_rule not in judged_by.panel_rules:
+        raise ClaimError(
+            f"Claim file {path} names a panel rule its policy does not allow.",
+            [
+                Problem(
+                    str(path),
+                    None,
+                    "panel_rule",
+                    f"{spec.panel_rule!r} is not among the rules policy {judged_by.name!r} allows "
+                    f"({', '.join(judged_by.panel_rules)}): how a panel's verdicts become a score decides the "
+                    "verdict, so the policy chooses it, not the claim",
+                    f"name one of: {', '.join(judged_by.panel_rules)}; or an auditor may allow it in a policy "
+                    "file (panel_rules, --policy)",
+                )
+            ],
+        )
     training_log_path = data_paths.pop("training_log", None)
     return Claim(
         spec=spec,

@@ -14,6 +14,10 @@ The judging *design* is detected from the contests and named (:data:`DESIGNS`):
 - ``"mixed"``: some contests in both orders, some in one: refused unless the claim sets
   ``allow_single_order: true``, which leaves the single-order contests out (counted).
 
+A *panel* (several judges on the same contests, :func:`build_panel_contests`) stacks each judge's
+contests in one table; :meth:`ContestTable.scores` then turns the judges' contest scores of one
+contest into one panel score by the panel rule (:func:`panel_score`, :data:`PANEL_RULES`).
+
 A judgment may carry a continuous preference (``preference_first`` in [0, 1]) beside its verdict;
 an order's value for the policy is then its preference (p when shown first, 1 - p when second), and
 a contest's score averages its orders' values.
@@ -22,13 +26,14 @@ a contest's score averages its orders' values.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from honestci.audit.data.io import LoadedTable, Study, check_references, table_from_frame
 from honestci.audit.errors import InputError, Problem, SchemaError
+from honestci.audit.policy import PANEL_RULES as POLICY_PANEL_RULES
 
 OUTCOMES = ("win", "loss", "tie", "invalid")
 #: Value of one judged order for the policy; an invalid verdict has no value.
@@ -101,6 +106,51 @@ def score_contests(outcome_first, outcome_second, rule: str = "both_orders") -> 
     raise InputError(f"unknown contest scoring rule {rule!r}", fix=f"use one of: {', '.join(RULES)}")
 
 
+#: How a panel's judges' contest scores of one contest become the panel's score (:func:`panel_score`).
+PANEL_RULES = POLICY_PANEL_RULES
+
+
+def panel_score(judge_scores, rule: str) -> np.ndarray:
+    """The panel's score of each contest from its judges' contest scores.
+
+    Parameters
+    ----------
+    judge_scores
+        Array (contests × judges) of each judge's contest score in [0, 1] (NaN where invalid).
+    rule
+        ``"mean"``: s = (1/K) Σ_k s_k, the average of the K judges' scores. ``"majority"``: each
+        judge's verdict is the side its score favours (policy when s_k > ½, opponent when
+        s_k < ½, tie at ½); s = 1 when more than K/2 judges favour the policy, 0 when more than
+        K/2 favour the opponent, ½ otherwise (no majority).
+
+    Returns
+    -------
+    numpy.ndarray
+        One score per contest; NaN where any judge's score is NaN.
+
+    Notes
+    -----
+    Both rules are antisymmetric (swapping policy and opponent maps s to 1 − s), as the contest
+    scores are. The mean's expectation is the average of the judges' expected scores, so the panel
+    win rate of the mean rule is the average of the judges' win rates; the majority rule's is not.
+    Validated against: hand-computed examples in tests/test_panel.py.
+    """
+    scores = np.asarray(judge_scores, dtype=float)
+    if scores.ndim != 2 or scores.shape[1] < 2:
+        raise InputError(
+            f"a panel needs a (contests × judges) array with at least two judges, got shape {scores.shape}",
+            fix="pass one column per panel judge",
+        )
+    if rule == "mean":
+        return scores.mean(axis=1)
+    if rule == "majority":
+        half = scores.shape[1] / 2
+        for_policy, for_opponent = (scores > 0.5).sum(axis=1), (scores < 0.5).sum(axis=1)
+        result = np.where(for_policy > half, 1.0, np.where(for_opponent > half, 0.0, 0.5))
+        return np.where(np.isnan(scores).any(axis=1), np.nan, result)
+    raise InputError(f"unknown panel rule {rule!r}", fix=f"use one of: {', '.join(PANEL_RULES)}")
+
+
 #: What an invalid order's verdict is worth to the policy under each scoring of invalid verdicts
 #: (``policy.INVALID_SCORING``); "exclude" leaves the contest out instead.
 INVALID_ORDER_VALUE = {"against_claim": 0.0, "tie": 0.5, "for_claim": 1.0}
@@ -138,7 +188,7 @@ class ContestScores:
         return self.frame["vignette_id"].to_numpy()
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per valid contest: contest_id, vignette_id, run, score."""
+        """One row per valid contest: contest_id, vignette_id, run, score, policy_response, opponent_response."""
         return self.frame.copy()
 
     def __str__(self) -> str:
@@ -161,6 +211,10 @@ class ContestTable:
     judged). ``dropped`` counts contests left out on purpose (``single_order``). ``design`` names
     the judging design (:data:`DESIGNS`) and ``design_note`` says what it implies; ``continuous``
     is True when any judged order carries a continuous preference.
+
+    A panel's table (:func:`build_panel_contests`) holds one row per judge and contest; ``panel``
+    names its judges, ``panel_rule`` the rule that :meth:`scores` applies, and ``judge`` is the
+    panel's label. :meth:`for_judge` gives one judge's table.
     """
 
     frame: pd.DataFrame
@@ -171,6 +225,9 @@ class ContestTable:
     design: str = BOTH_ORDERS
     design_note: str = ""
     continuous: bool = False
+    #: The panel's judges (empty for one judge) and its rule (:data:`PANEL_RULES`).
+    panel: tuple[str, ...] = ()
+    panel_rule: str | None = None
 
     def __post_init__(self) -> None:
         # A frame with outcomes only (built by hand) gets the per-order values from its outcomes.
@@ -231,6 +288,23 @@ class ContestTable:
         (``"tie"``), all (``"for_claim"``: the other end of the bound the ``valid_verdicts`` gate
         computes), or ``"exclude"`` (contests with one are left out, as if never judged).
         """
+        scores, effective = self._row_scores(rule, invalid)
+        invalid_contests = self._invalid_contests()
+        if self.panel:
+            return self._panel_scores(scores, effective, invalid)
+        keep = ~invalid_contests if invalid == "exclude" else np.ones(len(self.frame), dtype=bool)
+        frame = self.frame.loc[keep, ["contest_id", "vignette_id", "run"]].reset_index(drop=True)
+        frame["score"] = scores[keep]
+        frame[["policy_response", "opponent_response"]] = self.frame.loc[
+            keep, ["policy_response", "opponent_response"]
+        ].to_numpy()
+        return ContestScores(
+            effective, self.policy, self.opponent, self.judge, frame, int(invalid_contests.sum()), invalid=invalid
+        )
+
+    def _row_scores(self, rule: str, invalid: str) -> tuple[np.ndarray, str]:
+        """Each row's contest score (NaN where an order is invalid and ``invalid`` is "exclude")
+        and the name of the rule in effect."""
         first, second = self._values(invalid)
         judged_first, judged_second = self._judged()
         both = judged_first & judged_second
@@ -242,18 +316,53 @@ class ContestTable:
             paired = score_contests(np.where(both, first, 0.0), np.where(both, second, 0.0), rule)
             paired = np.where(np.isnan(first) | np.isnan(second), np.nan, paired)
         scores = np.where(both, paired, np.where(judged_first, first, second))
-        invalid_contests = self._invalid_contests()
-        keep = ~invalid_contests if invalid == "exclude" else np.ones(len(self.frame), dtype=bool)
-        frame = self.frame.loc[keep, ["contest_id", "vignette_id", "run"]].reset_index(drop=True)
-        frame["score"] = scores[keep]
         effective = rule
         if not both.all():
             effective = "one order" if not both.any() else f"{rule}; one order where only one was judged"
         if self.continuous:
             effective = "preference (mean over the judged orders)"
-        return ContestScores(
-            effective, self.policy, self.opponent, self.judge, frame, int(invalid_contests.sum()), invalid=invalid
-        )
+        return scores, effective
+
+    def judge_scores(self, rule: str = "both_orders", invalid: str = "exclude") -> tuple[pd.DataFrame, np.ndarray]:
+        """A panel's contests (vignette_id, policy_response, opponent_response, run, invalid: any
+        judge's verdict invalid) and the (contests × judges) array of each judge's contest score,
+        columns in the order of :attr:`panel` (NaN where invalid and ``invalid`` is "exclude")."""
+        if not self.panel:
+            raise InputError("judge_scores needs a panel's contests", fix="build them with build_panel_contests")
+        return self._wide(self._row_scores(rule, invalid)[0])
+
+    def _wide(self, scores: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+        key = ["vignette_id", "policy_response", "opponent_response"]
+        rows = self.frame[[*key, "run", "judge"]].assign(score=scores, invalid=self._invalid_contests())
+        wide = rows.pivot(index=key, columns="judge", values="score")
+        flags = rows.groupby(key, sort=False).agg(run=("run", "first"), invalid=("invalid", "any"))
+        # contests in the order the table first lists them
+        wide = wide.reindex(flags.index)[list(self.panel)]
+        return flags.reset_index(), wide.to_numpy(dtype=float)
+
+    def _panel_scores(self, scores: np.ndarray, effective: str, invalid: str) -> ContestScores:
+        contests, matrix = self._wide(scores)
+        keep = ~contests["invalid"].to_numpy(bool) if invalid == "exclude" else np.ones(len(contests), dtype=bool)
+        frame = pd.DataFrame(
+            {
+                "contest_id": "panel:" + contests["policy_response"] + ":" + contests["opponent_response"],
+                "vignette_id": contests["vignette_id"],
+                "run": contests["run"],
+                "score": panel_score(matrix, str(self.panel_rule)),
+                "policy_response": contests["policy_response"],
+                "opponent_response": contests["opponent_response"],
+            }
+        )[keep].reset_index(drop=True)
+        rule = f"{effective}, panel {self.panel_rule} of {len(self.panel)} judges"
+        n_invalid = int(contests["invalid"].sum())
+        return ContestScores(rule, self.policy, self.opponent, self.judge, frame, n_invalid, invalid=invalid)
+
+    def for_judge(self, judge: str) -> ContestTable:
+        """One panel judge's contests, as :func:`build_contests` would give them (``dropped`` is the panel's)."""
+        if judge not in self.panel:
+            raise InputError(f"{judge!r} is not a judge of this panel", fix=f"use one of: {', '.join(self.panel)}")
+        rows = (self.frame["judge"] == judge).to_numpy()
+        return replace(self, frame=self.frame[rows].reset_index(drop=True), judge=judge, panel=(), panel_rule=None)
 
     def per_order_outcomes(self, invalid: str = "exclude") -> pd.DataFrame:
         """One row per judged order: contest_id, vignette_id, run, judge, policy_first (bool) and
@@ -504,3 +613,112 @@ def build_contests(
         }
     ).reset_index(drop=True)
     return ContestTable(frame, policy, opponent, judge, dropped, design, note, continuous)
+
+
+def panel_label(judges) -> str:
+    """How reports name a panel: ``panel(a, b, c)``."""
+    return f"panel({', '.join(judges)})"
+
+
+def build_panel_contests(
+    study_or_frames: Study | Mapping[str, LoadedTable | pd.DataFrame],
+    policy: str,
+    opponent: str,
+    judges,
+    rule: str,
+    allow_single_order: bool = False,
+) -> ContestTable:
+    """The contests of ``policy`` against ``opponent`` judged by every judge of a panel.
+
+    Each judge's contests are assembled by :func:`build_contests` and stacked; the table's
+    :meth:`ContestTable.scores` gives one panel score per contest by ``rule`` (:func:`panel_score`).
+
+    The panel must be *complete*: every judge judged every contest, in the same design. A contest
+    some judges skipped would be scored by a different panel than the rest, and with judges of
+    different leniency that moves the win rate by which contests they skipped.
+
+    Raises
+    ------
+    InputError
+        Fewer than two distinct judges, an unknown rule, or a judge that did not compare the
+        two systems.
+    SchemaError
+        The judges judged different contests, or in different designs.
+    """
+    judges = tuple(str(j) for j in judges)
+    if len(judges) < 2 or len(set(judges)) != len(judges):
+        raise InputError(
+            f"a panel needs at least two distinct judges, got {list(judges)}",
+            fix="name two or more different judges in `panel:`, or name one in `judge:`",
+        )
+    if rule not in PANEL_RULES:
+        raise InputError(f"unknown panel rule {rule!r}", fix=f"use one of: {', '.join(PANEL_RULES)}")
+    tables = [build_contests(study_or_frames, policy, opponent, judge, allow_single_order) for judge in judges]
+    designs = {t.judge: t.design for t in tables}
+    # a mixed design with its single-order contests left out scores the rest by both orders
+    if len({BOTH_ORDERS if d == MIXED else d for d in designs.values()}) > 1:
+        raise SchemaError(
+            "the panel's judges judged in different designs: "
+            + "; ".join(f"{judge}: {design}" for judge, design in designs.items()),
+            fix="use judges of one design in a panel, or audit each judge alone (`judge:`)",
+        )
+    key = ["vignette_id", "policy_response", "opponent_response"]
+    contests = {t.judge: set(map(tuple, t.frame[key].to_numpy().tolist())) for t in tables}
+    every = set().union(*contests.values())
+    judgments = study_or_frames.judgments if isinstance(study_or_frames, Study) else None
+    path = judgments.path if judgments is not None else "judgments"
+    problems = [
+        Problem(
+            path,
+            None,
+            "judge",
+            f"judge {judge!r} did not judge policy response {contest[1]!r} vs opponent response {contest[2]!r} "
+            f"(vignette {contest[0]!r}), which other panel judges judged",
+            "judge it, or leave that judge out of the panel",
+        )
+        for judge, judged in contests.items()
+        for contest in sorted(every - judged)
+    ]
+    if problems:
+        raise SchemaError(
+            f"the panel is incomplete: {len(problems)} judge-contest(s) missing of {len(every)} contests × "
+            f"{len(judges)} judges",
+            problems,
+            fix="every panel judge must judge every contest; judge the missing ones or narrow the panel",
+        )
+    dropped: dict[str, int] = {}
+    for table in tables:
+        for name, count in table.dropped.items():
+            dropped[name] = dropped.get(name, 0) + count
+    first = next((t for t in tables if t.design == MIXED), tables[0])
+    note = (first.design_note + "; " if first.design_note else "") + (
+        f"a panel of {len(judges)} judges ({', '.join(judges)}), each contest scored by the panel rule {rule!r}"
+    )
+    return ContestTable(
+        pd.concat([t.frame for t in tables], ignore_index=True),
+        policy,
+        opponent,
+        panel_label(judges),
+        dropped,
+        first.design,
+        note,
+        any(t.continuous for t in tables),
+        panel=judges,
+        panel_rule=rule,
+    )
+
+
+def build_claim_contests(
+    study_or_frames: Study | Mapping[str, LoadedTable | pd.DataFrame],
+    policy: str,
+    opponent: str,
+    *,
+    judge: str | None = None,
+    panel=None,
+    panel_rule: str | None = None,
+    allow_single_order: bool = False,
+) -> ContestTable:
+    """The contests a claim names: a panel's when ``panel`` is given, else one judge's."""
+    if panel:
+        return build_panel_contests(study_or_frames, policy, opponent, panel, panel_rule or "", allow_single_order)
+    return build_contests(study_or_frames, policy, opponent, judge=judge, allow_single_order=allow_single_order)

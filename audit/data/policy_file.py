@@ -9,6 +9,7 @@ Example (every key optional; what is left out keeps the built-in default of
     gate_methods: {new_vignettes: bayes_logit_normal}
     required_gates: [enough_clusters, ci_low_clears_bar, ..., leakage]
     invalid_verdicts: against_claim      # or tie, exclude
+    panel_rules: [mean, majority]        # the panel rules a claim may name
 
 The policy is the auditor's, so it may set any value a threshold can take; the claim, written by
 the people being audited, may then only tighten it (:func:`honestci.audit.data.claims.load_claim`).
@@ -26,6 +27,7 @@ from honestci.audit.data.yaml_io import problems_from_validation, read_yaml_mapp
 from honestci.audit.errors import InputError, Problem
 from honestci.audit.policy import (
     CERTIFIED_GATE_METHODS,
+    PANEL_RULES,
     THRESHOLDS,
     InvalidScoring,
     Policy,
@@ -51,6 +53,17 @@ class PolicySpec(BaseModel):
     gate_methods: dict[str, str] = Field(default_factory=dict)
     required_gates: tuple[str, ...] | None = None
     invalid_verdicts: InvalidScoring = "against_claim"
+    panel_rules: tuple[str, ...] | None = None
+
+    @field_validator("panel_rules")
+    @classmethod
+    def _known_panel_rules(cls, value):
+        if value is None:
+            return value
+        unknown = sorted(set(value) - set(PANEL_RULES))
+        if unknown or not value:
+            raise ValueError(f"panel_rules must name one or more of {list(PANEL_RULES)}; unknown: {unknown}")
+        return value
 
     @field_validator("thresholds")
     @classmethod
@@ -111,5 +124,6 @@ def load_policy(path: str | Path | None) -> Policy:
         gate_methods=tuple({**dict(Policy().gate_methods), **spec.gate_methods}.items()),
         required_gates=Policy().required_gates if spec.required_gates is None else tuple(spec.required_gates),
         invalid_verdicts=spec.invalid_verdicts,
+        panel_rules=PANEL_RULES if spec.panel_rules is None else tuple(spec.panel_rules),
     )
     return replace(policy, sources=tuple((d["key"], source) for d in policy.deviations()))
