@@ -280,8 +280,10 @@ def _comparisons(
                 from honestci.audit.stats.bayes_compare import fit_paired_difference_bayes
 
                 posterior = fit_paired_difference_bayes(
-                    contests.per_order_outcomes(invalid=invalid),
-                    other_contests.per_order_outcomes(invalid=invalid),
+                    policy_scores.values,
+                    policy_scores.clusters,
+                    other.values,
+                    other.clusters,
                     system_a=spec.policy,
                     system_b=comparison.against,
                     opponent=spec.opponent,
