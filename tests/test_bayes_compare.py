@@ -55,13 +55,16 @@ def test_single_order_continuous_preferences_one_contest_per_vignette():
 
     scores_a, scores_b = preferences(logits_a), preferences(logits_b)
     result = fit_paired_difference_bayes(
-        scores_a, clusters, scores_b, clusters, system_a="a", system_b="b", opponent="o", seed=5
+        scores_a, clusters, scores_b, clusters, system_a="a", system_b="b", opponent="o", seed=5, trials_per_contest=1
     )
     assert result.converged and result.diagnostics.divergences == 0
     cr2 = _cr2(scores_a, clusters, scores_b, clusters)
-    # the same estimand as the clustered test: close in size, both excluding 0 on this draw
-    assert abs(result.difference_these.mean - cr2.estimate) < 0.02
-    assert cr2.ci_low > 0 and result.difference_these.lower > 0
+    # the same estimand as the clustered test: the posterior interval covers its estimate, and both
+    # exclude 0 on this draw. One trial per vignette and system leaves the per-vignette gaps w_v
+    # weakly identified, so the posterior is wider than CR2's interval (0.28 vs 0.09 here).
+    diff = result.difference_these
+    assert diff.lower <= cr2.estimate <= diff.upper
+    assert cr2.ci_low > 0 and diff.lower > 0
     truth_these = float(np.mean(_expit(logits_a) - _expit(logits_b)))
     assert result.difference_these.lower <= truth_these <= result.difference_these.upper
 

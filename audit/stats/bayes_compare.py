@@ -87,17 +87,21 @@ class BayesDifference:
         return pd.DataFrame(rows)
 
 
-def _cells(scores_a, clusters_a, scores_b, clusters_b):
-    """Contest cells per vignette × system: A's cells (system 1) then B's (system 0), order 0."""
+def _cells(scores_a, clusters_a, scores_b, clusters_b, trials_per_contest: int = 2):
+    """Contest cells per vignette × system: A's cells (system 1) then B's (system 0), order 0.
+
+    :func:`aggregate_contest_cells` counts a contest as 2 trials (both orders); a single-order
+    contest is one verdict, so its cells are halved (``trials_per_contest = 1``)."""
     cells_a = aggregate_contest_cells(clusters_a, scores_a)
     cells_b = aggregate_contest_cells(clusters_b, scores_b)
+    scale = trials_per_contest / 2.0
     # both systems met the same vignettes (checked by the caller), so their sorted labels agree
     return cells_a.vignette_labels, {
         "cell_vignette": np.concatenate([cells_a.vignette_index, cells_b.vignette_index]).astype(np.int64),
         "cell_order": np.zeros(len(cells_a.n) + len(cells_b.n)),
         "cell_system": np.concatenate([np.ones(len(cells_a.n)), np.zeros(len(cells_b.n))]),
-        "cell_n": np.concatenate([cells_a.n, cells_b.n]).astype(float),
-        "cell_wins": np.concatenate([cells_a.wins, cells_b.wins]).astype(float),
+        "cell_n": scale * np.concatenate([cells_a.n, cells_b.n]).astype(float),
+        "cell_wins": scale * np.concatenate([cells_a.wins, cells_b.wins]).astype(float),
     }
 
 
@@ -151,9 +155,13 @@ def fit_paired_difference_bayes(
     seed: int = 0,
     sampler: str = "auto",
     thresholds: Thresholds = THRESHOLDS,
+    trials_per_contest: int = 2,
 ) -> BayesDifference:
     """Fit the joint model to two systems' contest scores (``ContestTable.scores(...)``: values
     and clusters), one score in [0, 1] per contest, as :func:`honestci.audit.stats.compare.paired_difference`.
+    ``trials_per_contest`` is the judged orders per contest: 2 (both orders) or 1 (one order, as in
+    AlpacaEval; entering one verdict as two agreeing trials overstated the within-vignette
+    information, and the sampler's ESS fell below the gate on AlpacaEval 2.0's 805 instructions).
 
     Raises
     ------
@@ -168,7 +176,7 @@ def fit_paired_difference_bayes(
         )
     seed = resolve_seed(seed)
     started = time.perf_counter()
-    labels, data = _cells(scores_a, clusters_a, scores_b, clusters_b)
+    labels, data = _cells(scores_a, clusters_a, scores_b, clusters_b, trials_per_contest)
     idata, sampler_used, note = sample_posterior(
         lambda: _model(labels, data), lambda: _density_model(labels, data), sampler, chains, draws, tune, seed, False
     )
