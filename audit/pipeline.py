@@ -20,7 +20,7 @@ from honestci.audit.checks.claimed import ClaimedFigureAudit, audit_claimed_figu
 from honestci.audit.checks.context import AuditContext, BayesCheck, ComparisonCheck
 from honestci.audit.checks.registry import run_checks
 from honestci.audit.data.claims import Claim, load_claim
-from honestci.audit.data.contests import ContestTable, build_claim_contests
+from honestci.audit.data.contests import ONE_ORDER_FIXED, ONE_ORDER_RANDOMISED, ContestTable, build_claim_contests
 from honestci.audit.data.io import Study, load_study
 from honestci.audit.errors import ClaimError, Problem
 from honestci.audit.gates import overall_verdict, run_gates
@@ -223,6 +223,16 @@ def _contests_in_pool(contests: ContestTable, study: Study, pool: str) -> Contes
     return replace(contests, frame=contests.frame[keep.to_numpy()].reset_index(drop=True), dropped=dropped)
 
 
+def _contests_on_vignettes(other: ContestTable, claim_contests: ContestTable) -> ContestTable:
+    """``other``'s contests on the claim's vignettes only: a claim restricted to a pool is compared
+    with another system on the same vignettes (the pairing), not on the other system's whole data."""
+    from dataclasses import replace
+
+    keep = other.frame["vignette_id"].isin(set(claim_contests.frame["vignette_id"]))
+    dropped = {**other.dropped, "not_on_claim_vignettes": int((~keep).sum())}
+    return replace(other, frame=other.frame[keep.to_numpy()].reset_index(drop=True), dropped=dropped)
+
+
 def _same_judging(claim: Claim, study: Study, contests: ContestTable, system: str) -> ContestTable:
     """The contests of ``system`` against the claim's opponent, judged as the claim's are (its
     judge, or its panel by the same rule)."""
@@ -290,6 +300,8 @@ def _comparisons(
     for comparison in spec.claimed.comparisons:
         try:
             other_contests = _same_judging(claim, study, contests, comparison.against)
+            if spec.pool is not None:
+                other_contests = _contests_on_vignettes(other_contests, contests)
             other = other_contests.scores("both_orders", invalid=invalid)
             paired = paired_difference(
                 policy_scores.values,
@@ -308,14 +320,17 @@ def _comparisons(
                 from honestci.audit.stats.bayes_compare import fit_paired_difference_bayes
 
                 posterior = fit_paired_difference_bayes(
-                    contests.per_order_outcomes(invalid=invalid),
-                    other_contests.per_order_outcomes(invalid=invalid),
+                    policy_scores.values,
+                    policy_scores.clusters,
+                    other.values,
+                    other.clusters,
                     system_a=spec.policy,
                     system_b=comparison.against,
                     opponent=spec.opponent,
                     level=level,
                     seed=seed,
                     thresholds=claim.thresholds,
+                    trials_per_contest=1 if contests.design in (ONE_ORDER_FIXED, ONE_ORDER_RANDOMISED) else 2,
                 )
             checks.append(
                 ComparisonCheck(

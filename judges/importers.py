@@ -45,7 +45,7 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -89,14 +89,59 @@ class ImportedTables:
     def write(self, out: str | Path) -> dict[str, Path]:
         """Judgments to ``out``; the other non-empty tables beside it (``judgments.vignettes.jsonl``...)."""
         paths = {"judgments": write_table(self.judgments, out, JUDGMENT_COLUMNS + self.extra_judgment_columns)}
+        pool = ("pool",) if any("pool" in row for row in self.responses) else ()
         for name, rows, columns in (
             ("vignettes", self.vignettes, VIGNETTE_COLUMNS),
-            ("responses", self.responses, RESPONSE_COLUMNS),
+            ("responses", self.responses, RESPONSE_COLUMNS + pool),
             ("human_pairs", self.human_pairs, HUMAN_PAIR_COLUMNS),
         ):
             if rows:
                 paths[name] = write_table(rows, sibling_path(out, name), columns)
         return paths
+
+
+def assign_pools(
+    tables: ImportedTables, candidates: Sequence[str], heldout_fraction: float = 0.0, seed: int = 0
+) -> ImportedTables:
+    """Mark the candidates' responses with a ``pool`` (``selection`` or ``heldout``) for the
+    winner's-curse analysis, splitting the vignettes at random.
+
+    The vignettes the candidates answered are permuted by ``numpy.random.default_rng(seed)``
+    (sorted ids first, so the split depends on the seed and the ids only); the first
+    ``round(heldout_fraction · G)`` form the held-out pool, the rest the selection pool. Every
+    candidate response takes its vignette's pool, so all candidates share one split (the selection
+    covariance needs common vignettes); other systems' responses (the opponent, a baseline) get
+    none. ``heldout_fraction = 0`` puts every vignette in the selection pool.
+
+    Raises
+    ------
+    InputError
+        A candidate with no response, or a fraction outside [0, 1).
+    """
+    import numpy as np
+
+    if not 0.0 <= heldout_fraction < 1.0:
+        raise InputError(
+            f"held-out fraction {heldout_fraction} is outside [0, 1)",
+            fix="pass a fraction of the vignettes to hold out, e.g. 0.5 (0: no held-out pool)",
+        )
+    systems = {row["system"] for row in tables.responses}
+    missing = sorted(set(candidates) - systems)
+    if missing:
+        raise InputError(
+            f"no responses of candidate(s) {missing} among the imported tables",
+            fix=f"name systems that were imported: {sorted(systems)}",
+        )
+    chosen = set(candidates)
+    vignettes = sorted({row["vignette_id"] for row in tables.responses if row["system"] in chosen})
+    order = np.random.default_rng(seed).permutation(len(vignettes))
+    n_heldout = round(heldout_fraction * len(vignettes))
+    heldout = {vignettes[i] for i in order[:n_heldout]}
+    responses = tuple(
+        {**row, "pool": "heldout" if row["vignette_id"] in heldout else "selection"} if row["system"] in chosen else row
+        for row in tables.responses
+    )
+    return replace(tables, responses=responses)
 
 
 class _Collector:

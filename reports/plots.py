@@ -32,9 +32,15 @@ def _pyplot():
     return plt
 
 
+#: Above this many vignettes the forest plot draws them unlabelled (:func:`_dense_forest_plot`).
+FOREST_MAX_ROWS = 60
+
+
 def forest_plot(per_vignette: list[dict], pooled: dict | None, bar: float) -> str:
     """Per-vignette win rates with within-vignette intervals, the pooled honest interval and the bar."""
     plt = _pyplot()
+    if len(per_vignette) > FOREST_MAX_ROWS:
+        return _dense_forest_plot(plt, per_vignette, pooled, bar)
     rows = list(per_vignette) + ([{"vignette_id": f"pooled ({pooled['method']})", **pooled}] if pooled else [])
     figure, axis = plt.subplots(figsize=(6, 0.45 * len(rows) + 1))
     for i, row in enumerate(reversed(rows)):
@@ -43,6 +49,35 @@ def forest_plot(per_vignette: list[dict], pooled: dict | None, bar: float) -> st
         axis.plot([row["estimate"]], [i], "s" if i == 0 and pooled else "o", color="black")
     axis.axvline(bar, color="tab:red", linestyle="--", label=f"bar {bar:.3f}")
     axis.set_yticks(range(len(rows)), [str(r["vignette_id"]) for r in reversed(rows)])
+    axis.set_xlabel("win rate")
+    axis.set_xlim(0, 1)
+    axis.legend(loc="lower left")
+    return _svg(figure)
+
+
+def _dense_forest_plot(plt, per_vignette: list[dict], pooled: dict | None, bar: float) -> str:
+    """Many vignettes (AlpacaEval's 805): one row each, drawn as two collections and unlabelled
+    (hundreds of labels drawn as paths took ~15 s and could not be read), sorted by estimate."""
+    rows = sorted(per_vignette, key=lambda r: r["estimate"])
+    y = np.arange(len(rows), dtype=float) + (1 if pooled else 0)
+    figure, axis = plt.subplots(figsize=(6, 0.45 * FOREST_MAX_ROWS + 1))
+    bounded = [(i, r) for i, r in zip(y, rows) if r.get("ci_low") is not None]
+    axis.hlines(
+        [i for i, _ in bounded],
+        [r["ci_low"] for _, r in bounded],
+        [r["ci_high"] for _, r in bounded],
+        color="tab:blue",
+        linewidth=0.5,
+    )
+    axis.plot([r["estimate"] for r in rows], y, "o", color="black", markersize=1)
+    ticks, labels = [float(len(rows) / 2 + (1 if pooled else 0))], [f"{len(rows)} vignettes, by estimate"]
+    if pooled:
+        if pooled.get("ci_low") is not None:
+            axis.plot([pooled["ci_low"], pooled["ci_high"]], [0, 0], color="black")
+        axis.plot([pooled["estimate"]], [0], "s", color="black")
+        ticks, labels = [0.0, *ticks], [f"pooled ({pooled['method']})", *labels]
+    axis.axvline(bar, color="tab:red", linestyle="--", label=f"bar {bar:.3f}")
+    axis.set_yticks(ticks, labels)
     axis.set_xlabel("win rate")
     axis.set_xlim(0, 1)
     axis.legend(loc="lower left")

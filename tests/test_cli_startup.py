@@ -80,6 +80,7 @@ def test_every_seed_option_is_the_one_shared_option_except_the_simulators():
         "calibrate-judge",
         "coverage-study",
         "generate",
+        "import",
         "judge",
         "position-bias",
         "simulate",

@@ -277,3 +277,24 @@ def test_duplicate_ordered_judgment_is_an_error(tmp_path):
 def test_prompt_id_is_sha1_prefix():
     # hashlib.sha1(b"abc").hexdigest() == "a9993e364706816aba3e25717850c26c9cd0d89d" (FIPS 180 test vector)
     assert prompt_id("abc") == "a9993e364706"
+
+
+def test_assign_pools_splits_the_candidates_vignettes_at_random_and_leaves_others_alone():
+    from honestci.judges.importers import ImportedTables, assign_pools
+
+    responses = tuple(
+        {"response_id": f"{v}:{s}", "vignette_id": f"v{v}", "system": s, "text": "x"}
+        for v in range(10)
+        for s in ("base", "a", "b")
+    )
+    tables = ImportedTables(judgments=(), responses=responses)
+    split = assign_pools(tables, ["a", "b"], heldout_fraction=0.3, seed=4)
+    pools = {(r["vignette_id"], r["system"]): r.get("pool") for r in split.responses}
+    heldout = {v for (v, s), pool in pools.items() if pool == "heldout"}
+    assert len(heldout) == 3  # round(0.3 * 10) vignettes, the same for both candidates
+    assert all(pools[(v, "a")] == pools[(v, "b")] for v in (f"v{i}" for i in range(10)))
+    assert all(pools[(f"v{i}", "base")] is None for i in range(10))
+    assert assign_pools(tables, ["a", "b"], 0.3, seed=4) == split  # seeded
+    assert {r["pool"] for r in assign_pools(tables, ["a"]).responses if r["system"] == "a"} == {"selection"}
+    with pytest.raises(InputError, match="no responses of candidate"):
+        assign_pools(tables, ["c"])

@@ -297,41 +297,76 @@ def report(result: Path, fmt: str, out_file: Path | None) -> None:
 @click.option("--method", "methods", multiple=True, help="Interval method (repeatable); default: all.")
 @seed_option
 @level_option
+@click.option(
+    "--system",
+    "systems",
+    multiple=True,
+    help="Tabulate this system against the claim's opponent and judge instead of the claim's policy "
+    "(repeatable: one block of rows per system).",
+)
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the full table (every column, full precision) to this CSV file.",
+)
 @policy_option
 @_fail_cleanly
-def winrate(claim: Path, methods: tuple[str, ...], seed: int, level: float | None, policy_file: Path | None) -> None:
-    """Print the side-by-side win-rate table (method, estimate, CI, n, G, n_eff) for CLAIM's data."""
+def winrate(
+    claim: Path,
+    methods: tuple[str, ...],
+    seed: int,
+    level: float | None,
+    systems: tuple[str, ...],
+    out_file: Path | None,
+    policy_file: Path | None,
+) -> None:
+    """Print the side-by-side win-rate table (method, estimate, CI, SE, n, G, n_eff) for CLAIM's data."""
+    import pandas as pd
+
     from honestci.audit.data.claims import load_claim
     from honestci.audit.data.contests import build_claim_contests
     from honestci.audit.data.io import load_study
     from honestci.audit.data.policy_file import load_policy
     from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
+    from honestci.reports.writing import atomic_write_text
 
     loaded = load_claim(claim, policy=load_policy(policy_file))
     level = loaded.thresholds.confidence_level if level is None else level
-    study = load_study(loaded.data_paths)
-    contests = build_claim_contests(
-        study,
-        loaded.spec.policy,
-        loaded.spec.opponent,
-        judge=loaded.spec.judge,
-        panel=loaded.spec.panel,
-        panel_rule=loaded.spec.panel_rule,
-        allow_single_order=loaded.spec.allow_single_order,
-    )
-    scored = contests.scores("both_orders", invalid=loaded.policy.invalid_verdicts)
-    scores, clusters = scored.values, scored.clusters
     for m in methods:
         if m not in ALL_METHODS:
             raise InputError(f"Unknown method {m!r}.", fix=f"use one of {list(ALL_METHODS)}")
-    table = winrate_table(
-        scores, clusters, methods=methods or ALL_METHODS, level=level, seed=seed, thresholds=loaded.thresholds
-    )
-    frame = table.to_frame()[
-        ["label", "population", "estimate", "ci_low", "ci_high", "n", "n_clusters", "n_effective", "verdict"]
-    ]
+    study = load_study(loaded.data_paths)
+    frames = []
+    for system in systems or (loaded.spec.policy,):
+        contests = build_claim_contests(
+            study,
+            system,
+            loaded.spec.opponent,
+            judge=loaded.spec.judge,
+            panel=loaded.spec.panel,
+            panel_rule=loaded.spec.panel_rule,
+            allow_single_order=loaded.spec.allow_single_order,
+        )
+        scored = contests.scores("both_orders", invalid=loaded.policy.invalid_verdicts)
+        table = winrate_table(
+            scored.values,
+            scored.clusters,
+            methods=methods or ALL_METHODS,
+            level=level,
+            seed=seed,
+            thresholds=loaded.thresholds,
+        )
+        frames.append(table.to_frame().assign(system=system))
+    full = pd.concat(frames, ignore_index=True)
+    shown = ["label", "population", "estimate", "ci_low", "ci_high", "se", "n", "n_clusters", "n_effective", "verdict"]
+    if systems:
+        shown.insert(0, "system")
     # n_effective is undefined (NaN) when every vignette has one contest: shown as n/a.
-    click.echo(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="n/a"))
+    click.echo(full[shown].to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="n/a"))
+    if out_file is not None:
+        atomic_write_text(out_file, full[["system", *(c for c in full.columns if c != "system")]].to_csv(index=False))
 
 
 @main.command("coverage-study")

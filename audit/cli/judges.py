@@ -200,6 +200,22 @@ def judge_command(
     "inspect: dotted path into the sample's metadata (default: the sample id).",
 )
 @click.option("--filter", "filter_name", help="lm_eval: the filter to read when a file holds several.")
+@click.option(
+    "--candidate",
+    "candidates",
+    multiple=True,
+    help="Any format: a system whose responses were candidates of a selection (best-of-n, checkpoints, "
+    "prompts); marks them with a pool for the winner's-curse analysis (repeatable).",
+)
+@click.option(
+    "--heldout-fraction",
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="With --candidate: the fraction of the vignettes, drawn at random (--seed), whose candidate "
+    "responses form the held-out pool; the rest form the selection pool.",
+)
+@seed_option
 @_fail_cleanly
 def import_command(
     fmt,
@@ -214,6 +230,9 @@ def import_command(
     metric,
     cluster_key,
     filter_name,
+    candidates,
+    heldout_fraction,
+    seed,
 ):
     """Import judgments or per-item scores made by another tool (FORMAT below).
 
@@ -233,6 +252,11 @@ def import_command(
                    graded scorers as metric contests, one log per model (model =
                    eval.model, or NAME=PATH); --metric, --cluster-key
       generic      any CSV/JSONL/Parquet with --map and --verdict-map
+
+    \b
+    --candidate marks the named systems' responses with a pool (selection, or
+    heldout for a seeded --heldout-fraction of the vignettes) for the audit's
+    winners_curse gate and `honestci winners-curse`.
     """
     from honestci.judges import importers
 
@@ -258,6 +282,10 @@ def import_command(
         tables = importers.import_generic(
             paths[0], _pairs(mapping, "--map"), _pairs(verdict_map, "--verdict-map") or None, judge=judge_name
         )
+    if candidates:
+        tables = importers.assign_pools(tables, candidates, heldout_fraction, seed)
+    elif heldout_fraction:
+        raise InputError("--heldout-fraction needs --candidate.", fix="name the candidate systems (--candidate)")
     written = tables.write(out_path)
     invalid = sum(j["verdict"] == "invalid" for j in tables.judgments)
     click.echo(f"{len(tables.judgments)} judgments ({invalid} invalid, kept and counted)", err=True)

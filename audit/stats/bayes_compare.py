@@ -1,18 +1,24 @@
 """Bayesian comparison of two systems judged against the same opponent on the same vignettes.
 
-Model (per judged order, cells aggregated by vignette × order × system; ties count ½ in the
-quasi-binomial likelihood as in :mod:`honestci.audit.stats.bayes`)::
+Model (on contest scores, the estimand of the gates and of
+:func:`honestci.audit.stats.compare.paired_difference`; cells per vignette × system built by
+:func:`honestci.audit.stats.bayes.aggregate_contest_cells`: 2m trials with 2Σs wins, scaled by the
+system's quasi-binomial dispersion, order 0 in every cell)::
 
-    logit P(system wins) = μ + δ·a + u_v + w_v·a + β·order,   a = 1 for system A, 0 for B
+    logit E[s | v, system] = μ + δ·a + u_v + w_v·a,   a = 1 for system A, 0 for B
     u_v ~ N(0, σ_u)  (shared vignette difficulty),   w_v ~ N(0, σ_w)  (vignette-specific gap)
 
-The shared u_v is what pairs the two systems: they met the same vignettes. Estimands per draw:
-the difference of order-averaged win rates, A minus B, on *these vignettes* (mean over the
-observed v) and on a *new vignette* (expectation over (u, w), by Monte Carlo with fixed seeded
-normal draws), and P(A > B) for each population.
+The shared u_v is what pairs the two systems: they met the same vignettes. A contest score is
+whatever the design makes it (both orders averaged, one order, or a continuous preference in
+[0, 1]), so the model needs no order term: β stays in the parameter vector with its N(0, 1) prior,
+sees no data, and enters no estimand (as in the single-system contest model). Estimands per draw:
+the difference of contest-score rates, A minus B, on *these vignettes* (mean over the observed v)
+and on a *new vignette* (expectation over (u, w), by Monte Carlo with fixed seeded normal draws),
+and P(A > B) for each population.
 
 Validated against: recovery of simulated truth and agreement in sign and size with the
-frequentist CR2 paired difference (tests/test_bayes_compare.py).
+frequentist CR2 paired difference (tests/test_bayes_compare.py), on both-order, single-order and
+continuous scores.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from honestci.audit.policy import THRESHOLDS, Thresholds
 from honestci.audit.stats.bayes import (
     PosteriorSummary,
     SamplerDiagnostics,
+    aggregate_contest_cells,
     diagnose_sampler,
     quasi_binomial_loglik,
     resolve_seed,
@@ -80,19 +87,21 @@ class BayesDifference:
         return pd.DataFrame(rows)
 
 
-def _cells(frame_a: pd.DataFrame, frame_b: pd.DataFrame):
-    stacked = pd.concat([frame_a.assign(system=1), frame_b.assign(system=0)], ignore_index=True)
-    stacked["order"] = np.where(stacked["policy_first"].astype(bool), 0.5, -0.5)
-    cells = (
-        stacked.groupby(["vignette_id", "order", "system"], sort=True)["value"].agg(n="size", wins="sum").reset_index()
-    )
-    labels, index = np.unique(cells["vignette_id"].astype(str), return_inverse=True)
-    return labels, {
-        "cell_vignette": index.astype(np.int64),
-        "cell_order": cells["order"].to_numpy(float),
-        "cell_system": cells["system"].to_numpy(float),
-        "cell_n": cells["n"].to_numpy(float),
-        "cell_wins": cells["wins"].to_numpy(float),
+def _cells(scores_a, clusters_a, scores_b, clusters_b, trials_per_contest: int = 2):
+    """Contest cells per vignette × system: A's cells (system 1) then B's (system 0), order 0.
+
+    :func:`aggregate_contest_cells` counts a contest as 2 trials (both orders); a single-order
+    contest is one verdict, so its cells are halved (``trials_per_contest = 1``)."""
+    cells_a = aggregate_contest_cells(clusters_a, scores_a)
+    cells_b = aggregate_contest_cells(clusters_b, scores_b)
+    scale = trials_per_contest / 2.0
+    # both systems met the same vignettes (checked by the caller), so their sorted labels agree
+    return cells_a.vignette_labels, {
+        "cell_vignette": np.concatenate([cells_a.vignette_index, cells_b.vignette_index]).astype(np.int64),
+        "cell_order": np.zeros(len(cells_a.n) + len(cells_b.n)),
+        "cell_system": np.concatenate([np.ones(len(cells_a.n)), np.zeros(len(cells_b.n))]),
+        "cell_n": scale * np.concatenate([cells_a.n, cells_b.n]).astype(float),
+        "cell_wins": scale * np.concatenate([cells_a.wins, cells_b.wins]).astype(float),
     }
 
 
@@ -126,14 +135,15 @@ def _density_model(labels, data):
     return paired_nutpie_model(labels, data)
 
 
-def _order_averaged(eta_mid: np.ndarray, beta: np.ndarray) -> np.ndarray:
-    expit = lambda x: 1.0 / (1.0 + np.exp(-x))  # noqa: E731 - local shorthand
-    return 0.5 * (expit(eta_mid + beta / 2) + expit(eta_mid - beta / 2))
+def _expit(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
 
 
 def fit_paired_difference_bayes(
-    frame_a: pd.DataFrame,
-    frame_b: pd.DataFrame,
+    scores_a,
+    clusters_a,
+    scores_b,
+    clusters_b,
     *,
     system_a: str,
     system_b: str,
@@ -145,26 +155,28 @@ def fit_paired_difference_bayes(
     seed: int = 0,
     sampler: str = "auto",
     thresholds: Thresholds = THRESHOLDS,
+    trials_per_contest: int = 2,
 ) -> BayesDifference:
-    """Fit the joint model to two systems' per-order outcomes (``ContestTable.per_order_outcomes()``).
+    """Fit the joint model to two systems' contest scores (``ContestTable.scores(...)``: values
+    and clusters), one score in [0, 1] per contest, as :func:`honestci.audit.stats.compare.paired_difference`.
+    ``trials_per_contest`` is the judged orders per contest: 2 (both orders) or 1 (one order, as in
+    AlpacaEval; entering one verdict as two agreeing trials overstated the within-vignette
+    information, and the sampler's ESS fell below the gate on AlpacaEval 2.0's 805 instructions).
 
     Raises
     ------
     InputError
-        When the two systems were not judged on the same vignettes.
+        When the two systems were not judged on the same vignettes, or a score lies outside [0, 1].
     """
-    for name, frame in ((system_a, frame_a), (system_b, frame_b)):
-        missing = {"vignette_id", "policy_first", "value"} - set(frame.columns)
-        if missing:
-            raise InputError(f"The per-order outcomes of {name} lack column(s) {sorted(missing)}.")
-    if set(frame_a["vignette_id"]) != set(frame_b["vignette_id"]):
+    clusters_a, clusters_b = np.asarray(clusters_a).astype(str), np.asarray(clusters_b).astype(str)
+    if set(clusters_a) != set(clusters_b):
         raise InputError(
             f"{system_a} and {system_b} were not judged on the same vignettes.",
             fix="compare systems on a shared set of vignettes",
         )
     seed = resolve_seed(seed)
     started = time.perf_counter()
-    labels, data = _cells(frame_a, frame_b)
+    labels, data = _cells(scores_a, clusters_a, scores_b, clusters_b, trials_per_contest)
     idata, sampler_used, note = sample_posterior(
         lambda: _model(labels, data), lambda: _density_model(labels, data), sampler, chains, draws, tune, seed, False
     )
@@ -174,18 +186,13 @@ def fit_paired_difference_bayes(
     summaries: dict = {"these": None, "new": None}
     p_beats: dict[str, float | None] = {"these": None, "new": None}
     if diagnostics.converged:
-        mu, delta, beta = (stacked_draws(idata, v) for v in ("mu", "delta", "beta"))
+        mu, delta = stacked_draws(idata, "mu"), stacked_draws(idata, "delta")
         sigma_u, sigma_w = stacked_draws(idata, "sigma_u"), stacked_draws(idata, "sigma_w")
         u, w = stacked_draws(idata, "u"), stacked_draws(idata, "w")  # draws x vignettes
-        b = beta[:, None]
-        these = (_order_averaged(mu[:, None] + delta[:, None] + u + w, b) - _order_averaged(mu[:, None] + u, b)).mean(
-            axis=1
-        )
+        these = (_expit(mu[:, None] + delta[:, None] + u + w) - _expit(mu[:, None] + u)).mean(axis=1)
         z = np.random.default_rng(seed).standard_normal((2, NEW_VIGNETTE_DRAWS))
         new_u, new_w = sigma_u[:, None] * z[0], sigma_w[:, None] * z[1]
-        new = (
-            _order_averaged(mu[:, None] + delta[:, None] + new_u + new_w, b) - _order_averaged(mu[:, None] + new_u, b)
-        ).mean(axis=1)
+        new = (_expit(mu[:, None] + delta[:, None] + new_u + new_w) - _expit(mu[:, None] + new_u)).mean(axis=1)
         for key, values in (("these", these), ("new", new)):
             summaries[key] = summarise_draws(values, level)
             p_beats[key] = float(np.mean(values > 0))
