@@ -60,6 +60,11 @@ def gate_enough_clusters(n_clusters: int, thresholds: Thresholds = THRESHOLDS) -
     return GateResult("enough_clusters", Verdict.PASS, f"{n_clusters} vignettes", evidence)
 
 
+def gate_without_result(name: str) -> GateResult:
+    """A required gate the audit produced no result for: INCONCLUSIVE, not run (it always blocks)."""
+    return GateResult(name, Verdict.INCONCLUSIVE, "no result: the gate did not run", ran=False)
+
+
 def gate_ci_low_clears_bar(
     ci_low: float | None, bar: float, method: str, population: str, reason_if_missing: str = ""
 ) -> GateResult:

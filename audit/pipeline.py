@@ -20,10 +20,10 @@ from honestci.audit.checks.claimed import ClaimedFigureAudit, audit_claimed_figu
 from honestci.audit.checks.context import AuditContext, BayesCheck, ComparisonCheck
 from honestci.audit.checks.registry import run_checks
 from honestci.audit.data.claims import Claim, load_claim
-from honestci.audit.data.contests import ONE_ORDER_FIXED, ONE_ORDER_RANDOMISED, ContestTable, build_claim_contests
+from honestci.audit.data.contests import ContestTable, build_claim_contests
 from honestci.audit.data.io import Study, load_study
 from honestci.audit.errors import ClaimError, Problem
-from honestci.audit.gates import overall_verdict, run_gates
+from honestci.audit.gates import gate_without_result, overall_verdict, run_gates
 from honestci.audit.policy import (
     DEFAULT_SEED,
     EXIT_BLOCKED,
@@ -95,9 +95,7 @@ class AuditResult:
         by_name = {g.name: g for g in self.gates}
         blocking = []
         for name in self.required_gates:
-            gate = by_name.get(name) or GateResult(
-                name, Verdict.INCONCLUSIVE, "no result: the gate did not run", ran=False
-            )
+            gate = by_name.get(name) or gate_without_result(name)
             if not (gate.verdict in passable and (gate.verdict == Verdict.PASS or gate.ran)):
                 blocking.append(gate)
         order = {name: i for i, name in enumerate(g.name for g in self.gates)}
@@ -253,11 +251,16 @@ def _claimed_rows(
     """Audit each other row of the claimed table from its own contests (same opponent and judge or panel)."""
     spec, audits = claim.spec, {}
     for row in () if spec.claimed is None else spec.claimed.table:
-        scored = _same_judging(claim, study, contests, row.system).scores(
-            "both_orders", invalid=claim.policy.invalid_verdicts
-        )
+        row_contests = _same_judging(claim, study, contests, row.system)
+        scored = row_contests.scores("both_orders", invalid=claim.policy.invalid_verdicts)
         table = winrate_table(
-            scored.values, scored.clusters, methods=ALL_METHODS, level=level, seed=seed, thresholds=claim.thresholds
+            scored.values,
+            scored.clusters,
+            methods=ALL_METHODS,
+            level=level,
+            seed=seed,
+            thresholds=claim.thresholds,
+            trials_per_contest=row_contests.trials_per_contest,
         )
         audits[row.system] = audit_claimed_figures({**row.model_dump(exclude={"system"}), "level": level}, table)
     return audits
@@ -330,7 +333,7 @@ def _comparisons(
                     level=level,
                     seed=seed,
                     thresholds=claim.thresholds,
-                    trials_per_contest=1 if contests.design in (ONE_ORDER_FIXED, ONE_ORDER_RANDOMISED) else 2,
+                    trials_per_contest=contests.trials_per_contest,
                 )
             checks.append(
                 ComparisonCheck(
@@ -403,7 +406,13 @@ def audit_context(
     progress("computing every interval")
     rows = list(
         winrate_table(
-            scored.values, scored.clusters, methods=ALL_METHODS, level=level, seed=seed, thresholds=thresholds
+            scored.values,
+            scored.clusters,
+            methods=ALL_METHODS,
+            level=level,
+            seed=seed,
+            thresholds=thresholds,
+            trials_per_contest=contests.trials_per_contest,
         ).rows
     )
     bayes_result = None
@@ -426,6 +435,7 @@ def audit_context(
                 level=stated_level,
                 seed=seed,
                 thresholds=thresholds,
+                trials_per_contest=contests.trials_per_contest,
             )
         claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons", "table"}), as_stated)
         if spec.claimed.table:
@@ -563,7 +573,13 @@ def _fit_bayes(
     # the Bayesian figures are then the same estimands (equal-weight contest-score rates).
     scored = contests.scores("both_orders", invalid=invalid)
     result = fit_contest_scores_hierarchical(
-        scored.clusters, scored.values, run=scored.frame["run"].to_numpy(), bar=bar, level=level, seed=seed
+        scored.clusters,
+        scored.values,
+        run=scored.frame["run"].to_numpy(),
+        bar=bar,
+        level=level,
+        seed=seed,
+        trials_per_contest=contests.trials_per_contest,
     )
     common: dict[str, Any] = dict(
         level=level,

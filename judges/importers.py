@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib
 import io
 import json
 import math
@@ -933,7 +932,9 @@ def _zstd_decompress(data: bytes, where: str) -> bytes:
     """zstd frames (one or several) → bytes: the stdlib's ``compression.zstd`` (Python 3.14+), else
     the ``zstandard`` package of the ``inspect`` extra."""
     try:
-        return importlib.import_module("compression.zstd").decompress(data)
+        from compression import zstd  # type: ignore[import-not-found,unused-ignore]
+
+        return zstd.decompress(data)
     except ImportError:
         pass
     require_extra(
@@ -942,7 +943,8 @@ def _zstd_decompress(data: bytes, where: str) -> bytes:
         needed_by=f"reading {where} (zstd-compressed, as inspect_ai writes .eval logs)",
         instead="convert the log: inspect log convert --to json",
     )
-    zstandard = importlib.import_module("zstandard")
+    import zstandard
+
     with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
         return reader.read()
 

@@ -602,6 +602,8 @@ def _contest_table(vignette, scores, run):
             "judge": "judge-1",
             "vignette_id": vignette,
             "run": run,
+            "policy_response": [f"p{i}" for i in range(len(scores))],
+            "opponent_response": [f"o{i}" for i in range(len(scores))],
             "outcome_policy_first": first,
             "outcome_policy_second": second,
         }

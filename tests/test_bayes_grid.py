@@ -98,3 +98,22 @@ def test_unequal_sizes_do_not_move_the_target_toward_the_big_vignettes():
     median = rate_posterior(scores, clusters).quantile(0.5)
     assert means.contest_weighted - means.estimate > 0.05
     assert abs(median - means.estimate) < abs(median - means.contest_weighted) / 2
+
+
+def test_one_verdict_per_vignette_is_one_trial_and_the_posterior_is_binomial():
+    # One judged order per contest and one contest per vignette (AlpacaEval's design): the
+    # likelihood depends on (mu, sigma) only through theta_new, so the posterior of theta_new is the
+    # binomial one under a nearly flat induced prior; at n = 805 its quantiles match the Jeffreys
+    # Beta(k + 1/2, n - k + 1/2) quantiles (scipy) within 0.002 (0.0011 seen). Counted as two
+    # agreeing trials the same data fake a vignette spread (CI-low 0.0029 above Jeffreys'), and
+    # with the coarse mu grid cut at 3 logits from the data the interval lay below the observed rate.
+    rng = np.random.default_rng(12)
+    scores = (rng.random(805) < 0.928).astype(float)
+    clusters = np.arange(805)
+    posterior = rate_posterior(scores, clusters, trials_per_contest=1)
+    wins = scores.sum()
+    jeffreys = stats.beta(wins + 0.5, 805 - wins + 0.5)
+    for q in (0.025, 0.5, 0.975):
+        assert posterior.quantile(q) == pytest.approx(jeffreys.ppf(q), abs=0.002)
+    low, high = posterior.quantile(0.025), posterior.quantile(0.975)
+    assert low < scores.mean() < high

@@ -134,7 +134,15 @@ def panel_check(context: AuditContext) -> PanelResult | None:
     keep = np.isfinite(matrix).all(axis=1)
     matrix, clusters = matrix[keep], keys["vignette_id"].to_numpy()[keep]
     per_judge = tuple(
-        winrate_ci(matrix[:, k], clusters, context.gate_method, level, seed=context.seed, thresholds=thresholds)
+        winrate_ci(
+            matrix[:, k],
+            clusters,
+            context.gate_method,
+            level,
+            seed=context.seed,
+            thresholds=thresholds,
+            trials_per_contest=contests.trials_per_contest,
+        )
         for k in range(matrix.shape[1])
     )
     sides = verdict_codes(matrix)

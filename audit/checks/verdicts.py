@@ -84,7 +84,15 @@ def verdict_validity(
     if contests.n_invalid:
         for end in bounds:
             scored = contests.scores("both_orders", invalid=end)
-            row = winrate_ci(scored.values, scored.clusters, method, level, seed=seed, thresholds=thresholds)
+            row = winrate_ci(
+                scored.values,
+                scored.clusters,
+                method,
+                level,
+                seed=seed,
+                thresholds=thresholds,
+                trials_per_contest=contests.trials_per_contest,
+            )
             bounds[end] = None if row.bounds is None else row.bounds[0]
             points[end] = float(scored.values.mean())
     judgments = study.judgments.frame

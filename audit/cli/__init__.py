@@ -357,6 +357,7 @@ def winrate(
             level=level,
             seed=seed,
             thresholds=loaded.thresholds,
+            trials_per_contest=contests.trials_per_contest,
         )
         frames.append(table.to_frame().assign(system=system))
     full = pd.concat(frames, ignore_index=True)

@@ -270,6 +270,12 @@ class ContestTable:
         return values[0], values[1]
 
     @property
+    def trials_per_contest(self) -> int:
+        """Judged orders behind each contest score: 1 in a one-order design, else 2 (a mixed design
+        reaching scoring has had its single-order contests left out)."""
+        return 1 if self.design in (ONE_ORDER_RANDOMISED, ONE_ORDER_FIXED) else 2
+
+    @property
     def policy_first(self) -> np.ndarray:
         """For single-order contests, whether the policy was shown first (True where both orders were judged)."""
         return self._judged()[0]

@@ -223,6 +223,8 @@ class WinRateCells:
     #: verdict cells), and its Pearson estimate before the floor at 1 (None when not estimable).
     dispersion: float = 1.0
     dispersion_estimate: float | None = None
+    #: Judged orders per contest ("contest" cells: 2, or 1 for single-order designs).
+    trials_per_contest: int = 2
 
     @property
     def n_vignettes(self) -> int:
@@ -238,8 +240,8 @@ class WinRateCells:
 
     @property
     def n_verdicts(self) -> int:
-        """Judged orders (two per contest for contest cells)."""
-        return int(self.n.sum()) if self.contests is None else 2 * self.n_contests
+        """Judged orders (``trials_per_contest`` per contest for contest cells)."""
+        return int(self.n.sum()) if self.contests is None else self.trials_per_contest * self.n_contests
 
     @property
     def n_contests(self) -> int:
@@ -354,13 +356,16 @@ def aggregate_cells(
     )
 
 
-def contest_dispersion(cell_of_contest: np.ndarray, score: np.ndarray) -> tuple[float | None, int]:
+def contest_dispersion(
+    cell_of_contest: np.ndarray, score: np.ndarray, trials_per_contest: int = 2
+) -> tuple[float | None, int]:
     """Pearson estimate of the quasi-binomial dispersion of contest scores, and its df.
 
-    Each contest enters the likelihood as 2 trials with 2s wins, whose binomial variance is
-    2p(1 - p). With the cell's mean score as p (the saturated within-cell fit),
+    Each contest enters the likelihood as m trials with m·s wins (m = ``trials_per_contest``: 2
+    when both orders are judged, 1 for a single-order verdict or preference), whose binomial
+    variance is m·p(1 − p). With the cell's mean score as p (the saturated within-cell fit),
 
-        phi = sum_c sum_{i in c} (2 s_i - 2 ybar_c)^2 / (2 ybar_c (1 - ybar_c)) / sum_c (m_c - 1)
+        phi = sum_c sum_{i in c} m (s_i - ybar_c)^2 / (ybar_c (1 - ybar_c)) / sum_c (m_c - 1)
 
     over cells with 0 < ybar_c < 1 and m_c >= 2 contests (McCullagh & Nelder 1989, sec. 9.2).
     phi > 1 when the two orders of a contest agree more than independent verdicts would (a judge
@@ -370,12 +375,12 @@ def contest_dispersion(cell_of_contest: np.ndarray, score: np.ndarray) -> tuple[
     """
     count = np.bincount(cell_of_contest).astype(float)
     mean = np.bincount(cell_of_contest, weights=score) / count
-    squares = np.bincount(cell_of_contest, weights=(2.0 * (score - mean[cell_of_contest])) ** 2)
+    squares = np.bincount(cell_of_contest, weights=trials_per_contest * (score - mean[cell_of_contest]) ** 2)
     usable = (count >= 2) & (mean > 0.0) & (mean < 1.0)
     df = int(np.sum(count[usable] - 1))
     if df == 0:
         return None, 0
-    return float(np.sum(squares[usable] / (2.0 * mean[usable] * (1.0 - mean[usable]))) / df), df
+    return float(np.sum(squares[usable] / (mean[usable] * (1.0 - mean[usable]))) / df), df
 
 
 def aggregate_contest_cells(
@@ -383,11 +388,13 @@ def aggregate_contest_cells(
     score: Sequence | np.ndarray,
     run: Sequence | np.ndarray | None = None,
     judge: Sequence | np.ndarray | None = None,
+    trials_per_contest: int = 2,
 ) -> WinRateCells:
     """Contest scores (1 won both orders, 0 lost both, 1/2 otherwise) summed into cells
     (vignette, run, judge) for the same model, on the contest-score estimand.
 
-    A contest is 2 trials with 2s wins, so E[s | v] = expit(mu + u_v + a_r + b_j) and the model's
+    A contest is 2 trials with 2s wins (``trials_per_contest`` = 2, both orders judged; 1 for a
+    single-order verdict or preference: one trial with s wins, never two agreeing ones), so E[s | v] = expit(mu + u_v + a_r + b_j) and the model's
     win rates are the contest-score rates of :mod:`honestci.audit.stats.estimands`. The order
     covariate is 0 in every cell (each score already averages both orders; beta then keeps its
     prior and enters no estimand). The quasi-binomial dispersion phi of
@@ -432,15 +439,15 @@ def aggregate_contest_cells(
     cell_keys, cell_of_contest = np.unique(keys, axis=0, return_inverse=True)
     cell_of_contest = cell_of_contest.ravel()
     contests = np.bincount(cell_of_contest, minlength=len(cell_keys)).astype(np.int64)
-    wins = 2.0 * np.bincount(cell_of_contest, weights=score_array, minlength=len(cell_keys))
-    estimate, _ = contest_dispersion(cell_of_contest, score_array)
+    wins = trials_per_contest * np.bincount(cell_of_contest, weights=score_array, minlength=len(cell_keys))
+    estimate, _ = contest_dispersion(cell_of_contest, score_array, trials_per_contest)
     dispersion = max(1.0, estimate) if estimate is not None else 1.0
     return WinRateCells(
         vignette_index=cell_keys[:, 0].astype(np.int64),
         order=np.zeros(len(cell_keys)),
         run_index=cell_keys[:, 1].astype(np.int64),
         judge_index=cell_keys[:, 2].astype(np.int64),
-        n=2.0 * contests / dispersion,
+        n=trials_per_contest * contests / dispersion,
         wins=wins / dispersion,
         vignette_labels=vignette_labels,
         run_labels=run_labels,
@@ -450,6 +457,7 @@ def aggregate_contest_cells(
         contests=contests,
         dispersion=dispersion,
         dispersion_estimate=estimate,
+        trials_per_contest=trials_per_contest,
     )
 
 
@@ -1610,6 +1618,7 @@ def fit_contest_scores_hierarchical(
     progress: bool = False,
     idata_path: str | os.PathLike | None = None,
     thresholds: Thresholds = THRESHOLDS,
+    trials_per_contest: int = 2,
 ) -> BayesWinRateResult:
     r"""The hierarchical model on both-order contest scores: the estimands the audit reports.
 
@@ -1634,7 +1643,8 @@ def fit_contest_scores_hierarchical(
     :func:`honestci.audit.policy.clears_bar` on the ``level`` interval's lower end, as for the gate.
 
     Parameters are those of :func:`fit_winrate_hierarchical`, with ``score`` (one per contest) in
-    place of ``order`` and ``outcome``.
+    place of ``order`` and ``outcome``, and ``trials_per_contest`` (1 when each contest is one
+    judged order: :func:`aggregate_contest_cells`).
 
     References
     ----------
@@ -1648,7 +1658,7 @@ def fit_contest_scores_hierarchical(
     :func:`fit_winrate_hierarchical` apply unchanged (same model).
     """
     return _fit_hierarchical_cells(
-        lambda: aggregate_contest_cells(vignette, score, run, judge),
+        lambda: aggregate_contest_cells(vignette, score, run, judge, trials_per_contest),
         bar=bar,
         prior=prior,
         parameterization=parameterization,

@@ -90,18 +90,17 @@ class BayesDifference:
 def _cells(scores_a, clusters_a, scores_b, clusters_b, trials_per_contest: int = 2):
     """Contest cells per vignette × system: A's cells (system 1) then B's (system 0), order 0.
 
-    :func:`aggregate_contest_cells` counts a contest as 2 trials (both orders); a single-order
-    contest is one verdict, so its cells are halved (``trials_per_contest = 1``)."""
-    cells_a = aggregate_contest_cells(clusters_a, scores_a)
-    cells_b = aggregate_contest_cells(clusters_b, scores_b)
-    scale = trials_per_contest / 2.0
+    A contest is 2 trials (both orders) or, single-order, one (``trials_per_contest = 1``):
+    :func:`aggregate_contest_cells`."""
+    cells_a = aggregate_contest_cells(clusters_a, scores_a, trials_per_contest=trials_per_contest)
+    cells_b = aggregate_contest_cells(clusters_b, scores_b, trials_per_contest=trials_per_contest)
     # both systems met the same vignettes (checked by the caller), so their sorted labels agree
     return cells_a.vignette_labels, {
         "cell_vignette": np.concatenate([cells_a.vignette_index, cells_b.vignette_index]).astype(np.int64),
         "cell_order": np.zeros(len(cells_a.n) + len(cells_b.n)),
         "cell_system": np.concatenate([np.ones(len(cells_a.n)), np.zeros(len(cells_b.n))]),
-        "cell_n": scale * np.concatenate([cells_a.n, cells_b.n]).astype(float),
-        "cell_wins": scale * np.concatenate([cells_a.wins, cells_b.wins]).astype(float),
+        "cell_n": np.concatenate([cells_a.n, cells_b.n]).astype(float),
+        "cell_wins": np.concatenate([cells_a.wins, cells_b.wins]).astype(float),
     }
 
 

@@ -106,6 +106,7 @@ def winrate_ci(
     seed: int | None = None,
     thresholds: Thresholds = THRESHOLDS,
     bootstrap_draws: int | None = None,
+    trials_per_contest: int = 2,
 ) -> IntervalResult:
     """Interval for the win rate from per-contest scores, by ``method``.
 
@@ -124,6 +125,11 @@ def winrate_ci(
     bootstrap_draws
         Draws of the resampling methods; default: every wild-bootstrap draw when there are at most
         :data:`MAX_ENUMERATED_DRAWS` of them (else 9,999), and 4,999 cluster-bootstrap draws.
+    trials_per_contest
+        Judged orders behind each score: 2 when both orders are judged, 1 when each contest is one
+        judged order (a verdict or a preference; :attr:`ContestTable.trials_per_contest`). Used
+        by the methods that model the verdicts: the posterior (trials per contest) and the
+        stratified interval's variance floor p̃(1 − p̃)/m.
 
     Returns
     -------
@@ -136,7 +142,7 @@ def winrate_ci(
     -----
     iid: the score total is treated as a binomial count out of n (Wilson 1927; Agresti & Coull 1998;
     Clopper & Pearson 1934). Stratified: θ̂ = Σ w_g ȳ_g, w_g = 1/G, Var = Σ w_g² v_g/n_g with
-    v_g = max(s_g², p̃_g(1 − p̃_g)/2), p̃_g = (n_g ȳ_g + 1)/(n_g + 2), and Welch–Satterthwaite df. Clustered: ``lm(ȳ_g ~ 1)`` on the G vignette means (one row per
+    v_g = max(s_g², p̃_g(1 − p̃_g)/m) (m = ``trials_per_contest``), p̃_g = (n_g ȳ_g + 1)/(n_g + 2), and Welch–Satterthwaite df. Clustered: ``lm(ȳ_g ~ 1)`` on the G vignette means (one row per
     vignette, so equal vignette weight) with cluster-robust variance (CR2: Bell & McCaffrey 2002;
     Pustejovsky & Tipton 2018: here s²/G with G − 1 df); ``cr2_logit`` is the same CR2 standard error
     carried to the logit scale by the delta method, expit(logit θ̂ ± t_df · SE/(θ̂(1 − θ̂))) (the
@@ -151,7 +157,11 @@ def winrate_ci(
     scores, clusters = _check_inputs(scores, clusters)
     if method not in ALL_METHODS:
         raise InputError(f"Unknown interval method {method!r}.", fix=f"use one of {list(ALL_METHODS)}")
-    return _refuse_degenerate(_winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_draws))
+    if trials_per_contest not in (1, 2):
+        raise InputError(f"trials_per_contest is {trials_per_contest!r}.", fix="use 2 (both orders) or 1 (one order)")
+    return _refuse_degenerate(
+        _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_draws, trials_per_contest)
+    )
 
 
 def _refuse_degenerate(result: IntervalResult) -> IntervalResult:
@@ -176,7 +186,9 @@ def _refuse_degenerate(result: IntervalResult) -> IntervalResult:
     )
 
 
-def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_draws) -> IntervalResult:
+def _winrate_ci(
+    scores, clusters, method, level, seed, thresholds, bootstrap_draws, trials_per_contest
+) -> IntervalResult:
     info = _clustering(scores, clusters)
     common = dict(
         level=level,
@@ -200,7 +212,7 @@ def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_dra
         )
 
     if method == "stratified":
-        return _stratified(scores, clusters, common)
+        return _stratified(scores, clusters, common, trials_per_contest)
 
     label = CLUSTER_METHODS[method]
     per_vignette = vignette_means(scores, clusters)
@@ -226,7 +238,7 @@ def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_dra
             **common,
         )
     if method == "bayes_logit_normal":
-        return _posterior_interval(method, label, scores, clusters, estimate, common)
+        return _posterior_interval(method, label, scores, clusters, estimate, common, trials_per_contest)
     try:
         # One row per vignette: every clustered method then weights vignettes equally (estimands).
         means = per_vignette.means
@@ -237,7 +249,7 @@ def _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_dra
         )
 
 
-def _stratified(scores, clusters, common) -> IntervalResult:
+def _stratified(scores, clusters, common, trials_per_contest) -> IntervalResult:
     _, codes = np.unique(clusters, return_inverse=True)
     sizes = np.bincount(codes)
     means = np.bincount(codes, weights=scores) / sizes
@@ -256,12 +268,12 @@ def _stratified(scores, clusters, common) -> IntervalResult:
             note="a vignette has fewer than 2 contests",
             **common,
         )
-    # Floor each vignette's variance at the two-Bernoulli-orders value p(1 - p)/2 with the plus-two
+    # Floor each vignette's variance at the m-Bernoulli-orders value p(1 - p)/m with the plus-two
     # p = (sum + 1)/(n + 2) (Agresti & Coull 1998): a vignette won in every one of its few contests
     # otherwise claims zero variance, and near 1 the CI-low then sits above the truth in 5-7% of
     # replications instead of 2.5% (docs/methods.md).
     shrunk = (means * sizes + 1.0) / (sizes + 2.0)
-    variances = np.maximum(sq / (sizes - 1), shrunk * (1.0 - shrunk) / 2.0)
+    variances = np.maximum(sq / (sizes - 1), shrunk * (1.0 - shrunk) / trials_per_contest)
     parts = weights**2 * variances / sizes
     var = float(parts.sum())  # > 0: every vignette's variance is floored
     df = var**2 / float(np.sum(parts**2 / (sizes - 1)))
@@ -345,7 +357,7 @@ def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -
     )
 
 
-def _posterior_interval(method, label, scores, clusters, estimate, common) -> IntervalResult:
+def _posterior_interval(method, label, scores, clusters, estimate, common, trials_per_contest) -> IntervalResult:
     """Equal-tailed posterior interval of the new-vignette rate (:mod:`honestci.audit.stats.bayes_grid`).
 
     The posterior carries the uncertainty in the vignette spread σ into the rate, which keeps the
@@ -355,7 +367,7 @@ def _posterior_interval(method, label, scores, clusters, estimate, common) -> In
     """
     from honestci.audit.stats.bayes_grid import rate_posterior
 
-    posterior = rate_posterior(scores, clusters)
+    posterior = rate_posterior(scores, clusters, trials_per_contest)
     tail = (1.0 - common["level"]) / 2.0
     note = "posterior quantiles by quadrature; mu ~ N(0, 1.5), sigma ~ HalfNormal(1)"
     if posterior.dispersion > 1.0:
@@ -406,7 +418,19 @@ def winrate_table(
     *,
     seed: int = 0,
     thresholds: Thresholds = THRESHOLDS,
+    trials_per_contest: int = 2,
 ) -> IntervalTable:
     """Every requested interval of the win rate, side by side (see :func:`winrate_ci`)."""
-    rows = tuple(winrate_ci(scores, clusters, method=m, level=level, seed=seed, thresholds=thresholds) for m in methods)
+    rows = tuple(
+        winrate_ci(
+            scores,
+            clusters,
+            method=m,
+            level=level,
+            seed=seed,
+            thresholds=thresholds,
+            trials_per_contest=trials_per_contest,
+        )
+        for m in methods
+    )
     return IntervalTable(estimand="win rate", rows=rows)
