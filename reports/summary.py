@@ -177,7 +177,7 @@ def _remedy(gate: dict, data: dict, row: dict | None) -> str:
     name, evidence = gate["gate"], gate.get("evidence") or {}
     if not gate.get("ran", True) and name != "ci_low_clears_bar":
         needs = _reason(gate).removeprefix("not run: ")
-        return f"it did not run; supply what it needs ({needs}) and re-audit"
+        return f"it did not run ({needs}); supply that evidence and re-audit"
     if name == "ci_low_clears_bar":
         return _bar_sentence(data, row)
     if name == "enough_clusters":
