@@ -266,12 +266,23 @@ def _claimed_rows(
     return audits
 
 
-def _per_vignette(scored, study: Study, level: float) -> tuple[dict, ...]:
-    """Per-vignette win rate with a within-vignette t interval (for the forest plot)."""
+def _per_vignette(scored, study: Study, level: float, trials_per_contest: int) -> tuple[dict, ...]:
+    """Per-vignette win rate with a within-vignette t interval and, from two vignettes on, the
+    partially pooled rate and interval of the gate's logit-normal model
+    (:func:`honestci.audit.stats.bayes_grid.vignette_rate_posteriors`) for the caterpillar plot."""
     import numpy as np
     from scipy import stats
 
+    from honestci.audit.stats.bayes_grid import vignette_rate_posteriors
+
     texts = dict(zip(study.vignettes.frame["vignette_id"], study.vignettes.frame["text"]))
+    pooled = {}
+    frame = scored.frame
+    if frame["vignette_id"].nunique() >= 2:
+        fit = vignette_rate_posteriors(
+            frame["score"].to_numpy(float), frame["vignette_id"].to_numpy(), level, trials_per_contest
+        )
+        pooled = {str(v): (m, lo, hi) for v, m, lo, hi in zip(fit.vignettes, fit.mean, fit.low, fit.high)}
     rows = []
     for vignette, group in scored.frame.groupby("vignette_id", sort=True):
         values = group["score"].to_numpy(float)
@@ -287,6 +298,8 @@ def _per_vignette(scored, study: Study, level: float) -> tuple[dict, ...]:
                 "ci_high": min(1.0, mean + half),
             }
         )
+        if str(vignette) in pooled:
+            rows[-1].update(zip(("pooled", "pooled_low", "pooled_high"), map(float, pooled[str(vignette)])))
     return tuple(rows)
 
 
@@ -510,7 +523,9 @@ def run_audit(
         claimed_audit=context.claimed_audit,
         comparisons=context.comparisons,
         bayes_summary=None if bayes_result is None else _bayes_summary(bayes_result),
-        per_vignette=_per_vignette(scored, context.study, claim.thresholds.confidence_level),
+        per_vignette=_per_vignette(
+            scored, context.study, claim.thresholds.confidence_level, contests.trials_per_contest
+        ),
         sections=tuple(result.report_section().to_dict() for result in context.checks.values() if result is not None),
         provenance=_provenance(claim, context.study, seed),
         audit_policy={

@@ -17,6 +17,10 @@ from honestci.audit.policy import POPULATION_LABELS
 
 __all__ = ["POPULATION_LABELS", "POSTERIOR_FILE", "SCHEMA_VERSION", "Report", "json_safe"]
 
+#: Version 1 has gained optional keys, which readers must treat as absent in older files (so the
+#: version stays 1): ``per_vignette[*].pooled``, ``pooled_low``, ``pooled_high`` (the partially
+#: pooled rate and interval) and ``sections[*].columns`` (the check's column order; JSON object
+#: keys are sorted).
 SCHEMA_VERSION = 1
 #: The main Bayesian fit's InferenceData, written beside the reports when the sampler converged.
 POSTERIOR_FILE = "posterior.nc"

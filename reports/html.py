@@ -1,23 +1,32 @@
 """The honest-CI report as one self-contained HTML file (inline SVG plots, no external request;
-every piece of user or model text is escaped by Jinja2's autoescape)."""
+every piece of user or model text is escaped by Jinja2's autoescape, and the Markdown snippets it
+shares with report.md are rendered with raw HTML disabled)."""
 
 from __future__ import annotations
 
 import html
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markdown_it import MarkdownIt
 from markupsafe import Markup
 
 from honestci.audit.report_model import POPULATION_LABELS, Report
 from honestci.reports import plots
 from honestci.reports.markdown import (
     claimed_section,
-    fmt,
     gate_interval,
-    interval_text,
     model_card_section,
     policy_lines,
+    vignette_rows,
 )
+from honestci.reports.summary import summarize
+from honestci.reports.tables import INTERVAL_COLUMNS, evidence_pairs, interval_row, number, section_table
+
+
+def _markdown_html(text: str) -> Markup:
+    """Markdown rendered to HTML with raw HTML escaped and no links or images (nothing to load)."""
+    renderer = MarkdownIt("commonmark", {"html": False}).enable("table").disable(["link", "image", "autolink"])
+    return Markup(renderer.render(text))
 
 
 def render_html(report: Report) -> str:
@@ -26,33 +35,43 @@ def render_html(report: Report) -> str:
         loader=PackageLoader("honestci.reports", "templates"), autoescape=select_autoescape(["html", "j2"])
     )
     claim = data["claim"]
-    honest = gate_interval(data)
-    pooled = None if honest is None or honest.get("ci_low") is None else {**honest, "method": honest["method"]}
+    gate = gate_interval(data)
     bayes = data.get("bayes") or {}
     quantiles = bayes.get(f"posterior_quantiles_{claim['population']}")
+    per_vignette = data.get("per_vignette", [])
+    vignette_headings, vignette_cells, vignette_note = vignette_rows(per_vignette)
+    texts = {str(v["vignette_id"]): v.get("text", "") for v in per_vignette}
+    claimed = "\n".join(claimed_section(data)[3:]).strip()  # without its heading
     return env.get_template("report.html.j2").render(
         claim=claim,
+        summary=summarize(data),
         # The Markdown lines without their markup; Jinja escapes them again.
         policy_lines=[
             html.unescape(line.lstrip(" -").replace("**", "").replace("`", "")).replace("\\|", "|")
             for line in policy_lines(data)
         ],
-        verdict=data["verdict"],
-        exit_code=data["exit_code"],
-        gates=data["gates"],
-        intervals=data["intervals"],
+        gates=[g | {"pairs": evidence_pairs(g.get("evidence") or {})} for g in data["gates"]],
+        interval_columns=INTERVAL_COLUMNS,
+        interval_rows=[(r, interval_row(r)) for r in data["intervals"]],
         contests=data["contests"],
-        per_vignette=data.get("per_vignette", []),
         gate_method=data["gate_method"],
         population_label=POPULATION_LABELS[claim["population"]],
-        gate_interval_text=interval_text(honest) if honest else "not computed",
+        n_vignettes=len(per_vignette),
+        pooled=any(v.get("pooled") is not None for v in per_vignette),
+        many_vignettes=len(per_vignette) > plots.MAX_LABELLED_VIGNETTES,
+        caterpillar_sample=plots.CATERPILLAR_SAMPLE,
+        vignette_headings=vignette_headings,
+        vignette_rows=[(cells, texts.get(cells[0], "")) for cells in vignette_cells],
+        vignette_note=vignette_note,
         provenance=data["provenance"],
-        fmt=fmt,
-        interval_text=interval_text,
-        claimed_markdown="\n".join(claimed_section(data)).strip() or "No figures are claimed.",
-        model_card=model_card_section(data),
-        sections=data.get("sections", []),
-        intervals_svg=Markup(plots.intervals_plot(data["intervals"], claim["bar"])),
-        forest_svg=Markup(plots.forest_plot(data.get("per_vignette", []), pooled, claim["bar"])),
+        claimed_html=_markdown_html(claimed) if claimed else None,
+        model_card_html=_markdown_html(model_card_section(data)),
+        sections=[s | {"headings_cells": section_table(s)} for s in data.get("sections", [])],
+        bayes_rows=[(k.replace("_", " "), number(v)) for k, v in bayes.items() if not isinstance(v, (list, dict))],
+        bayes_withheld=bayes.get("withheld"),
+        intervals_svg=Markup(
+            plots.intervals_plot(data["intervals"], claim["bar"], data["gate_method"], claim["population"])
+        ),
+        vignette_svg=Markup(plots.vignette_plot(per_vignette, gate, claim["bar"])) if per_vignette else None,
         posterior_svg=Markup(plots.posterior_plot(quantiles, claim["bar"], claim["population"])) if quantiles else None,
     )

@@ -7,6 +7,8 @@ import html
 import yaml
 
 from honestci.audit.report_model import POPULATION_LABELS, Report
+from honestci.reports.summary import sig, summarize
+from honestci.reports.tables import INTERVAL_COLUMNS, evidence_pairs, interval, interval_row, number, section_table
 
 
 def md(text) -> str:
@@ -120,30 +122,92 @@ def policy_lines(data: dict) -> list[str]:
     return lines
 
 
+def summary_markdown(data: dict) -> list[str]:
+    """The head of the report (:func:`honestci.reports.summary.summarize`) as Markdown."""
+    summary = summarize(data)
+    outcome = "release allowed" if summary.exit_code == 0 else "release blocked"
+    lines = [f"**Verdict: {summary.verdict}** — {outcome} (exit code {summary.exit_code})", ""]
+    if summary.blocking:
+        lines += ["**Blocking gates:**", ""]
+        lines += [f"- **{g.name}** ({g.verdict}): {md(g.reason)}" for g in summary.blocking]
+    else:
+        lines.append("**Blocking gates:** none; every required gate passes.")
+    lines += [
+        "",
+        f"**Gate interval** ({md(summary.interval_label)}): {md(summary.interval_figures)}",
+        "",
+        "**What would change the verdict:**",
+        "",
+    ]
+    lines += [f"- {md(sentence)}" for sentence in summary.change]
+    return lines
+
+
+def table_markdown(headings: list[str], rows: list[list[str]]) -> list[str]:
+    """A GFM table; every cell escaped."""
+    return [
+        "| " + " | ".join(md(h) for h in headings) + " |",
+        "|" + "---|" * len(headings),
+        *("| " + " | ".join(md(c) for c in row) + " |" for row in rows),
+    ]
+
+
+#: More vignettes than this and the report lists only the lowest and highest (all are in verdict.json).
+MAX_VIGNETTE_ROWS = 60
+#: How many of the lowest and of the highest vignettes a long list keeps.
+VIGNETTE_TAIL = 10
+
+
+def vignette_rows(per_vignette: list[dict]) -> tuple[list[str], list[list[str]], str]:
+    """The per-vignette table: raw rate with its within-vignette interval and, when the report
+    has them, the partially pooled rate and interval. Past :data:`MAX_VIGNETTE_ROWS` only the
+    lowest and highest :data:`VIGNETTE_TAIL` by raw rate, with a note saying so."""
+    pooled = any(v.get("pooled") is not None for v in per_vignette)
+    headings = ["vignette", "n", "win rate", "within-vignette CI"] + (
+        ["partially pooled", "pooled interval"] if pooled else []
+    )
+    rows, note = list(per_vignette), ""
+    if len(rows) > MAX_VIGNETTE_ROWS:
+        ordered = sorted(rows, key=lambda v: (v["estimate"], str(v["vignette_id"])))
+        rows = ordered[:VIGNETTE_TAIL] + ordered[-VIGNETTE_TAIL:]
+        note = (
+            f"The {VIGNETTE_TAIL} lowest and {VIGNETTE_TAIL} highest of {len(per_vignette)} vignettes by raw "
+            "win rate; every vignette is in verdict.json."
+        )
+    out = []
+    for v in rows:
+        cells = [str(v["vignette_id"]), sig(v["n"]), number(v["estimate"], 3), interval_text(v)]
+        if pooled:
+            cells += [number(v.get("pooled"), 3), interval(v.get("pooled_low"), v.get("pooled_high"), 3)]
+        out.append(cells)
+    return headings, out, note
+
+
 def render_markdown(report: Report) -> str:
     """Render the report. Figures come only from the report; nothing is recomputed here."""
     data = report.data
     claim, contests = data["claim"], data["contests"]
-    honest = gate_interval(data)
-    lines = [
-        f"# honestci audit: {md(claim['name'])}",
+    lines = [f"# honestci audit: {md(claim['name'])}", "", *summary_markdown(data)]
+    lines += [
         "",
-        f"**Verdict: {data['verdict']}** (exit code {data['exit_code']})",
+        "## Claim and policy",
         "",
         f"- Policy `{md(claim['policy'])}` vs opponent `{md(claim['opponent'])}`, judge `{md(claim['judge'])}`",
-        f"- Bar: {claim['bar']:.3f} on the win rate for **{POPULATION_LABELS[claim['population']]}**",
-        f"- Gate interval: `{data['gate_method']}`" + (f" → {interval_text(honest)}" if honest else ""),
+        f"- Bar: {claim['bar']:.3f} on the win rate for **{POPULATION_LABELS[claim['population']]}**, "
+        f"read by the gate interval `{data['gate_method']}`",
         f"- Contests scored: {contests['n']} (with an invalid verdict: {contests['n_invalid']}; "
         f"other drops: {contests['dropped'] or 'none'})",
         *policy_lines(data),
         "",
         "## Gates",
         "",
-        "| gate | required | verdict | why |",
-        "|---|---|---|---|",
+        "| gate | required | verdict | why | evidence |",
+        "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {g['gate']} | {'yes' if g['required'] else 'no'} | {g['verdict']} | {md(g['message'])} |"
+        f"| {g['gate']} | {'yes' if g['required'] else 'no'} | {g['verdict']} | {md(g['message'])} | "
+        + md("; ".join(f"{k} {v}" for k, v in evidence_pairs(g.get("evidence") or {})) or "–")
+        + " |"
         for g in data["gates"]
     ]
     lines += [
@@ -152,39 +216,33 @@ def render_markdown(report: Report) -> str:
         "",
         "Per contest: 1 if the policy wins both judged orders, 0 if it loses both, ½ otherwise. Rows "
         "with population *iid* treat contests as independent and are optimistic when contests share "
-        "vignettes; the population column says which win rate each interval is for.",
+        "vignettes; the population column says which win rate each interval is for. Figures are "
+        "rounded to the decimals their SE supports (3 where there is no SE).",
         "",
-        "| method | population | estimate | CI | SE | df | n | G | ICC | DEFF | n_eff | note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *table_markdown(list(INTERVAL_COLUMNS), [interval_row(r) for r in data["intervals"]]),
     ]
-    for r in data["intervals"]:
-        lines.append(
-            f"| {r['label']} | {r['population']} | {fmt(r['estimate'])} | {interval_text(r)} | {fmt(r['se'], 4)} | "
-            f"{fmt(r['df'], 1)} | {r['n']} | {r['n_clusters']} | {fmt(r['icc'])} | {fmt(r['design_effect'], 1)} | "
-            f"{fmt(r['n_effective'], 1)} | {md(r['note'])} |"
-        )
     bayes = data.get("bayes")
     if bayes:
         lines += ["", "## Bayesian hierarchical model", ""]
         if bayes.get("withheld"):
             lines += [f"**The Bayesian win rate is withheld**: {md(bayes['withheld'])}.", ""]
-        lines += [f"- {k}: {fmt(v)}" for k, v in bayes.items() if not isinstance(v, (list, dict))]
+        scalars = [[k.replace("_", " "), number(v)] for k, v in bayes.items() if not isinstance(v, (list, dict))]
+        lines += table_markdown(["figure", "value"], scalars)
     lines += claimed_section(data)
     for section in data.get("sections", []):
         lines += section_markdown(section)
-    lines += ["", "## Per vignette", "", "| vignette | n | win rate | within-vignette CI |", "|---|---|---|---|"]
-    lines += [
-        f"| {md(v['vignette_id'])} | {v['n']} | {fmt(v['estimate'])} | {interval_text(v)} |"
-        for v in data.get("per_vignette", [])
-    ]
+    headings, rows, note = vignette_rows(data.get("per_vignette", []))
+    lines += ["", "## Per vignette", ""] + ([note, ""] if note else []) + table_markdown(headings, rows)
     lines += ["", "## Model-card section", "", model_card_section(data)]
     prov = data["provenance"]
     lines += [
         "",
         "## Provenance",
         "",
-        f"honestci {prov['honestci']}, git commit {prov['git_commit'] or 'unknown'}, seed {prov['seed']}, "
-        f"Python {prov['python']}, " + ", ".join(f"{k} {v}" for k, v in sorted(prov["packages"].items())),
+        md(
+            f"honestci {prov['honestci']}, git commit {prov['git_commit'] or 'unknown'}, seed {prov['seed']}, "
+            f"Python {prov['python']}, " + ", ".join(f"{k} {v}" for k, v in sorted(prov["packages"].items()))
+        ),
         "",
         "| input | sha256 |",
         "|---|---|",
@@ -197,11 +255,9 @@ def render_markdown(report: Report) -> str:
 def section_markdown(section: dict) -> list[str]:
     """A plug-in check's section: its lines, then its table."""
     lines = ["", f"## {md(section['title'])}", ""] + [f"- {md(line)}" for line in section["lines"]]
-    table = section["table"]
-    if table:
-        columns = list(table[0])
-        lines += ["", "| " + " | ".join(md(c) for c in columns) + " |", "|" + "---|" * len(columns)]
-        lines += ["| " + " | ".join(fmt(row.get(c)) for c in columns) + " |" for row in table]
+    headings, rows, note = section_table(section)
+    if rows:
+        lines += ["", *([note, ""] if note else []), *table_markdown(headings, rows)]
     return lines
 
 

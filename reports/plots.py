@@ -32,84 +32,176 @@ def _pyplot():
     return plt
 
 
-#: Above this many vignettes the forest plot draws them unlabelled (:func:`_dense_forest_plot`).
-FOREST_MAX_ROWS = 60
+#: Colours of the report's plots: one per population, the bar, the gate's interval.
+POPULATION_COLOURS = {"iid": "tab:orange", "these_vignettes": "tab:green", "new_vignettes": "tab:blue"}
+BAR_COLOUR, GATE_COLOUR, RAW_COLOUR = "tab:red", "black", "0.55"
+#: More vignettes than this and the per-vignette plot shows a sample of ranks at a fixed height.
+MAX_LABELLED_VIGNETTES = 60
+#: How many vignettes (at evenly spaced ranks, the lowest and highest included) a large study shows.
+CATERPILLAR_SAMPLE = 200
 
 
-def forest_plot(per_vignette: list[dict], pooled: dict | None, bar: float) -> str:
-    """Per-vignette win rates with within-vignette intervals, the pooled honest interval and the bar."""
+def intervals_plot(intervals: list[dict], bar: float, gate_method: str | None = None, population: str = "") -> str:
+    """Every interval side by side, coloured by population, against the bar; the interval the
+    gate reads is drawn black and thick and labelled "gate"."""
     plt = _pyplot()
-    if len(per_vignette) > FOREST_MAX_ROWS:
-        return _dense_forest_plot(plt, per_vignette, pooled, bar)
-    rows = list(per_vignette) + ([{"vignette_id": f"pooled ({pooled['method']})", **pooled}] if pooled else [])
-    figure, axis = plt.subplots(figsize=(6, 0.45 * len(rows) + 1))
-    for i, row in enumerate(reversed(rows)):
-        if row.get("ci_low") is not None:
-            axis.plot([row["ci_low"], row["ci_high"]], [i, i], color="black" if i == 0 and pooled else "tab:blue")
-        axis.plot([row["estimate"]], [i], "s" if i == 0 and pooled else "o", color="black")
-    axis.axvline(bar, color="tab:red", linestyle="--", label=f"bar {bar:.3f}")
-    axis.set_yticks(range(len(rows)), [str(r["vignette_id"]) for r in reversed(rows)])
-    axis.set_xlabel("win rate")
-    axis.set_xlim(0, 1)
-    axis.legend(loc="lower left")
-    return _svg(figure)
+    from matplotlib.lines import Line2D
 
-
-def _dense_forest_plot(plt, per_vignette: list[dict], pooled: dict | None, bar: float) -> str:
-    """Many vignettes (AlpacaEval's 805): one row each, drawn as two collections and unlabelled
-    (hundreds of labels drawn as paths took ~15 s and could not be read), sorted by estimate."""
-    rows = sorted(per_vignette, key=lambda r: r["estimate"])
-    y = np.arange(len(rows), dtype=float) + (1 if pooled else 0)
-    figure, axis = plt.subplots(figsize=(6, 0.45 * FOREST_MAX_ROWS + 1))
-    bounded = [(i, r) for i, r in zip(y, rows) if r.get("ci_low") is not None]
-    axis.hlines(
-        [i for i, _ in bounded],
-        [r["ci_low"] for _, r in bounded],
-        [r["ci_high"] for _, r in bounded],
-        color="tab:blue",
-        linewidth=0.5,
-    )
-    axis.plot([r["estimate"] for r in rows], y, "o", color="black", markersize=1)
-    ticks, labels = [float(len(rows) / 2 + (1 if pooled else 0))], [f"{len(rows)} vignettes, by estimate"]
-    if pooled:
-        if pooled.get("ci_low") is not None:
-            axis.plot([pooled["ci_low"], pooled["ci_high"]], [0, 0], color="black")
-        axis.plot([pooled["estimate"]], [0], "s", color="black")
-        ticks, labels = [0.0, *ticks], [f"pooled ({pooled['method']})", *labels]
-    axis.axvline(bar, color="tab:red", linestyle="--", label=f"bar {bar:.3f}")
-    axis.set_yticks(ticks, labels)
-    axis.set_xlabel("win rate")
-    axis.set_xlim(0, 1)
-    axis.legend(loc="lower left")
-    return _svg(figure)
-
-
-def intervals_plot(intervals: list[dict], bar: float) -> str:
-    """Every interval side by side: naive (iid) against honest (clustered, Bayesian)."""
-    plt = _pyplot()
-    colours = {"iid": "tab:orange", "these_vignettes": "tab:green", "new_vignettes": "tab:blue"}
-    figure, axis = plt.subplots(figsize=(7, 0.4 * len(intervals) + 1))
+    figure, axis = plt.subplots(figsize=(8, 0.32 * len(intervals) + 1.6))
+    labels = []
     for i, row in enumerate(reversed(intervals)):
-        colour = colours.get(row["population"], "grey")
+        is_gate = row["method"] == gate_method and row["population"] == population
+        colour = GATE_COLOUR if is_gate else POPULATION_COLOURS.get(row["population"], "grey")
         if row.get("ci_low") is not None and row.get("verdict") != "INCONCLUSIVE":
-            axis.plot([row["ci_low"], row["ci_high"]], [i, i], color=colour, linewidth=3)
+            axis.plot([row["ci_low"], row["ci_high"]], [i, i], color=colour, linewidth=5 if is_gate else 2.5)
         if row.get("estimate") is not None:
-            axis.plot([row["estimate"]], [i], "o", color="black", markersize=3)
-    axis.axvline(bar, color="tab:red", linestyle="--")
-    axis.set_yticks(range(len(intervals)), [f"{r['label']} · {r['population']}" for r in reversed(intervals)])
-    axis.set_xlabel("win rate (orange: iid, green: these vignettes, blue: new vignettes; red: bar)")
+            axis.plot([row["estimate"]], [i], "o", color="black" if not is_gate else "white", markersize=3.5, zorder=3)
+        labels.append(("▶ gate: " if is_gate else "") + f"{row['label']} · {str(row['population']).replace('_', ' ')}")
+    axis.axvline(bar, color=BAR_COLOUR, linestyle="--", linewidth=1.5)
+    axis.set_yticks(range(len(intervals)), labels)
+    for tick, row in zip(axis.get_yticklabels(), reversed(intervals)):
+        if row["method"] == gate_method and row["population"] == population:
+            tick.set_fontweight("bold")
+    axis.set_ylim(-0.7, len(intervals) - 0.3)
+    axis.set_xlabel("win rate of the policy (contest score: 1 win both orders, ½ split, 0 lose both)")
+    axis.set_title("Every interval against the bar", loc="left")
+    handles = [
+        Line2D([], [], color=POPULATION_COLOURS["iid"], lw=2.5, label="iid (optimistic)"),
+        Line2D([], [], color=POPULATION_COLOURS["these_vignettes"], lw=2.5, label="these vignettes"),
+        Line2D([], [], color=POPULATION_COLOURS["new_vignettes"], lw=2.5, label="new vignettes"),
+        Line2D([], [], color=GATE_COLOUR, lw=5, label="the gate's interval"),
+        Line2D([], [], color=BAR_COLOUR, ls="--", label=f"bar {bar:.3f}"),
+    ]
+    axis.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.12 - 0.6 / len(intervals)),
+        ncol=5,
+        fontsize=8,
+        frameon=False,
+    )
     return _svg(figure)
+
+
+def vignette_plot(per_vignette: list[dict], gate: dict | None, bar: float) -> str:
+    """Per-vignette win rates as a caterpillar plot sorted by rate: the raw rate with its
+    within-vignette interval (grey) and, when the report has them, the partially pooled rate and
+    interval (blue; the shrinkage is the grey-to-blue step); the gate's interval as a band and the
+    bar as a line. Up to :data:`MAX_LABELLED_VIGNETTES` vignettes each get a labelled row; beyond
+    that the plot keeps a fixed height and shows :data:`CATERPILLAR_SAMPLE` vignettes at evenly
+    spaced ranks (x: rank), so 1,000 vignettes draw as fast and as small as 200."""
+    plt = _pyplot()
+    pooled = all(v.get("pooled") is not None for v in per_vignette) and bool(per_vignette)
+    key = "pooled" if pooled else "estimate"
+    rows = sorted(per_vignette, key=lambda v: (v[key], str(v["vignette_id"])))
+    many = len(rows) > MAX_LABELLED_VIGNETTES
+    if many:
+        picks = np.unique(np.round(np.linspace(0, len(rows) - 1, CATERPILLAR_SAMPLE)).astype(int))
+        return _ranked_caterpillar([rows[i] for i in picks], picks, len(rows), gate, bar, pooled)
+    figure, axis = plt.subplots(figsize=(7, 0.32 * len(rows) + 1.8))
+    y = np.arange(len(rows), dtype=float)
+    offset = 0.17 if pooled else 0.0
+    for i, row in enumerate(rows):
+        axis.plot([row["ci_low"], row["ci_high"]], [i + offset] * 2, color=RAW_COLOUR, linewidth=1.5)
+        if pooled:
+            axis.plot([row["pooled_low"], row["pooled_high"]], [i - offset] * 2, color="tab:blue", linewidth=2)
+            axis.annotate(
+                "",
+                xy=(row["pooled"], i - offset),
+                xytext=(row["estimate"], i + offset),
+                arrowprops={"arrowstyle": "->", "color": "tab:blue", "lw": 0.8, "shrinkA": 0, "shrinkB": 2},
+            )
+    axis.plot([r["estimate"] for r in rows], y + offset, "o", color=RAW_COLOUR, markersize=4, label="raw vignette mean")
+    if pooled:
+        axis.plot(
+            [r["pooled"] for r in rows],
+            y - offset,
+            "o",
+            color="tab:blue",
+            markersize=4,
+            label="partially pooled (model the gate reads)",
+        )
+    _gate_and_bar(axis, gate, bar, vertical=True)
+    axis.set_yticks(y, [str(r["vignette_id"]) for r in rows])
+    axis.set_ylim(-0.8, len(rows) - 0.2)
+    axis.set_xlim(0, 1)
+    axis.set_xlabel("win rate of the policy on the vignette")
+    axis.set_ylabel("vignette (sorted by rate)")
+    axis.set_title(f"Per-vignette win rates, {len(rows)} vignettes", loc="left")
+    axis.legend(
+        loc="upper center", bbox_to_anchor=(0.5, -0.5 / max(3, len(rows)) - 0.14), ncol=2, fontsize=8, frameon=False
+    )
+    return _svg(figure)
+
+
+def _ranked_caterpillar(rows, ranks, total: int, gate: dict | None, bar: float, pooled: bool) -> str:
+    plt = _pyplot()
+    from matplotlib.collections import LineCollection
+
+    figure, axis = plt.subplots(figsize=(8, 4.2))
+    x = ranks / max(1, total - 1)
+    key_low, key_high, key = ("pooled_low", "pooled_high", "pooled") if pooled else ("ci_low", "ci_high", "estimate")
+    segments = [[(xi, r[key_low]), (xi, r[key_high])] for xi, r in zip(x, rows) if r.get(key_low) is not None]
+    axis.add_collection(
+        LineCollection(segments, colors="tab:blue" if pooled else RAW_COLOUR, linewidths=0.8, alpha=0.6)
+    )
+    axis.plot(
+        x,
+        [r[key] for r in rows],
+        "o",
+        color="tab:blue" if pooled else "black",
+        markersize=2,
+        label="partially pooled rate and interval" if pooled else "vignette mean and within-vignette interval",
+    )
+    if pooled:
+        axis.plot(x, [r["estimate"] for r in rows], ".", color=RAW_COLOUR, markersize=2.5, label="raw vignette mean")
+    _gate_and_bar(axis, gate, bar, vertical=False)
+    axis.set_xlim(-0.01, 1.01)
+    axis.set_ylim(0, 1)
+    axis.set_xlabel(f"vignette rank, lowest to highest (share of {total}; {len(rows)} evenly spaced ranks shown)")
+    axis.set_ylabel("win rate of the policy on the vignette")
+    axis.set_title(f"Per-vignette win rates, {total} vignettes (caterpillar)", loc="left")
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False, markerscale=3)
+    return _svg(figure)
+
+
+def _gate_and_bar(axis, gate: dict | None, bar: float, vertical: bool) -> None:
+    """The gate's interval as a shaded band and the bar as a dashed line, both in the legend."""
+    span, line = (axis.axvspan, axis.axvline) if vertical else (axis.axhspan, axis.axhline)
+    if gate is not None and gate.get("ci_low") is not None:
+        span(
+            gate["ci_low"],
+            gate["ci_high"],
+            color="0.85",
+            zorder=0,
+            label=f"gate interval {gate['ci_low']:.3f}–{gate['ci_high']:.3f} (all vignettes)",
+        )
+    line(bar, color=BAR_COLOUR, linestyle="--", linewidth=1.5, label=f"bar {bar:.3f}")
 
 
 def posterior_plot(quantiles: list[float], bar: float, population: str) -> str:
-    """The posterior of the claim's win rate (from its quantiles) against the bar."""
+    """The posterior of the claim's win rate (from its quantiles) against the bar: ArviZ's
+    ``plot_posterior`` with the bar as its reference value (the shares below and above it) when
+    ArviZ is installed, a histogram otherwise."""
     plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(6, 2.5))
-    axis.hist(quantiles, bins=30, density=True, color="tab:blue", alpha=0.7)
-    axis.axvline(bar, color="tab:red", linestyle="--", label=f"bar {bar:.3f}")
-    axis.set_xlabel(f"win rate, {population.replace('_', ' ')} (posterior)")
+    figure, axis = plt.subplots(figsize=(7, 2.8))
+    values = np.asarray(quantiles, dtype=float)
+    try:
+        import arviz as az
+    except ImportError:
+        axis.hist(values, bins=30, density=True, color="tab:blue", alpha=0.7)
+        axis.axvline(bar, color=BAR_COLOUR, linestyle="--", label=f"bar {bar:.3f}")
+        axis.legend(fontsize=8)
+    else:
+        az.plot_posterior(
+            values, ax=axis, ref_val=bar, hdi_prob=0.95, point_estimate="median", ref_val_color=BAR_COLOUR, textsize=9
+        )
+    axis.set_title(
+        f"Posterior of the win rate, {population.replace('_', ' ')}, against the bar {bar:.3f}", loc="left", fontsize=10
+    )
+    axis.set_xlabel("win rate of the policy")
+    axis.set_ylabel("posterior density")
     axis.set_yticks([])
-    axis.legend()
     return _svg(figure)
 
 

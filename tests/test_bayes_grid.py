@@ -117,3 +117,42 @@ def test_one_verdict_per_vignette_is_one_trial_and_the_posterior_is_binomial():
         assert posterior.quantile(q) == pytest.approx(jeffreys.ppf(q), abs=0.002)
     low, high = posterior.quantile(0.025), posterior.quantile(0.975)
     assert low < scores.mean() < high
+
+
+def test_vignette_posteriors_match_a_direct_integration():
+    # Outside reference: the same model integrated directly on a (mu, sigma, z) grid with the normal
+    # density in z (no eta cells, no tabulated kernel): p(mu, sigma | y) from the priors and each
+    # vignette's Z_g, then E[expit(eta_g) | y] and the posterior CDF of expit(eta_g) at our ends.
+    from honestci.audit.stats.bayes import contest_dispersion
+    from honestci.audit.stats.bayes_grid import vignette_rate_posteriors
+
+    rng = np.random.default_rng(17)
+    scores, clusters = _scores(rng, 5, 12, 0.7, 0.9)
+    scores[clusters == 4] = 1.0  # one vignette won outright: the partial pooling pulls it in
+    ours = vignette_rate_posteriors(scores, clusters, level=0.9)
+
+    _, codes = np.unique(clusters, return_inverse=True)
+    phi = max(1.0, contest_dispersion(codes, scores)[0] or 1.0)
+    means = estimands.vignette_means(scores, clusters)
+    wins, losses = 2 * means.sizes * means.means / phi, 2 * means.sizes * (1 - means.means) / phi
+    mu, sigma, z = np.linspace(-3, 6, 121), np.linspace(0.005, 3.5, 100), np.linspace(-8, 8, 321)
+    eta = mu[:, None, None] + sigma[None, :, None] * z[None, None, :]
+    density = stats.norm.pdf(z) * (z[1] - z[0])
+    log_post = stats.norm.logpdf(mu, 0, MU_PRIOR_SD)[:, None] + stats.halfnorm.logpdf(sigma, scale=SIGMA_PRIOR_SCALE)
+    likelihoods, evidences = [], []
+    for won, lost in zip(wins, losses):
+        like = np.exp(won * log_expit(eta) + lost * log_expit(-eta))
+        evidence = (like * density).sum(axis=2)
+        likelihoods.append(like)
+        evidences.append(evidence)
+        log_post = log_post + np.log(evidence)
+    mass = np.exp(log_post - log_post.max())
+    mass /= mass.sum()
+    for g, (like, evidence) in enumerate(zip(likelihoods, evidences)):
+        conditional = like * density / evidence[:, :, None]
+        mean = (mass[:, :, None] * conditional * expit(eta)).sum()
+        assert ours.mean[g] == pytest.approx(mean, abs=2e-3)
+        for end, share in ((ours.low[g], 0.05), (ours.high[g], 0.95)):
+            assert (mass[:, :, None] * conditional * (expit(eta) <= end)).sum() == pytest.approx(share, abs=4e-3)
+    # Shrinkage: the vignette won outright sits below its raw rate of 1, inside its interval.
+    assert ours.mean[4] < 1.0 - 0.01 and ours.low[4] < ours.mean[4] < ours.high[4]

@@ -273,16 +273,114 @@ def test_a_second_writer_into_the_same_folder_is_refused_and_files_are_readable(
     assert {oct(p.stat().st_mode & 0o777) for p in paths.values()} == {"0o644"}
 
 
-def test_forest_plot_of_many_vignettes_is_drawn_dense_and_unlabelled(monkeypatch):
-    import honestci.reports.plots as plots
+# --- what a reader sees first, and Markdown that renders everywhere ------------------------------
 
-    rows = [
-        {"vignette_id": f"vignette-{i:04d}", "estimate": (i % 7) / 7, "ci_low": 0.0, "ci_high": 1.0}
-        for i in range(plots.FOREST_MAX_ROWS + 40)
+
+def _markdown_tokens(text: str):
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    flat = []
+    for token in tokens:
+        flat.append(token)
+        flat.extend(token.children or [])
+    return flat
+
+
+def test_markdown_has_no_literal_blocks_or_raw_html(headline_report, passing_claim):
+    # GitHub and the Hugging Face model-card viewer render CommonMark + GFM tables: an indented
+    # line becomes a grey literal block, and raw HTML is stripped. The only code block is the
+    # model card's YAML (a PASS); every table parses as a table.
+    for report in (headline_report, run_audit(passing_claim, bayes=False).report()):
+        text = render(report, "md")
+        tokens = _markdown_tokens(text)
+        kinds = {t.type for t in tokens}
+        assert "code_block" not in kinds and not kinds & {"html_block", "html_inline"}
+        assert [t.info for t in tokens if t.type == "fence"] == (["yaml"] if report.data["verdict"] == "PASS" else [])
+        assert sum(t.type == "table_open" for t in tokens) >= 4
+        claimed = text.split("## As claimed")[1].split("\n## ")[0]
+        assert "Stated: point" in claimed and "```" not in claimed
+
+
+def test_summary_heads_every_report_with_the_blocking_gate(tmp_path, headline_report):
+    from honestci.reports.summary import summarize
+
+    data = headline_report.data
+    summary = summarize(data)
+    assert [g.name for g in summary.blocking] == ["claimed_figures_reproduce"] and summary.exit_code == 1
+    assert summary.interval_figures == "0.843 [0.726, 0.885] vs bar 0.608"
+    markdown = render(headline_report, "md")
+    head = markdown.split("## Claim and policy")[0]
+    assert "**Verdict: WARN**" in head and "**claimed_figures_reproduce** (WARN)" in head
+    assert "vs bar 0.608" in head and "What would change the verdict" in head
+    page = render(headline_report, "html")
+    assert page.index('id="summary"') < page.index('id="gates"')
+
+
+def test_a_failing_bar_gate_says_how_far_and_roughly_how_many_vignettes(headline_report):
+    from honestci.reports.summary import summarize, units_to_clear_bar
+
+    data = headline_report.data
+    data["claim"]["bar"] = 0.773  # the committee claim's bar, on the same data
+    gate = next(g for g in data["gates"] if g["gate"] == "ci_low_clears_bar")
+    gate.update(verdict="FAIL", evidence=gate["evidence"] | {"bar": 0.773})
+    summary = summarize(data)
+    reason = next(g.reason for g in summary.blocking if g.name == "ci_low_clears_bar")
+    assert reason == "the gate interval's lower end 0.726 is below the bar 0.773 (short by 0.0473)"
+    # 6 * ((0.843 - 0.726) / (0.843 - 0.773))^2 = 16.8 -> 17 vignettes, 11 more.
+    assert any("about 11 more vignettes (17 in all" in s and "approximate" in s for s in summary.change)
+    assert units_to_clear_bar(0.8, 0.7, 0.75, 10) == 40  # 10 * (0.1 / 0.05)^2
+    assert units_to_clear_bar(0.7, 0.6, 0.75, 10) is None  # the estimate itself misses the bar
+
+
+def test_figures_round_to_three_significant_digits_and_never_blur_the_bar():
+    from honestci.reports.summary import _distinct, sig
+
+    assert [sig(v) for v in (0.7257478670493327, -0.008333, 5.000000001, 1440.0, 143.52, 0.0)] == [
+        "0.726",
+        "-0.00833",
+        "5.00",
+        "1440",
+        "144",
+        "0",
     ]
-    pooled = {"method": "cr2", "estimate": 0.4, "ci_low": 0.35, "ci_high": 0.45}
-    dense = plots.forest_plot(rows, pooled, 0.5)
-    monkeypatch.setattr(plots, "FOREST_MAX_ROWS", 10**6)
-    labelled = plots.forest_plot(rows, pooled, 0.5)
-    # one label per vignette, drawn as paths, is what made 805 vignettes take ~15 s
-    assert dense.startswith("<svg") and len(dense) < len(labelled) / 2
+    assert sig(2.3e-5) == "2.30e-05" and sig(None) == "–" and sig(720) == "720"
+    assert _distinct(0.6075, 0.608) == ("0.6075", "0.6080")  # 3 digits would read "0.608 < 0.608"
+
+
+def test_section_tables_keep_the_checks_column_order(headline_report):
+    from honestci.reports.tables import section_table
+
+    section = next(s for s in headline_report.data["sections"] if s["key"] == "valid_verdicts")
+    assert section_table(section)[0] == ["judge", "judgments", "invalid"]  # not alphabetical
+    bias = next(s for s in headline_report.data["sections"] if s["key"] == "position_bias")
+    headings = section_table(bias)[0]
+    assert headings[:4] == ["judge", "figure", "estimate", "CI"] and "ci_low" not in headings
+    old = {k: v for k, v in section.items() if k != "columns"}  # a report written before `columns`
+    assert set(section_table(old)[0]) == {"judge", "judgments", "invalid"}
+
+
+def test_many_vignettes_draw_a_fixed_size_caterpillar():
+    import numpy as np
+
+    from honestci.reports.plots import vignette_plot
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for g in range(1000):
+        raw = float(rng.uniform(0.3, 1.0))
+        rows.append(
+            {
+                "vignette_id": f"v{g}",
+                "n": 3,
+                "estimate": raw,
+                "ci_low": max(0.0, raw - 0.2),
+                "ci_high": min(1.0, raw + 0.1),
+            }
+            | {"pooled": 0.5 + 0.5 * (raw - 0.5), "pooled_low": 0.4, "pooled_high": 0.9}
+        )
+    gate = {"ci_low": 0.6, "ci_high": 0.7}
+    many, few = vignette_plot(rows, gate, 0.65), vignette_plot(rows[:200], gate, 0.65)
+    assert len(many) < 400_000 and abs(len(many) - len(few)) < 0.2 * len(few)  # 1,000 draw like 200
+    height = float(many.split('height="')[1].split("pt")[0])
+    assert height < 400  # points: a fixed-height figure, not 0.3 inch per vignette

@@ -33,7 +33,14 @@ class ReportSection:
     table: tuple[dict, ...] = field(default=())
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "title": self.title, "lines": list(self.lines), "table": [dict(r) for r in self.table]}
+        # ``columns`` keeps the check's column order: verdict.json sorts every object's keys.
+        return {
+            "key": self.key,
+            "title": self.title,
+            "lines": list(self.lines),
+            "table": [dict(r) for r in self.table],
+            "columns": list(dict.fromkeys(k for r in self.table for k in r)),
+        }
 
 
 @dataclass(frozen=True)

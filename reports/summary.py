@@ -1,0 +1,234 @@
+"""What a reader needs first, built once from the report model: the verdict, the gates that block
+the release (each with a one-line reason), the gate interval against the bar, and what would
+change the verdict. Markdown, HTML and the console of ``honestci audit`` all print this summary.
+
+Everything here is read from ``verdict.json`` (the report model); nothing is re-estimated. The
+one derived figure, the number of vignettes (or contests) that would lift the CI-low to the bar,
+is a labelled approximation (:func:`units_to_clear_bar`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["BlockingGate", "VerdictSummary", "blocking_gates", "sig", "summarize", "units_to_clear_bar"]
+
+#: A reason longer than this is cut at its first clause (the full message is in the gates table).
+MAX_REASON = 180
+
+
+def sig(value: float | int | None, digits: int = 3) -> str:
+    """``value`` at ``digits`` significant digits, without exponent between 1e-3 and 1e6
+    (0.726, -0.00833, 5.00, 1440); integers as they are; None as an en dash."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if value == 0:
+        return "0"
+    if abs(value) >= 10**digits and abs(value) < 1e6:
+        return str(round(value))
+    if abs(value) < 1e-3:
+        return f"{value:.{digits - 1}e}"
+    text = f"{value:#.{digits}g}"
+    return text[:-1] if text.endswith(".") else text
+
+
+def _distinct(low: float, bar: float) -> tuple[str, str]:
+    """Two figures at 3 significant digits, or more where 3 would make them look equal (a CI-low
+    of 0.6075 against a bar of 0.608 must not read "0.608 < 0.608")."""
+    for digits in range(3, 8):
+        a, b = sig(low, digits), sig(bar, digits)
+        if a != b or low == bar:
+            return a, b
+    return sig(low, 8), sig(bar, 8)
+
+
+@dataclass(frozen=True)
+class BlockingGate:
+    """A required gate that keeps the release from passing, and why, in one line."""
+
+    name: str
+    verdict: str
+    reason: str
+    remedy: str
+
+
+@dataclass(frozen=True)
+class VerdictSummary:
+    """The head of every report and of the console."""
+
+    verdict: str
+    exit_code: int
+    blocking: tuple[BlockingGate, ...]
+    #: Which interval the bar gate reads: "LABEL; POPULATION; 95%".
+    interval_label: str
+    #: "0.843 [0.726, 0.885] vs bar 0.773", or "not computed, vs bar 0.773".
+    interval_figures: str
+    #: Sentences: what would change the verdict.
+    change: tuple[str, ...]
+
+    @property
+    def gate_interval(self) -> str:
+        return f"gate interval ({self.interval_label}): {self.interval_figures}"
+
+    @property
+    def headline(self) -> str:
+        outcome = "release allowed" if self.exit_code == 0 else "release blocked"
+        return f"summary: {self.verdict}, {outcome} (exit code {self.exit_code})"
+
+    def lines(self) -> list[str]:
+        """Plain text, for the console."""
+        out = [self.headline]
+        if self.blocking:
+            out.append("blocking gates:")
+            out += [f"  {g.name} ({g.verdict}): {g.reason}" for g in self.blocking]
+        else:
+            out.append("blocking gates: none")
+        out.append(self.gate_interval)
+        out += [f"to change the verdict: {self.change[0]}", *(f"  {s}" for s in self.change[1:])]
+        return out
+
+
+def blocking_gates(data: dict) -> list[dict]:
+    """The required gates that block the release, by the rule of
+    :meth:`honestci.audit.pipeline.AuditResult.exit_code`: every required gate that is not PASS,
+    except an INCONCLUSIVE that ran when the audit allowed inconclusive gates; a required gate
+    with no result at all blocks too (returned as a stub)."""
+    required = data.get("required_gates") or [g["gate"] for g in data["gates"] if g.get("required")]
+    by_name = {g["gate"]: g for g in data["gates"]}
+    allow = bool(data.get("allow_inconclusive"))
+    out = []
+    for name in required:
+        gate = by_name.get(name)
+        if gate is None:
+            out.append({"gate": name, "verdict": "INCONCLUSIVE", "message": "no result", "ran": False, "evidence": {}})
+        elif gate["verdict"] == "PASS" or (allow and gate["verdict"] == "INCONCLUSIVE" and gate.get("ran", True)):
+            continue
+        else:
+            out.append(gate)
+    return out
+
+
+def gate_row(data: dict) -> dict | None:
+    """The interval row the bar gate reads (the policy's method for the claim's population)."""
+    for row in data["intervals"]:
+        if row["method"] == data["gate_method"] and row["population"] == data["claim"]["population"]:
+            return row
+    return None
+
+
+def units_to_clear_bar(estimate: float, ci_low: float, bar: float, units: int) -> int | None:
+    """Approximately how many vignettes (or contests) in all would lift the CI-low to the bar.
+
+    The lower half-width h = estimate − CI-low is taken to shrink as 1/√units, with the estimate
+    and the spread between vignettes as observed: the CI-low reaches the bar when
+    h·√(units/units′) = estimate − bar, i.e. units′ = units·(h / (estimate − bar))². It ignores the
+    t quantile's and the prior's change with more data and the estimate's own movement, so it is a
+    planning figure, not a promise. None when the estimate is at or below the bar (no amount of
+    data at this estimate clears it) or the interval has no width.
+    """
+    half, margin = estimate - ci_low, estimate - bar
+    if margin <= 0 or half <= 0 or units <= 0:
+        return None
+    return max(units + 1, math.ceil(units * (half / margin) ** 2))
+
+
+#: What would turn each gate, when no figure-based sentence applies.
+REMEDIES = {
+    "enough_clusters": "add vignettes: the policy needs at least {min_clusters} for an interval on new vignettes",
+    "valid_verdicts": "re-judge the contests with invalid verdicts (fix the judge's prompt or its parser) so "
+    "that scoring them cannot move the CI-low across the bar",
+    "sampler_converged": "rerun the Bayesian fit with more tuning and draws until R-hat, ESS and divergences "
+    "meet the policy, or simplify the model",
+    "comparison_valid": "state the comparison as a paired, vignette-clustered difference "
+    "(kind: paired_difference) and let its interval exclude 0",
+    "claimed_figures_reproduce": "state the figures as recomputed here: a point, n, and an interval that respects "
+    "the clustering by vignette (the gate's interval, or CR2)",
+    "judge_calibrated": "use a judge whose agreement with human preferences clears the policy's minimum, "
+    "or collect more human labels to narrow its interval",
+    "position_bias": "judge every contest in both orders with a judge whose order effect lies within the "
+    "policy's tolerance; more vignettes narrow that interval",
+    "winners_curse": "evaluate the selected candidate on a fresh held-out pool that took no part in the selection",
+    "leakage": "drop the leaked items from the evaluation (or retrain without them) and re-audit",
+    "training_healthy": "fix the training run the log shows (reward flat, KL or entropy out of bounds) and re-evaluate",
+}
+
+
+def _reason(gate: dict) -> str:
+    evidence = gate.get("evidence") or {}
+    if gate["gate"] == "ci_low_clears_bar" and evidence.get("ci_low") is not None and gate["verdict"] == "FAIL":
+        low, bar = _distinct(evidence["ci_low"], evidence["bar"])
+        return (
+            f"the gate interval's lower end {low} is below the bar {bar} "
+            f"(short by {sig(evidence['bar'] - evidence['ci_low'])})"
+        )
+    message = " ".join(str(gate["message"]).split())
+    if len(message) > MAX_REASON:
+        first = message.split("; ")[0]
+        message = (first if len(first) <= MAX_REASON else first[: MAX_REASON - 1].rstrip() + "…") + " (more in Gates)"
+    return message
+
+
+def _remedy(gate: dict, data: dict, row: dict | None) -> str:
+    name, evidence = gate["gate"], gate.get("evidence") or {}
+    if not gate.get("ran", True) and name != "ci_low_clears_bar":
+        needs = _reason(gate).removeprefix("not run: ")
+        return f"it did not run ({needs}); supply that evidence and re-audit"
+    if name == "ci_low_clears_bar":
+        return _bar_sentence(data, row)
+    if name == "enough_clusters":
+        return REMEDIES[name].format(min_clusters=evidence.get("min_clusters", "the minimum"))
+    return REMEDIES.get(name, "see the gate's evidence below")
+
+
+def _bar_sentence(data: dict, row: dict | None) -> str:
+    bar = data["claim"]["bar"]
+    if row is None or row.get("ci_low") is None or row.get("estimate") is None:
+        return "an honest gate interval: more vignettes (the interval needs enough of them to be computed)"
+    population = data["claim"]["population"]
+    units, what = (row["n_clusters"], "vignettes") if population == "new_vignettes" else (row["n"], "contests")
+    needed = units_to_clear_bar(row["estimate"], row["ci_low"], bar, units)
+    if needed is None:
+        return (
+            f"the estimate {sig(row['estimate'])} itself is not above the bar {sig(bar)}: no amount of data "
+            "at this win rate clears it; only a better policy would"
+        )
+    return (
+        f"about {needed - units} more {what} ({needed} in all, ≈{needed / units:.1f}× now) at this "
+        f"heterogeneity would lift the CI-low to the bar, if the estimate held at {sig(row['estimate'])} "
+        "(approximate: the lower half-width taken to shrink as 1/√" + ("G" if what == "vignettes" else "n") + ")"
+    )
+
+
+def summarize(data: dict) -> VerdictSummary:
+    """The summary of a report model (``Report.data``)."""
+    claim, row = data["claim"], gate_row(data)
+    bar = claim["bar"]
+    population = claim["population"].replace("_", " ")
+    if row is not None and row.get("ci_low") is not None and row.get("verdict") != "INCONCLUSIVE":
+        low, bar_text = _distinct(row["ci_low"], bar)
+        label = f"{row['label']}; {population}; {round(100 * row['level'])}%"
+        figures = f"{sig(row['estimate'])} [{low}, {sig(row['ci_high'])}] vs bar {bar_text}"
+    else:
+        label, figures = f"{data['gate_method']}; {population}", f"not computed, vs bar {sig(bar)}"
+    blocking = tuple(
+        BlockingGate(g["gate"], g["verdict"], _reason(g), _remedy(g, data, row)) for g in blocking_gates(data)
+    )
+    if blocking:
+        change = tuple(f"{g.name}: {g.remedy}." for g in blocking)
+    else:
+        change = (_pass_margin(row, bar),)
+    return VerdictSummary(data["verdict"], data["exit_code"], blocking, label, figures, change)
+
+
+def _pass_margin(row: dict | None, bar: float) -> str:
+    if row is None or row.get("ci_low") is None:
+        return "any required gate that stops passing would block the release."
+    return (
+        f"the CI-low is {sig(row['ci_low'] - bar)} above the bar; a CI-low below the bar, or any required "
+        "gate that stops passing, would block the release."
+    )
