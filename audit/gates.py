@@ -23,12 +23,14 @@ from honestci.audit.checks.calibration import GATE_TIE_POLICY, CalibrationResult
 from honestci.audit.checks.claimed import ClaimedFigureAudit
 from honestci.audit.checks.context import AuditContext, BayesCheck, CheckFailed, ComparisonCheck
 from honestci.audit.checks.leakage import LeakageScan
+from honestci.audit.checks.length_bias import LengthBiasCheck
 from honestci.audit.checks.position_bias import ONE_ORDER_FIXED, PositionBiasResult
 from honestci.audit.checks.selection import SelectionAnalysis
 from honestci.audit.checks.training_health import TrainingHealth
 from honestci.audit.checks.verdicts import VerdictValidity
 from honestci.audit.policy import GATE_ORDER, THRESHOLDS, GateResult, Thresholds, Verdict, clears_bar, worst
 from honestci.audit.stats.estimands import size_association
+from honestci.audit.stats.length_bias import LengthBiasResult
 
 # --- the win rate -----------------------------------------------------------------------------
 
@@ -396,6 +398,49 @@ def gate_position_bias(result: PositionBiasResult | None, thresholds: Thresholds
 # --- the evidence behind the checkpoint -------------------------------------------------------
 
 
+def gate_length_bias(result: LengthBiasResult | None, thresholds: Thresholds = THRESHOLDS) -> GateResult:
+    """``length_bias``: the judge's length effect (the change in the policy's predicted win rate when
+    its answer is one sd longer than the opponent's instead of equally long; AlpacaEval 2.0's GLM,
+    vignette-clustered CR2 delta-method interval) against ±``length_bias_tolerance``:
+
+    - FAIL when the interval lies entirely outside ±tolerance (the judge's preference moves with
+      length beyond tolerance, with confidence);
+    - WARN when it reaches beyond a bound but not entirely (the data cannot rule a material length
+      preference out);
+    - PASS when it lies inside ±tolerance;
+    - INCONCLUSIVE when the effect is not identifiable (no answer texts, lengths that never differ,
+      too few vignettes) or nothing was judged.
+    """
+    name, tolerance = "length_bias", thresholds.length_bias_tolerance
+    if result is None:
+        return GateResult(name, Verdict.INCONCLUSIVE, "not run: nothing has been judged yet", ran=False)
+    effect = result.length_effect
+    evidence = {
+        "tolerance": tolerance,
+        "length_effect": None if effect is None else effect.as_row(),
+        "raw_win_rate": None if result.length is None else result.length.raw,
+        "length_controlled": None if result.length is None else result.length.controlled.as_row(),
+        "style_controlled": None if result.style is None else result.style.controlled.as_row(),
+        "note": result.note,
+    }
+    if effect is None:
+        return GateResult(name, Verdict.INCONCLUSIVE, f"length effect not identifiable: {result.note}", evidence)
+    if effect.bounds is None:
+        return GateResult(
+            name, Verdict.INCONCLUSIVE, f"no honest interval for the length effect: {effect.note}", evidence
+        )
+    low, high = effect.bounds
+    text = f"length effect (one sd longer) {effect.text()}, tolerance ±{tolerance:.2f}"
+    if low > tolerance or high < -tolerance:
+        side = "longer" if low > tolerance else "shorter"
+        return GateResult(name, Verdict.FAIL, f"{text}: the judge favours {side} answers beyond tolerance", evidence)
+    if high > tolerance or low < -tolerance:
+        return GateResult(
+            name, Verdict.WARN, f"{text}: a length preference beyond tolerance cannot be ruled out", evidence
+        )
+    return GateResult(name, Verdict.PASS, f"{text}: within tolerance", evidence)
+
+
 def gate_winners_curse(result: SelectionAnalysis | None, bar: float, thresholds: Thresholds = THRESHOLDS) -> GateResult:
     """``winners_curse``: the claim's policy against the selection among candidates it may have won.
 
@@ -677,6 +722,11 @@ def gate_panel_position_bias(results: Iterable[PositionBiasResult], thresholds: 
     )
 
 
+def _length_bias(context: AuditContext) -> GateResult:
+    check: LengthBiasCheck | None = context.checks.get("length_bias")
+    return gate_length_bias(None if check is None else check.result, context.claim.thresholds)
+
+
 def _winners_curse(context: AuditContext) -> GateResult:
     return gate_winners_curse(context.checks.get("winners_curse"), context.claim.spec.bar, context.claim.thresholds)
 
@@ -701,6 +751,7 @@ GATES: Mapping[str, Callable[[AuditContext], GateResult]] = MappingProxyType(
         "claimed_figures_reproduce": _claimed_figures_reproduce,
         "judge_calibrated": _judge_calibrated,
         "position_bias": _position_bias,
+        "length_bias": _length_bias,
         "winners_curse": _winners_curse,
         "leakage": _leakage,
         "training_healthy": _training_healthy,
@@ -713,6 +764,7 @@ GATE_CHECK = {
     "valid_verdicts": "valid_verdicts",
     "judge_calibrated": "calibration",
     "position_bias": "position_bias",
+    "length_bias": "length_bias",
     "winners_curse": "winners_curse",
     "leakage": "leakage",
     "training_healthy": "training_health",

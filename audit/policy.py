@@ -90,6 +90,13 @@ class Thresholds:
     #: show position bias, and every score carries it: the position_bias gate is INCONCLUSIVE.
     #: True accepts that risk as a WARN (never a PASS). Only a policy file may set it: it loosens.
     fixed_order_position_bias_warn: bool = False
+    #: Length-bias tolerance on the judge's length effect: the change in the policy's predicted win
+    #: rate when its answer is one sd (of the answer-length differences) longer than the opponent's
+    #: instead of equally long (audit/stats/length_bias.py), in probability points. As for position
+    #: bias, 0.10 is about the width honest intervals from a few hundred contests have anyway; a
+    #: GPT-4-turbo judge on AlpacaEval 2.0 reaches 0.3-0.7 (docs/methods.md). FAIL when the
+    #: clustered CI lies entirely outside +-tolerance, WARN when it straddles a bound, PASS inside.
+    length_bias_tolerance: float = 0.10
     #: Winner's curse: WARN when a selected candidate's held-out win rate falls more than this
     #: (absolute) below its selection-pool estimate (the seed project's best-of-N fell ~0.1).
     winners_curse_shrinkage_warn: float = 0.05
@@ -178,7 +185,10 @@ DEFAULT_REQUIRED_GATES = (
     "position_bias",
 )
 #: Every gate, in the order they run and are reported.
-GATE_ORDER = (*DEFAULT_REQUIRED_GATES, "winners_curse", "leakage", "training_healthy")
+#: ``length_bias`` informs but is not required by default: a length effect is an association
+#: (longer answers may be better), so whether it blocks a release is the policy's call
+#: (a policy file adds it to ``required_gates``).
+GATE_ORDER = (*DEFAULT_REQUIRED_GATES, "length_bias", "winners_curse", "leakage", "training_healthy")
 #: Gates required by default only when the claim supplies their evidence (their check ran): a
 #: corpus, a selection pool, a training log. Evidence given must pass.
 REQUIRED_WHEN_EVIDENCE_GIVEN = {
@@ -205,6 +215,7 @@ TIGHTENS = {
     "min_judge_agreement": "higher",
     "max_judge_ceiling_gap": "lower",
     "position_bias_tolerance": "lower",
+    "length_bias_tolerance": "lower",
     "winners_curse_shrinkage_warn": "lower",
     # A smaller overlap share, shorter n-grams or a lower Jaccard flag more answers as leaked.
     "leakage_min_overlap": "lower",

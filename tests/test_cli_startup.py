@@ -20,6 +20,7 @@ COMMANDS = {
     "import",
     "judge",
     "leakage",
+    "length-bias",
     "pipeline",
     "position-bias",
     "report",

@@ -1,5 +1,5 @@
 """The checks of the audit, explicitly and in order (invalid verdicts, calibration, position bias,
-panel of judges, winner's curse, leakage, training health).
+panel of judges, length bias, winner's curse, leakage, training health).
 
 The audit runs every check of :data:`CHECKS` on the
 :class:`honestci.audit.checks.context.AuditContext`, stores the results in ``context.checks[key]``
@@ -16,6 +16,7 @@ from typing import Any
 from honestci.audit.checks.calibration import calibration_check
 from honestci.audit.checks.context import AuditContext, CheckFailed
 from honestci.audit.checks.leakage import leakage_check
+from honestci.audit.checks.length_bias import length_bias_check
 from honestci.audit.checks.panel import panel_check
 from honestci.audit.checks.position_bias import position_bias_check
 from honestci.audit.checks.selection import winners_curse_check
@@ -29,6 +30,7 @@ CHECKS: tuple[tuple[str, Callable[[AuditContext], Any]], ...] = (
     ("calibration", calibration_check),
     ("position_bias", position_bias_check),
     ("panel", panel_check),
+    ("length_bias", length_bias_check),
     ("winners_curse", winners_curse_check),
     ("leakage", leakage_check),
     ("training_health", training_health_check),

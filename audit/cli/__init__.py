@@ -37,6 +37,10 @@ LAZY_COMMANDS = {
         "honestci.audit.cli.checks:position_bias_command",
         "Position bias of a judge from both-order verdicts (single-order data: not identifiable).",
     ),
+    "length-bias": (
+        "honestci.audit.cli.checks:length_bias_command",
+        "Length and style bias of a judge, and length-controlled win rates (AlpacaEval 2.0's GLM).",
+    ),
     "winners-curse": (
         "honestci.audit.cli.selection:winners_curse",
         "Winner's-curse analysis of the selection pool of CLAIM's study.",

@@ -220,3 +220,63 @@ def position_bias_command(
 
         click.echo(pd.DataFrame(list(result.per_vignette)).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     exit_by_gate(gate_position_bias(result, thresholds))
+
+
+@click.command("length-bias")
+@click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@_path_option("judgments")
+@_path_option("responses")
+@click.option("--judge", default=None, help="Judge to examine (default: the claim's judge, or the only judge).")
+@click.option("--system", default=None, help="System whose wins are counted (default: the claim's policy).")
+@click.option("--opponent", default=None, help="The other system (default: the claim's opponent).")
+@click.option(
+    "--all-systems",
+    is_flag=True,
+    help="Also tabulate raw, length- and style-controlled win rates of every system against the opponent "
+    "(a per-vignette difficulty term from the other systems' scores).",
+)
+@level_option
+@policy_option
+@click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
+@fail_cleanly
+def length_bias_command(
+    claim, judgments, responses, judge, system, opponent, all_systems, level, policy_file, allow_outside_data
+) -> None:
+    """Length and style bias of a judge, and length-controlled win rates (AlpacaEval 2.0's GLM)."""
+    from honestci.audit.checks.length_bias import controlled_winrate_table, length_bias_from_contests
+    from honestci.audit.data.contests import build_contests
+    from honestci.audit.gates import gate_length_bias
+
+    thresholds = policy_thresholds(policy_file)
+    level = thresholds.confidence_level if level is None else level
+    tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
+    missing = [name for name in ("judgments", "responses") if name not in tables]
+    if missing:
+        raise InputError(
+            f"missing table(s): {', '.join(missing)}.", fix="pass a claim file or --judgments and --responses"
+        )
+    policy = system or (spec.policy if spec else None)
+    opponent = opponent or (spec.opponent if spec else None)
+    if policy is None or opponent is None:
+        raise InputError("the two systems to compare are not named.", fix="pass --system and --opponent (or a claim)")
+    judge = judge or (spec.judge if spec else None)
+    from honestci.audit.data.policy_file import load_policy
+
+    invalid = load_policy(policy_file).invalid_verdicts
+    contests = build_contests(tables, policy, opponent, judge=judge, allow_single_order=True)
+    result = length_bias_from_contests(
+        contests, tables["responses"].frame, invalid=invalid, level=level, min_clusters=thresholds.min_clusters
+    )
+    for line in result.summary_lines():
+        click.echo(f"- {line}")
+    if result.length is not None:
+        click.echo("")
+        click.echo(result.to_frame().to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if all_systems:
+        systems = sorted(set(tables["responses"].frame["system"].astype(str)) - {opponent})
+        click.echo("")
+        table = controlled_winrate_table(
+            tables, systems, opponent, judge=judge, invalid=invalid, level=level, min_clusters=thresholds.min_clusters
+        )
+        click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    exit_by_gate(gate_length_bias(result, thresholds))

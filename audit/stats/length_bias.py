@@ -1,0 +1,498 @@
+"""Length and style bias of a judge, and length- (style-) controlled win rates.
+
+A judge's contest score y_i ∈ [0, 1] (policy vs opponent; 1 win, 0 loss, ½ tie, or a continuous
+preference) is modelled by a quasi-binomial logistic GLM on the difference between the two
+answers' lengths and markdown style:
+
+    logit E[y_i] = θ + β·tanh(Δℓ_i / sd(Δℓ)) + Σ_k γ_k s_ik (+ δ'z_i)
+
+- Δℓ_i = characters of the policy's answer − characters of the opponent's, scaled by its sample
+  sd (ddof 1) and squashed by tanh, as AlpacaEval 2.0's length-controlled GLM does (Dubois et al.
+  2024; there the difference is taken baseline − model, so its length coefficient has the
+  opposite sign). β > 0: the judge prefers the longer answer.
+- s_ik: style features of Chatbot Arena's style control (LMSYS 2024, "Does style matter?"):
+  counts of markdown headers, bold spans and list items, each as the normalised difference
+  (a − b)/(a + b) (0 when neither answer has any) scaled by its sd, not centred, so that 0 means
+  "no difference" (Arena centres too; its battles are position-balanced, ours need not be).
+- z_i: optional terms kept at their observed values (e.g. an instruction-difficulty covariate).
+
+The controlled win rate is the model's predicted win rate had the answers not differed in the
+controlled features (length; length and style), each vignette weighted equally as every win-rate
+estimand of honestci is (:mod:`honestci.audit.stats.estimands`):
+
+    LC = (1/G) Σ_g (1/n_g) Σ_{i∈g} expit(θ̂ + δ̂'z_i)
+
+Without z it is expit(θ̂). The judge's length effect is the change in that predicted win rate when
+the policy's answer is one sd longer than the opponent's (tanh term at tanh(1)) instead of equal.
+
+Inference: the GLM is fitted by IRLS; its cluster-robust covariance is the sandwich of the working
+weighted least-squares problem at convergence (X̃ = W^½X, ẽ = (y − μ)/W^½, W = μ(1 − μ)), so CR1S
+is statsmodels' ``GLM(..., cov_type="cluster")`` and CR2 is Bell–McCaffrey on the working model
+(clubSandwich's ``vcovCR`` of a ``glm``), with Satterthwaite df. The quasi-binomial dispersion
+cancels in a sandwich. The controlled win rate's interval is the delta method on the logit scale
+(through :func:`honestci.audit.stats.cluster_robust.linear_contrast`, so it has its own
+Satterthwaite df), mapped back by expit; the length effect's is on the probability scale.
+
+References
+----------
+Dubois, Galambosi, Liang & Hashimoto (2024), "Length-Controlled AlpacaEval: A Simple Way to Debias
+Automatic Evaluators", arXiv:2404.04475; tatsu-lab/alpaca_eval ``src/alpaca_eval/metrics/glm_winrate.py``.
+LMSYS (2024), "Does Style Matter? Disentangling style and substance in Chatbot Arena".
+McCullagh & Nelder (1989), Generalized Linear Models, ch. 9 (quasi-likelihood).
+Bell & McCaffrey (2002); Pustejovsky & Tipton (2018), JBES 36:672.
+
+Validated against
+-----------------
+statsmodels ``GLM(y, X, family=Binomial()).fit(cov_type="cluster")`` (coefficients and CR1S SEs to
+1e-6; ``tests/test_length_bias.py``); seeded coverage simulations of the length coefficient's and
+the controlled win rate's intervals; the published AlpacaEval 2.0 figures (docs/methods.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import special, stats
+
+from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
+from honestci.audit.stats.clustered_estimate import ClusteredEstimate
+from honestci.audit.stats.design_effect import cluster_codes
+
+#: Style features (Chatbot Arena's style control, without its token length: length has its own term).
+STYLE_FEATURES = ("headers", "bold", "lists")
+LENGTH_TERM = "tanh_length"
+_HEADER = re.compile(r"^\s{0,3}#{1,6}\s+\S", re.MULTILINE)
+_BOLD = re.compile(r"\*\*[^*\n]+\*\*|__[^_\n]+__")
+_LIST = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S", re.MULTILINE)
+_MAX_IRLS = 100
+
+
+def style_counts(texts: Sequence[str]) -> pd.DataFrame:
+    """Characters and markdown counts of each text: ``length`` (characters, as AlpacaEval counts),
+    ``headers`` (ATX headers ``#`` to ``######``), ``bold`` (``**…**`` or ``__…__`` spans) and
+    ``lists`` (lines that open an unordered ``- * +`` or ordered ``1.``/``1)`` item)."""
+    rows = []
+    for text in texts:
+        text = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
+        rows.append(
+            {
+                "length": len(text),
+                "headers": len(_HEADER.findall(text)),
+                "bold": len(_BOLD.findall(text)),
+                "lists": len(_LIST.findall(text)),
+            }
+        )
+    return pd.DataFrame(rows, columns=["length", "headers", "bold", "lists"])
+
+
+def difference_features(policy_texts: Sequence[str], opponent_texts: Sequence[str], style: bool) -> pd.DataFrame:
+    """The controlled columns of the GLM for each contest: ``tanh_length`` = tanh(Δℓ / sd(Δℓ)) and,
+    with ``style``, each style feature's normalised difference (a − b)/(a + b) over its sd (both
+    uncentred: 0 is "no difference"). A feature with no variation is dropped (it is not estimable).
+
+    Raises
+    ------
+    EstimationError
+        When the lengths do not vary (every answer pair equally long, e.g. texts missing): the
+        length effect is not identifiable.
+    """
+    a, b = style_counts(policy_texts), style_counts(opponent_texts)
+    if len(a) != len(b):
+        raise InputError("policy and opponent texts differ in number", fix="pass one text of each per contest")
+    delta = (a["length"] - b["length"]).to_numpy(float)
+    sd = float(np.std(delta, ddof=1)) if len(delta) > 1 else 0.0
+    if not sd > 0:
+        raise EstimationError(
+            "The answers' length differences do not vary (are the responses' texts missing?), so the "
+            "judge's length effect is not identifiable; give the responses' texts."
+        )
+    columns = {LENGTH_TERM: np.tanh(delta / sd)}
+    if style:
+        for name in STYLE_FEATURES:
+            total = (a[name] + b[name]).to_numpy(float)
+            diff = np.divide((a[name] - b[name]).to_numpy(float), total, out=np.zeros(len(total)), where=total > 0)
+            spread = float(np.std(diff, ddof=1))
+            if spread > 0:
+                columns[name] = diff / spread
+    return pd.DataFrame(columns)
+
+
+def fit_logistic_glm(
+    y: Any,
+    X: Any,
+    clusters: Any,
+    *,
+    vcov: str = "CR2",
+    df: str = "satterthwaite",
+    level: float = 0.95,
+    coef_names: Sequence[str] | None = None,
+    tol: float = 1e-12,
+) -> ClusterRobustFit:
+    """Quasi-binomial logistic GLM of ``y`` ∈ [0, 1] on ``X`` (include the intercept) by IRLS, with a
+    cluster-robust covariance.
+
+    The covariance is that of :func:`honestci.audit.stats.cluster_robust.cluster_robust_ols` applied
+    to the working weighted least-squares problem at convergence, W = μ̂(1 − μ̂):
+    V = (X'WX)⁻¹ [Σ_g X_g' A_g r_g r_g' A_g X_g] (X'WX)⁻¹ · c on the working scale, with score
+    residuals X_g'(y_g − μ̂_g); ``vcov`` picks A_g and c as there (``"CR1S"`` is statsmodels'
+    ``cov_type="cluster"``, ``"CR2"`` Bell–McCaffrey on the working model, as clubSandwich does for
+    a ``glm``).
+
+    Raises
+    ------
+    InputError
+        ``y`` outside [0, 1] or non-finite, mismatched shapes.
+    EstimationError
+        IRLS did not converge (e.g. complete separation: the coefficients run to infinity).
+
+    Validated against
+    -----------------
+    statsmodels ``GLM(y, X, family=Binomial()).fit(cov_type="cluster", cov_kwds={"groups": g})``:
+    coefficients and SEs agree to 1e-6 (``tests/test_length_bias.py``).
+    """
+    y_arr = np.asarray(y, dtype=float).reshape(-1)
+    X_arr = np.asarray(X, dtype=float)
+    if X_arr.ndim == 1:
+        X_arr = X_arr[:, None]
+    if X_arr.shape[0] != y_arr.size:
+        raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} values.", fix="pass one row per y")
+    if not np.all(np.isfinite(y_arr)) or np.any((y_arr < 0) | (y_arr > 1)):
+        raise InputError("The GLM's outcomes must be finite numbers in [0, 1].", fix="score contests in [0, 1]")
+    if not np.all(np.isfinite(X_arr)):
+        raise InputError("The GLM's design matrix has non-finite values.", fix="drop or fill them")
+    # Start from the least-squares fit on the logit of the shrunken outcomes (statsmodels' start).
+    mu = (y_arr + 0.5) / 2
+    beta = np.linalg.lstsq(X_arr, special.logit(mu), rcond=None)[0]
+    converged = False
+    deviance = math.inf
+    for _ in range(_MAX_IRLS):
+        eta = X_arr @ beta
+        mu = special.expit(eta)
+        w = np.clip(mu * (1 - mu), 1e-300, None)
+        z = eta + (y_arr - mu) / w
+        root = np.sqrt(w)
+        new = np.linalg.lstsq(X_arr * root[:, None], z * root, rcond=None)[0]
+        mu_new = special.expit(X_arr @ new)
+        new_deviance = float(-2 * np.sum(special.xlogy(y_arr, mu_new) + special.xlogy(1 - y_arr, 1 - mu_new)))
+        step = float(np.max(np.abs(new - beta)))
+        beta, previous, deviance = new, deviance, new_deviance
+        if not np.all(np.isfinite(beta)) or np.max(np.abs(beta)) > 30:
+            break
+        if step <= tol * max(1.0, float(np.max(np.abs(beta)))) or abs(previous - deviance) <= tol * (1 + deviance):
+            converged = True
+            break
+    if not converged:
+        raise EstimationError(
+            "The logistic GLM did not converge (its coefficients run off: the outcomes are separated by "
+            "the features, e.g. the judge always prefers the longer answer); no honest interval exists."
+        )
+    eta = X_arr @ beta
+    mu = special.expit(eta)
+    root = np.sqrt(mu * (1 - mu))
+    working_y = root * eta + (y_arr - mu) / root
+    return cluster_robust_ols(
+        X_arr * root[:, None], working_y, clusters, vcov=vcov, level=level, df=df, coef_names=coef_names
+    )
+
+
+@dataclass(frozen=True)
+class ControlledWinRate:
+    """A win rate with the judge's length (and style) preference removed, and the fit behind it.
+
+    ``controlled`` and ``length_effect`` are :class:`ClusteredEstimate` rows (CR2, Satterthwaite df;
+    INCONCLUSIVE below ``min_clusters``). ``fit`` is the GLM (coefficients on the logit scale).
+    """
+
+    name: str
+    terms: tuple[str, ...]
+    fit: ClusterRobustFit
+    raw: float
+    controlled: ClusteredEstimate
+    length_effect: ClusteredEstimate
+    kept: tuple[str, ...] = ()
+
+    def coefficients(self) -> pd.DataFrame:
+        """One row per GLM coefficient (logit scale): estimate, se, df, CI."""
+        f = self.fit
+        return pd.DataFrame(
+            {
+                "model": self.name,
+                "term": f.coef_names,
+                "estimate": f.coef,
+                "se": f.se,
+                "df": f.df,
+                "ci_low": f.ci_low,
+                "ci_high": f.ci_high,
+            }
+        )
+
+    def to_frame(self) -> pd.DataFrame:
+        """The canonical table: raw rate, controlled rate and length effect, then the coefficients."""
+        head = pd.DataFrame(
+            [
+                {"model": self.name, "term": "raw win rate", "estimate": self.raw},
+                {"model": self.name, **_row(self.controlled, "controlled win rate")},
+                {"model": self.name, **_row(self.length_effect, "length effect (+1 sd, probability)")},
+            ]
+        )
+        return pd.concat([head, self.coefficients()], ignore_index=True)
+
+
+def _row(estimate: ClusteredEstimate, term: str) -> dict:
+    return {
+        "term": term,
+        "estimate": estimate.estimate,
+        "se": estimate.se,
+        "df": estimate.df,
+        "ci_low": estimate.ci_low,
+        "ci_high": estimate.ci_high,
+    }
+
+
+def controlled_winrate(
+    scores: Any,
+    clusters: Any,
+    features: pd.DataFrame,
+    *,
+    kept: pd.DataFrame | None = None,
+    name: str = "length-controlled",
+    level: float = 0.95,
+    vcov: str = "CR2",
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> ControlledWinRate:
+    """The win rate at zero difference in ``features`` (AlpacaEval 2.0's LC win rate when
+    ``features`` is the tanh length term alone), with a delta-method CR interval.
+
+    LC = (1/G) Σ_g (1/n_g) Σ_{i∈g} expit(θ̂ + δ̂'z_i) (z: the ``kept`` columns at their observed
+    values), and the length effect (1/G) Σ_g (1/n_g) Σ_{i∈g} [expit(η_i⁺) − expit(η_i⁰)] with η⁺ the
+    linear predictor with ``tanh_length`` = tanh(1) (one sd longer) and every other controlled
+    feature 0.
+
+    Parameters
+    ----------
+    scores, clusters
+        Contest scores in [0, 1] (the policy's) and each contest's vignette.
+    features
+        Controlled columns (from :func:`difference_features`); must include ``tanh_length``.
+    kept
+        Covariates kept at their observed values (e.g. an instruction difficulty); optional.
+
+    Returns
+    -------
+    ControlledWinRate
+
+    References
+    ----------
+    Dubois et al. (2024), arXiv:2404.04475, sec. 3 (the LC win rate as a counterfactual prediction).
+    """
+    y = np.asarray(scores, dtype=float)
+    groups = np.asarray(clusters)
+    if LENGTH_TERM not in features:
+        raise InputError(f"features must include {LENGTH_TERM!r}", fix="build them with difference_features")
+    kept = pd.DataFrame(index=features.index) if kept is None else kept
+    names = ("intercept", *features.columns, *kept.columns)
+    X = np.column_stack([np.ones(len(y)), features.to_numpy(float), kept.to_numpy(float)])
+    fit = fit_logistic_glm(y, X, groups, vcov=vcov, level=level, coef_names=names)
+    # Equal vignette weights: each contest weighs 1/(G n_g).
+    codes = cluster_codes(groups)
+    n_clusters = int(codes.max()) + 1
+    weight = 1.0 / (n_clusters * np.bincount(codes)[codes])
+    raw = float(weight @ y)
+    k_controlled = 1 + features.shape[1]
+    X0 = X.copy()
+    X0[:, 1:k_controlled] = 0.0
+    X1 = X0.copy()
+    X1[:, 1] = math.tanh(1.0)
+    p0, p1 = special.expit(X0 @ fit.coef), special.expit(X1 @ fit.coef)
+    rate = float(weight @ p0)
+    grad_rate = (weight * p0 * (1 - p0)) @ X0
+    effect = float(weight @ (p1 - p0))
+    grad_effect = (weight * p1 * (1 - p1)) @ X1 - grad_rate
+    n = len(y)
+    if n_clusters < min_clusters:
+        note = f"{n_clusters} vignettes < {min_clusters}"
+        return ControlledWinRate(
+            name,
+            tuple(features.columns),
+            fit,
+            raw,
+            ClusteredEstimate.inconclusive(name, rate, n, n_clusters, level, note),
+            ClusteredEstimate.inconclusive("length effect", effect, n, n_clusters, level, note),
+            tuple(kept.columns),
+        )
+    # The rate's interval on the logit scale (keeps it inside (0, 1) near the edges).
+    on_logit = linear_contrast(fit, grad_rate / (rate * (1 - rate)), label="logit controlled rate")
+    half = stats.t.ppf(0.5 + level / 2, on_logit.df) * on_logit.se
+    logit_rate = float(special.logit(rate))
+    controlled = ClusteredEstimate(
+        name,
+        rate,
+        on_logit.se * rate * (1 - rate),
+        on_logit.df,
+        float(special.expit(logit_rate - half)),
+        float(special.expit(logit_rate + half)),
+        None,
+        None,
+        n,
+        n_clusters,
+        level,
+        method=f"delta method on the logit scale, {vcov}",
+    )
+    diff = linear_contrast(fit, grad_effect, label="length effect")
+    half_effect = stats.t.ppf(0.5 + level / 2, diff.df) * diff.se
+    length_effect = ClusteredEstimate(
+        "length effect",
+        effect,
+        diff.se,
+        diff.df,
+        effect - half_effect,
+        effect + half_effect,
+        None,
+        None,
+        n,
+        n_clusters,
+        level,
+        method=f"delta method, {vcov}",
+    )
+    return ControlledWinRate(name, tuple(features.columns), fit, raw, controlled, length_effect, tuple(kept.columns))
+
+
+@dataclass(frozen=True)
+class LengthBiasResult:
+    """The judge's length and style preference on one contest set, and the controlled win rates.
+
+    ``length`` is AlpacaEval's model (length term alone), whose length effect the ``length_bias``
+    gate reads; ``style`` adds Chatbot Arena's markdown features (None when no style feature
+    varies). ``verdict`` is INCONCLUSIVE when ``note`` says the effect could not be estimated.
+    """
+
+    policy: str
+    opponent: str
+    judge: str
+    n: int
+    n_clusters: int
+    level: float
+    length: ControlledWinRate | None
+    style: ControlledWinRate | None
+    mean_length_policy: float | None = None
+    mean_length_opponent: float | None = None
+    note: str = ""
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.PASS if self.length is not None else Verdict.INCONCLUSIVE
+
+    @property
+    def length_effect(self) -> ClusteredEstimate | None:
+        return None if self.length is None else self.length.length_effect
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per figure and coefficient of each model (none when not estimable: the row says so)."""
+        frames = [m.to_frame() for m in (self.length, self.style) if m is not None]
+        if not frames:
+            return pd.DataFrame([{"model": "length-controlled", "term": "length effect", "estimate": None,
+                                  "note": self.note}])  # fmt: skip
+        return pd.concat(frames, ignore_index=True)
+
+    def summary_lines(self) -> list[str]:
+        head = f"judge {self.judge}, {self.policy} vs {self.opponent}"
+        if self.length is None:
+            return [f"{head}: length bias not estimable ({self.note})"]
+        lines = [
+            f"{head}: {self.n} contests on {self.n_clusters} vignettes; mean answer length "
+            f"{self.mean_length_policy:.0f} vs {self.mean_length_opponent:.0f} characters",
+            f"length effect (win-rate change when the policy's answer is one sd longer): "
+            f"{self.length.length_effect.text()}",
+            f"raw win rate {self.length.raw:.3f}; length-controlled (AlpacaEval 2.0 GLM): "
+            f"{self.length.controlled.text()}",
+        ]
+        if self.style is not None:
+            lines.append(
+                f"length- and style-controlled ({', '.join(self.style.terms)}): {self.style.controlled.text()}"
+            )
+        return lines
+
+
+def length_bias(
+    scores: Any,
+    clusters: Any,
+    policy_texts: Sequence[str],
+    opponent_texts: Sequence[str],
+    *,
+    policy: str = "policy",
+    opponent: str = "opponent",
+    judge: str = "judge",
+    kept: pd.DataFrame | None = None,
+    level: float = 0.95,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> LengthBiasResult:
+    """The judge's length (and style) preference and the controlled win rates of one contest set.
+
+    Fits :func:`controlled_winrate` twice: on the length term alone (AlpacaEval 2.0) and on length
+    plus the markdown style features (Chatbot Arena's style control). When the lengths do not vary
+    (texts missing) the result is INCONCLUSIVE with the reason in ``note``; a GLM that does not
+    converge raises :class:`honestci.audit.errors.EstimationError`.
+    """
+    y = np.asarray(scores, dtype=float)
+    groups = np.asarray(clusters)
+    n = len(y)
+    n_clusters = len(np.unique(groups)) if n else 0
+    common: dict[str, Any] = dict(
+        policy=policy, opponent=opponent, judge=judge, n=n, n_clusters=n_clusters, level=level
+    )
+    lengths_a = style_counts(policy_texts)["length"]
+    lengths_b = style_counts(opponent_texts)["length"]
+    try:
+        length_features = difference_features(policy_texts, opponent_texts, style=False)
+    except EstimationError as error:
+        return LengthBiasResult(**common, length=None, style=None, note=str(error))
+    length_model = controlled_winrate(
+        y, groups, length_features, kept=kept, name="length-controlled", level=level, min_clusters=min_clusters
+    )
+    style_features = difference_features(policy_texts, opponent_texts, style=True)
+    style_model = None
+    if style_features.shape[1] > 1:
+        style_model = controlled_winrate(
+            y,
+            groups,
+            style_features,
+            kept=kept,
+            name="length- and style-controlled",
+            level=level,
+            min_clusters=min_clusters,
+        )
+    return LengthBiasResult(
+        **common,
+        length=length_model,
+        style=style_model,
+        mean_length_policy=float(lengths_a.mean()),
+        mean_length_opponent=float(lengths_b.mean()),
+    )
+
+
+def instruction_difficulty(other_scores: dict[str, pd.Series]) -> pd.Series:
+    """A per-vignette term for the controlled GLM from other systems' scores on the same vignettes:
+    d_g = the mean, over the other systems, of their mean score on vignette g (NaN where none scored it).
+
+    AlpacaEval 2.0 uses a per-instruction difficulty fitted on its whole leaderboard, which it
+    downloads at run time and does not publish beside its weights; this is the estimate that the
+    systems at hand allow. Leave the evaluated system (and any variant of it) out of
+    ``other_scores``, or its own noise enters its covariate.
+
+    Parameters
+    ----------
+    other_scores
+        System name → that system's contest scores, as a Series indexed by vignette id.
+    """
+    if not other_scores:
+        raise InputError("No other system's scores were given.", fix="pass at least one other system's scores")
+    means = pd.DataFrame({name: s.groupby(level=0).mean() for name, s in other_scores.items()})
+    return means.mean(axis=1).rename("difficulty")
