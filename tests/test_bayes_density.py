@@ -141,24 +141,16 @@ def test_logp_gradient_and_expansion_match_pymc(n_runs, n_judges, centred):
 
 def test_paired_model_logp_gradient_and_expansion_match_pymc():
     """The joint two-system model of audit/bayes_compare.py against its PyMC definition."""
-    import pandas as pd
-
     from honestci.audit.stats.bayes_compare import _cells as paired_cells
     from honestci.audit.stats.bayes_compare import _model as paired_model
 
     rng = np.random.default_rng(5)
 
-    def frame():
+    def contests():
         n = 300
-        return pd.DataFrame(
-            {
-                "vignette_id": rng.choice(["a", "b", "c", "d"], n),
-                "policy_first": rng.random(n) < 0.5,
-                "value": rng.choice([0.0, 0.5, 1.0], n),
-            }
-        )
+        return rng.choice([0.0, 0.5, 1.0], n), rng.choice(["a", "b", "c", "d"], n)
 
-    labels, data = paired_cells(frame(), frame())
+    labels, data = paired_cells(*contests(), *contests())
     model = paired_model(labels, data)
     fast_compile = dict(mode="FAST_COMPILE")
     pymc_logp, pymc_dlogp = model.compile_logp(**fast_compile), model.compile_dlogp(**fast_compile)
