@@ -1,0 +1,144 @@
+"""The progress meter: line format, cadence, final line, quiet, live bars (fake clock and stream)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from honestci.audit.progress import Progress, as_progress, format_duration
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _plain(clock: FakeClock, **kwargs) -> tuple[Progress, io.StringIO]:
+    stream = io.StringIO()
+    return Progress(stream=stream, tty=False, clock=clock, **kwargs), stream
+
+
+def _lines(stream: io.StringIO) -> list[str]:
+    return stream.getvalue().splitlines()
+
+
+def test_line_format_rate_eta_and_final_line():
+    clock = FakeClock()
+    progress, stream = _plain(clock)
+    with progress.meter(400, "judging", "judgments") as meter:
+        clock.now += 40.0
+        meter.advance(100, invalid=2)  # 25%: crosses the 10% and 20% marks -> one line
+        clock.now += 85.0
+        meter.advance(300)
+    # 100 in 40 s: 2.5/s, 300 left -> 120 s = 02:00; final: 400 in 125 s = 3.2/s
+    assert _lines(stream) == [
+        "judging 0/400 judgments (0%)",
+        "judging 100/400 judgments (25%) 2.50 judgments/s ETA 02:00 invalid=2",
+        "judging done: 400/400 judgments in 02:05 (3.20 judgments/s) invalid=2",
+    ]
+
+
+def test_cadence_every_tenth_or_every_ten_seconds():
+    clock = FakeClock()
+    progress, stream = _plain(clock)
+    meter = progress.meter(1000, "cells", "cells")
+    for _ in range(1000):
+        clock.now += 0.001  # 1 s in all: only the 10% marks write a line
+        meter.advance()
+    assert len(_lines(stream)) == 1 + 9  # start + 10%..90% (100% is left to the final line)
+    meter.close()
+    assert _lines(stream)[-1].startswith("cells done: 1000/1000 cells in 00:01")
+
+    clock2 = FakeClock()
+    slow, slow_stream = _plain(clock2)
+    meter = slow.meter(10_000, "scan", "docs")
+    for _ in range(30):
+        clock2.now += 1.0  # 30 s, 0.3% done: a line every 10 s only
+        meter.advance()
+    assert len(_lines(slow_stream)) == 1 + 3
+    assert _lines(slow_stream)[1] == "scan 10/10000 docs (0%) 1.00 docs/s ETA 2:46:30"
+
+
+def test_rate_counts_only_this_runs_work():
+    """Work already done (a cache) is not speed: the rate and ETA use what this run did."""
+    clock = FakeClock()
+    progress, stream = _plain(clock)
+    meter = progress.meter(100, "judging", "judgments", done=90)
+    assert _lines(stream) == ["judging 90/100 judgments (90%)"]
+    clock.now += 10.0
+    meter.advance(5)  # 5 in 10 s = 0.5/s; 5 left -> 10 s
+    assert _lines(stream)[-1] == "judging 95/100 judgments (95%) 0.50 judgments/s ETA 00:10"
+
+
+def test_scaled_units_and_unknown_total():
+    clock = FakeClock()
+    progress, stream = _plain(clock)
+    meter = progress.meter(50_000_000, "leakage scan", "MB", scale=1e6)
+    clock.now += 2.0
+    meter.update(10_000_000)
+    assert _lines(stream)[-1] == "leakage scan 10.0/50.0 MB (20%) 5.00 MB/s ETA 00:08"
+    unknown = progress.meter(None, "sampling", "draws")
+    clock.now += 12.0
+    unknown.advance(24)
+    assert _lines(stream)[-1] == "sampling 24 draws 2.00 draws/s elapsed 00:12"
+
+
+def test_quiet_writes_nothing_and_close_is_idempotent():
+    stream = io.StringIO()
+    quiet = Progress(enabled=False, stream=stream, tty=False)
+    with quiet.meter(10, "judging") as meter:
+        meter.advance(10)
+    quiet("a message")
+    assert stream.getvalue() == "" and not meter.active
+    clock = FakeClock()
+    progress, loud = _plain(clock)
+    meter = progress.meter(2, "x")
+    meter.close()
+    meter.close()
+    meter.advance()
+    assert len(_lines(loud)) == 2
+
+
+def test_messages_and_callables():
+    clock = FakeClock()
+    progress, stream = _plain(clock)
+    progress("loading claim and data")
+    assert _lines(stream) == ["… loading claim and data"]
+    seen: list[str] = []
+    wrapped = as_progress(seen.append)
+    wrapped("step")
+    wrapped.meter(3, "cells", "cells").close()
+    assert seen == ["step", "cells 0/3 cells (0%)", "cells done: 0/3 cells in 00:00"]
+    assert as_progress(False).enabled is False and as_progress(None).enabled is True
+    with pytest.raises(TypeError):
+        as_progress(3)  # type: ignore[arg-type]
+
+
+def test_live_bar_on_a_terminal():
+    """On a terminal the meter is a rich bar (no plain lines); messages print above it."""
+    clock = FakeClock()
+    stream = io.StringIO()
+    progress = Progress(stream=stream, tty=True, clock=clock)
+    assert progress.live
+    with progress.meter(4, "judging", "judgments") as meter:
+        progress("a message")
+        clock.now += 2.0
+        meter.advance(4)
+    text = stream.getvalue()
+    assert "judging" in text and "4/4 judgments" in text and "a message" in text
+    assert "judging done:" not in text and "\x1b[" in text  # a terminal drawing, not the plain final line
+
+
+def test_format_duration():
+    assert [format_duration(s) for s in (0, 59.4, 61, 3599, 3600, 7322)] == [
+        "00:00",
+        "00:59",
+        "01:01",
+        "59:59",
+        "1:00:00",
+        "2:02:02",
+    ]
