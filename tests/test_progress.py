@@ -142,3 +142,30 @@ def test_format_duration():
         "1:00:00",
         "2:02:02",
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# Wired places: each writes plain lines when standard error is not a terminal (CliRunner's is not).
+
+
+def test_judging_writes_lines_with_rate_in_a_log(tmp_path):
+    from click.testing import CliRunner
+
+    from honestci.audit.cli.judges import judge_command
+    from honestci.judges.stub_server import StubConfig, StubJudgeServer, write_stub_study
+
+    study = write_stub_study(tmp_path, n_contests=4)
+    inputs = [str(study["contests"]), "--vignettes", str(study["vignettes"]), "--responses", str(study["responses"])]
+    with StubJudgeServer(StubConfig()) as server:
+        backend = ["--base-url", server.base_url, "--model", "stub-judge"]
+        result = CliRunner().invoke(judge_command, [*inputs, *backend, "--out", str(tmp_path / "j.csv")])
+        quiet = CliRunner().invoke(
+            judge_command, [*inputs, *backend, "--out", str(tmp_path / "k.csv"), "--no-progress"]
+        )
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("judging (stub-judge)")]
+    assert lines[0] == "judging (stub-judge) 0/8 judgments (0%)"
+    # every further eighth crosses a 10% mark: a line with rate and ETA each time, then the final line
+    assert all(" judgments/s ETA " in line for line in lines[1:-1]) and len(lines) == 1 + 7 + 1
+    assert lines[-1].startswith("judging (stub-judge) done: 8/8 judgments in ")
+    assert quiet.exit_code == 0 and "judging (stub-judge)" not in quiet.stderr
