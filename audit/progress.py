@@ -311,13 +311,13 @@ ProgressLike = Progress | Callable[[str], None] | bool | None
 
 def as_progress(value: ProgressLike) -> Progress:
     """A :class:`Progress` from what callers pass: a Progress itself; a ``progress(message)``
-    callable (every line goes to it); True or None (standard error, bars on a terminal); False
+    callable (every line goes to it); True (standard error, bars on a terminal); False or None
     (silent)."""
     if isinstance(value, Progress):
         return value
-    if value is None or value is True:
+    if value is True:
         return Progress()
-    if value is False:
+    if value is None or value is False:
         return Progress.off()
     if callable(value):
         return Progress(emit=value)

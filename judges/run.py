@@ -290,7 +290,7 @@ def run_judging(
     seed: int | np.random.Generator = 0,
     sampling: dict | None = None,
     retry_failed: bool = False,
-    progress: ProgressLike = None,
+    progress: ProgressLike = True,
 ) -> RunSummary:
     """Judge every contest in both orders and write the judgments table to ``out_path``.
 
@@ -316,7 +316,7 @@ def run_judging(
     progress
         Where progress goes (:func:`honestci.audit.progress.as_progress`): by default standard
         error, a live bar on a terminal and otherwise a line with rate and ETA every 10 s or 10% of
-        the judgments (one judgment is one order of one contest); False for none.
+        the judgments (one judgment is one order of one contest); False or None for none.
     """
     started = time.monotonic()
     if isinstance(contests, (str, Path)):

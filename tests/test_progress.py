@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 
 from honestci.audit.progress import Progress, as_progress, format_duration
@@ -113,7 +114,7 @@ def test_messages_and_callables():
     wrapped("step")
     wrapped.meter(3, "cells", "cells").close()
     assert seen == ["step", "cells 0/3 cells (0%)", "cells done: 0/3 cells in 00:00"]
-    assert as_progress(False).enabled is False and as_progress(None).enabled is True
+    assert as_progress(True).enabled and not as_progress(False).enabled and not as_progress(None).enabled
     with pytest.raises(TypeError):
         as_progress(3)  # type: ignore[arg-type]
 
@@ -169,3 +170,66 @@ def test_judging_writes_lines_with_rate_in_a_log(tmp_path):
     assert all(" judgments/s ETA " in line for line in lines[1:-1]) and len(lines) == 1 + 7 + 1
     assert lines[-1].startswith("judging (stub-judge) done: 8/8 judgments in ")
     assert quiet.exit_code == 0 and "judging (stub-judge)" not in quiet.stderr
+
+
+def _tiny_contest_scores():
+    rng = np.random.default_rng(0)
+    vignette = np.repeat(np.arange(6), 5)
+    return vignette, rng.choice([0.0, 0.5, 1.0], size=vignette.size)
+
+
+def test_bayesian_fit_writes_a_phase_line_per_fit_with_nutpie():
+    """nutpie reports per-chain progress to its own terminal bar only: in a log, one start line
+    and one final line per fit, with the draws of every chain, the elapsed time and divergences."""
+    from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
+
+    vignette, score = _tiny_contest_scores()
+    stream = io.StringIO()
+    progress = Progress(stream=stream, tty=False)
+    fit_contest_scores_hierarchical(
+        vignette, score, sampler="nutpie", chains=2, draws=50, tune=50, seed=1, progress=progress
+    )
+    lines = _lines(stream)
+    assert lines[0] == "bayes fit (HalfNormal(1), non_centred) with nutpie 0/200 draws (0%)"
+    assert lines[-1].startswith("bayes fit (HalfNormal(1), non_centred) with nutpie done: 200/200 draws in ")
+    assert "draws/s) divergences=" in lines[-1]
+
+
+@pytest.mark.slow
+def test_bayesian_fit_counts_every_chains_draws_with_pymc():
+    """PyMC calls back after every draw: lines carry each chain's count, rate and ETA."""
+    from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
+
+    vignette, score = _tiny_contest_scores()
+    stream = io.StringIO()
+    fit_contest_scores_hierarchical(
+        vignette,
+        score,
+        sampler="pymc",
+        chains=2,
+        draws=100,
+        tune=100,
+        seed=1,
+        progress=Progress(stream=stream, tty=False),
+    )
+    lines = _lines(stream)
+    middle = [line for line in lines[1:-1] if "%)" in line]
+    assert len(middle) >= 8 and all(" draws/s ETA " in line and " chains=" in line for line in middle)
+    assert lines[-1].startswith("bayes fit (HalfNormal(1), non_centred) with PyMC done: 400/400 draws in ")
+    assert " chains=200/200 " in lines[-1]
+
+
+def test_coverage_study_meters_its_cells():
+    from honestci.audit.stats.coverage_study import Grid, run_coverage_study
+
+    seen: list[str] = []
+    grid = Grid((6, 8), ("balanced",), (1.0,), (0.8,), (0.0, 1.0))  # 4 cells
+    run_coverage_study(reps=10, methods=("wilson",), grid=grid, seed=5, progress=seen.append)
+    label = "coverage study (10 reps/cell)"
+    assert seen[0] == f"{label} 0/4 cells (0%)"
+    assert [line.split(" cells/s ETA ")[0].rsplit(" ", 1)[0] for line in seen[1:-1]] == [
+        f"{label} 1/4 cells (25%)",
+        f"{label} 2/4 cells (50%)",
+        f"{label} 3/4 cells (75%)",
+    ]
+    assert seen[-1].startswith(f"{label} done: 4/4 cells in ")

@@ -25,6 +25,7 @@ import pandas as pd
 
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS, Thresholds
+from honestci.audit.progress import ProgressLike
 from honestci.audit.stats.bayes import (
     PosteriorSummary,
     SamplerDiagnostics,
@@ -145,8 +146,11 @@ def fit_paired_difference_bayes(
     seed: int = 0,
     sampler: str = "auto",
     thresholds: Thresholds = THRESHOLDS,
+    progress: ProgressLike = False,
 ) -> BayesDifference:
     """Fit the joint model to two systems' per-order outcomes (``ContestTable.per_order_outcomes()``).
+
+    ``progress``: sampling progress, as for :func:`honestci.audit.stats.bayes.sample_posterior`.
 
     Raises
     ------
@@ -166,7 +170,15 @@ def fit_paired_difference_bayes(
     started = time.perf_counter()
     labels, data = _cells(frame_a, frame_b)
     idata, sampler_used, note = sample_posterior(
-        lambda: _model(labels, data), lambda: _density_model(labels, data), sampler, chains, draws, tune, seed, False
+        lambda: _model(labels, data),
+        lambda: _density_model(labels, data),
+        sampler,
+        chains,
+        draws,
+        tune,
+        seed,
+        progress,
+        f"bayes difference fit ({system_a} vs {system_b})",
     )
     diagnostics = diagnose_sampler(
         idata, ["mu", "delta", "beta", "sigma_u", "sigma_w", "u_std", "w_std"], chains, draws, tune, thresholds
