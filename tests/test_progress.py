@@ -233,3 +233,69 @@ def test_coverage_study_meters_its_cells():
         f"{label} 3/4 cells (75%)",
     ]
     assert seen[-1].startswith(f"{label} done: 4/4 cells in ")
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".parquet", ".txt"])
+def test_leakage_reader_reports_every_byte_of_the_file_on_disk(tmp_path, suffix):
+    import gzip
+    import json
+
+    from honestci.audit.checks.leakage import iter_corpus
+
+    texts = [f"document {i} " + "word " * (i % 40) for i in range(3000)]
+    path = tmp_path / f"corpus{suffix}"
+    if suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table({"doc_id": [f"d{i}" for i in range(len(texts))], "text": texts})
+        pq.write_table(table, path, row_group_size=500)
+    else:
+        rows = (json.dumps({"doc_id": f"d{i}", "text": t}) if "jsonl" in suffix else t for i, t in enumerate(texts))
+        data = "".join(row + "\n" for row in rows).encode()
+        path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    reported: list[int] = []
+    batches = list(iter_corpus(path, chunk_bytes=20_000, on_bytes=reported.append))
+    assert sum(len(ids) for ids, _ in batches) == len(texts)
+    assert len(reported) == len(batches) > 1 and sum(reported) == path.stat().st_size
+
+
+def test_leakage_scan_meters_megabytes_with_rate_and_eta(tmp_path):
+    import json
+
+    from honestci.audit.checks.leakage import build_index, scan_corpus
+
+    rng = np.random.default_rng(3)
+    vocab = [f"w{i}" for i in range(500)]
+    path = tmp_path / "corpus.jsonl"
+    with path.open("w") as handle:
+        for i in range(4000):  # about 2.6 MB
+            handle.write(json.dumps({"doc_id": f"d{i}", "text": " ".join(rng.choice(vocab, 100))}) + "\n")
+    size_mb = path.stat().st_size / 1e6
+    seen: list[str] = []
+    index = build_index({"a": "an answer that appears nowhere in this corpus at all today"}, 8)
+    scan_corpus(index, path, chunk_bytes=100_000, progress=seen.append)
+    assert seen[0] == f"leakage scan 0.0/{size_mb:.1f} MB (0%)"
+    assert len(seen) >= 2 + 9 and all(" MB/s ETA " in line and "documents=" in line for line in seen[1:-1])
+    assert seen[-1].startswith(f"leakage scan done: {size_mb:.1f}/{size_mb:.1f} MB in ")
+    assert seen[-1].endswith(" documents=4000")
+
+
+def test_dask_leakage_scan_meters_finished_tasks(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    from honestci.audit.checks.leakage import build_index, byte_ranges, scan_corpus_dask
+
+    path = tmp_path / "corpus.txt"
+    path.write_text("".join(f"line {i} of a plain text corpus\n" for i in range(3000)))
+    index = build_index({"a": "an answer that appears nowhere in this corpus at all today"}, 8)
+    seen: list[str] = []
+    with (
+        distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        scan = scan_corpus_dask(index, path, client, block_bytes=10_000, progress=seen.append)
+    tasks = len(byte_ranges(path, 10_000))
+    size_mb = path.stat().st_size / 1e6
+    assert scan.n_docs == 3000 and tasks > 5
+    assert seen[0] == f"leakage scan ({tasks} tasks) 0.0/{size_mb:.1f} MB (0%)"
+    assert seen[-1].startswith(f"leakage scan ({tasks} tasks) done: {size_mb:.1f}/{size_mb:.1f} MB in ")
