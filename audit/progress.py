@@ -154,8 +154,9 @@ class Meter:
         extra = _format_fields(self.fields)
         return f"{line} {extra}" if extra else line
 
-    def update(self, done: float, **fields: Any) -> None:
-        """Set the amount done (absolute) and any fields shown after the rate (e.g. ``loss=0.31``)."""
+    def update(self, done: float, *, force: bool = False, **fields: Any) -> None:
+        """Set the amount done (absolute) and any fields shown after the rate (e.g. ``loss=0.31``);
+        ``force`` writes the line now in plain mode (e.g. at every training log step)."""
         if self._closed or self._owner is None:
             return
         self.done = float(done)
@@ -165,7 +166,8 @@ class Meter:
             return
         now, bucket = self._owner.clock(), self._bucket()
         finished = self.total is not None and self.done >= self.total
-        if not finished and (now - self._last_emit >= self._owner.every_s or bucket > self._last_bucket):
+        due = force or now - self._last_emit >= self._owner.every_s or bucket > self._last_bucket
+        if not finished and due:
             self._owner.emit(self.status())
             self._last_emit = now
         self._last_bucket = max(bucket, self._last_bucket)

@@ -299,3 +299,29 @@ def test_dask_leakage_scan_meters_finished_tasks(tmp_path):
     assert scan.n_docs == 3000 and tasks > 5
     assert seen[0] == f"leakage scan ({tasks} tasks) 0.0/{size_mb:.1f} MB (0%)"
     assert seen[-1].startswith(f"leakage scan ({tasks} tasks) done: {size_mb:.1f}/{size_mb:.1f} MB in ")
+
+
+def test_training_callback_writes_step_k_of_n_with_reward_kl_loss_and_eta_at_every_log():
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from honestci.training.progress import TrainingProgress
+
+    clock = FakeClock()
+    progress, stream = _plain(clock)
+    callback = TrainingProgress(progress, "GRPO")
+    state = SimpleNamespace(is_world_process_zero=True, max_steps=100, global_step=0)
+    callback.on_train_begin(None, state, None)
+    for step in (1, 2):  # logging_steps=1: a line at every log, whatever the 10% cadence says
+        clock.now += 6.0
+        state.global_step = step
+        callback.on_log(None, state, None, logs={"loss": 0.25, "reward": 0.5, "reward_std": 0.125, "kl": 0.002})
+    state.global_step = 100
+    callback.on_log(None, state, None, logs={"train_loss": 0.3, "train_runtime": 12.0})  # the summary row
+    callback.on_train_end(None, state, None)
+    assert _lines(stream) == [
+        "GRPO 0/100 steps (0%)",
+        "GRPO 1/100 steps (1%) 0.17 steps/s ETA 09:54 loss=0.25 reward=0.5 reward_sd=0.125 kl=0.002",
+        "GRPO 2/100 steps (2%) 0.17 steps/s ETA 09:48 loss=0.25 reward=0.5 reward_sd=0.125 kl=0.002",
+        "GRPO done: 100/100 steps in 00:12 (8.33 steps/s) loss=0.25 reward=0.5 reward_sd=0.125 kl=0.002",
+    ]
