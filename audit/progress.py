@@ -302,7 +302,8 @@ class Progress:
 
     def _bar_remove(self, meter: Meter) -> None:
         self._bar_update(meter)
-        self._bar_meters.pop(meter._task, None)
+        if meter._task is not None:
+            self._bar_meters.pop(meter._task, None)
         if not self._bar_meters:
             self._bar.stop()
             self._bar = None

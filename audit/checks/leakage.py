@@ -693,13 +693,11 @@ def scan_corpus(
     import time
 
     started = time.perf_counter()
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    paths = [Path(path) for path in paths]
+    files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(path) for path in paths]
     total = _Matches()
-    size = sum(path.stat().st_size for path in paths if path.is_file())
+    size = sum(path.stat().st_size for path in files if path.is_file())
     with as_progress(progress).meter(size, "leakage scan", "MB", scale=1e6) as meter:
-        for path in paths:
+        for path in files:
             for ids, texts in iter_corpus(path, text_field, id_field, chunk_bytes, on_bytes=meter.advance):
                 total.merge(scan_batch(index, ids, texts, near_index, near_threshold))
                 meter.update(meter.done, documents=total.n_docs)

@@ -546,7 +546,8 @@ def _sample_pymc(build_model, chains, draws, tune, seed, progress: Progress, lab
         # PyMC calls this in the main process after every draw (warm-up included) of every chain
         per_chain[draw.chain] = per_chain.get(draw.chain, 0) + 1
         counts = "/".join(str(per_chain[c]) for c in sorted(per_chain))
-        meter.update(sum(per_chain.values()), chains=counts)
+        if meter is not None:
+            meter.update(sum(per_chain.values()), chains=counts)
 
     pymc_logger = logging.getLogger("pymc")
     previous_level = pymc_logger.level
