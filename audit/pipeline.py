@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import platform
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from honestci.audit.policy import (
     Policy,
     Verdict,
 )
+from honestci.audit.progress import ProgressLike, as_progress
 from honestci.audit.report_model import POSTERIOR_FILE, Report, json_safe
 from honestci.audit.stats.compare import paired_difference
 from honestci.audit.stats.intervals import IntervalResult, IntervalTable
@@ -304,7 +304,13 @@ def _per_vignette(scored, study: Study, level: float, trials_per_contest: int) -
 
 
 def _comparisons(
-    claim: Claim, study: Study, contests: ContestTable, level: float, bayes: bool, seed: int
+    claim: Claim,
+    study: Study,
+    contests: ContestTable,
+    level: float,
+    bayes: bool,
+    seed: int,
+    progress: ProgressLike = None,
 ) -> tuple[ComparisonCheck, ...]:
     from honestci.audit.errors import InputError
 
@@ -347,6 +353,7 @@ def _comparisons(
                     seed=seed,
                     thresholds=claim.thresholds,
                     trials_per_contest=contests.trials_per_contest,
+                    progress=progress,
                 )
             checks.append(
                 ComparisonCheck(
@@ -379,7 +386,7 @@ def audit_context(
     bayes: bool = True,
     seed: int = DEFAULT_SEED,
     allow_outside_data: bool = False,
-    progress: Callable[[str], None] = lambda _: None,
+    progress: ProgressLike = None,
 ) -> AuditContext:
     """Everything the gates of one claim read: the claim and its data, every win-rate interval
     (with the Bayesian fit unless ``bayes`` is False), the claimed-figure audit, the comparisons
@@ -391,6 +398,7 @@ def audit_context(
 
     Raises :class:`honestci.audit.errors.InputError` on bad input.
     """
+    progress = as_progress(progress)
     progress("loading claim and data")
     claim = load_claim(claim_path, allow_outside=allow_outside_data, policy=policy)
     spec, thresholds, rules = claim.spec, claim.thresholds, claim.policy
@@ -431,7 +439,7 @@ def audit_context(
     bayes_result = None
     if bayes:
         progress("fitting the Bayesian hierarchical model")
-        bayes_result = _fit_bayes(contests, spec.bar, level, seed, rows[0], rules.invalid_verdicts)
+        bayes_result = _fit_bayes(contests, spec.bar, level, seed, rows[0], rules.invalid_verdicts, progress)
         rows.extend(bayes_result.interval_rows)
     intervals = IntervalTable("win rate", tuple(rows))
 
@@ -464,7 +472,7 @@ def audit_context(
         rules.gate_method(spec.population),
         bayes_result,
         claimed_audit,
-        _comparisons(claim, study, contests, level, bayes, seed),
+        _comparisons(claim, study, contests, level, bayes, seed, progress),
         seed=seed,
     )
     progress("running the checks")
@@ -480,7 +488,7 @@ def run_audit(
     seed: int = DEFAULT_SEED,
     allow_outside_data: bool = False,
     allow_inconclusive: bool = False,
-    progress: Callable[[str], None] = lambda _: None,
+    progress: ProgressLike = None,
 ) -> AuditResult:
     """Run the audit of one claim: :func:`audit_context`, then every gate.
 
@@ -580,7 +588,13 @@ def _bayes_summary(bayes: BayesCheck) -> dict:
 
 
 def _fit_bayes(
-    contests: ContestTable, bar: float, level: float, seed: int, reference: IntervalResult, invalid: str
+    contests: ContestTable,
+    bar: float,
+    level: float,
+    seed: int,
+    reference: IntervalResult,
+    invalid: str,
+    progress: ProgressLike = None,
 ) -> BayesCheck:
     from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
 
@@ -595,6 +609,7 @@ def _fit_bayes(
         level=level,
         seed=seed,
         trials_per_contest=contests.trials_per_contest,
+        progress=progress,
     )
     common: dict[str, Any] = dict(
         level=level,

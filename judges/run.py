@@ -10,7 +10,6 @@ invalid verdicts and retried calls.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from honestci.audit.errors import InputError, Problem
+from honestci.audit.progress import Meter, ProgressLike, as_progress
 from honestci.judges.backends.base import Backend, Completion, JudgeRequest
 from honestci.judges.cache import CachedJudgment, CacheKey, JudgmentCache, canonical_json, texts_sha256
 from honestci.judges.parse import parse_verdict
@@ -247,60 +247,17 @@ def _record(key: CacheKey, request: JudgeRequest, completion: Completion, templa
     )
 
 
-class _Progress:
-    """Rich progress bar on stderr with rate and ETA; silent when disabled."""
-
-    def __init__(self, total: int, done: int, enabled: bool):
-        self._bar = None
-        if enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._bar = Progress(
-                TextColumn("judging"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]} judgments/s"),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                TimeElapsedColumn(),
-                TextColumn("{task.fields[invalid]}"),
-                console=Console(stderr=True),
-            )
-            self._task = self._bar.add_task("judging", total=total, completed=done, rate="-", invalid="")
-            self._bar.start()
-        self._start, self._asked, self._invalid = time.monotonic(), 0, 0
-
-    def advance(self, invalid: bool) -> None:
-        self._asked += 1
-        self._invalid += invalid
-        if self._bar is not None:
-            rate = self._asked / max(time.monotonic() - self._start, 1e-9)
-            self._bar.update(
-                self._task, advance=1, rate=f"{rate:.1f}", invalid=f"{self._invalid} invalid" if self._invalid else ""
-            )
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-
 async def _judge_pending(
-    pending, backend: Backend, cache: JudgmentCache, template: PairwiseTemplate, progress: _Progress
+    pending, backend: Backend, cache: JudgmentCache, template: PairwiseTemplate, meter: Meter
 ) -> None:
     """Ask for every pending judgment with ``backend.concurrency`` workers, caching each at once."""
     queue: asyncio.Queue = asyncio.Queue()
+    invalid = 0  # invalid verdicts among this run's judgments (workers share one event loop)
     for item in pending:
         queue.put_nowait(item)
 
     async def worker() -> None:
+        nonlocal invalid
         while True:
             try:
                 _job, key, request = queue.get_nowait()
@@ -309,7 +266,8 @@ async def _judge_pending(
             completion = await backend.complete(request)
             record = _record(key, request, completion, template)
             cache.put(record)  # committed before anything else happens: a kill now loses nothing
-            progress.advance(record.verdict == "invalid")
+            invalid += record.verdict == "invalid"
+            meter.advance(invalid=invalid or None)
 
     workers = [asyncio.create_task(worker()) for _ in range(max(1, backend.concurrency))]
     try:
@@ -332,7 +290,7 @@ def run_judging(
     seed: int | np.random.Generator = 0,
     sampling: dict | None = None,
     retry_failed: bool = False,
-    progress: bool | None = None,
+    progress: ProgressLike = True,
 ) -> RunSummary:
     """Judge every contest in both orders and write the judgments table to ``out_path``.
 
@@ -356,7 +314,9 @@ def run_judging(
     retry_failed
         Ask again for judgments cached as failed calls (no usable reply after every retry).
     progress
-        Show a progress bar on stderr (default: when stderr is a terminal).
+        Where progress goes (:func:`honestci.audit.progress.as_progress`): by default standard
+        error, a live bar on a terminal and otherwise a line with rate and ETA every 10 s or 10% of
+        the judgments (one judgment is one order of one contest); False or None for none.
     """
     started = time.monotonic()
     if isinstance(contests, (str, Path)):
@@ -371,14 +331,14 @@ def run_judging(
         cached = cache.get_many(key for _, key, _ in requests)
         done = {d for d, r in cached.items() if r.status == "ok" or not retry_failed}
         pending = [item for item in requests if item[1].digest not in done]
-        bar = _Progress(
-            len(requests), len(requests) - len(pending), sys.stderr.isatty() if progress is None else progress
+        meter = as_progress(progress).meter(
+            len(requests), f"judging ({judge})", "judgments", done=len(requests) - len(pending)
         )
         try:
             if pending:
-                asyncio.run(_judge_pending(pending, backend, cache, template, bar))
+                asyncio.run(_judge_pending(pending, backend, cache, template, meter))
         finally:
-            bar.close()
+            meter.close()
         finished = cache.get_many(key for _, key, _ in requests)
     missing = [job for job, key, _ in requests if key.digest not in finished]
     if missing:  # cannot happen unless the cache file was changed behind our back

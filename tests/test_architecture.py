@@ -34,6 +34,7 @@ FLOORS = {
     "honestci.__main__": "entry",
     f"{CORE}": "core-package",
     f"{CORE}.errors": "errors",
+    f"{CORE}.progress": "progress",
     f"{CORE}.policy": "policy",
     f"{CORE}.data": "data",
     f"{CORE}.stats": "stats",
@@ -52,6 +53,8 @@ CORE_BELOW_CLI = {"errors", "policy", "data", "stats", "checks", "gates", "repor
 ALLOWED = {
     "root": set(),
     "core-package": {"root"},
+    # Progress lines and bars: a leaf (the standard library, rich) that every floor reports through.
+    "progress": {"progress"},
     "errors": {"errors"},
     "policy": {"errors", "policy"},
     "data": {"errors", "policy", "data"},
@@ -70,11 +73,14 @@ ALLOWED = {
     "training": CORE_BELOW_CLI | {"training", "judges", "reports"},
     "fixtures": {"errors", "policy", "stats", "fixtures"},
 }
-# `honestci` itself (its __version__) imports nothing, so every floor may read it.
+# `honestci` itself (its __version__) imports nothing, so every floor may read it; every floor but
+# the root may report progress.
 for _floor in ALLOWED:
     ALLOWED[_floor].add("root")
+    if _floor != "root":
+        ALLOWED[_floor].add("progress")
 #: Third-party modules the floors below the command line may not import.
-FORBIDDEN_THIRD_PARTY = {floor: {"click"} for floor in CORE_BELOW_CLI | {"reports", "fixtures"}}
+FORBIDDEN_THIRD_PARTY = {floor: {"click"} for floor in CORE_BELOW_CLI | {"reports", "fixtures", "progress"}}
 BARE_NAMES = set(PACKAGE_DIRS) - {"honestci"}
 
 

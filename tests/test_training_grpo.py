@@ -87,7 +87,8 @@ def test_grpo_steps_move_the_policy_and_every_reward_comes_from_the_gated_ensemb
     ensemble = RewardEnsemble(ensemble_dir)
     reward = GatedEnsembleReward(ensemble, max_sentences=2, penalty=-3.0, log_path=tmp_path / "policy" / REWARD_LOG)
     (tmp_path / "policy").mkdir()
-    run = train_grpo(job, reward_function=reward)
+    lines: list[str] = []
+    run = train_grpo(job, lines.append, reward_function=reward)
     assert run.steps == 3
     changed, compared = changed_tensors(base / "model.safetensors", tmp_path / "policy" / "model.safetensors")
     assert compared > 0 and changed > 0
@@ -106,6 +107,12 @@ def test_grpo_steps_move_the_policy_and_every_reward_comes_from_the_gated_ensemb
     health = assess_training_log(run.training_log)
     assert health.verdict == Verdict.INCONCLUSIVE  # three steps cannot show a trend
     assert len((tmp_path / "policy" / REWARD_LOG).read_text().splitlines()) == 3
+    # progress in a log (honestci.training.progress): step k/N with rate, ETA and what was logged
+    steps = [line for line in lines if line.startswith("GRPO ")]
+    assert steps[0] == "GRPO 0/3 steps (0%)" and steps[-1].startswith("GRPO done: 3/3 steps in ")
+    for k, line in enumerate(steps[1:-1], start=1):
+        assert line.startswith(f"GRPO {k}/3 steps (") and " steps/s ETA " in line
+        assert f" reward={logged[k - 1]:.3g} " in line and " kl=" in line and " loss=" in line
 
 
 def test_beta_zero_is_refused_with_the_reason(base, ensemble_dir, tmp_path):

@@ -101,8 +101,15 @@ def test_heldout_accuracy_uses_cr2_clustered_by_vignette():
 
 
 def test_bradley_terry_ensemble_trains_and_saves_safetensors(base, study, tmp_path):
-    run = train_reward_models(_job(base, study, tmp_path / "rm"))
+    lines: list[str] = []
+    run = train_reward_models(_job(base, study, tmp_path / "rm"), lines.append)
     assert [m.steps for m in run.members] == [2, 2]
+    for member in run.members:  # progress in a log: step k/N with the loss and accuracy logged
+        seed = member.path.removeprefix("member-seed")
+        steps = [line for line in lines if line.startswith(f"reward model seed {seed} ")]
+        assert steps[0] == f"reward model seed {seed} 0/2 steps (0%)"
+        assert steps[1].startswith(f"reward model seed {seed} 1/2 steps (50%) ") and " loss=" in steps[1]
+        assert steps[-1].startswith(f"reward model seed {seed} done: 2/2 steps in ")
     for member in run.members:
         folder = tmp_path / "rm" / member.path
         assert (folder / "model.safetensors").is_file() and not list(folder.glob("*.bin"))

@@ -278,6 +278,7 @@ def train_grpo(
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
 
+    from honestci.training.progress import TrainingProgress
     from honestci.training.reward_models import RewardEnsemble, resolve_device
 
     device = resolve_device(job.device)
@@ -310,6 +311,7 @@ def train_grpo(
         processing_class=tokenizer,
     )
     progress(f"GRPO: {job.max_steps} steps on {device}")
+    trainer.add_callback(TrainingProgress(progress, "GRPO"))
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started

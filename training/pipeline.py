@@ -457,7 +457,7 @@ def run_pipeline(
         data_dir / "judgments.jsonl",
         seed=job.seed,
         sampling={"temperature": float(judge.get("temperature", 0.0)), "max_tokens": int(judge.get("max_tokens", 512))},
-        progress=False,
+        progress=progress,
     )
     _stage(stages, "judging", started, judgments=summary.n_jobs, invalid=summary.n_invalid)
 

@@ -613,6 +613,8 @@ def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = l
     """Train the K members of ``job``, save them (safetensors) with ``ensemble.json``, and measure
     held-out accuracy of each member and of the ensemble."""
     require_extra("train", *TRAIN_MODULES, needed_by="training reward models")
+    from honestci.training.progress import TrainingProgress
+
     device = resolve_device(job.device)
     if not (Path(job.base_model) / "config.json").is_file():
         raise InputError(
@@ -637,6 +639,7 @@ def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = l
                     fix="raise max_length",
                 )
             progress(f"{n_too_long} of {n_examples} training examples are longer than max_length and were left out")
+        trainer.add_callback(TrainingProgress(progress, f"reward model seed {seed}"))
         started = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - started

@@ -33,7 +33,7 @@ from __future__ import annotations
 import gzip
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,6 +42,7 @@ import numpy as np
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.progress import ProgressLike, as_progress
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -261,6 +262,7 @@ def iter_corpus(
     id_field: str | None = "doc_id",
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     byte_range: tuple[int, int] | None = None,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[list[str], list[str]]]:
     """Yield (doc ids, texts) batches of about ``chunk_bytes`` from one corpus file.
 
@@ -273,13 +275,16 @@ def iter_corpus(
     A block of whole lines is read at once; JSONL blocks are parsed by one ``orjson`` call as a
     JSON array (lines joined by commas), and only a block that does not parse as one object per
     line is parsed line by line, which names the bad line.
+
+    ``on_bytes`` is called after each batch with the bytes of the file on disk it took (gzip:
+    compressed bytes; Parquet: the file's size pro rata of rows), for progress meters.
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: corpus file not found", fix="pass existing JSONL, Parquet or text files")
     name = path.name.lower()
     if name.endswith(".parquet"):
-        yield from _iter_parquet(path, text_field, id_field, chunk_bytes)
+        yield from _iter_parquet(path, text_field, id_field, chunk_bytes, on_bytes)
         return
     is_json = name.removesuffix(".gz").endswith((".jsonl", ".json", ".ndjson"))
     opener = gzip.open if name.endswith(".gz") else open
@@ -287,6 +292,8 @@ def iter_corpus(
         raise InputError(f"{path}: a gzip file cannot be split by byte range", fix="scan it whole")
     loads = _json_loads()
     with opener(path, "rb") as handle:
+        raw = getattr(handle, "fileobj", handle)  # gzip: the compressed file underneath
+        consumed = raw.tell()
         position: int = 0
         stop: int | None = None
         line_number: int | None = 0
@@ -316,6 +323,10 @@ def iter_corpus(
                     [raw.decode("utf-8", errors="replace") for raw in lines],
                 )
             yield ids, texts
+            if on_bytes is not None:
+                now = raw.tell()
+                on_bytes(now - consumed)
+                consumed = now
             position += len(block)
             if line_number is not None:
                 line_number += newlines + (not block.endswith(b"\n"))
@@ -373,10 +384,13 @@ def _parse_jsonl_block(
     return ids, texts, newlines
 
 
-def _iter_parquet(path: Path, text_field: str, id_field: str | None, chunk_bytes: int):
+def _iter_parquet(
+    path: Path, text_field: str, id_field: str | None, chunk_bytes: int, on_bytes: Callable[[int], None] | None = None
+):
     import pyarrow.parquet as pq
 
     parquet = pq.ParquetFile(path)
+    size, n_rows, reported = path.stat().st_size, max(parquet.metadata.num_rows, 1), 0
     columns = [text_field] + ([id_field] if id_field and id_field in parquet.schema_arrow.names else [])
     if text_field not in parquet.schema_arrow.names:
         raise InputError(f"{path}: no column {text_field!r}", fix="name the text column")
@@ -390,6 +404,10 @@ def _iter_parquet(path: Path, text_field: str, id_field: str | None, chunk_bytes
         )
         row += len(texts)
         yield [str(i) for i in ids], [t or "" for t in texts]
+        if on_bytes is not None:
+            share = size * row // n_rows
+            on_bytes(share - reported)
+            reported = share
 
 
 def _json_loads():
@@ -649,6 +667,7 @@ def scan_corpus(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     near_index: NgramIndex | None = None,
     near_threshold: float = NEAR_THRESHOLD,
+    progress: ProgressLike = None,
 ) -> LeakageScan:
     """Stream corpus files through the index, one chunk at a time (memory: index + one chunk).
 
@@ -662,6 +681,9 @@ def scan_corpus(
         An item is leaked when at least this fraction of its distinct n-grams occur in the corpus.
     near_index, near_threshold
         Optional shingle index (:func:`build_index` with small n, e.g. 3) for near duplicates.
+    progress
+        Meters the bytes read of the files' total size on disk, in MB with MB/s and ETA
+        (:func:`honestci.audit.progress.as_progress`; default none).
 
     Validated against
     -----------------
@@ -671,12 +693,14 @@ def scan_corpus(
     import time
 
     started = time.perf_counter()
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
+    files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(path) for path in paths]
     total = _Matches()
-    for path in paths:
-        for ids, texts in iter_corpus(path, text_field, id_field, chunk_bytes):
-            total.merge(scan_batch(index, ids, texts, near_index, near_threshold))
+    size = sum(path.stat().st_size for path in files if path.is_file())
+    with as_progress(progress).meter(size, "leakage scan", "MB", scale=1e6) as meter:
+        for path in files:
+            for ids, texts in iter_corpus(path, text_field, id_field, chunk_bytes, on_bytes=meter.advance):
+                total.merge(scan_batch(index, ids, texts, near_index, near_threshold))
+                meter.update(meter.done, documents=total.n_docs)
     return summarize_matches(index, total, min_overlap, time.perf_counter() - started)
 
 
@@ -732,24 +756,29 @@ def scan_corpus_dask(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     near_index: NgramIndex | None = None,
     near_threshold: float = NEAR_THRESHOLD,
+    progress: ProgressLike = None,
 ) -> LeakageScan:
     """The same scan on a Dask cluster: one task per file block, the index broadcast once.
 
     Uncompressed JSONL/text files are split into ``block_bytes`` ranges (a line belongs to the range
     it starts in); gzip and Parquet files are one task each. Results equal :func:`scan_corpus`'s
-    (tests/test_leakage.py checks this on a local cluster).
+    (tests/test_leakage.py checks this on a local cluster). ``progress`` meters the bytes of the
+    tasks finished (MB, MB/s, ETA).
     """
     import time
+
+    from distributed import as_completed
 
     started = time.perf_counter()
     if isinstance(paths, (str, Path)):
         paths = [paths]
     index_future = client.scatter(index, broadcast=True)
     near_future = client.scatter(near_index, broadcast=True) if near_index is not None else None
-    futures = []
+    futures, sizes = [], []
     for path in map(Path, paths):
         splittable = not path.name.lower().endswith((".gz", ".parquet"))
         for byte_range in byte_ranges(path, block_bytes) if splittable else [None]:
+            sizes.append(path.stat().st_size if byte_range is None else byte_range[1] - byte_range[0])
             futures.append(
                 client.submit(
                     _scan_range,
@@ -764,8 +793,12 @@ def scan_corpus_dask(
                     pure=False,
                 )
             )
+    size_of = {future.key: size for future, size in zip(futures, sizes)}
+    with as_progress(progress).meter(sum(sizes), f"leakage scan ({len(futures)} tasks)", "MB", scale=1e6) as meter:
+        for future in as_completed(futures):
+            meter.advance(size_of[future.key])
     total = _Matches()
-    for part in client.gather(futures):
+    for part in client.gather(futures):  # merged in task order, as the in-process scan does
         total.merge(part)
     return summarize_matches(index, total, min_overlap, time.perf_counter() - started)
 

@@ -17,6 +17,7 @@ from honestci.audit.cli.support import BAYES_MODULES, LazyGroup, level_option, p
 from honestci.audit.cli.support import fail_cleanly as _fail_cleanly
 from honestci.audit.errors import InputError, require_extra
 from honestci.audit.policy import DEFAULT_SEED
+from honestci.audit.progress import Progress
 
 #: Commands defined in other modules: name -> ("module:attr", the one-line help `honestci --help`
 #: lists without importing them; tests/test_cli_startup.py checks it against each command's own).
@@ -62,14 +63,6 @@ LAZY_COMMANDS = {
         "Leakage check -> reward models -> GRPO -> generation -> judging -> audit; figures go into the model card only when every required gate passes (exit 1 otherwise).",
     ),
 }
-
-
-def _progress(message: str) -> None:
-    click.echo(f"… {message}", err=True)
-
-
-def _silent(message: str) -> None:
-    """--quiet: no progress lines."""
 
 
 @click.group(cls=LazyGroup, lazy_commands=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
@@ -150,7 +143,7 @@ def _run_and_report(
         seed=seed,
         allow_outside_data=allow_outside_data,
         allow_inconclusive=allow_inconclusive,
-        progress=_silent if quiet else _progress,
+        progress=Progress(enabled=not quiet),  # --quiet silences every progress line and bar
     )
     report = result.report()
     data = report.data
@@ -423,7 +416,9 @@ def coverage_study(reps: int, grid: str, methods: str, seed: int, processes: int
     unknown = sorted(set(chosen) - set(ALL_METHODS))
     if unknown:
         raise click.BadParameter(f"unknown methods {unknown}; choose from {list(ALL_METHODS)}", param_hint="--methods")
-    study = run_coverage_study(reps=reps, grid=grid, methods=chosen, seed=seed, processes=processes, progress=_progress)
+    study = run_coverage_study(
+        reps=reps, grid=grid, methods=chosen, seed=seed, processes=processes, progress=Progress()
+    )
     atomic_write_text(out_file, study.to_markdown())
     atomic_write_text(out_file.with_suffix(".csv"), study.to_frame().to_csv(index=False))
     click.echo(str(out_file))

@@ -87,7 +87,12 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     help="SQLite cache (default: OUT.cache.sqlite); a rerun resumes from it.",
 )
 @click.option("--retry-failed", is_flag=True, help="Ask again for calls cached as failed after every retry.")
-@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: if a terminal).")
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    show_default=True,
+    help="Progress on stderr: a live bar on a terminal, else a line with rate and ETA every 10 s or 10%.",
+)
 @_fail_cleanly
 def judge_command(
     contests,

@@ -113,6 +113,7 @@ def leakage(
     """
     from honestci.audit.checks.leakage import NEAR_SHINGLE, build_index, scan_corpus, scan_corpus_dask
     from honestci.audit.gates import gate_leakage
+    from honestci.audit.progress import Progress
 
     items = _read_eval_items(Path(eval_file), eval_id, eval_text)
     index = build_index(items, ngram)
@@ -135,10 +136,17 @@ def leakage(
                 id_field=id_field,
                 min_overlap=min_overlap,
                 near_index=near_index,
+                progress=Progress(),
             )
     else:
         scan = scan_corpus(
-            index, corpora, text_field=text_field, id_field=id_field, min_overlap=min_overlap, near_index=near_index
+            index,
+            corpora,
+            text_field=text_field,
+            id_field=id_field,
+            min_overlap=min_overlap,
+            near_index=near_index,
+            progress=Progress(),
         )
     click.echo(str(scan))
     if out:

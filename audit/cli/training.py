@@ -15,6 +15,7 @@ import click
 
 from honestci.audit.cli.support import BAYES_MODULES, fail_cleanly, policy_option, seed_option
 from honestci.audit.errors import require_extra
+from honestci.audit.progress import Progress
 
 EXIT_REFUSED = 1
 _SET = click.option(
@@ -27,8 +28,9 @@ _SET = click.option(
 )
 
 
-def _progress(message: str) -> None:
-    click.echo(f"… {message}", err=True)
+#: Steps as "… message" lines, counted work (training steps, the leakage preflight, judging) as a
+#: live bar on a terminal or lines with rate and ETA in a log (honestci.audit.progress).
+_progress = Progress()
 
 
 @click.group("train", context_settings={"help_option_names": ["-h", "--help"]})

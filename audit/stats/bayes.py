@@ -83,6 +83,7 @@ from scipy.special import expit
 
 from honestci.audit.errors import HonestCIError, InputError, Problem
 from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict, clears_bar, worst
+from honestci.audit.progress import Progress, ProgressLike, as_progress
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -518,10 +519,13 @@ def _quiet_imports() -> None:
         import arviz  # noqa: F401
 
 
-def _sample_nutpie(density, chains, draws, tune, seed, progress):
+def _sample_nutpie(density, chains, draws, tune, seed, progress: Progress, label: str):
     import nutpie
 
-    return density.named(
+    # nutpie hands per-chain progress only to its own terminal bar (and, through a private hook,
+    # to notebooks): in a log the fit is metered as one phase, with its elapsed time and rate.
+    meter = None if progress.live else progress.meter(chains * (tune + draws), f"{label} with nutpie", "draws")
+    idata = density.named(
         nutpie.sample(
             density.model,
             draws=draws,
@@ -529,15 +533,29 @@ def _sample_nutpie(density, chains, draws, tune, seed, progress):
             chains=chains,
             cores=min(chains, os.cpu_count() or 1),
             seed=seed,
-            progress_bar=progress,
+            progress_bar=progress.live,
             save_warmup=False,
             target_accept=TARGET_ACCEPT,
         )
     )
+    if meter is not None:
+        meter.update(chains * (tune + draws))
+        meter.close(divergences=int(idata.sample_stats["diverging"].sum()))
+    return idata
 
 
-def _sample_pymc(build_model, chains, draws, tune, seed, progress):
+def _sample_pymc(build_model, chains, draws, tune, seed, progress: Progress, label: str):
     import pymc as pm
+
+    meter = None if progress.live else progress.meter(chains * (tune + draws), f"{label} with PyMC", "draws")
+    per_chain: dict[int, int] = {}
+
+    def count_draw(trace, draw) -> None:
+        # PyMC calls this in the main process after every draw (warm-up included) of every chain
+        per_chain[draw.chain] = per_chain.get(draw.chain, 0) + 1
+        counts = "/".join(str(per_chain[c]) for c in sorted(per_chain))
+        if meter is not None:
+            meter.update(sum(per_chain.values()), chains=counts)
 
     pymc_logger = logging.getLogger("pymc")
     previous_level = pymc_logger.level
@@ -545,19 +563,23 @@ def _sample_pymc(build_model, chains, draws, tune, seed, progress):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            return pm.sample(
+            idata = pm.sample(
                 draws=draws,
                 tune=tune,
                 chains=chains,
                 cores=min(chains, os.cpu_count() or 1),
                 random_seed=seed,
                 target_accept=TARGET_ACCEPT,
-                progressbar=progress,
+                progressbar=progress.live,
                 compute_convergence_checks=False,
                 model=build_model(),
+                callback=None if meter is None else count_draw,
             )
     finally:
         pymc_logger.setLevel(previous_level)
+    if meter is not None:
+        meter.close(divergences=int(idata.sample_stats["diverging"].sum()))
+    return idata
 
 
 class DensityMismatchError(HonestCIError):
@@ -578,7 +600,9 @@ class DensityMismatchWarning(UserWarning):
 _FAST_PATH_MODULES = ("nutpie", "numba")
 
 
-def sample_posterior(build_model, density_model, sampler, chains, draws, tune, seed, progress):
+def sample_posterior(
+    build_model, density_model, sampler, chains, draws, tune, seed, progress: ProgressLike, label: str = "sampling"
+):
     """Run the requested sampler; ``auto`` is nutpie on the hand-derived density, or PyMC's NUTS.
 
     nutpie samples ``density_model()``: the model's posterior with a hand-written compiled log
@@ -593,15 +617,21 @@ def sample_posterior(build_model, density_model, sampler, chains, draws, tune, s
     panic), and for each of them the fix is in the code or the data, not in another sampler.
     ``nutpie`` raises where ``auto`` would fall back.
 
+    ``progress`` (:func:`honestci.audit.progress.as_progress`): on a terminal the sampler's own
+    bar; in a log, lines headed ``label`` with draws done of ``chains * (tune + draws)``, rate and
+    ETA (PyMC: counted per draw, with each chain's count; nutpie: the fit as one phase, since
+    nutpie reports per-chain progress to its own terminal bar only).
+
     Returns (idata, sampler_used, note).
     """
     _quiet_imports()
+    progress = as_progress(progress)
     if sampler not in ("auto", "nutpie", "pymc"):
         raise InputError(f"Unknown sampler {sampler!r}.", fix="Use 'auto', 'nutpie' or 'pymc'.")
     if sampler == "pymc":
-        return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", ""
+        return _sample_pymc(build_model, chains, draws, tune, seed, progress, label), "pymc", ""
     if sampler == "nutpie":
-        return _sample_nutpie(density_model(), chains, draws, tune, seed, progress), "nutpie", ""
+        return _sample_nutpie(density_model(), chains, draws, tune, seed, progress, label), "nutpie", ""
     try:
         model = density_model()
     except ImportError as error:
@@ -616,8 +646,8 @@ def sample_posterior(build_model, density_model, sampler, chains, draws, tune, s
             stacklevel=2,
         )
     else:
-        return _sample_nutpie(model, chains, draws, tune, seed, progress), "nutpie", ""
-    return _sample_pymc(build_model, chains, draws, tune, seed, progress), "pymc", note
+        return _sample_nutpie(model, chains, draws, tune, seed, progress, label), "nutpie", ""
+    return _sample_pymc(build_model, chains, draws, tune, seed, progress, label), "pymc", note
 
 
 # --------------------------------------------------------------------------------------------
@@ -1164,6 +1194,7 @@ def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, see
         tune,
         seed,
         progress,
+        f"bayes fit ({prior.label}, {parameterization})",
     )
     beta = stacked_draws(idata, "beta")
     contest = cells.unit == "contest"
@@ -1257,7 +1288,7 @@ def fit_winrate_hierarchical(
     prior_sensitivity: bool = False,
     sensitivity_priors: Sequence[str | SigmaPrior] = DEFAULT_SENSITIVITY_PRIORS,
     ppc_alpha: float = 0.05,
-    progress: bool = False,
+    progress: ProgressLike = False,
     idata_path: str | os.PathLike | None = None,
     thresholds: Thresholds = THRESHOLDS,
 ) -> BayesWinRateResult:
@@ -1307,6 +1338,10 @@ def fit_winrate_hierarchical(
         Refit under each alternative prior and report the key estimands per prior.
     ppc_alpha
         Family-wise level of the posterior predictive flag (Bonferroni over vignettes).
+    progress
+        Sampling progress (:func:`honestci.audit.progress.as_progress`; default none): the
+        sampler's own bar on a terminal, lines with draws done, rate and ETA per fit in a log
+        (see :func:`sample_posterior`).
     idata_path
         If given, the InferenceData is written there as netCDF: posterior (incl. estimand draws,
         without transformed value variables), sample_stats, and per cell (one observation, see
@@ -1370,7 +1405,7 @@ def _fit_hierarchical_cells(
     prior_sensitivity: bool,
     sensitivity_priors: Sequence[str | SigmaPrior],
     ppc_alpha: float,
-    progress: bool,
+    progress: ProgressLike,
     idata_path: str | os.PathLike | None,
     thresholds: Thresholds,
 ) -> BayesWinRateResult:
@@ -1615,7 +1650,7 @@ def fit_contest_scores_hierarchical(
     prior_sensitivity: bool = False,
     sensitivity_priors: Sequence[str | SigmaPrior] = DEFAULT_SENSITIVITY_PRIORS,
     ppc_alpha: float = 0.05,
-    progress: bool = False,
+    progress: ProgressLike = False,
     idata_path: str | os.PathLike | None = None,
     thresholds: Thresholds = THRESHOLDS,
     trials_per_contest: int = 2,

@@ -31,6 +31,7 @@ import pandas as pd
 
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS, Thresholds
+from honestci.audit.progress import ProgressLike
 from honestci.audit.stats.bayes import (
     PosteriorSummary,
     SamplerDiagnostics,
@@ -155,12 +156,15 @@ def fit_paired_difference_bayes(
     sampler: str = "auto",
     thresholds: Thresholds = THRESHOLDS,
     trials_per_contest: int = 2,
+    progress: ProgressLike = False,
 ) -> BayesDifference:
     """Fit the joint model to two systems' contest scores (``ContestTable.scores(...)``: values
     and clusters), one score in [0, 1] per contest, as :func:`honestci.audit.stats.compare.paired_difference`.
     ``trials_per_contest`` is the judged orders per contest: 2 (both orders) or 1 (one order, as in
     AlpacaEval; entering one verdict as two agreeing trials overstated the within-vignette
     information, and the sampler's ESS fell below the gate on AlpacaEval 2.0's 805 instructions).
+
+    ``progress``: sampling progress, as for :func:`honestci.audit.stats.bayes.sample_posterior`.
 
     Raises
     ------
@@ -177,7 +181,15 @@ def fit_paired_difference_bayes(
     started = time.perf_counter()
     labels, data = _cells(scores_a, clusters_a, scores_b, clusters_b, trials_per_contest)
     idata, sampler_used, note = sample_posterior(
-        lambda: _model(labels, data), lambda: _density_model(labels, data), sampler, chains, draws, tune, seed, False
+        lambda: _model(labels, data),
+        lambda: _density_model(labels, data),
+        sampler,
+        chains,
+        draws,
+        tune,
+        seed,
+        progress,
+        f"bayes difference fit ({system_a} vs {system_b})",
     )
     diagnostics = diagnose_sampler(
         idata, ["mu", "delta", "beta", "sigma_u", "sigma_w", "u_std", "w_std"], chains, draws, tune, thresholds

@@ -30,6 +30,7 @@ import pandas as pd
 from scipy.special import expit
 
 from honestci.audit.policy import DEFAULT_SEED, GATE_METHOD_FOR_POPULATION, THRESHOLDS
+from honestci.audit.progress import ProgressLike, as_progress
 from honestci.audit.stats.estimands import location_for_rate, tie_share, vignette_rate
 from honestci.audit.stats.winrate import ALL_METHODS, IID_METHODS, method_label, winrate_ci
 
@@ -309,26 +310,26 @@ def run_coverage_study(
     methods=ALL_METHODS,
     grid: str | Grid = "default",
     processes: int = 1,
-    progress=None,
+    progress: ProgressLike = None,
 ) -> CoverageStudy:
     """Run the study on ``grid`` (a name of :data:`GRIDS` or a :class:`Grid`); each cell has its
-    own child seed of ``seed``, so the result does not depend on ``processes``."""
+    own child seed of ``seed``, so the result does not depend on ``processes``. ``progress``
+    (:func:`honestci.audit.progress.as_progress`) meters the cells, with rate and ETA."""
     grid_name = grid if isinstance(grid, str) else "custom"
     cells = (GRIDS[grid] if isinstance(grid, str) else grid).cells()
     children = np.random.SeedSequence(seed).spawn(len(cells))
     tasks = [(cell, child, reps, level, tuple(methods)) for cell, child in zip(cells, children)]
     rows: list[dict] = []
-    if processes > 1:
-        from multiprocessing import get_context
+    with as_progress(progress).meter(len(cells), f"coverage study ({reps} reps/cell)", "cells") as meter:
+        if processes > 1:
+            from multiprocessing import get_context
 
-        with get_context("spawn").Pool(processes) as pool:
-            for index, cell_rows in enumerate(pool.imap(_run_cell, tasks)):
-                rows.extend(cell_rows)
-                if progress:
-                    progress(f"cell {index + 1}/{len(cells)} done")
-    else:
-        for index, task in enumerate(tasks):
-            rows.extend(_run_cell(task))
-            if progress:
-                progress(f"cell {index + 1}/{len(cells)} done")
+            with get_context("spawn").Pool(processes) as pool:
+                for cell_rows in pool.imap(_run_cell, tasks):
+                    rows.extend(cell_rows)
+                    meter.advance()
+        else:
+            for task in tasks:
+                rows.extend(_run_cell(task))
+                meter.advance()
     return CoverageStudy(tuple(rows), reps, seed, level, grid_name)
