@@ -32,7 +32,8 @@ Estimands, per posterior draw s (``expit`` = inverse logit, ``eta_vrj = mu + u_v
 Contest scores (what the audit fits, :func:`fit_contest_scores_hierarchical`). The per-verdict
 rate above is not the audit's estimand: with ties it lies above the both-orders contest score
 (1 win both, 0 lose both, 1/2 otherwise) by up to several points. The same model, fed contest
-cells (:func:`aggregate_contest_cells`: 2 trials and 2 sum(s) wins per contest, order 0, scaled by
+cells (:func:`aggregate_contest_cells`: m trials and m sum(s) wins per contest, m = 2 for both
+orders or 1 for one judged order, order 0, scaled by
 the quasi-binomial dispersion), has E[s | v] = expit(mu + u_v + a_r + b_j), and the same estimand
 code (with beta = 0) gives the contest-score rates of :mod:`honestci.audit.stats.estimands`.
 
