@@ -170,6 +170,22 @@ def calibrate_judge_command(
     exit_by_gate(gate_judge_calibrated(result, thresholds))
 
 
+def _judged_pair(claim, judgments, responses, system, opponent, judge, allow_outside_data):
+    """The judgments and responses tables, and the two systems and the judge to examine: the
+    options where given, else the claim's."""
+    tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
+    missing = [name for name in ("judgments", "responses") if name not in tables]
+    if missing:
+        raise InputError(
+            f"missing table(s): {', '.join(missing)}.", fix="pass a claim file or --judgments and --responses"
+        )
+    policy = system or (spec.policy if spec else None)
+    opponent = opponent or (spec.opponent if spec else None)
+    if policy is None or opponent is None:
+        raise InputError("the two systems to compare are not named.", fix="pass --system and --opponent (or a claim)")
+    return tables, policy, opponent, judge or (spec.judge if spec else None)
+
+
 @click.command("position-bias")
 @click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @_path_option("judgments")
@@ -192,17 +208,9 @@ def position_bias_command(
 
     thresholds = policy_thresholds(policy_file)
     level = thresholds.confidence_level if level is None else level
-    tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
-    missing = [name for name in ("judgments", "responses") if name not in tables]
-    if missing:
-        raise InputError(
-            f"missing table(s): {', '.join(missing)}.", fix="pass a claim file or --judgments and --responses"
-        )
-    policy = system or (spec.policy if spec else None)
-    opponent = opponent or (spec.opponent if spec else None)
-    if policy is None or opponent is None:
-        raise InputError("the two systems to compare are not named.", fix="pass --system and --opponent (or a claim)")
-    judge = judge or (spec.judge if spec else None)
+    tables, policy, opponent, judge = _judged_pair(
+        claim, judgments, responses, system, opponent, judge, allow_outside_data
+    )
     contests = build_contests(tables, policy, opponent, judge=judge, allow_single_order=True)
     result = position_bias_from_contests(contests, level=level, rng=seed)
     for line in result.summary_lines():
@@ -249,17 +257,9 @@ def length_bias_command(
 
     thresholds = policy_thresholds(policy_file)
     level = thresholds.confidence_level if level is None else level
-    tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
-    missing = [name for name in ("judgments", "responses") if name not in tables]
-    if missing:
-        raise InputError(
-            f"missing table(s): {', '.join(missing)}.", fix="pass a claim file or --judgments and --responses"
-        )
-    policy = system or (spec.policy if spec else None)
-    opponent = opponent or (spec.opponent if spec else None)
-    if policy is None or opponent is None:
-        raise InputError("the two systems to compare are not named.", fix="pass --system and --opponent (or a claim)")
-    judge = judge or (spec.judge if spec else None)
+    tables, policy, opponent, judge = _judged_pair(
+        claim, judgments, responses, system, opponent, judge, allow_outside_data
+    )
     from honestci.audit.data.policy_file import load_policy
 
     invalid = load_policy(policy_file).invalid_verdicts
