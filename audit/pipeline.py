@@ -569,6 +569,10 @@ def _bayes_summary(bayes: BayesCheck) -> dict:
         "dispersion_phi": r.dispersion,
         "ppc_groups_flagged": None if r.ppc is None else int(r.ppc.flagged.sum()),
         "ppc_groups": None if r.ppc is None else int(r.ppc.flagged.size),
+        # The check's table as the gate read it, for the report's posterior predictive plot.
+        "ppc": None
+        if r.ppc is None
+        else {"alpha": r.ppc.alpha, "level": r.level, "groups": r.ppc.to_frame().to_dict("records")},
         "withheld": r.withheld or None,
         "message": r.message,
         "runtime_seconds": r.runtime_seconds,

@@ -5,6 +5,7 @@ shares with report.md are rendered with raw HTML disabled)."""
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markdown_it import MarkdownIt
@@ -29,7 +30,16 @@ def _markdown_html(text: str) -> Markup:
     return Markup(renderer.render(text))
 
 
-def render_html(report: Report) -> str:
+def _ppc_unit(groups: list[dict]) -> str:
+    """What one group of the posterior predictive check is, in words."""
+    runs, judges = len({g["run"] for g in groups}) > 1, len({g["judge"] for g in groups}) > 1
+    return "the contests of one vignette" + (" in one run" if runs else "") + (" by one judge" if judges else "")
+
+
+def render_html(report: Report, posterior: Any | None = None) -> str:
+    """The report as one HTML page; ``posterior`` (the fit's arviz.InferenceData, when the audit
+    has a converged Bayesian fit) adds the rank plots of mu and sigma; the posterior predictive
+    check's plot reads the report's own table."""
     data = report.data
     env = Environment(
         loader=PackageLoader("honestci.reports", "templates"), autoescape=select_autoescape(["html", "j2"])
@@ -38,6 +48,7 @@ def render_html(report: Report) -> str:
     gate = gate_interval(data)
     bayes = data.get("bayes") or {}
     quantiles = bayes.get(f"posterior_quantiles_{claim['population']}")
+    ppc = bayes.get("ppc")  # the check's table, in verdict.json: re-rendering keeps its plot
     per_vignette = data.get("per_vignette", [])
     vignette_headings, vignette_cells, vignette_note = vignette_rows(per_vignette)
     texts = {str(v["vignette_id"]): v.get("text", "") for v in per_vignette}
@@ -74,4 +85,11 @@ def render_html(report: Report) -> str:
         ),
         vignette_svg=Markup(plots.vignette_plot(per_vignette, gate, claim["bar"])) if per_vignette else None,
         posterior_svg=Markup(plots.posterior_plot(quantiles, claim["bar"], claim["population"])) if quantiles else None,
+        ppc=ppc,
+        ppc_flagged=sum(bool(g["flagged"]) for g in ppc["groups"]) if ppc else 0,
+        ppc_unit=_ppc_unit(ppc["groups"]) if ppc else "",
+        ppc_many=len(ppc["groups"]) > plots.MAX_LABELLED_VIGNETTES if ppc else False,
+        ppc_svg=Markup(plots.ppc_plot(ppc)) if ppc else None,
+        rank_svg=Markup(plots.rank_plot(posterior)) if posterior is not None and bayes else None,
+        rhat_max=bayes.get("rhat_max"),
     )

@@ -226,6 +226,14 @@ def render_markdown(report: Report) -> str:
         lines += ["", "## Bayesian hierarchical model", ""]
         if bayes.get("withheld"):
             lines += [f"**The Bayesian win rate is withheld**: {md(bayes['withheld'])}.", ""]
+        if bayes.get("ppc"):
+            groups = bayes["ppc"]["groups"]
+            flagged = sum(bool(g["flagged"]) for g in groups)
+            lines += [
+                f"Plots in report.html: the posterior predictive check ({flagged} of {len(groups)} groups "
+                "flagged) and the rank plots of mu and sigma (chain mixing).",
+                "",
+            ]
         scalars = [[k.replace("_", " "), number(v)] for k, v in bayes.items() if not isinstance(v, (list, dict))]
         lines += table_markdown(["figure", "value"], scalars)
     lines += claimed_section(data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -202,6 +203,118 @@ def posterior_plot(quantiles: list[float], bar: float, population: str) -> str:
     axis.set_xlabel("win rate of the policy")
     axis.set_ylabel("posterior density")
     axis.set_yticks([])
+    return _svg(figure)
+
+
+def ppc_plot(ppc: Mapping) -> str:
+    """The posterior predictive check as the gate read it: every group's observed win share against
+    its posterior predictive interval, sorted by the predicted share, the groups the check flags in
+    red. Up to :data:`MAX_LABELLED_VIGNETTES` groups each get a labelled row; beyond that the plot
+    keeps a fixed height and shows :data:`CATERPILLAR_SAMPLE` evenly spaced ranks plus every
+    flagged group (x: rank).
+
+    ``ppc`` is the report's ``bayes.ppc``: ``alpha``, ``level`` and ``groups``, the rows of
+    :meth:`honestci.audit.stats.bayes.PosteriorPredictiveCheck.to_frame`.
+    """
+    plt = _pyplot()
+    from matplotlib.collections import LineCollection
+
+    rows = sorted(ppc["groups"], key=lambda g: (g["predicted_mean"], str(g["vignette"])))
+    runs, judges = len({g["run"] for g in rows}) > 1, len({g["judge"] for g in rows}) > 1
+    level = f"{100 * ppc['level']:g}%"
+    flagged_label = f"observed, flagged (p < {ppc['alpha']:g}/{len(rows)})"
+    many = len(rows) > MAX_LABELLED_VIGNETTES
+    if many:
+        picks = set(np.round(np.linspace(0, len(rows) - 1, CATERPILLAR_SAMPLE)).astype(int).tolist())
+        flagged_at = [i for i, g in enumerate(rows) if g["flagged"]]
+        # Every flagged group, up to as many again as the sample: the plot's size stays bounded.
+        picks |= (
+            {flagged_at[k] for k in np.unique(np.linspace(0, len(flagged_at) - 1, CATERPILLAR_SAMPLE).astype(int))}
+            if flagged_at
+            else set()
+        )
+        shown = sorted(picks)
+        figure, axis = plt.subplots(figsize=(8, 4.2))
+        position = np.asarray(shown, dtype=float) / max(1, len(rows) - 1)
+    else:
+        shown = list(range(len(rows)))
+        figure, axis = plt.subplots(figsize=(7, 0.3 * len(rows) + 1.8))
+        position = np.arange(len(rows), dtype=float)
+    groups = [rows[i] for i in shown]
+    segments = [
+        [(p, g["predicted_lower"]), (p, g["predicted_upper"])]
+        if many
+        else [(g["predicted_lower"], p), (g["predicted_upper"], p)]
+        for p, g in zip(position, groups)
+    ]
+    axis.add_collection(LineCollection(segments, colors="tab:blue", linewidths=1.0 if many else 2.0, alpha=0.7))
+    axis.plot([], [], color="tab:blue", lw=2, label=f"{level} posterior predictive interval of the share")
+    for flagged, colour, marker, label in (
+        (False, "black", "o", "observed share"),
+        (True, "tab:red", "X", flagged_label),
+    ):
+        at = [(p, g["observed_share"]) for p, g in zip(position, groups) if bool(g["flagged"]) == flagged]
+        if at or not flagged:
+            x, y = zip(*at) if at else ((), ())
+            axis.plot(
+                *((x, y) if many else (y, x)),
+                marker,
+                color=colour,
+                markersize=(4 if flagged else 2.5) if many else 4.5,
+                label=label,
+            )
+    if many:
+        axis.set_xlim(-0.01, 1.01)
+        axis.set_ylim(0, 1)
+        axis.set_xlabel(f"group rank by predicted share, lowest to highest (share of {len(rows)}; {len(groups)} shown)")
+        axis.set_ylabel("win share of the group")
+    else:
+        axis.set_yticks(
+            position,
+            ["/".join([str(g["vignette"])] + [str(g["run"])] * runs + [str(g["judge"])] * judges) for g in groups],
+        )
+        axis.set_ylim(-0.8, len(rows) - 0.2)
+        axis.set_xlim(0, 1)
+        axis.set_xlabel("win share of the group (its mean contest score)")
+        axis.set_ylabel("group (sorted by predicted share)")
+    n_flagged = sum(bool(g["flagged"]) for g in rows)
+    axis.set_title(f"Posterior predictive check, {len(rows)} groups: {n_flagged} flagged", loc="left", fontsize=10)
+    axis.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16 if many else -0.65 / (0.3 * len(rows) + 0.3)),
+        ncol=2,
+        fontsize=8,
+        frameon=False,
+    )
+    return _svg(figure)
+
+
+#: Parameters of the rank plots: the hierarchical model's population-level ones, never per vignette.
+RANK_PLOT_VARIABLES = (
+    ("mu", "mu: mean logit win rate over vignettes"),
+    ("sigma", "sigma: between-vignette sd (logit)"),
+)
+
+
+def rank_plot(posterior: Any) -> str:
+    """ArviZ rank plots of ``mu`` and ``sigma`` (Vehtari et al. 2021, "Rank-normalization, folding,
+    and localization", Bayesian Analysis 16(2)): each chain's histogram of its draws' ranks among
+    all chains; chains that mix draw flat, alike histograms around the dashed uniform line.
+    ``posterior`` is the fit's arviz.InferenceData."""
+    plt = _pyplot()
+    import arviz as az
+
+    figure, axes = plt.subplots(1, len(RANK_PLOT_VARIABLES), figsize=(8, 2.9))
+    names = [name for name, _ in RANK_PLOT_VARIABLES]
+    az.plot_rank(posterior, var_names=names, ax=axes, kind="bars")
+    for axis, (_, title) in zip(axes, RANK_PLOT_VARIABLES):
+        axis.set_title(title, fontsize=9)
+        axis.set_xlabel("rank of the draw among all chains", fontsize=8)
+        axis.set_ylabel("chain", fontsize=8)
+        axis.tick_params(labelsize=7)
+    chains = posterior.posterior.sizes["chain"]
+    figure.suptitle(f"Rank plots: chain mixing ({chains} chains)", x=0.02, ha="left", fontsize=10)
+    figure.tight_layout()
     return _svg(figure)
 
 

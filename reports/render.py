@@ -13,7 +13,8 @@ from honestci.reports.writing import atomic_write_texts, out_dir_lock
 FORMATS = ("md", "html", "json")
 
 
-def render(report: Report, fmt: str) -> str:
+def render(report: Report, fmt: str, posterior: Any | None = None) -> str:
+    """``report`` in ``fmt``; ``posterior`` (the fit's arviz.InferenceData) adds the HTML's rank plots."""
     if fmt == "md":
         from honestci.reports.markdown import render_markdown
 
@@ -21,21 +22,22 @@ def render(report: Report, fmt: str) -> str:
     if fmt == "html":
         from honestci.reports.html import render_html
 
-        return render_html(report)
+        return render_html(report, posterior)
     if fmt == "json":
         return report.document + "\n"
     raise ValueError(f"unknown format {fmt!r}; use one of {FORMATS}")
 
 
-def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
-    """Write ``verdict.json``, ``report.md`` and ``report.html`` atomically into ``out_dir``.
+def write_report(report: Report, out_dir: str | Path, posterior: Any | None = None) -> dict[str, Path]:
+    """Write ``verdict.json``, ``report.md`` and ``report.html`` atomically into ``out_dir``
+    (``posterior``: as for :func:`render`).
 
     Every format is rendered and staged before any file is replaced, so a renderer that fails or a
     full disk leaves the previous report whole rather than a new verdict beside an old report.
     """
     out = Path(out_dir)
     paths = {"json": out / "verdict.json", "md": out / "report.md", "html": out / "report.html"}
-    atomic_write_texts({path: render(report, fmt) for fmt, path in paths.items()})
+    atomic_write_texts({path: render(report, fmt, posterior) for fmt, path in paths.items()})
     return paths
 
 
@@ -53,7 +55,7 @@ def write_outputs(report: Report, out_dir: str | Path, posterior: Any | None = N
         staged = final.with_name(f".{POSTERIOR_FILE}.partial")
         try:
             posterior.to_netcdf(str(staged))
-            paths = write_report(report, out_dir)
+            paths = write_report(report, out_dir, posterior)
             os.replace(staged, final)
         except OSError as exc:
             raise InputError(

@@ -56,3 +56,14 @@ def passing_claim(tmp_path_factory) -> Path:
     assert count == 1
     claim.write_text(text)
     return claim
+
+
+@pytest.fixture(scope="session")
+def bayes_audit():
+    """The headline claim audited with the Bayesian model (one NUTS fit, ~5-10 s, shared by every
+    test that needs a converged fit's report or posterior)."""
+    pytest.importorskip("pymc")
+    pytest.importorskip("arviz")
+    from honestci.audit.pipeline import run_audit
+
+    return run_audit(REPO_ROOT / "fixtures" / "study" / "claim.yaml", bayes=True)

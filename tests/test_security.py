@@ -376,10 +376,10 @@ def test_a_renderer_that_fails_touches_no_file(tmp_path, monkeypatch):
     report = Report.from_json(tmp_path / "out" / "verdict.json")
     real = render_module.render
 
-    def html_breaks(report, fmt):
+    def html_breaks(report, fmt, posterior=None):
         if fmt == "html":
             raise RuntimeError("renderer bug")
-        return "changed " + real(report, fmt)
+        return "changed " + real(report, fmt, posterior)
 
     monkeypatch.setattr(render_module, "render", html_breaks)
     with pytest.raises(RuntimeError):

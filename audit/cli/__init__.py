@@ -289,12 +289,30 @@ def demo(out_dir: Path, bayes: bool, policy_file: Path | None) -> None:
 )
 @_fail_cleanly
 def report(result: Path, fmt: str, out_file: Path | None) -> None:
-    """Render RESULT (a verdict.json from `honestci audit`) as Markdown, HTML or JSON."""
-    from honestci.audit.report_model import Report
+    """Render RESULT (a verdict.json from `honestci audit`) as Markdown, HTML or JSON.
+
+    HTML draws the rank plots of the Bayesian fit from the posterior.nc beside RESULT when it is
+    there and the bayes extra is installed."""
+    from honestci.audit.report_model import POSTERIOR_FILE, Report
     from honestci.reports.render import render
     from honestci.reports.writing import atomic_write_text
 
-    text = render(Report.from_json(result), fmt)
+    posterior = None
+    saved = result.parent / POSTERIOR_FILE
+    if fmt == "html" and saved.is_file():
+        try:
+            import arviz as az
+        except ImportError:
+            click.echo(f"note: {saved} is not plotted (the rank plots need the bayes extra)", err=True)
+        else:
+            try:
+                posterior = az.from_netcdf(str(saved))
+            except (OSError, ValueError) as exc:
+                raise InputError(
+                    f"Cannot read the posterior {saved}: {exc}.",
+                    fix="restore the posterior.nc the audit wrote, or move it away to render without rank plots",
+                ) from None
+    text = render(Report.from_json(result), fmt, posterior)
     if out_file is None:
         click.echo(text, nl=False)
     else:
