@@ -14,6 +14,7 @@ from honestci.audit.policy import DEFAULT_SEED
 COMMANDS = {
     "audit",
     "calibrate-judge",
+    "compare",
     "coverage-study",
     "demo",
     "generate",
@@ -79,6 +80,7 @@ def test_every_seed_option_is_the_one_shared_option_except_the_simulators():
     assert set(options) == {
         "audit",
         "calibrate-judge",
+        "compare",
         "coverage-study",
         "generate",
         "import",

@@ -42,6 +42,10 @@ LAZY_COMMANDS = {
         "honestci.audit.cli.checks:length_bias_command",
         "Length and style bias of a judge, and length-controlled win rates (AlpacaEval 2.0's GLM).",
     ),
+    "compare": (
+        "honestci.audit.cli.checks:compare_command",
+        "K systems against a common opponent: win rates, pairwise differences, Bradley–Terry strengths and rank intervals.",
+    ),
     "winners-curse": (
         "honestci.audit.cli.selection:winners_curse",
         "Winner's-curse analysis of the selection pool of CLAIM's study.",

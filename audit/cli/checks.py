@@ -280,3 +280,101 @@ def length_bias_command(
         )
         click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     exit_by_gate(gate_length_bias(result, thresholds))
+
+
+@click.command("compare")
+@click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@_path_option("judgments")
+@_path_option("responses")
+@click.option("--system", "systems", multiple=True, help="A system to compare (repeat; default: every system judged).")
+@click.option("--opponent", default=None, help="The common opponent (default: the claim's opponent).")
+@click.option(
+    "--judge", default=None, help="Judge whose verdicts count (default: the claim's judge, or the only judge)."
+)
+@click.option(
+    "--simultaneous",
+    type=click.Choice(["holm", "maxt"]),
+    default="holm",
+    show_default=True,
+    help="Procedure behind the decisions and rank intervals: Holm-adjusted CR2 t, or the max-|t| wild cluster bootstrap.",
+)
+@click.option(
+    "--draws", default=1999, show_default=True, type=click.IntRange(99), help="Draws of the max-|t| bootstrap."
+)
+@level_option
+@seed_option
+@policy_option
+@click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
+@fail_cleanly
+def compare_command(
+    claim,
+    judgments,
+    responses,
+    systems,
+    opponent,
+    judge,
+    simultaneous,
+    draws,
+    level,
+    seed,
+    policy_file,
+    allow_outside_data,
+) -> None:
+    """K systems against a common opponent: win rates, pairwise differences, Bradley–Terry strengths and rank intervals."""
+    import pandas as pd
+
+    from honestci.audit.data.contests import build_contests
+    from honestci.audit.data.policy_file import load_policy
+    from honestci.audit.stats.systems import bradley_terry, k_system_winrates
+
+    thresholds = policy_thresholds(policy_file)
+    level = thresholds.confidence_level if level is None else level
+    invalid = load_policy(policy_file).invalid_verdicts
+    tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
+    if "judgments" not in tables or "responses" not in tables:
+        raise InputError("missing judgments or responses.", fix="pass a claim file or --judgments and --responses")
+    opponent = opponent or (spec.opponent if spec else None)
+    if opponent is None:
+        raise InputError("the common opponent is not named.", fix="pass --opponent (or a claim)")
+    judge = judge or (spec.judge if spec else None)
+    if not systems:
+        systems = tuple(sorted(set(tables["responses"].frame["system"].astype(str)) - {opponent}))
+    frames = []
+    for system in systems:
+        scored = build_contests(tables, system, opponent, judge=judge, allow_single_order=True).scores(
+            "both_orders", invalid=invalid
+        )
+        frame = scored.to_frame()[["vignette_id", "score"]]
+        frames.append(frame.assign(system=system))
+    scores = pd.concat(frames, ignore_index=True)
+    options = {
+        "level": level,
+        "simultaneous": simultaneous,
+        "B": draws,
+        "rng": seed,
+        "min_clusters": thresholds.min_clusters,
+    }
+    winrates = k_system_winrates(scores, opponent=opponent, **options)
+    battles = scores.rename(columns={"system": "system_a"}).assign(system_b=opponent)
+    strengths = bradley_terry(battles, reference=opponent, **options)
+    number = lambda x: f"{x:.4f}"  # noqa: E731
+    for result in (winrates, strengths):
+        for line in result.summary_lines():
+            click.echo(f"- {line}")
+        click.echo("")
+        click.echo(result.to_frame().to_string(index=False, float_format=number))
+        click.echo("")
+        columns = [
+            "system_a",
+            "system_b",
+            "estimate",
+            "ci_low",
+            "ci_high",
+            "p",
+            "p_holm",
+            "p_bh",
+            "sim_low",
+            "sim_high",
+        ]
+        click.echo(result.pairs[[*columns, "decision"]].to_string(index=False, float_format=number))
+        click.echo("")

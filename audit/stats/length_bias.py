@@ -194,13 +194,19 @@ def fit_logistic_glm(
             "The logistic GLM did not converge (its coefficients run off: the outcomes are separated by "
             "the features, e.g. the judge always prefers the longer answer); no honest interval exists."
         )
-    eta = X_arr @ beta
+    working_X, working_y = logistic_working_problem(y_arr, X_arr, beta)
+    return cluster_robust_ols(working_X, working_y, clusters, vcov=vcov, level=level, df=df, coef_names=coef_names)
+
+
+def logistic_working_problem(y: np.ndarray, X: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The working least-squares problem of a logistic GLM at ``beta``: (W^½X, W^½η + (y − μ)/W^½),
+    W = μ(1 − μ). At the IRLS solution its OLS coefficients are ``beta`` and its residual scores are
+    the GLM's score contributions X_g'(y_g − μ_g), so any OLS sandwich or wild (score) bootstrap on
+    it is the GLM's."""
+    eta = X @ beta
     mu = special.expit(eta)
     root = np.sqrt(mu * (1 - mu))
-    working_y = root * eta + (y_arr - mu) / root
-    return cluster_robust_ols(
-        X_arr * root[:, None], working_y, clusters, vcov=vcov, level=level, df=df, coef_names=coef_names
-    )
+    return X * root[:, None], root * eta + (y - mu) / root
 
 
 @dataclass(frozen=True)
