@@ -70,7 +70,7 @@ def test_gated_reward_penalises_empty_and_long_answers_and_scores_the_rest(ensem
     scenario = ["A friend forgot my birthday."] * 5
     rewards = reward(prompts=[None] * 5, completions=completions, scenario=scenario)
     batch = reward.history[-1]
-    assert batch.gate_reasons == ("ok", "empty", "too_long", "empty", "ok")
+    assert batch.gate_reasons == ("ok", "unfinished_think", "too_long", "empty", "ok")
     direct = ensemble.score(
         [scenario[0]] * 2,
         ["Maybe your friend was swamped. You matter to them.", "Perhaps they were nervous about their own standing"],

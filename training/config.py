@@ -3,19 +3,25 @@
 A job is a config/trainer/script triple, as in TRL: a dataclass of the job's settings
 (:class:`honestci.training.reward_models.RewardModelJob`, :class:`honestci.training.grpo.GRPOJob`), the trainer it
 drives (TRL's ``RewardTrainer`` / ``GRPOTrainer``), and a click command (``honestci train …``). A
-config file is a YAML mapping (read by the core's hardened YAML reader) whose keys are the dataclass's fields; the
-free-form ``trainer:`` block is passed to TRL's config class, which rejects unknown keys by name.
-Overrides are ``KEY=VALUE`` (``--set beta=0.05``, ``--set trainer.warmup_ratio=0.1``) with VALUE
-parsed as YAML. Relative paths in a file resolve against the file's folder.
+config file is a YAML mapping (read by the core's hardened YAML reader) whose keys are the dataclass's fields,
+each with its help text in ``field(metadata={"help": ...})`` (:func:`field_help`); values are checked against the field's type
+(a quoted ``"false"`` is not a bool, ``true`` is not a number, a float must be finite). The ``trainer:``
+block passes further keys to TRL's config class, which rejects unknown keys by name; a key the job owns
+(any of its own fields, and the keys it sets or checks itself: :func:`check_trainer_block`) is refused
+there, so no check can be stepped around. Overrides are ``KEY=VALUE`` (``--set beta=0.05``,
+``--set trainer.warmup_ratio=0.1``) with VALUE parsed as YAML. Relative paths in a file resolve against
+the file's folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Union
 
 import yaml
 
@@ -34,6 +40,11 @@ TRAIN_MODULES = ("torch", "transformers", "trl", "accelerate", "datasets")
 
 class TrainingConfigError(InputError):
     """A training config that cannot run as written (bad value, unknown key, impossible combination)."""
+
+
+def field_help(schema: type) -> dict[str, str]:
+    """Each field of the job ``schema`` and its help text (for docs and ``--help``-style listings)."""
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(schema)}
 
 
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
@@ -79,12 +90,24 @@ def read_yaml_mapping(path: str | Path) -> dict:
     return read_yaml(path, "Config file", TrainingConfigError, empty_ok=True)
 
 
-def build_config(schema: type[T], values: dict, *, source: str, base_dir: Path | None = None) -> T:
+def build_config(
+    schema: type[T], values: dict, *, source: str, base_dir: Path | None = None, block: str | None = None
+) -> T:
     """Instantiate the dataclass ``schema`` from ``values``, naming unknown keys and bad values.
+
+    ``block`` names the block of an enclosing config that ``values`` came from (the pipeline's
+    ``grpo``): every key in an error is then named within it (``grpo.trainer.beta``).
 
     Fields whose annotation mentions ``Path`` are resolved against ``base_dir`` when relative.
     The dataclass's ``__post_init__`` raises :class:`TrainingConfigError` for invalid values.
     """
+    if block is not None:
+        try:
+            return build_config(schema, values, source=source, base_dir=base_dir)
+        except TrainingConfigError as exc:
+            renamed = [dataclasses.replace(p, field=f"{block}.{p.field}" if p.field else block) for p in exc.problems]
+            message = exc.message.replace("config: ", f"config: {block}.", 1) if renamed else exc.message
+            raise TrainingConfigError(message, renamed, fix=exc.fix) from None
     fields = {f.name: f for f in dataclasses.fields(schema)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
@@ -96,18 +119,104 @@ def build_config(schema: type[T], values: dict, *, source: str, base_dir: Path |
     hints = typing.get_type_hints(schema)
     kwargs = {}
     for name, value in values.items():
-        if value is not None and base_dir is not None and "Path" in str(hints.get(name, "")):
+        if isinstance(value, (str, Path)) and "Path" in str(hints.get(name, "")):
             path = Path(str(value)).expanduser()
-            value = path if path.is_absolute() else (base_dir / path)
-        elif value is not None and "Path" in str(hints.get(name, "")):
-            value = Path(str(value))
+            value = path if (base_dir is None or path.is_absolute()) else (base_dir / path)
         elif isinstance(value, list) and "tuple" in str(hints.get(name, "")):
             value = tuple(value)
+        problem = _type_problem(value, hints[name])
+        if problem and value is None:
+            refuse(name, f"must be {_type_name(hints[name])}, not null", f"give {name} a value or leave it out")
+        if problem:
+            refuse(name, f"is {value!r}: {problem}", f"give {name} as {_type_name(hints[name])}")
         kwargs[name] = value
     try:
         return schema(**kwargs)
     except TypeError as exc:
         raise TrainingConfigError(f"{source}: {exc}.", fix="check the config against its documented keys") from None
+
+
+def _type_name(hint: Any) -> str:
+    """A readable name of the annotation ``hint`` ("a number or null")."""
+    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", Path: "a path"}
+    union = typing.get_origin(hint) in (Union, types.UnionType)
+    options = [o for o in typing.get_args(hint) if o is not type(None)] if union else [hint]
+    words = [names.get(o) or ("a list" if typing.get_origin(o) is tuple else "a mapping") for o in options]
+    return " or ".join(words) + (" or null" if union and type(None) in typing.get_args(hint) else "")
+
+
+def _type_problem(value: Any, hint: Any) -> str:
+    """Why ``value`` does not fit the annotation ``hint`` ("" when it does).
+
+    Strict where YAML or Python would coerce silently: a bool is not a number (``beta: true`` would
+    pass ``beta > 0``), a string is not a bool (``"false"`` is truthy), NaN and infinities are not
+    settings.
+    """
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return ""
+        problems = [_type_problem(value, option) for option in options if option is not type(None)]
+        return "" if "" in problems else problems[0]
+    if value is None:
+        return "null is not allowed"
+    if hint is bool:
+        return "" if isinstance(value, bool) else "not true/false"
+    if hint is int:
+        return "" if isinstance(value, int) and not isinstance(value, bool) else "not a whole number"
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "not a number"
+        return "" if math.isfinite(value) else "not a finite number"
+    if hint is str:
+        return "" if isinstance(value, str) else "not a string"
+    if hint is Path:
+        return "" if isinstance(value, Path) else "not a path"
+    if origin is tuple or hint is tuple:
+        if not isinstance(value, tuple):
+            return "not a list"
+        (item, *_) = typing.get_args(hint) or (Any,)
+        return next((f"item {v!r} is {p}" for v in value if (p := _type_problem(v, item))), "")
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            return "not a mapping"
+        return "" if all(isinstance(k, str) for k in value) else "has keys that are not strings"
+    return ""
+
+
+def check_trainer_block(trainer: Any, schema: type, owned: dict[str, str], *, field_name: str = "trainer") -> None:
+    """Refuse a ``trainer:`` block that is not a mapping, or that sets a key the job owns.
+
+    A key is the job's when it is one of ``schema``'s fields (the job sets it and checks it: set at
+    the top level, where the check runs) or a key of ``owned`` (one the job sets itself, or one that
+    would undo a job-level check; its value says why). Raises :class:`TrainingConfigError` naming
+    ``trainer.KEY``.
+    """
+    if not isinstance(trainer, dict):
+        refuse(field_name, f"is {trainer!r}; it must be a mapping of TRL config keys", "write trainer: {} for none")
+    fields = {f.name for f in dataclasses.fields(schema)}
+    problems = []
+    for key in sorted(trainer):
+        if key in fields:
+            problems.append(
+                Problem(
+                    "config",
+                    None,
+                    f"{field_name}.{key}",
+                    f"shadows the job-level key {key}, which the job checks",
+                    f"set {key} beside the trainer block, where it is checked",
+                )
+            )
+        elif key in owned:
+            problems.append(Problem("config", None, f"{field_name}.{key}", owned[key]))
+    if problems:
+        keys = [p.field for p in problems]
+        raise TrainingConfigError(
+            f"Invalid training config: {', '.join(str(k) for k in keys)} cannot be set (the job owns it).",
+            problems,
+            fix="a trainer block only adds TRL keys the job does not own; set job keys at the top level",
+        )
 
 
 def load_config(schema: type[T], path: str | Path, overrides: Sequence[str] = ()) -> T:

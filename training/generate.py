@@ -30,7 +30,7 @@ import numpy as np
 
 from honestci.audit.errors import InputError, Problem, require_extra
 from honestci.training.config import refuse, require
-from honestci.training.task import extract_answer, messages_for
+from honestci.training.task import extract_answer, messages_for, unfinished_think
 
 if TYPE_CHECKING:
     from honestci.judges.backends.base import Completion
@@ -67,6 +67,8 @@ class GenerationJob:
     top_p: float = 1.0
     max_tokens: int = 2048
     device: str = "auto"
+    #: A thinking model (its trace may open in the prompt): output without </think> has no answer.
+    thinking: bool = False
 
     def __post_init__(self):
         require(
@@ -112,7 +114,8 @@ class GenerationRun:
     pool: str
     base_seed: int
     n_rows: int
-    n_empty_answers: int
+    n_empty_answers: int  # includes the unfinished traces
+    n_unfinished_think: int  # traces cut at max_tokens before </think> (their text is empty)
     seconds: float
 
     def to_frame(self):
@@ -123,7 +126,8 @@ class GenerationRun:
     def __str__(self) -> str:
         return (
             f"{self.n_rows} responses of {self.system} (run {self.run}, pool {self.pool}, base seed "
-            f"{self.base_seed}) -> {self.out}; {self.n_empty_answers} empty answer(s); {self.seconds:.1f} s"
+            f"{self.base_seed}) -> {self.out}; {self.n_empty_answers} empty answer(s) "
+            f"({self.n_unfinished_think} unfinished <think> trace(s)); {self.seconds:.1f} s"
         )
 
 
@@ -268,7 +272,7 @@ def generate_responses(job: GenerationJob, progress: Callable[[str], None] = lam
             "response_id": rid,
             "vignette_id": vid,
             "system": job.system,
-            "text": extract_answer(raw),
+            "text": extract_answer(raw, thinking=job.thinking),
             "raw": raw,
             "run": job.run,
             "pool": job.pool,
@@ -286,5 +290,6 @@ def generate_responses(job: GenerationJob, progress: Callable[[str], None] = lam
         base_seed,
         len(rows),
         sum(not r["text"] for r in rows),
+        sum(unfinished_think(r["raw"], thinking=job.thinking) for r in rows),
         time.perf_counter() - started,
     )

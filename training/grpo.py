@@ -4,7 +4,9 @@ The reward of a completion is the reward-model ensemble's R = mean − λ·sd (s
 scores; :mod:`honestci.training.reward_models`) of its answer — the text after ``</think>`` — when the
 answer passes the format gate (non-empty, at most two sentences; :func:`honestci.training.task.format_gate`),
 and the constant ``format_penalty`` (in the members' standard-deviation units, default −3) when it
-does not, so length cannot buy reward. GRPO standardises rewards within each prompt's group of
+does not, so length cannot buy reward. A thinking model's trace cut at ``max_completion_length``
+before ``</think>`` has no answer and fails the gate (reason ``unfinished_think``, counted in the
+reward log and the run's summary): the text of an unfinished trace is never scored. GRPO standardises rewards within each prompt's group of
 ``num_generations`` completions (Shao et al. 2024, DeepSeekMath), with a KL penalty β toward the
 reference policy.
 
@@ -26,43 +28,108 @@ from pathlib import Path
 import numpy as np
 
 from honestci.audit.errors import InputError, require_extra
-from honestci.training.config import TRAIN_MODULES, TrainingConfigError, require, to_plain
-from honestci.training.task import extract_answer, format_gate, messages_for
+from honestci.training.config import (
+    TRAIN_MODULES,
+    TrainingConfigError,
+    check_trainer_block,
+    refuse,
+    require,
+    to_plain,
+)
+from honestci.training.task import GATE_REASONS, THINK_CLOSE, THINK_OPEN, check_completion, messages_for
 
 TRAINING_LOG = "training_log.jsonl"
 REWARD_LOG = "rewards.jsonl"
+
+
+#: GRPOConfig keys the job sets itself or that would undo a job-level check, refused in ``trainer:``
+#: (the job's own fields are refused there too: :func:`honestci.training.config.check_trainer_block`).
+GRPO_OWNED_TRAINER_KEYS = {
+    "fp16": "precision is the job's bf16 key (checked against the device)",
+    "use_cpu": "the device is the job's device key",
+    "report_to": "set by honestci (no experiment trackers)",
+    "disable_tqdm": "set by honestci (progress goes through its own reporter)",
+    "log_completions": "set by honestci",
+    "sync_ref_model": "moves the KL reference toward the policy, which undoes beta > 0",
+    "ref_model_mixup_alpha": "moves the KL reference toward the policy, which undoes beta > 0",
+    "ref_model_sync_steps": "moves the KL reference toward the policy, which undoes beta > 0",
+    "reward_weights": "changes the reward definition (the gated ensemble is the only reward)",
+    "multi_objective_aggregation": "changes the reward definition (the gated ensemble is the only reward)",
+}
 
 
 @dataclass(frozen=True)
 class GRPOJob:
     """Settings of ``honestci train grpo`` (YAML keys of the same names; see training/configs/)."""
 
-    model: Path
-    reward_model: Path
-    vignettes: Path
-    output_dir: Path
-    learning_rate: float = 8e-6
-    beta: float = 0.04
-    num_generations: int = 12
-    max_steps: int = 500
-    bf16: bool | None = None
-    per_device_train_batch_size: int = 12
-    gradient_accumulation_steps: int = 1
-    max_completion_length: int = 1024
-    temperature: float = 1.0
-    seed: int = 0
-    ensemble_lambda: float | None = None
-    max_sentences: int = 2
-    format_penalty: float = -3.0
-    device: str = "auto"
-    use_vllm: bool = False
-    vllm_mode: str = "server"
-    vllm_server_base_url: str | None = None
-    vllm_server_host: str = "127.0.0.1"
-    vllm_server_port: int = 8000
-    logging_steps: int = 1
-    save_steps: int = 100
-    trainer: dict = field(default_factory=dict)
+    model: Path = field(
+        metadata={"help": "Local folder of the policy's base model (safetensors; nothing is downloaded)."}
+    )
+    reward_model: Path = field(metadata={"help": "Folder of the reward-model ensemble written by honestci train rm."})
+    vignettes: Path = field(metadata={"help": "Vignettes table whose scenarios are the GRPO prompts."})
+    output_dir: Path = field(metadata={"help": "Where the policy, trainer_state.json and the logs are written."})
+    learning_rate: float = field(default=8e-6, metadata={"help": "Optimizer learning rate (> 0; the recipe's 8e-6)."})
+    beta: float = field(
+        default=0.04, metadata={"help": "KL penalty toward the reference policy; must be > 0 (the recipe's 0.04)."}
+    )
+    num_generations: int = field(
+        default=12, metadata={"help": "G, completions per prompt (>= 2: the advantage is relative to the group)."}
+    )
+    max_steps: int = field(default=500, metadata={"help": "Optimizer steps (>= 1)."})
+    bf16: bool | None = field(
+        default=None, metadata={"help": "bf16 weights and compute; null = on for cuda, off for cpu (refused on cpu)."}
+    )
+    per_device_train_batch_size: int = field(
+        default=12, metadata={"help": "Completions per device per step; x accumulation % G must be 0."}
+    )
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "Gradient accumulation steps."})
+    max_completion_length: int = field(
+        default=1024,
+        metadata={"help": "Most tokens per completion, think trace included (a trace cut here has no answer)."},
+    )
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts (> 0)."})
+    seed: int = field(default=0, metadata={"help": "Trainer seed (weights init, data order, sampling)."})
+    ensemble_lambda: float | None = field(
+        default=None, metadata={"help": "λ in R = mean − λ·sd; null = the ensemble's own (>= 0)."}
+    )
+    max_sentences: int = field(
+        default=2, metadata={"help": "Format gate: answers longer than this many sentences get format_penalty."}
+    )
+    format_penalty: float = field(
+        default=-3.0,
+        metadata={"help": "Reward of an answer that fails the format gate, in the members' sd units (< 0)."},
+    )
+    thinking: bool = field(
+        default=False,
+        metadata={
+            "help": "The policy writes a <think> trace before its answer: a completion without </think> (a trace cut "
+            "at max_completion_length) has no answer and fails the format gate. Forced on when the chat "
+            "template opens <think> itself."
+        },
+    )
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda."})
+    use_vllm: bool = field(
+        default=False, metadata={"help": "Rollouts from vLLM (TRL's use_vllm) instead of transformers' generate."}
+    )
+    vllm_mode: str = field(
+        default="server", metadata={"help": "TRL's vLLM mode ('server': a separate trl vllm-serve)."}
+    )
+    vllm_server_base_url: str | None = field(
+        default=None, metadata={"help": "URL of the vLLM server (overrides host and port)."}
+    )
+    vllm_server_host: str = field(default="127.0.0.1", metadata={"help": "Host of the vLLM server."})
+    vllm_server_port: int = field(default=8000, metadata={"help": "Port of the vLLM server."})
+    logging_steps: int = field(
+        default=1, metadata={"help": "Log every this many steps (the health gate reads the log)."}
+    )
+    save_steps: int = field(default=100, metadata={"help": "Checkpoint every this many steps."})
+    trainer: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "Further trl.GRPOConfig keys; keys the job owns (its own fields, precision, the KL reference, "
+            "reward weights) are refused."
+        },
+    )
 
     def __post_init__(self):
         require(
@@ -88,6 +155,16 @@ class GRPOJob:
             "greedy rollouts make every completion in a group identical (zero reward spread)",
         )
         require(self.max_sentences >= 1, "max_sentences", "must be >= 1")
+        require(
+            self.format_penalty < 0,
+            "format_penalty",
+            f"is {self.format_penalty}; it must be < 0",
+            "an answer that fails the format gate must earn less than an average answer (the members' "
+            "standardised mean is 0), or length and empty answers buy reward",
+        )
+        require(self.per_device_train_batch_size >= 1, "per_device_train_batch_size", "must be >= 1")
+        require(self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", "must be >= 1")
+        require(self.logging_steps >= 1 and self.save_steps >= 1, "logging_steps/save_steps", "must be >= 1")
         require(self.ensemble_lambda is None or self.ensemble_lambda >= 0, "ensemble_lambda", "must be >= 0")
         generation_batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
         require(
@@ -104,8 +181,7 @@ class GRPOJob:
             f"is {self.vllm_mode!r}; only 'server' is supported",
             "vLLM pins its own CUDA torch, so it runs as a separate server (trl vllm-serve), never in-process",
         )
-        if not isinstance(self.trainer, dict):
-            raise TrainingConfigError("Invalid training config: trainer must be a mapping of GRPOConfig keys.")
+        check_trainer_block(self.trainer, type(self), GRPO_OWNED_TRAINER_KEYS)
 
 
 @dataclass(frozen=True)
@@ -128,9 +204,18 @@ class GatedEnsembleReward:
 
     __name__ = "gated_ensemble"
 
-    def __init__(self, ensemble, *, max_sentences: int = 2, penalty: float = -3.0, log_path: Path | None = None):
+    def __init__(
+        self,
+        ensemble,
+        *,
+        max_sentences: int = 2,
+        penalty: float = -3.0,
+        thinking: bool = False,
+        log_path: Path | None = None,
+    ):
         self.ensemble = ensemble
         self.max_sentences = max_sentences
+        self.thinking = thinking
         self.penalty = float(penalty)
         self.log_path = log_path
         self.history: list[RewardBatch] = []
@@ -148,8 +233,9 @@ class GatedEnsembleReward:
                 "The GRPO dataset has no 'scenario' column for the reward model.",
                 fix="build the dataset with honestci.training.grpo.prompt_dataset",
             )
-        answers = [extract_answer(self._text(c)) for c in completions]
-        gates = [format_gate(a, self.max_sentences) for a in answers]
+        checked = [check_completion(self._text(c), self.max_sentences, thinking=self.thinking) for c in completions]
+        answers = [answer for answer, _ in checked]
+        gates = [gate for _, gate in checked]
         passing = [i for i, g in enumerate(gates) if g.passed]
         ensemble: list[float | None] = [None] * len(answers)
         if passing:
@@ -160,7 +246,7 @@ class GatedEnsembleReward:
         batch = RewardBatch(tuple(answers), tuple(g.reason for g in gates), tuple(ensemble), tuple(rewards))
         self.history.append(batch)
         if self.log_path is not None:
-            counts = {reason: batch.gate_reasons.count(reason) for reason in ("ok", "empty", "too_long")}
+            counts = {reason: batch.gate_reasons.count(reason) for reason in GATE_REASONS}
             gated = [e for e in ensemble if e is not None]
             with open(self.log_path, "a", encoding="utf-8") as out:
                 out.write(
@@ -176,6 +262,15 @@ class GatedEnsembleReward:
                     + "\n"
                 )
         return list[float | None](rewards)
+
+
+def template_opens_think(tokenizer) -> bool:
+    """Whether the tokenizer's chat template ends the generation prompt inside ``<think>`` (as
+    Qwen3 thinking models' do): then completions carry only the trace's close tag."""
+    if not getattr(tokenizer, "chat_template", None):
+        return False
+    prompt = tokenizer.apply_chat_template(messages_for("x"), add_generation_prompt=True, tokenize=False)
+    return THINK_OPEN in prompt.rsplit(THINK_CLOSE, 1)[-1]
 
 
 def prompt_dataset(vignettes_path: Path):
@@ -251,6 +346,7 @@ class GRPORun:
     training_log: str
     n_completions_scored: int
     n_gated_out: int
+    n_unfinished_think: int  # of n_gated_out: traces cut before </think> (no answer)
     log_history: tuple[dict, ...]
 
     def to_frame(self):
@@ -262,7 +358,8 @@ class GRPORun:
         return (
             f"GRPO policy in {self.output_dir}: {self.steps} steps in {self.seconds:.1f} s "
             f"({self.seconds_per_step:.2f} s/step); {self.n_completions_scored} completions scored, "
-            f"{self.n_gated_out} failed the format gate; log {self.training_log}"
+            f"{self.n_gated_out} failed the format gate ({self.n_unfinished_think} unfinished <think> "
+            f"traces); log {self.training_log}"
         )
 
 
@@ -289,6 +386,15 @@ def train_grpo(
     out.mkdir(parents=True, exist_ok=True)
     (out / REWARD_LOG).unlink(missing_ok=True)
     args = grpo_config(job, device)
+    tokenizer = AutoTokenizer.from_pretrained(job.model, local_files_only=True)
+    thinking = job.thinking or template_opens_think(tokenizer)
+    if thinking and THINK_CLOSE in tokenizer.all_special_tokens:
+        refuse(
+            "thinking",
+            f"is on but {THINK_CLOSE} is a special token of {job.model}'s tokenizer",
+            "TRL decodes completions without special tokens, so no trace would ever close; use a tokenizer "
+            f"whose {THINK_CLOSE} is an ordinary added token (as Qwen3's is)",
+        )
     progress("loading the reward-model ensemble")
     if reward_function is None:
         # Under accelerate each process scores on its own GPU.
@@ -299,9 +405,9 @@ def train_grpo(
             ensemble,
             max_sentences=job.max_sentences,
             penalty=job.format_penalty,
+            thinking=thinking,
             log_path=out / REWARD_LOG if main_process else None,
         )
-    tokenizer = AutoTokenizer.from_pretrained(job.model, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(job.model, local_files_only=True)
     trainer = GRPOTrainer(
         model=model,
@@ -327,6 +433,7 @@ def train_grpo(
     steps = int(trainer.state.global_step)
     scored = sum(len(b.answers) for b in reward_function.history)
     gated_out = sum(r != "ok" for b in reward_function.history for r in b.gate_reasons)
+    unfinished = sum(r == "unfinished_think" for b in reward_function.history for r in b.gate_reasons)
     return GRPORun(
         str(out),
         steps,
@@ -335,5 +442,6 @@ def train_grpo(
         str(log_path),
         scored,
         gated_out,
+        unfinished,
         tuple(trainer.state.log_history),
     )

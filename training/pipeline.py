@@ -45,6 +45,15 @@ class PipelineRefused(HonestCIError):
         super().__init__(message)
 
 
+#: Keys of each stage's block that the pipeline sets itself (its inputs and folders): refused there,
+#: so a block cannot point a stage at other data than the pipeline checked for leakage.
+PIPELINE_OWNED_KEYS = {
+    "reward_model": ("base_model", "output_dir", "vignettes", "responses", "human_pairs", "human_ratings"),
+    "grpo": ("model", "reward_model", "vignettes", "output_dir"),
+    "generation": ("system", "vignettes", "out", "pool"),
+}
+
+
 @dataclass(frozen=True)
 class PipelineJob:
     """Settings of ``honestci pipeline`` (see training/configs/pipeline_cpu_tiny.yaml)."""
@@ -82,10 +91,41 @@ class PipelineJob:
             "human_pairs/human_ratings",
             "are both missing: the reward models train on human judgements",
         )
+        for block, owned in PIPELINE_OWNED_KEYS.items():
+            taken = sorted(set(getattr(self, block)) & set(owned))
+            require(
+                not taken,
+                ", ".join(f"{block}.{key}" for key in taken),
+                "is set by the pipeline itself (its checked inputs and run folder)",
+                "set the pipeline's top-level keys (base_model, vignettes, responses, ...) instead",
+            )
+        self._check_training_blocks()
         require(
             self.judge.get("backend") in ("transformers", "openai", "vllm"),
             "judge.backend",
             f"is {self.judge.get('backend')!r}; use transformers, openai or vllm",
+        )
+
+    def _check_training_blocks(self) -> None:
+        """Validate the reward_model and grpo blocks now (types, checks, trainer keys), not after the
+        stages before them have run; the paths are stand-ins for the ones the pipeline sets."""
+        from honestci.training.grpo import GRPOJob
+        from honestci.training.reward_models import RewardModelJob
+
+        stand_in = Path("pipeline-sets-this")
+        rm_paths = {"human_pairs": self.human_pairs, "human_ratings": self.human_ratings}
+        build_config(
+            RewardModelJob,
+            {**self.reward_model, **dict.fromkeys(("base_model", "output_dir", "vignettes", "responses"), stand_in)}
+            | rm_paths,
+            source="reward_model",
+            block="reward_model",
+        )
+        build_config(
+            GRPOJob,
+            {**self.grpo, **dict.fromkeys(PIPELINE_OWNED_KEYS["grpo"], stand_in)},
+            source="grpo",
+            block="grpo",
         )
 
 
@@ -424,7 +464,15 @@ def run_pipeline(
         "output_dir": out / "policy",
     }
     grpo_run = train_grpo(build_config(GRPOJob, grpo_values, source=f"{config_path}: grpo"), progress)
-    _stage(stages, "GRPO", started, steps=grpo_run.steps, seconds_per_step=round(grpo_run.seconds_per_step, 3))
+    _stage(
+        stages,
+        "GRPO",
+        started,
+        steps=grpo_run.steps,
+        seconds_per_step=round(grpo_run.seconds_per_step, 3),
+        gated_out=grpo_run.n_gated_out,
+        unfinished_think=grpo_run.n_unfinished_think,
+    )
 
     started = time.perf_counter()
     generation = {
@@ -441,7 +489,15 @@ def run_pipeline(
     policy_rows = _load(Path(gen_run.out), "responses")
     source = _load(paths["source_responses"], "responses")
     responses_path = _write_jsonl(pd.concat([source, policy_rows], ignore_index=True), data_dir / "responses.jsonl")
-    _stage(stages, "generation", started, n=gen_run.n_rows, base_seed=gen_run.base_seed, empty=gen_run.n_empty_answers)
+    _stage(
+        stages,
+        "generation",
+        started,
+        n=gen_run.n_rows,
+        base_seed=gen_run.base_seed,
+        empty=gen_run.n_empty_answers,
+        unfinished_think=gen_run.n_unfinished_think,
+    )
 
     started = time.perf_counter()
     judge = {**job.judge}

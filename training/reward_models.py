@@ -40,38 +40,75 @@ import numpy as np
 import pandas as pd
 
 from honestci.audit.errors import InputError, require_extra
-from honestci.training.config import TRAIN_MODULES, TrainingConfigError, require, to_plain
+from honestci.training.config import (
+    TRAIN_MODULES,
+    TrainingConfigError,
+    check_trainer_block,
+    require,
+    to_plain,
+)
 from honestci.training.task import messages_for
 
 KINDS = ("bradley_terry", "regression")
 ENSEMBLE_FILE = "ensemble.json"
 
 
+#: TRL/transformers config keys the job sets itself or that would undo a job-level check, refused in
+#: ``trainer:`` (the job's own fields are refused there too).
+RM_OWNED_TRAINER_KEYS = {
+    "seed": "each member's seed comes from seeds (distinct by check); one trainer seed would repeat members",
+    "save_strategy": "set by honestci (the members are saved as safetensors at the end)",
+    "fp16": "precision is the job's bf16 key (checked against the device)",
+    "use_cpu": "the device is the job's device key",
+    "report_to": "set by honestci (no experiment trackers)",
+    "disable_tqdm": "set by honestci (progress goes through its own reporter)",
+    "remove_unused_columns": "set by honestci for the regression head's data",
+}
+
+
 @dataclass(frozen=True)
 class RewardModelJob:
     """Settings of ``honestci train rm`` (YAML keys of the same names; see training/configs/)."""
 
-    base_model: Path
-    output_dir: Path
-    vignettes: Path
-    responses: Path
-    human_pairs: Path | None = None
-    human_ratings: Path | None = None
-    kind: str = "bradley_terry"
-    seeds: tuple[int, ...] = (0, 1, 2)
-    ensemble_lambda: float = 0.5
-    heldout_fraction: float = 0.25
-    split_seed: int = 0
-    rating_columns: tuple[str, ...] = ("score",)
-    learning_rate: float = 1e-5
-    num_train_epochs: float = 1.0
-    max_steps: int = -1
-    per_device_train_batch_size: int = 8
-    max_length: int = 1024
-    device: str = "auto"
-    bf16: bool | None = None
-    logging_steps: int = 1
-    trainer: dict = field(default_factory=dict)
+    base_model: Path = field(metadata={"help": "Local folder of the backbone (safetensors; nothing is downloaded)."})
+    output_dir: Path = field(metadata={"help": "Where the members and ensemble.json are written."})
+    vignettes: Path = field(metadata={"help": "Vignettes table (the scenarios)."})
+    responses: Path = field(metadata={"help": "Responses table (the rated answers)."})
+    human_pairs: Path | None = field(
+        default=None, metadata={"help": "Human preference pairs (needed by bradley_terry)."}
+    )
+    human_ratings: Path | None = field(default=None, metadata={"help": "Human ratings (needed by regression)."})
+    kind: str = field(default="bradley_terry", metadata={"help": "bradley_terry (pairs) or regression (ratings)."})
+    seeds: tuple[int, ...] = field(
+        default=(0, 1, 2), metadata={"help": "One member per seed; distinct (the recipe's three)."}
+    )
+    ensemble_lambda: float = field(
+        default=0.5, metadata={"help": "λ in R = mean − λ·sd over the members (>= 0; the recipe's 0.5)."}
+    )
+    heldout_fraction: float = field(
+        default=0.25, metadata={"help": "Share of pairs per vignette held out for accuracy, in (0, 1)."}
+    )
+    split_seed: int = field(default=0, metadata={"help": "Seed of the held-out split."})
+    rating_columns: tuple[str, ...] = field(
+        default=("score",), metadata={"help": "Rating dimensions the regression head predicts."}
+    )
+    learning_rate: float = field(default=1e-5, metadata={"help": "Optimizer learning rate (> 0)."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Epochs (used when max_steps is -1)."})
+    max_steps: int = field(default=-1, metadata={"help": "Optimizer steps per member; -1 = use num_train_epochs."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Examples per device per step (>= 1)."})
+    max_length: int = field(default=1024, metadata={"help": "Most tokens per scored conversation."})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda."})
+    bf16: bool | None = field(
+        default=None, metadata={"help": "bf16; null = on for cuda, off for cpu (refused on cpu)."}
+    )
+    logging_steps: int = field(default=1, metadata={"help": "Log every this many steps."})
+    trainer: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "Further trl.RewardConfig / TrainingArguments keys; keys the job owns (its fields, seed, "
+            "precision, output folders) are refused."
+        },
+    )
 
     def __post_init__(self):
         require(self.kind in KINDS, "kind", f"is {self.kind!r}; use one of {list(KINDS)}")
@@ -97,6 +134,8 @@ class RewardModelJob:
         require(self.learning_rate > 0, "learning_rate", f"is {self.learning_rate}; it must be > 0")
         require(self.max_steps == -1 or self.max_steps >= 1, "max_steps", "must be -1 (use epochs) or >= 1")
         require(self.per_device_train_batch_size >= 1, "per_device_train_batch_size", "must be >= 1")
+        require(self.num_train_epochs > 0, "num_train_epochs", "must be > 0")
+        require(self.max_length >= 1 and self.logging_steps >= 1, "max_length/logging_steps", "must be >= 1")
         require(self.device in ("auto", "cpu", "cuda"), "device", f"is {self.device!r}; use auto, cpu or cuda")
         require(len(self.rating_columns) >= 1, "rating_columns", "is empty")
         if self.kind == "bradley_terry":
@@ -113,8 +152,7 @@ class RewardModelJob:
                 "is missing: the regression head trains on ratings",
                 "give a human_ratings table",
             )
-        if not isinstance(self.trainer, dict):
-            raise TrainingConfigError("Invalid training config: trainer must be a mapping of TRL config keys.")
+        check_trainer_block(self.trainer, type(self), RM_OWNED_TRAINER_KEYS)
 
 
 # --- data -------------------------------------------------------------------------------------

@@ -35,17 +35,26 @@ def messages_for(scenario: str) -> list[dict]:
     ]
 
 
-def extract_answer(output: str) -> str:
+def unfinished_think(output: str, *, thinking: bool = False) -> bool:
+    """Whether ``output`` is a reasoning trace cut before its end (no answer).
+
+    True when a ``<think>`` opens after the last ``</think>`` (or with none), and, for a thinking
+    model (``thinking=True``: its trace may open in the prompt, so the completion shows no
+    ``<think>``), whenever ``</think>`` is missing: the model ran out of tokens while thinking.
+    """
+    tail = output.rsplit(THINK_CLOSE, 1)[1] if THINK_CLOSE in output else output
+    return THINK_OPEN in tail or (thinking and THINK_CLOSE not in output)
+
+
+def extract_answer(output: str, *, thinking: bool = False) -> str:
     """The answer in a generation: the text after the last ``</think>``, stripped.
 
-    A trace that opens ``<think>`` and never closes it has no answer (empty string): the model ran
-    out of tokens while thinking. Output without any think tags is the answer as is.
+    A trace that never closes has no answer (empty string; :func:`unfinished_think`). Output of a
+    non-thinking model without any think tags is the answer as is.
     """
-    if THINK_CLOSE in output:
-        return output.rsplit(THINK_CLOSE, 1)[1].strip()
-    if THINK_OPEN in output:
+    if unfinished_think(output, thinking=thinking):
         return ""
-    return output.strip()
+    return output.rsplit(THINK_CLOSE, 1)[-1].strip()
 
 
 def count_sentences(text: str) -> int:
@@ -64,8 +73,12 @@ class FormatCheck:
     """The format gate's decision on one answer."""
 
     passed: bool
-    reason: str  # "ok", "empty" or "too_long"
+    reason: str  # one of GATE_REASONS
     n_sentences: int
+
+
+#: The format gate's reasons: passed, no sentence, too many sentences, a trace cut before </think>.
+GATE_REASONS = ("ok", "empty", "too_long", "unfinished_think")
 
 
 def format_gate(answer: str, max_sentences: int = 2) -> FormatCheck:
@@ -80,3 +93,15 @@ def format_gate(answer: str, max_sentences: int = 2) -> FormatCheck:
     if n > max_sentences:
         return FormatCheck(False, "too_long", n)
     return FormatCheck(True, "ok", n)
+
+
+def check_completion(output: str, max_sentences: int = 2, *, thinking: bool = False) -> tuple[str, FormatCheck]:
+    """The answer of a completion and the format gate's decision on it.
+
+    A trace cut before ``</think>`` (:func:`unfinished_think`) fails with reason
+    ``"unfinished_think"`` and an empty answer: the text of an unfinished trace is never scored.
+    """
+    if unfinished_think(output, thinking=thinking):
+        return "", FormatCheck(False, "unfinished_think", 0)
+    answer = extract_answer(output)
+    return answer, format_gate(answer, max_sentences)

@@ -97,6 +97,11 @@ def train_grpo_command(config: Path, overrides: tuple[str, ...]) -> None:
 @click.option("--top-p", type=click.FloatRange(0, 1), default=1.0, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(1), default=2048, show_default=True)
 @click.option("--device", default="auto", show_default=True)
+@click.option(
+    "--thinking",
+    is_flag=True,
+    help="The model writes a <think> trace first: output without </think> (cut at --max-tokens) has no answer.",
+)
 @fail_cleanly
 def generate_command(
     system,
@@ -116,6 +121,7 @@ def generate_command(
     top_p,
     max_tokens,
     device,
+    thinking,
 ) -> None:
     """Generate fresh answers per vignette into a responses table (tagged run and pool).
 
@@ -142,6 +148,7 @@ def generate_command(
         top_p=top_p,
         max_tokens=max_tokens,
         device=device,
+        thinking=thinking,
     )
     click.echo(str(generate_responses(job, _progress)))
 
