@@ -136,7 +136,7 @@ def _all_commands():
 
 def test_every_level_option_is_the_one_open_unit_interval_and_rejects_0_and_1():
     with_level = [name for name in _all_commands() if "level" in _options(name)]
-    assert set(with_level) == {"calibrate-judge", "length-bias", "position-bias", "winners-curse", "winrate"}
+    assert set(with_level) == {"calibrate-judge", "compare", "length-bias", "position-bias", "winners-curse", "winrate"}
     for name in with_level:
         assert _options(name)["level"].type is LEVEL, name
         for bad in ("0", "1", "1.5", "-0.1"):
@@ -150,7 +150,7 @@ def test_the_claim_argument_has_one_name_in_every_command():
         for name in _all_commands()
     }
     takes_claim = {name: args for name, args in takes_claim.items() if args}
-    assert set(takes_claim) == {"audit", "calibrate-judge", "length-bias", "position-bias", "winners-curse", "winrate"}
+    assert set(takes_claim) == {"audit", "calibrate-judge", "compare", "length-bias", "position-bias", "winners-curse", "winrate"}
     assert {arg.name for args in takes_claim.values() for arg in args} == {"claim"}
 
 
