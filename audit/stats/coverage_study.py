@@ -288,7 +288,7 @@ def _run_cell(args) -> list[dict]:
                     "sd": sd,
                     "rate": rate,
                     "tie_halfwidth": tie_halfwidth,
-                    "ties": round(ties, 3),
+                    "ties": abs(round(ties, 3)),  # tie_share is -1e-17 at no ties: never "-0%"
                     "method": method,
                     "label": method_label(method),
                     "truth": truth_name,
