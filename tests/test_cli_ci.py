@@ -150,7 +150,15 @@ def test_the_claim_argument_has_one_name_in_every_command():
         for name in _all_commands()
     }
     takes_claim = {name: args for name, args in takes_claim.items() if args}
-    assert set(takes_claim) == {"audit", "calibrate-judge", "compare", "length-bias", "position-bias", "winners-curse", "winrate"}
+    assert set(takes_claim) == {
+        "audit",
+        "calibrate-judge",
+        "compare",
+        "length-bias",
+        "position-bias",
+        "winners-curse",
+        "winrate",
+    }
     assert {arg.name for args in takes_claim.values() for arg in args} == {"claim"}
 
 
