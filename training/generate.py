@@ -290,6 +290,6 @@ def generate_responses(job: GenerationJob, progress: Callable[[str], None] = lam
         base_seed,
         len(rows),
         sum(not r["text"] for r in rows),
-        sum(unfinished_think(r["raw"], thinking=job.thinking) for r in rows),
+        sum(unfinished_think(raw, thinking=job.thinking) for raw in outputs),
         time.perf_counter() - started,
     )
