@@ -26,6 +26,7 @@ from honestci.audit.checks.leakage import LeakageScan
 from honestci.audit.checks.length_bias import LengthBiasCheck
 from honestci.audit.checks.position_bias import ONE_ORDER_FIXED, PositionBiasResult
 from honestci.audit.checks.selection import SelectionAnalysis
+from honestci.audit.checks.systems import SystemsCheck
 from honestci.audit.checks.training_health import TrainingHealth
 from honestci.audit.checks.verdicts import VerdictValidity
 from honestci.audit.policy import GATE_ORDER, THRESHOLDS, GateResult, Thresholds, Verdict, clears_bar, worst
@@ -234,6 +235,45 @@ def gate_comparison_valid(comparisons: Iterable[ComparisonCheck]) -> GateResult:
             reasons.append(f"vs {check.against}: {honest}, which does not exclude 0")
     return GateResult(
         "comparison_valid", worst(verdicts), "; ".join(reasons), {"comparisons": [c.against for c in comparisons]}
+    )
+
+
+def gate_multiple_comparisons(check: SystemsCheck | None) -> GateResult:
+    """``multiple_comparisons``: a family of claimed comparisons (two or more "beats X" claims, or
+    "best of the claim's ``systems``") holds only when every member's paired, vignette-clustered
+    difference favours the policy with its p-value adjusted over the family by the policy's
+    ``multiplicity`` procedure at or below 1 − level (audit/checks/systems.py).
+
+    - PASS: no family is claimed, or every member holds after the correction;
+    - FAIL: some member does not hold; members that clear 0 alone but not after the correction are
+      named as an uncorrected best-of-many reading.
+    """
+    name = "multiple_comparisons"
+    if check is None or not check.family:
+        return GateResult(name, Verdict.PASS, "no family of comparisons is claimed (one comparison at most)")
+    evidence = {"multiplicity": check.multiplicity, "family": check.family_frame().to_dict(orient="records")}
+    failing = [m for m in check.family if not m.holds]
+    how = f"{check.multiplicity.upper() if check.multiplicity == 'bh' else check.multiplicity} over {len(check.family)}"
+    if not failing:
+        worst_p = max(m.p_adjusted for m in check.family)
+        return GateResult(
+            name,
+            Verdict.PASS,
+            f"every claimed comparison holds after {how} (largest adjusted p {worst_p:.3g})",
+            evidence,
+        )
+    uncorrected = [m.against for m in failing if m.holds_uncorrected]
+    reason = "; ".join(f"vs {m.against}: {m.estimate:+.3f}, adjusted p {m.p_adjusted:.3g}" for m in failing)
+    if uncorrected:
+        reason += (
+            f"; {', '.join(uncorrected)} clear{'s' if len(uncorrected) == 1 else ''} 0 alone but not after the "
+            "correction: an uncorrected best-of-many reading"
+        )
+    return GateResult(
+        name,
+        Verdict.FAIL,
+        f"{len(failing)} of {len(check.family)} claimed comparisons fail after {how}: {reason}",
+        evidence,
     )
 
 
@@ -690,6 +730,10 @@ def _comparison_valid(context: AuditContext) -> GateResult:
     return gate_comparison_valid(context.comparisons)
 
 
+def _multiple_comparisons(context: AuditContext) -> GateResult:
+    return gate_multiple_comparisons(context.checks.get("systems"))
+
+
 def _claimed_figures_reproduce(context: AuditContext) -> GateResult:
     return gate_claimed_figures_reproduce(context.claimed_audit)
 
@@ -751,6 +795,7 @@ GATES: Mapping[str, Callable[[AuditContext], GateResult]] = MappingProxyType(
         "claimed_figures_reproduce": _claimed_figures_reproduce,
         "judge_calibrated": _judge_calibrated,
         "position_bias": _position_bias,
+        "multiple_comparisons": _multiple_comparisons,
         "length_bias": _length_bias,
         "winners_curse": _winners_curse,
         "leakage": _leakage,
@@ -764,6 +809,7 @@ GATE_CHECK = {
     "valid_verdicts": "valid_verdicts",
     "judge_calibrated": "calibration",
     "position_bias": "position_bias",
+    "multiple_comparisons": "systems",
     "length_bias": "length_bias",
     "winners_curse": "winners_curse",
     "leakage": "leakage",

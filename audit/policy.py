@@ -188,10 +188,18 @@ DEFAULT_REQUIRED_GATES = (
 #: ``length_bias`` informs but is not required by default: a length effect is an association
 #: (longer answers may be better), so whether it blocks a release is the policy's call
 #: (a policy file adds it to ``required_gates``).
-GATE_ORDER = (*DEFAULT_REQUIRED_GATES, "length_bias", "winners_curse", "leakage", "training_healthy")
+GATE_ORDER = (
+    *DEFAULT_REQUIRED_GATES,
+    "multiple_comparisons",
+    "length_bias",
+    "winners_curse",
+    "leakage",
+    "training_healthy",
+)
 #: Gates required by default only when the claim supplies their evidence (their check ran): a
 #: corpus, a selection pool, a training log. Evidence given must pass.
 REQUIRED_WHEN_EVIDENCE_GIVEN = {
+    "multiple_comparisons": "systems",
     "leakage": "leakage",
     "winners_curse": "winners_curse",
     "training_healthy": "training_health",
@@ -237,6 +245,11 @@ INVALID_SCORING: tuple[str, ...] = get_args(InvalidScoring)
 #: How a panel's verdicts on one contest become one score (audit/data/contests.py ``panel_score``):
 #: the average of the judges' contest scores, or the majority of their verdicts (tie without one).
 PANEL_RULES: tuple[str, ...] = ("mean", "majority")
+#: How a family of claimed comparisons ("beats all three baselines", "best of 8 checkpoints") is
+#: corrected: Holm's family-wise step-down, the max-|t| wild cluster bootstrap (family-wise,
+#: simultaneous over every pair of the systems) or Benjamini–Hochberg (false discovery rate, weaker).
+Multiplicity = Literal["holm", "maxt", "bh"]
+MULTIPLICITY: tuple[str, ...] = get_args(Multiplicity)
 #: Intervals the coverage study certifies honest for each population's bar gate
 #: (docs/coverage.md); a policy may choose among these, a claim never.
 CERTIFIED_GATE_METHODS = {"new_vignettes": ("bayes_logit_normal",), "these_vignettes": ("stratified",)}
@@ -259,6 +272,8 @@ class Policy:
     invalid_verdicts: InvalidScoring = "against_claim"
     #: Panel rules a claim may name (:data:`PANEL_RULES`); the policy decides, not the claim.
     panel_rules: tuple[str, ...] = PANEL_RULES
+    #: The correction of a family of claimed comparisons (:data:`MULTIPLICITY`).
+    multiplicity: Multiplicity = "holm"
     #: Where each deviation from the built-in defaults came from ("policy file PATH", "claim PATH").
     sources: tuple[tuple[str, str], ...] = ()
 
@@ -274,6 +289,7 @@ class Policy:
             "required_gates": list(self.required_gates),
             "invalid_verdicts": self.invalid_verdicts,
             "panel_rules": list(self.panel_rules),
+            "multiplicity": self.multiplicity,
         }
 
     @property

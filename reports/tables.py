@@ -9,9 +9,27 @@ import math
 from honestci.reports.summary import sig
 
 #: Column headings of figures that recur across sections; other keys have "_" read as a space.
-HEADINGS = {"n_clusters": "G", "ci": "CI", "boot_ci": "bootstrap CI", "n_effective": "n_eff", "df": "df"}
+HEADINGS = {
+    "n_clusters": "G",
+    "ci": "CI",
+    "boot_ci": "bootstrap CI",
+    "n_effective": "n_eff",
+    "df": "df",
+    "strength_ci": "strength CI",
+    "lc_win_rate": "LC win rate",
+    "lc_ci": "LC CI",
+    "vs_policy": "policy − system",
+    "vs_policy_ci": "simultaneous CI",
+}
 #: (low, high, merged key): an interval's two ends print as one "[low, high]" cell.
-PAIRS = (("ci_low", "ci_high", "ci"), ("boot_low", "boot_high", "boot_ci"), ("lower", "upper", "ci"))
+PAIRS = (
+    ("ci_low", "ci_high", "ci"),
+    ("boot_low", "boot_high", "boot_ci"),
+    ("lower", "upper", "ci"),
+    ("strength_low", "strength_high", "strength_ci"),
+    ("lc_low", "lc_high", "lc_ci"),
+    ("vs_policy_low", "vs_policy_high", "vs_policy_ci"),
+)
 
 
 def se_decimals(se: float | None) -> int | None:

@@ -14,6 +14,7 @@ import pytest
 from honestci.audit.checks.context import ComparisonCheck
 from honestci.audit.checks.leakage import leakage_check
 from honestci.audit.checks.registry import CHECKS
+from honestci.audit.checks.systems import systems_check
 from honestci.audit.checks.training_health import assess_training_log
 from honestci.audit.data.io import load_table
 from honestci.audit.gates import GATES, gate_ci_low_clears_bar, gate_comparison_valid, run_gate, run_gates
@@ -46,15 +47,17 @@ def _training_log(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def fixture_context(tmp_path_factory):
-    """The fixture's headline claim (Bayes off), with its corpus scanned and a training log read,
-    so every check of the registry has a result."""
+    """The fixture's headline claim (Bayes off), with its corpus scanned, a training log read and
+    two other systems ranked beside the policy, so every check of the registry has a result."""
     context = audit_context(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False)
     with_corpus = replace(
         context, study=replace(context.study, corpus=load_table(DEFAULT_STUDY_DIR / "corpus.jsonl", "corpus"))
     )
     log = _training_log(tmp_path_factory.mktemp("training") / "training_log.jsonl")
+    ranked = context.claim.spec.model_copy(update={"systems": ("reappraisal-4b-grpo-v1", "r1-reference")})
     checks = {
         **context.checks,
+        "systems": systems_check(replace(context, claim=replace(context.claim, spec=ranked))),
         "leakage": leakage_check(with_corpus),
         "training_health": assess_training_log(log, context.claim.thresholds),
     }

@@ -84,6 +84,8 @@ class ClaimedFigures(BaseModel):
     level: float = Field(0.95, gt=0, lt=1)
     comparisons: tuple[ClaimedComparison, ...] = ()
     table: tuple[ClaimedRow, ...] = ()
+    #: The card says the policy is the best of the claim's ``systems`` (a family of comparisons).
+    best_of_systems: bool = False
 
 
 class ClaimSpec(BaseModel):
@@ -107,6 +109,9 @@ class ClaimSpec(BaseModel):
     claimed: ClaimedFigures | None = None
     allow_single_order: bool = False
     pool: Literal["selection", "heldout"] | None = None
+    #: Other systems judged against the same opponent on the same vignettes: the audit ranks the
+    #: policy among them (K-system table, rank intervals, length-controlled rates).
+    systems: tuple[str, ...] | None = None
     required_gates: tuple[str, ...] | None = None
     training_log: str | None = None
     thresholds: dict[str, float | int | str] = Field(default_factory=dict)
@@ -142,11 +147,19 @@ class ClaimSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _panel_or_judge(self) -> ClaimSpec:
+    def _consistent_keys(self) -> ClaimSpec:
         if self.panel is not None and self.judge is not None:
             raise ValueError("name either `judge:` (one judge) or `panel:` (several), not both")
         if (self.panel is None) != (self.panel_rule is None):
             raise ValueError("`panel:` and `panel_rule:` go together: a panel needs its rule (mean or majority)")
+        if self.systems is not None:
+            named = [s for s in self.systems if s in (self.policy, self.opponent)]
+            if not self.systems or len(set(self.systems)) != len(self.systems) or not all(self.systems) or named:
+                raise ValueError(
+                    "`systems:` lists one or more distinct other systems, neither the policy nor the opponent"
+                )
+        if self.claimed is not None and self.claimed.best_of_systems and not self.systems:
+            raise ValueError("`claimed.best_of_systems` needs the `systems:` the policy is claimed best of")
         return self
 
     @field_validator("thresholds")

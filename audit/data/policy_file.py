@@ -10,6 +10,7 @@ Example (every key optional; what is left out keeps the built-in default of
     required_gates: [enough_clusters, ci_low_clears_bar, ..., leakage]
     invalid_verdicts: against_claim      # or tie, exclude
     panel_rules: [mean, majority]        # the panel rules a claim may name
+    multiplicity: holm                   # or maxt, bh: how a family of claimed comparisons is corrected
 
 The policy is the auditor's, so it may set any value a threshold can take; the claim, written by
 the people being audited, may then only tighten it (:func:`honestci.audit.data.claims.load_claim`).
@@ -30,6 +31,7 @@ from honestci.audit.policy import (
     PANEL_RULES,
     THRESHOLDS,
     InvalidScoring,
+    Multiplicity,
     Policy,
     known_gates,
     known_thresholds,
@@ -54,6 +56,7 @@ class PolicySpec(BaseModel):
     required_gates: tuple[str, ...] | None = None
     invalid_verdicts: InvalidScoring = "against_claim"
     panel_rules: tuple[str, ...] | None = None
+    multiplicity: Multiplicity = "holm"
 
     @field_validator("panel_rules")
     @classmethod
@@ -125,5 +128,6 @@ def load_policy(path: str | Path | None) -> Policy:
         required_gates=Policy().required_gates if spec.required_gates is None else tuple(spec.required_gates),
         invalid_verdicts=spec.invalid_verdicts,
         panel_rules=PANEL_RULES if spec.panel_rules is None else tuple(spec.panel_rules),
+        multiplicity=spec.multiplicity,
     )
     return replace(policy, sources=tuple((d["key"], source) for d in policy.deviations()))

@@ -1,0 +1,115 @@
+"""The audit's K-system check and the ``multiple_comparisons`` gate on the fixture study: the
+policy ranked among the claim's ``systems``, and a claimed family corrected as the policy says."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+import yaml
+
+from honestci.audit.checks.systems import systems_check
+from honestci.audit.data.claims import ClaimedComparison, ClaimedFigures, ClaimError, load_claim
+from honestci.audit.data.policy_file import load_policy
+from honestci.audit.gates import gate_multiple_comparisons
+from honestci.audit.pipeline import audit_context
+from honestci.audit.policy import Verdict
+from honestci.audit.stats.systems import holm
+from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
+
+POLICY, OPPONENT = "reappraisal-4b-grpo", "gpt-4-0314"
+OTHERS = ["reappraisal-4b-grpo-v1", "r1-reference", "qwen3-4b-base"]
+
+
+def _claim(folder, **changes):
+    for table in DEFAULT_STUDY_DIR.glob("*.jsonl"):
+        shutil.copy(table, folder / table.name)
+    claim = yaml.safe_load((DEFAULT_STUDY_DIR / "claim.yaml").read_text())
+    claim.pop("claimed")
+    claim.update(changes)
+    path = folder / "claim.yaml"
+    path.write_text(yaml.safe_dump(claim))
+    return path
+
+
+@pytest.fixture(scope="module")
+def best_of_four(tmp_path_factory):
+    path = _claim(tmp_path_factory.mktemp("systems"), systems=OTHERS, claimed={"point": 0.843, "best_of_systems": True})
+    return audit_context(path, bayes=False)
+
+
+def test_family_is_the_policy_against_each_system_with_holm_over_the_family(best_of_four):
+    check = best_of_four.checks["systems"]
+    family = check.family_frame().set_index("against")
+    assert list(family.index) == OTHERS and set(family["source"]) == {"best_of_systems"}
+    pairs = check.winrates.pairs
+    raw = []
+    for other in OTHERS:
+        row = pairs[(pairs.system_a.isin([POLICY, other])) & (pairs.system_b.isin([POLICY, other]))].iloc[0]
+        sign = 1 if row.system_a == POLICY else -1
+        assert family.loc[other, "estimate"] == pytest.approx(sign * row.estimate, abs=1e-12)
+        raw.append(row.p)
+    # Holm over the claimed family (m = 3), not over all 6 pairs of the 4 systems.
+    np.testing.assert_allclose(family["p_adjusted"], holm(raw), atol=1e-12)
+    assert family["holds"].all()
+    gate = gate_multiple_comparisons(check)
+    assert gate.verdict is Verdict.PASS and "holm over 3" in gate.message
+
+
+def test_section_ranks_every_system_with_rate_strength_and_length_controlled_rate(best_of_four):
+    section = best_of_four.checks["systems"].report_section()
+    assert section.table[0]["system"] == POLICY
+    assert {row["system"] for row in section.table} == {POLICY, *OTHERS}
+    rates = [row["win_rate"] for row in section.table]
+    assert rates == sorted(rates, reverse=True)
+    for row in section.table:
+        assert row["ci_low"] <= row["win_rate"] <= row["ci_high"]
+        assert row["strength_low"] <= row["strength"] <= row["strength_high"]
+        assert "lc_win_rate" in row
+    assert any("rank interval" in line for line in section.lines)
+
+
+def test_the_policy_file_decides_the_correction_and_names_an_uncorrected_reading(best_of_four):
+    # The max-|t| bootstrap corrects over all 6 pairs: r1-reference (p 0.025 alone) no longer holds.
+    maxt = dataclasses.replace(best_of_four.claim.policy, multiplicity="maxt")
+    check = systems_check(dataclasses.replace(best_of_four, claim=dataclasses.replace(best_of_four.claim, policy=maxt)))
+    family = check.family_frame().set_index("against")
+    assert family.loc["r1-reference", "holds_uncorrected"] and not family.loc["r1-reference", "holds"]
+    gate = gate_multiple_comparisons(check)
+    assert gate.verdict is Verdict.FAIL
+    assert "r1-reference" in gate.message and "uncorrected" in gate.message
+
+
+def test_policy_file_sets_multiplicity_and_a_claim_cannot(tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("version: 1\nname: fwer-bootstrap\nmultiplicity: maxt\n")
+    assert load_policy(policy).multiplicity == "maxt"
+    policy.write_text("version: 1\nname: bad\nmultiplicity: none\n")
+    with pytest.raises(Exception, match="multiplicity"):
+        load_policy(policy)
+    with pytest.raises(ClaimError, match="multiplicity"):
+        load_claim(_claim(tmp_path, systems=OTHERS, multiplicity="bh"))
+
+
+def test_systems_key_is_checked(tmp_path):
+    for bad in ([POLICY], [OPPONENT], ["r1-reference", "r1-reference"]):
+        with pytest.raises(ClaimError, match="systems"):
+            load_claim(_claim(tmp_path, systems=bad))
+    with pytest.raises(ClaimError, match="best_of_systems"):
+        load_claim(_claim(tmp_path, claimed={"best_of_systems": True}))
+
+
+def _with_spec(context, **update):
+    spec = context.claim.spec.model_copy(update=update)
+    return dataclasses.replace(context, claim=dataclasses.replace(context.claim, spec=spec))
+
+
+def test_no_family_claimed_passes_and_one_comparison_makes_no_family(best_of_four):
+    assert gate_multiple_comparisons(None).verdict is Verdict.PASS
+    one = ClaimedFigures(comparisons=(ClaimedComparison(against="r1-reference", kind="paired_difference"),))
+    assert systems_check(_with_spec(best_of_four, systems=None, claimed=one)) is None
+    # Systems listed without a claimed family: a descriptive table, and the gate passes.
+    listed = systems_check(_with_spec(best_of_four, claimed=None))
+    assert listed.family == () and gate_multiple_comparisons(listed).verdict is Verdict.PASS
