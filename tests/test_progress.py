@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pytest
@@ -178,9 +179,9 @@ def _tiny_contest_scores():
     return vignette, rng.choice([0.0, 0.5, 1.0], size=vignette.size)
 
 
-def test_bayesian_fit_writes_a_phase_line_per_fit_with_nutpie():
-    """nutpie reports per-chain progress to its own terminal bar only: in a log, one start line
-    and one final line per fit, with the draws of every chain, the elapsed time and divergences."""
+def test_bayesian_fit_writes_a_start_and_final_line_per_fit_with_nutpie():
+    """A fit's lines are headed by its label: a start line, then (after any lines read while
+    sampling) a final line with every chain's draws, the elapsed time and divergences."""
     from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
 
     vignette, score = _tiny_contest_scores()
@@ -192,7 +193,47 @@ def test_bayesian_fit_writes_a_phase_line_per_fit_with_nutpie():
     lines = _lines(stream)
     assert lines[0] == "bayes fit (HalfNormal(1), non_centred) with nutpie 0/200 draws (0%)"
     assert lines[-1].startswith("bayes fit (HalfNormal(1), non_centred) with nutpie done: 200/200 draws in ")
-    assert "draws/s) divergences=" in lines[-1]
+    assert " chains=100/100 divergences=" in lines[-1]
+
+
+def test_bayesian_fit_counts_every_chains_draws_with_nutpie(monkeypatch):
+    """In a log nutpie samples in the background and its trace is read while it runs: lines carry
+    each chain's draws (summing to the count shown), rate and ETA, then the final line; the draws
+    are those of the blocking call (a disabled Progress) with the same seed."""
+    from honestci.audit.stats import bayes
+
+    # read the trace as often as it can be read (each read takes ~0.1 s) and write every read
+    monkeypatch.setattr(bayes, "_NUTPIE_POLL_S", 0.01)
+    vignette, score = _tiny_contest_scores()
+    cells = bayes.aggregate_contest_cells(vignette, score)
+    prior = bayes.SIGMA_PRIORS["halfnormal1"]
+    stream = io.StringIO()
+    settings = {"chains": 2, "draws": 3000, "tune": 3000, "seed": 1, "label": "fit"}
+    polled = bayes._sample_nutpie(
+        bayes._density_model(cells, prior, False), progress=Progress(stream=stream, tty=False, every_s=0.0), **settings
+    )
+    blocking = bayes._sample_nutpie(bayes._density_model(cells, prior, False), progress=Progress.off(), **settings)
+    lines = _lines(stream)
+    assert lines[0] == "fit with nutpie 0/12000 draws (0%)"
+    # a read before any draw is made has no rate yet: rate and ETA from the first draw on
+    pattern = (
+        r"fit with nutpie (\d+)/12000 draws \(\d+%\)( [\d.]+ draws/s ETA [\d:]+)? chains=(\d+)/(\d+) divergences=\d+"
+    )
+    middle = [re.fullmatch(pattern, line) for line in lines[1:-1]]
+    assert all(middle), lines
+    reads = [(int(m[1]), m[2] is not None, int(m[3]), int(m[4])) for m in middle if m]
+    assert all(total == first + second and rated == (total > 0) for total, rated, first, second in reads)
+    assert sum(total > 0 for total, *_ in reads) >= 2, lines
+    assert [total for total, *_ in reads] == sorted(total for total, *_ in reads)
+    assert re.fullmatch(
+        r"fit with nutpie done: 12000/12000 draws in \d\d:\d\d \([\d.]+ draws/s\) "
+        r"chains=6000/6000 divergences=\d+",
+        lines[-1],
+    ), lines[-1]
+    assert sorted(polled.groups()) == sorted(blocking.groups())
+    for name in blocking.posterior.data_vars:
+        np.testing.assert_array_equal(polled.posterior[name].values, blocking.posterior[name].values)
+    np.testing.assert_array_equal(polled.sample_stats["diverging"].values, blocking.sample_stats["diverging"].values)
 
 
 @pytest.mark.slow

@@ -84,7 +84,7 @@ from scipy.special import expit
 
 from honestci.audit.errors import HonestCIError, InputError, Problem
 from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict, clears_bar, worst
-from honestci.audit.progress import Progress, ProgressLike, as_progress
+from honestci.audit.progress import Meter, Progress, ProgressLike, as_progress
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -520,29 +520,73 @@ def _quiet_imports() -> None:
         import arviz  # noqa: F401
 
 
+#: Seconds between two reads of nutpie's trace in a log (the meter throttles the lines it writes).
+_NUTPIE_POLL_S = 1.0
+
+
 def _sample_nutpie(density, chains, draws, tune, seed, progress: Progress, label: str):
     import nutpie
 
-    # nutpie hands per-chain progress only to its own terminal bar (and, through a private hook,
-    # to notebooks): in a log the fit is metered as one phase, with its elapsed time and rate.
     meter = None if progress.live else progress.meter(chains * (tune + draws), f"{label} with nutpie", "draws")
-    idata = density.named(
-        nutpie.sample(
-            density.model,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            cores=min(chains, os.cpu_count() or 1),
-            seed=seed,
-            progress_bar=progress.live,
-            save_warmup=False,
-            target_accept=TARGET_ACCEPT,
-        )
-    )
-    if meter is not None:
-        meter.update(chains * (tune + draws))
-        meter.close(divergences=int(idata.sample_stats["diverging"].sum()))
+    settings: dict[str, Any] = {
+        "draws": draws,
+        "tune": tune,
+        "chains": chains,
+        "cores": min(chains, os.cpu_count() or 1),
+        "seed": seed,
+        "progress_bar": progress.live,
+        "target_accept": TARGET_ACCEPT,
+    }
+    if meter is None or not meter.active:  # a terminal (nutpie's own bar) or --quiet
+        return density.named(nutpie.sample(density.model, save_warmup=False, **settings))
+    # The warm-up is kept so that the trace read while sampling counts tuning draws too; its
+    # groups are dropped below, which leaves what save_warmup=False returns.
+    running = nutpie.sample(density.model, save_warmup=True, blocking=False, **settings)
+    idata = _wait_metering_nutpie(running, meter, chains)
+    for group in ("warmup_posterior", "warmup_sample_stats"):
+        if group in idata.groups():
+            del idata[group]
+    idata = density.named(idata)
+    meter.update(chains * (tune + draws))
+    meter.close(chains="/".join([str(tune + draws)] * chains), divergences=int(idata.sample_stats["diverging"].sum()))
     return idata
+
+
+def _wait_metering_nutpie(running: Any, meter: Meter, chains: int) -> Any:
+    """Wait for nutpie's non-blocking sampler, feeding ``meter`` each chain's draws so far.
+
+    nutpie (0.16) hands its per-chain progress (draws, divergences) only to its terminal bar and,
+    through the private ``_lib.ProgressType.template_callback``, to notebooks. Its public
+    non-blocking sampler offers ``wait(timeout=...)`` (``TimeoutError`` while running) and
+    ``inspect()``, an InferenceData copy of the trace so far: each chain's draws are counted there.
+    Reading the trace does not touch the chains' random streams, so the draws are the blocking
+    call's. Any exception (Ctrl-C included) cancels the sampler and is raised.
+    """
+    try:
+        while True:
+            try:
+                return running.wait(timeout=_NUTPIE_POLL_S)
+            except TimeoutError:
+                pass
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # arviz: "more chains than draws"
+                    trace = running.inspect()
+            except Exception:  # a chain finishing under the read; wait() reports real errors
+                continue
+            counts = np.zeros(chains, dtype=np.int64)
+            for group in ("warmup_sample_stats", "sample_stats"):
+                if group in trace.groups():
+                    # nutpie pads each chain's float stats with NaN past the draws it has made
+                    counts += np.isfinite(trace[group]["step_size"].values).sum(axis=1)
+            meter.update(
+                int(counts.sum()),
+                chains="/".join(str(count) for count in counts),
+                divergences=int(trace.sample_stats["diverging"].values.sum()),
+            )
+    except BaseException:
+        running.cancel()
+        raise
 
 
 def _sample_pymc(build_model, chains, draws, tune, seed, progress: Progress, label: str):
@@ -620,8 +664,9 @@ def sample_posterior(
 
     ``progress`` (:func:`honestci.audit.progress.as_progress`): on a terminal the sampler's own
     bar; in a log, lines headed ``label`` with draws done of ``chains * (tune + draws)``, rate and
-    ETA (PyMC: counted per draw, with each chain's count; nutpie: the fit as one phase, since
-    nutpie reports per-chain progress to its own terminal bar only).
+    ETA and each chain's draws (PyMC: counted per draw; nutpie: read from its trace every
+    ``_NUTPIE_POLL_S`` seconds while it samples in the background), and the divergences after
+    warm-up (PyMC: in the final line; nutpie: in every line).
 
     Returns (idata, sampler_used, note).
     """
