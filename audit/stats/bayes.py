@@ -582,7 +582,9 @@ def _wait_metering_nutpie(running: Any, meter: Meter, chains: int) -> Any:
             meter.update(
                 int(counts.sum()),
                 chains="/".join(str(count) for count in counts),
-                divergences=int(trace.sample_stats["diverging"].values.sum()),
+                divergences=int(trace.sample_stats["diverging"].values.sum())
+                if "sample_stats" in trace.groups()
+                else 0,
             )
     except BaseException:
         running.cancel()
