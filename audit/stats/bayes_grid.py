@@ -78,6 +78,16 @@ class RatePosterior:
         return float(np.interp(q, cumulative, self.theta))
 
 
+def _tabulate_likelihoods(wins: np.ndarray, losses: np.ndarray):
+    """Each vignette's empirical logit, the η grid around them, and each vignette's binomial
+    likelihood on that grid divided by its peak (G × E), with the log peaks."""
+    empirical = np.log((wins + 0.5) / (losses + 0.5))
+    eta = np.linspace(empirical.min() - _ETA_MARGIN, empirical.max() + _ETA_MARGIN, _ETA_POINTS)
+    log_likelihood = wins[:, None] * log_expit(eta)[None, :] + losses[:, None] * log_expit(-eta)[None, :]
+    peak = log_likelihood.max(axis=1)
+    return empirical, eta, np.exp(log_likelihood - peak[:, None]), peak
+
+
 def log_posterior_on_grid(wins: np.ndarray, losses: np.ndarray):
     """``log p(μ, σ | data)`` up to a constant, as a function of μ (an arithmetic progression whose
     step is a whole number of η steps, or one value) and a σ vector (the outer grid), with each
@@ -87,12 +97,8 @@ def log_posterior_on_grid(wins: np.ndarray, losses: np.ndarray):
     With μ on the η lattice, (edge_j − μ_i)/σ depends on j and i only through j − m·i, so the
     N(μ, σ) cell masses for every μ come from one row of normal CDFs per σ (a Toeplitz kernel)
     instead of one CDF per (edge, μ, σ)."""
-    empirical = np.log((wins + 0.5) / (losses + 0.5))
-    eta = np.linspace(empirical.min() - _ETA_MARGIN, empirical.max() + _ETA_MARGIN, _ETA_POINTS)
+    empirical, eta, likelihood, peak = _tabulate_likelihoods(wins, losses)
     step = eta[1] - eta[0]
-    log_likelihood = wins[:, None] * log_expit(eta)[None, :] + losses[:, None] * log_expit(-eta)[None, :]
-    peak = log_likelihood.max(axis=1)
-    likelihood = np.exp(log_likelihood - peak[:, None])
     # Cell edges halfway between grid points, the outer cells open: beyond the grid a vignette's
     # likelihood is flat (all won or all lost), so the kernel's tails belong to the end cells.
     first_edge, n_edges = eta[0] + step / 2.0, _ETA_POINTS - 1
@@ -211,10 +217,7 @@ def vignette_rate_posteriors(scores, clusters, level: float = 0.95, trials_per_c
     """
     mu, sigma, mass, wins, losses, _ = _grid_posterior(scores, clusters, trials_per_contest)
     vignettes = np.unique(np.asarray(clusters))
-    empirical = np.log((wins + 0.5) / (losses + 0.5))
-    eta = np.linspace(empirical.min() - _ETA_MARGIN, empirical.max() + _ETA_MARGIN, _ETA_POINTS)
-    log_likelihood = wins[:, None] * log_expit(eta)[None, :] + losses[:, None] * log_expit(-eta)[None, :]
-    likelihood = np.exp(log_likelihood - log_likelihood.max(axis=1, keepdims=True))  # (G, E)
+    _, eta, likelihood, _ = _tabulate_likelihoods(wins, losses)  # likelihood: (G, E)
     cells = mass > mass.max() * _CELL_FLOOR
     mu_cells = np.broadcast_to(mu[:, None], mass.shape)[cells]
     sigma_cells = np.broadcast_to(sigma[None, :], mass.shape)[cells]
