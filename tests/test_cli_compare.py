@@ -29,6 +29,17 @@ def test_compare_on_the_fixture_study():
 
 
 @pytest.mark.e2e
+def test_compare_with_davidson_ties():
+    systems = ["reappraisal-4b-grpo", "r1-reference", "qwen3-4b-base"]
+    args = ["compare", str(REPO_ROOT / "fixtures" / "study" / "claim.yaml"), "--ties", "davidson"]
+    result = CliRunner().invoke(main, args + [a for s in systems for a in ("--system", s)])
+    assert result.exit_code == 0, result.output
+    assert "Davidson strength (log π, CR2): 4 systems" in result.output
+    assert "Davidson tie parameter ν̂ = " in result.output
+    assert "Bradley–Terry strength" not in result.output
+
+
+@pytest.mark.e2e
 @pytest.mark.shared_data
 def test_compare_alpaca_eval2_raw_rates_equal_the_leaderboard(shared_data, tmp_path):
     from honestci.judges.importers import import_alpaca_eval

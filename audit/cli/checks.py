@@ -301,6 +301,14 @@ def length_bias_command(
 @click.option(
     "--draws", default=1999, show_default=True, type=click.IntRange(99), help="Draws of the max-|t| bootstrap."
 )
+@click.option(
+    "--ties",
+    type=click.Choice(["half", "davidson"]),
+    default="half",
+    show_default=True,
+    help="Ties in the strength model: half a win (Bradley–Terry), or Davidson's (1970) tie parameter ν "
+    "(needs scores 0, 1/2, 1).",
+)
 @level_option
 @seed_option
 @policy_option
@@ -315,6 +323,7 @@ def compare_command(
     judge,
     simultaneous,
     draws,
+    ties,
     level,
     seed,
     policy_file,
@@ -356,7 +365,7 @@ def compare_command(
     }
     winrates = k_system_winrates(scores, opponent=opponent, **options)
     battles = scores.rename(columns={"system": "system_a"}).assign(system_b=opponent)
-    strengths = bradley_terry(battles, reference=opponent, **options)
+    strengths = bradley_terry(battles, reference=opponent, ties=ties, **options)
     number = lambda x: f"{x:.4f}"  # noqa: E731
     for result in (winrates, strengths):
         for line in result.summary_lines():

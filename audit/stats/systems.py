@@ -17,6 +17,19 @@ Two views of the same battles, each a :class:`KSystemResult` (one row per system
   logistic GLM (length_bias.fit_logistic_glm) with a vignette-clustered sandwich (CR2 on the
   working model, Satterthwaite df; CR1S is statsmodels' ``cov_type="cluster"``). The estimand is
   the population BT coefficient: the s solving E_v[Σ x (y − expit(x's))] = 0.
+- **Davidson (1970) ties** (``bradley_terry(..., ties="davidson")``): each contest is a win, a tie
+  or a loss, P(a wins) = π_a/D, P(tie) = ν√(π_a π_b)/D, P(b wins) = π_b/D,
+  D = π_a + π_b + ν√(π_a π_b), π = exp(s), s_reference = 0, log ν free. Score 1 = a wins, 0 = b wins,
+  ½ = tie (an order-inconsistent contest is a tie, as under the half-win convention); other scores
+  are refused. This is a multinomial logit with linear predictors (s_a, log ν + (s_a + s_b)/2, s_b),
+  so the log-likelihood is concave; fitted by Newton with the analytic score and Hessian. The
+  clustered covariance is the sandwich A⁻¹(Σ_g u_g u_g')A⁻¹ built, as for the GLM, by
+  :func:`cluster_robust_ols` on the working least-squares problem (W_i^½ Z_i, W_i^½ Z_i θ̂ + W_i^{+½}
+  (y_i − p_i)), W_i = diag(p_i) − p_i p_i', three rows per contest in its vignette's cluster: its
+  Gram matrix is A and its residual scores are the u_i, so CR2 (Bell–McCaffrey on the working
+  model, Satterthwaite df) and the max-|t| score bootstrap carry over unchanged. s_a − s_b is the
+  log odds of a winning rather than b among decisive contests. No tie in the data: ν̂ = 0 on the
+  boundary and the strengths are the logistic BT ones (ν is then fixed at 0, not estimated).
 
 Multiplicity over the K(K − 1)/2 pairwise differences:
 
@@ -45,8 +58,10 @@ Pustejovsky & Tipton (2018), JBES 36:672.
 Validated against
 -----------------
 statsmodels ``GLM(Binomial).fit(cov_type="cluster")`` (BT coefficients and CR1S covariance to
-1e-6) and ``multipletests`` (Holm, BH); seeded simulations of family-wise error, BT strength
-coverage and rank-interval coverage (tests/test_systems.py).
+1e-6) and ``multipletests`` (Holm, BH); Davidson: scipy.optimize.minimize of an independently
+written negative log-likelihood (1e-6) and a finite-difference score/Hessian sandwich (CR0, 1e-5);
+seeded simulations of family-wise error, BT and Davidson strength coverage and rank-interval
+coverage (tests/test_systems.py).
 """
 
 from __future__ import annotations
@@ -58,16 +73,25 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS
-from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
+from honestci.audit.stats.cluster_robust import (
+    ClusterRobustFit,
+    ContrastResult,
+    cluster_robust_ols,
+    linear_contrast,
+)
 from honestci.audit.stats.length_bias import fit_logistic_glm, logistic_working_problem
 from honestci.audit.stats.random_state import resolve_rng
 from honestci.audit.stats.wild_bootstrap import wild_cluster_tstats
 
 Simultaneous = Literal["holm", "maxt"]
 SIMULTANEOUS = ("holm", "maxt")
+Ties = Literal["half", "davidson"]
+TIES = ("half", "davidson")
+_MAX_NEWTON = 100
 
 
 def holm(pvalues: Any) -> np.ndarray:
@@ -172,9 +196,22 @@ class KSystemResult:
     reference: str
     B: int | None = None
     seed: int | None = None
+    ties: str = "half"
+    #: Davidson's log ν with its CR2 interval (``ties="davidson"`` with ties in the data), else None.
+    log_nu: ContrastResult | None = None
 
     def to_frame(self) -> pd.DataFrame:
         return self.systems.copy()
+
+    @property
+    def nu(self) -> tuple[float, float, float] | None:
+        """Davidson's tie parameter ν̂ and its interval (exp of log ν's); (0, nan, nan) with no tie."""
+        if self.ties != "davidson":
+            return None
+        if self.log_nu is None:
+            return 0.0, math.nan, math.nan
+        r = self.log_nu
+        return math.exp(r.estimate), math.exp(r.ci_low), math.exp(r.ci_high)
 
     def summary_lines(self) -> list[str]:
         how = (
@@ -186,6 +223,18 @@ class KSystemResult:
             f"{self.quantity}: {len(self.systems)} systems, n = {self.n} rows on G = {self.n_clusters} vignettes "
             f"({self.reference}); CR2 intervals with Satterthwaite df at level {self.level:g}",
             f"rank intervals (1 = best) from {how}: joint coverage of all true ranks ≥ {self.level:g}",
+            *self._tie_lines(),
+        ]
+
+    def _tie_lines(self) -> list[str]:
+        nu = self.nu
+        if nu is None:
+            return []
+        if self.log_nu is None:
+            return ["Davidson tie parameter ν̂ = 0: no tie in the battles (strengths are logistic BT's)"]
+        return [
+            f"Davidson tie parameter ν̂ = {nu[0]:.4g} [{nu[1]:.4g}, {nu[2]:.4g}] "
+            f"(exp of log ν's {self.log_nu.kind} interval, df {self.log_nu.df:.1f})"
         ]
 
     def __str__(self) -> str:
@@ -360,6 +409,7 @@ def bradley_terry(
     B: int = 1999,
     rng: int | np.random.Generator | None = None,
     min_clusters: int = THRESHOLDS.min_clusters,
+    ties: Ties = "half",
 ) -> KSystemResult:
     """Bradley–Terry strengths of every system in ``battles``, with vignette-clustered intervals,
     pairwise strength differences and rank intervals.
@@ -369,27 +419,41 @@ def bradley_terry(
     sandwich (``vcov``: ``"CR2"`` with Satterthwaite df, or ``"CR1S"`` = statsmodels'
     ``cov_type="cluster"``). The strengths are log-odds: s_a − s_b = logit P(a beats b).
 
+    With ``ties="davidson"`` the model is Davidson's (1970, JASA 65:317) instead:
+    P(a wins) = π_a/D, P(tie) = ν√(π_a π_b)/D, P(b wins) = π_b/D, D = π_a + π_b + ν√(π_a π_b),
+    π = exp(s), log ν free; maximum likelihood by Newton, and the same ``vcov`` computed on the
+    multinomial working problem (module docstring; CR2 needs no other treatment). ν̂ and its
+    interval are in ``result.nu`` / ``result.log_nu`` and the summary lines.
+
     Parameters
     ----------
     battles
         One row per contest: ``system_a``, ``system_b``, ``vignette_id``, ``score`` (a's score).
     reference
         The system whose strength is fixed at 0 (e.g. the common opponent).
+    ties
+        ``"half"``: a tie is half a win (quasi-binomial BT). ``"davidson"``: scores must be 0, ½
+        or 1 (loss, tie, win) and ties get Davidson's parameter ν.
 
     Raises
     ------
     InputError
-        Missing columns, an unknown reference, a system battling itself, or a battle graph that
-        does not connect every system to the reference.
+        Missing columns, an unknown reference, a system battling itself, a battle graph that
+        does not connect every system to the reference, or (``ties="davidson"``) a score other
+        than 0, ½ and 1.
     EstimationError
-        Too few vignettes, or IRLS did not converge (a system that wins or loses every battle).
+        Too few vignettes, or the fit did not converge (a system that wins or loses every battle).
 
     Validated against
     -----------------
     statsmodels ``GLM(y, X, family=Binomial()).fit(cov_type="cluster", cov_kwds={"groups": g})``:
-    strengths and CR1S covariance to 1e-6; seeded coverage of the CR2 strength intervals
+    strengths and CR1S covariance to 1e-6; seeded coverage of the CR2 strength intervals.
+    Davidson: scipy.optimize.minimize of an independently written negative log-likelihood (1e-6),
+    a finite-difference score/Hessian sandwich (CR0, 1e-5), seeded coverage at G = 12, ν = 0.8
     (tests/test_systems.py).
     """
+    if ties not in TIES:
+        raise InputError(f"ties={ties!r} is not supported.", fix="use ties='half' or ties='davidson'")
     _columns(battles, ("system_a", "system_b", "vignette_id", "score"))
     a = battles["system_a"].astype(str).to_numpy()
     b = battles["system_b"].astype(str).to_numpy()
@@ -410,37 +474,58 @@ def bradley_terry(
     clusters = battles["vignette_id"].to_numpy()
     G = len(pd.unique(clusters))
     _require_clusters(G, min_clusters, "the Bradley–Terry fit")
-    fit = fit_logistic_glm(y, X, clusters, vcov=vcov, df="satterthwaite", level=level, coef_names=names)
+    log_nu = None
+    if ties == "davidson":
+        working_X, working_y, working_clusters = _davidson_working_problem(y, X, clusters)
+        free_nu = working_X.shape[1] > len(names)
+        fit = cluster_robust_ols(
+            working_X,
+            working_y,
+            working_clusters,
+            vcov=vcov,
+            level=level,
+            df="satterthwaite",
+            coef_names=[*names, "log_nu"] if free_nu else names,
+        )
+        if free_nu:
+            log_nu = linear_contrast(fit, np.eye(len(names) + 1)[-1], label="log ν")
+    else:
+        fit = fit_logistic_glm(y, X, clusters, vcov=vcov, df="satterthwaite", level=level, coef_names=names)
+        working_X, working_y = logistic_working_problem(y, X, fit.coef)
+        working_clusters = clusters
     everyone = [reference, *names]
-    strengths = np.concatenate([[0.0], fit.coef])
+    strengths = np.concatenate([[0.0], fit.coef[: len(names)]])
 
     def vector(name: str) -> np.ndarray:
-        v = np.zeros(len(names))
+        v = np.zeros(len(fit.coef))  # log ν (Davidson) takes no part in a strength contrast
         if name != reference:
             v[column[name]] = 1.0
         return v
 
     contrasts = {(p, q): vector(p) - vector(q) for p, q in itertools.combinations(everyone, 2)}
-    working = logistic_working_problem(y, X, fit.coef)
     pairs, decisions, seed = _compare(
         fit,
         everyone,
         contrasts,
         simultaneous=simultaneous,
-        bootstrap_problem=(working[0], working[1], clusters),
+        bootstrap_problem=(working_X, working_y, working_clusters),
         B=B,
         rng=rng,
         level=level,
     )
     table = fit.to_frame()[["coef", "estimate", "se", "df", "ci_low", "ci_high"]].rename(columns={"coef": "system"})
+    table = table[table["system"].isin(names)]
     reference_row = {"system": reference, "estimate": 0.0, "se": 0.0, "df": math.nan, "ci_low": 0.0, "ci_high": 0.0}
     table = pd.concat([pd.DataFrame([reference_row]), table], ignore_index=True)
     counts = pd.concat([battles["system_a"], battles["system_b"]]).astype(str).value_counts()
     table.insert(1, "n_battles", counts.reindex(everyone).to_numpy())
     point, low, high = rank_intervals(strengths, decisions)
     table["rank"], table["rank_low"], table["rank_high"] = point, low, high
+    quantity = (
+        f"Davidson strength (log π, {vcov})" if ties == "davidson" else f"Bradley–Terry strength (log-odds, {vcov})"
+    )
     return KSystemResult(
-        f"Bradley–Terry strength (log-odds, {vcov})",
+        quantity,
         table,
         pairs,
         simultaneous,
@@ -450,7 +535,105 @@ def bradley_terry(
         f"reference {reference} at 0",
         B if simultaneous == "maxt" else None,
         seed,
+        ties,
+        log_nu,
     )
+
+
+def _davidson_design(y: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-contest 3 x m designs Z_i (rows: a wins, tie, b wins) and outcome indicators Y_i.
+
+    η = Z_i θ = (s_a, log ν + (s_a + s_b)/2, s_b); ``X`` holds +1 for a and −1 for b, so
+    s_a = x⁺'s and s_b = x⁻'s. Without any tie the log ν column is left out (ν̂ = 0, boundary).
+    """
+    if not np.all(np.isin(y, (0.0, 0.5, 1.0))):
+        raise InputError(
+            "Davidson's model needs each contest to be a win (1), a tie (1/2) or a loss (0); "
+            "some scores are in between (e.g. a judge's probability or an invalid verdict split).",
+            fix="use ties='half', which takes any score in [0, 1]",
+        )
+    plus, minus = np.clip(X, 0, None), np.clip(-X, 0, None)
+    free_nu = bool(np.any(y == 0.5))
+    m = X.shape[1] + free_nu
+    Z = np.zeros((len(y), 3, m))
+    Z[:, 0, : X.shape[1]], Z[:, 2, : X.shape[1]] = plus, minus
+    Z[:, 1, : X.shape[1]] = (plus + minus) / 2
+    if free_nu:
+        Z[:, 1, -1] = 1.0
+    Y = np.stack([y == 1.0, y == 0.5, y == 0.0], axis=1).astype(float)
+    return Z, Y
+
+
+def _davidson_probabilities(Z: np.ndarray, theta: np.ndarray, free_nu: bool) -> np.ndarray:
+    eta = Z @ theta
+    if not free_nu:
+        eta[:, 1] = -np.inf  # ν = 0: no tie has positive probability
+    return special.softmax(eta, axis=1)
+
+
+def _davidson_mle(Z: np.ndarray, Y: np.ndarray, free_nu: bool) -> np.ndarray:
+    """Newton–Raphson on the (concave) multinomial log-likelihood Σ_i Y_i' log p_i, step-halving."""
+    theta = np.zeros(Z.shape[2])
+    if free_nu:
+        share = float(Y[:, 1].mean())
+        # ν with P(tie) = share between equal systems: ν/(2 + ν) = share.
+        theta[-1] = math.log(2 * share / (1 - share)) if share < 1 else 0.0
+
+    def loglik(t: np.ndarray) -> float:
+        p = _davidson_probabilities(Z, t, free_nu)
+        return float(np.sum(special.xlogy(Y, p)))
+
+    current = loglik(theta)
+    for _ in range(_MAX_NEWTON):
+        p = _davidson_probabilities(Z, theta, free_nu)
+        score = np.einsum("ncm,nc->m", Z, Y - p)
+        weight = p[:, :, None] * np.eye(3) - p[:, :, None] * p[:, None, :]
+        information = np.einsum("ncm,ncd,ndl->ml", Z, weight, Z)
+        try:
+            step = np.linalg.solve(information, score)
+        except np.linalg.LinAlgError:
+            break
+        for _ in range(30):
+            candidate = theta + step
+            value = loglik(candidate)
+            if value >= current - 1e-12 * (1 + abs(current)):
+                break
+            step = step / 2
+        theta, current = candidate, value
+        if not np.all(np.isfinite(theta)) or np.max(np.abs(theta)) > 30:
+            break
+        if float(np.max(np.abs(step))) <= 1e-11 * max(1.0, float(np.max(np.abs(theta)))):
+            return theta
+    raise EstimationError(
+        "The Davidson fit did not converge (its strengths run off: a system wins or loses every battle, "
+        "or every contest is a tie); no honest interval exists."
+    )
+
+
+def _davidson_working_problem(
+    y: np.ndarray, X: np.ndarray, clusters: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Davidson MLE and its working least-squares problem (W_i^½ Z_i, W_i^½ Z_i θ̂ + W_i^{+½}(Y_i − p_i)).
+
+    W_i = diag(p_i) − p_i p_i' (symmetric square root, pseudo-inverse on its null space, which
+    Y_i − p_i never enters): the Gram matrix is the information Σ Z_i'W_i Z_i and the residual
+    scores are Z_i'(Y_i − p_i), so the OLS coefficients are θ̂ and any OLS sandwich on it is the
+    likelihood's. Three rows per contest, each in the contest's cluster.
+    """
+    Z, Y = _davidson_design(y, X)
+    free_nu = Z.shape[2] > X.shape[1]
+    theta = _davidson_mle(Z, Y, free_nu)
+    p = _davidson_probabilities(Z, theta, free_nu)
+    values, vectors = np.linalg.eigh(p[:, :, None] * np.eye(3) - p[:, :, None] * p[:, None, :])
+    positive = values > 1e-13
+    root_values = np.sqrt(np.where(positive, values, 0.0))
+    inverse_root = np.where(positive, 1 / np.where(positive, root_values, 1.0), 0.0)
+    root = np.einsum("nij,nj,nkj->nik", vectors, root_values, vectors)
+    pseudo = np.einsum("nij,nj,nkj->nik", vectors, inverse_root, vectors)
+    working_X = np.einsum("nij,njm->nim", root, Z)
+    working_y = working_X @ theta + np.einsum("nij,nj->ni", pseudo, Y - p)
+    m = Z.shape[2]
+    return working_X.reshape(-1, m), working_y.reshape(-1), np.repeat(clusters, 3)
 
 
 def _difference(k: int, i: int, j: int) -> np.ndarray:
