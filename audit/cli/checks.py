@@ -12,11 +12,11 @@ from pathlib import Path
 import click
 
 from honestci.audit.cli.support import (
+    audit_policy,
     exit_by_gate,
     fail_cleanly,
     level_option,
     policy_option,
-    policy_thresholds,
     seed_option,
 )
 from honestci.audit.errors import InputError
@@ -47,6 +47,12 @@ def _tables(claim: Path | None, explicit: dict[str, Path | None], allow_outside_
         if path is not None:
             tables[name] = load_table(path, name)
     return tables, spec
+
+
+#: ``--allow-outside-data``, the same on every command that reads a claim's tables.
+_allow_outside_data = click.option(
+    "--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder."
+)
 
 
 def _frame_text(frame, columns) -> str:
@@ -102,7 +108,7 @@ def _path_option(name: str):
 @level_option
 @seed_option
 @policy_option
-@click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
+@_allow_outside_data
 @fail_cleanly
 def calibrate_judge_command(
     claim,
@@ -123,7 +129,8 @@ def calibrate_judge_command(
     from honestci.audit.checks.calibration import calibrate_judge
     from honestci.audit.gates import gate_judge_calibrated
 
-    thresholds = policy_thresholds(policy_file)
+    rules = audit_policy(policy_file)
+    thresholds = rules.thresholds
     level = thresholds.confidence_level if level is None else level
     tables, spec = _tables(
         claim, {"judgments": judgments, "human_pairs": human_pairs, "human_ratings": human_ratings}, allow_outside_data
@@ -170,6 +177,22 @@ def calibrate_judge_command(
     exit_by_gate(gate_judge_calibrated(result, thresholds))
 
 
+def _judged_pair_options(command):
+    """CLAIM, the judgments and responses tables, and the judge and the two systems to examine
+    (read by :func:`_judged_pair`)."""
+    options = [
+        click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path)),
+        _path_option("judgments"),
+        _path_option("responses"),
+        click.option("--judge", default=None, help="Judge to examine (default: the claim's judge, or the only judge)."),
+        click.option("--system", default=None, help="System whose wins are counted (default: the claim's policy)."),
+        click.option("--opponent", default=None, help="The other system (default: the claim's opponent)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 def _judged_pair(claim, judgments, responses, system, opponent, judge, allow_outside_data):
     """The judgments and responses tables, and the two systems and the judge to examine: the
     options where given, else the claim's."""
@@ -187,16 +210,11 @@ def _judged_pair(claim, judgments, responses, system, opponent, judge, allow_out
 
 
 @click.command("position-bias")
-@click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@_path_option("judgments")
-@_path_option("responses")
-@click.option("--judge", default=None, help="Judge to examine (default: the claim's judge, or the only judge).")
-@click.option("--system", default=None, help="System whose wins are counted (default: the claim's policy).")
-@click.option("--opponent", default=None, help="The other system (default: the claim's opponent).")
+@_judged_pair_options
 @level_option
 @seed_option
 @policy_option
-@click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
+@_allow_outside_data
 @fail_cleanly
 def position_bias_command(
     claim, judgments, responses, judge, system, opponent, level, seed, policy_file, allow_outside_data
@@ -206,7 +224,8 @@ def position_bias_command(
     from honestci.audit.data.contests import build_contests
     from honestci.audit.gates import gate_position_bias
 
-    thresholds = policy_thresholds(policy_file)
+    rules = audit_policy(policy_file)
+    thresholds = rules.thresholds
     level = thresholds.confidence_level if level is None else level
     tables, policy, opponent, judge = _judged_pair(
         claim, judgments, responses, system, opponent, judge, allow_outside_data
@@ -231,12 +250,7 @@ def position_bias_command(
 
 
 @click.command("length-bias")
-@click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@_path_option("judgments")
-@_path_option("responses")
-@click.option("--judge", default=None, help="Judge to examine (default: the claim's judge, or the only judge).")
-@click.option("--system", default=None, help="System whose wins are counted (default: the claim's policy).")
-@click.option("--opponent", default=None, help="The other system (default: the claim's opponent).")
+@_judged_pair_options
 @click.option(
     "--all-systems",
     is_flag=True,
@@ -245,7 +259,7 @@ def position_bias_command(
 )
 @level_option
 @policy_option
-@click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
+@_allow_outside_data
 @fail_cleanly
 def length_bias_command(
     claim, judgments, responses, judge, system, opponent, all_systems, level, policy_file, allow_outside_data
@@ -255,14 +269,13 @@ def length_bias_command(
     from honestci.audit.data.contests import build_contests
     from honestci.audit.gates import gate_length_bias
 
-    thresholds = policy_thresholds(policy_file)
+    rules = audit_policy(policy_file)
+    thresholds = rules.thresholds
     level = thresholds.confidence_level if level is None else level
     tables, policy, opponent, judge = _judged_pair(
         claim, judgments, responses, system, opponent, judge, allow_outside_data
     )
-    from honestci.audit.data.policy_file import load_policy
-
-    invalid = load_policy(policy_file).invalid_verdicts
+    invalid = rules.invalid_verdicts
     contests = build_contests(tables, policy, opponent, judge=judge, allow_single_order=True)
     result = length_bias_from_contests(
         contests, tables["responses"].frame, invalid=invalid, level=level, min_clusters=thresholds.min_clusters
@@ -312,7 +325,7 @@ def length_bias_command(
 @level_option
 @seed_option
 @policy_option
-@click.option("--allow-outside-data", is_flag=True, help="Let the claim's data paths resolve outside its folder.")
+@_allow_outside_data
 @fail_cleanly
 def compare_command(
     claim,
@@ -333,12 +346,12 @@ def compare_command(
     import pandas as pd
 
     from honestci.audit.data.contests import build_contests
-    from honestci.audit.data.policy_file import load_policy
     from honestci.audit.stats.systems import bradley_terry, k_system_winrates
 
-    thresholds = policy_thresholds(policy_file)
+    rules = audit_policy(policy_file)
+    thresholds = rules.thresholds
     level = thresholds.confidence_level if level is None else level
-    invalid = load_policy(policy_file).invalid_verdicts
+    invalid = rules.invalid_verdicts
     tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
     if "judgments" not in tables or "responses" not in tables:
         raise InputError("missing judgments or responses.", fix="pass a claim file or --judgments and --responses")

@@ -101,8 +101,8 @@ def exit_by_gate(gate) -> None:
     sys.exit(EXIT_PASS if gate.verdict == Verdict.PASS else EXIT_BLOCKED)
 
 
-def policy_thresholds(policy_file: Path | None):
-    """The thresholds of the auditor's policy file (the built-in ones when None)."""
+def audit_policy(policy_file: Path | None):
+    """The auditor's policy from ``--policy`` (the built-in one when None)."""
     from honestci.audit.data.policy_file import load_policy
 
-    return load_policy(policy_file).thresholds
+    return load_policy(policy_file)
