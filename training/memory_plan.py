@@ -167,6 +167,14 @@ def lora_params(dims: ModelDims, rank: int) -> int:
     return rank * dims.num_layers * per_layer
 
 
+def _count(n: float) -> str:
+    """4.02B, 494M, 107k."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}" if unit != "B" else f"{n / scale:.2f}B"
+    return f"{n:.0f}"
+
+
 @dataclass(frozen=True)
 class MemoryPlan:
     """Per-GPU memory (GiB) of each strategy, the totals against the GPU, and the recommendation.
@@ -206,8 +214,8 @@ class MemoryPlan:
         lines = [
             f"Memory plan: {self.gpus} x {self.gpu_name} ({self.gpu_memory_gib:g} GiB each), "
             f"{self.training_gpus} training GPU(s), vLLM {self.vllm_mode}",
-            f"policy {self.policy.params / 1e9:.2f}B params ({self.policy.source}); reward ensemble "
-            f"{self.reward_members} x {self.reward_params / 1e9:.2f}B",
+            f"policy {_count(self.policy.params)} params ({self.policy.source}); reward ensemble "
+            f"{self.reward_members} x {_count(self.reward_params)}",
             "GiB per training GPU".ljust(34) + "".join(s.rjust(width) for s in strategies),
         ]
         for component, row in pivot.iterrows():
