@@ -290,7 +290,7 @@ def plan_memory(
     vllm_needed = WEIGHT_BYTES * psi + kv_per_token * generation_batch * s
     colocated = use_vllm and vllm_mode == "colocate"
     vllm_share = max(vllm_gpu_memory_utilization * gpu_memory_gib * gib, vllm_needed) if colocated else 0.0
-    components = [
+    components: list[tuple[str, dict[str, float], str]] = [
         (
             "policy weights+grads+Adam",
             strategies,
