@@ -1,6 +1,7 @@
 """GRPO: a few optimizer steps of TRL's GRPOTrainer on a tiny model move the weights, and every reward
 comes from the gated ensemble (ensemble reward for gated answers, the penalty for the rest)."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -125,7 +126,10 @@ def test_beta_zero_is_refused_with_the_reason(base, ensemble_dir, tmp_path):
     [
         ({"num_generations": 1}, "num_generations"),
         ({"per_device_train_batch_size": 6}, "not a multiple"),
-        ({"vllm_mode": "colocate"}, "only 'server'"),
+        ({"vllm_mode": "remote"}, "vllm_mode"),
+        ({"use_vllm": True, "gpus": 1, "vllm_mode": "server"}, "Duplicate GPU"),
+        ({"gpus": 0}, "gpus"),
+        ({"vllm_gpu_memory_utilization": 1.0}, "vllm_gpu_memory_utilization"),
         ({"temperature": 0}, "temperature"),
         ({"learning_rate": -1}, "learning_rate"),
     ],
@@ -144,22 +148,24 @@ def test_cpu_refuses_bf16_and_vllm_and_unknown_trainer_keys(base, ensemble_dir, 
         grpo_config(_job(base, ensemble_dir, tmp_path, trainer={"warmup_ratoi": 0.1}), "cpu")
 
 
-def test_defaults_are_the_model_card_recipe_and_vllm_is_server_mode(base, ensemble_dir, tmp_path):
+def test_defaults_are_the_model_card_recipe_and_vllm_mode_follows_the_gpus(base, ensemble_dir, tmp_path):
     job = GRPOJob(model=base, reward_model=ensemble_dir, vignettes=tmp_path, output_dir=tmp_path)
     assert (job.learning_rate, job.beta, job.num_generations, job.max_steps) == (8e-6, 0.04, 12, 500)
-    config = grpo_config(
-        GRPOJob(
-            model=base,
-            reward_model=ensemble_dir,
-            vignettes=tmp_path,
-            output_dir=tmp_path,
-            use_vllm=True,
-            vllm_server_port=8123,
-            bf16=False,
-        ),
-        "cuda",
-    )
-    assert (config.use_vllm, config.vllm_mode, config.vllm_server_port) == (True, "server", 8123)
+
+    def config_for(gpus_seen, **kw):
+        job = GRPOJob(
+            model=base, reward_model=ensemble_dir, vignettes=tmp_path, output_dir=tmp_path, use_vllm=True, **kw
+        )
+        return grpo_config(dataclasses.replace(job, bf16=False), "cuda", gpus=gpus_seen)
+
+    one = config_for(1, vllm_gpu_memory_utilization=0.25)  # auto on one GPU: vLLM inside the trainer
+    assert (one.use_vllm, one.vllm_mode, one.vllm_gpu_memory_utilization) == (True, "colocate", 0.25)
+    config = config_for(4, vllm_server_port=8123)  # auto on four: one serves, three train
+    assert (config.vllm_mode, config.vllm_server_port) == ("server", 8123)
+    assert config_for(None, gpus=4).vllm_mode == "server"  # the job's gpus wins over the count
+    with pytest.raises(TrainingConfigError, match="Duplicate GPU"):
+        config_for(1, vllm_mode="server")  # the count at run time is checked too
+    assert config_for(1, vllm_mode="server", vllm_server_elsewhere=True).vllm_mode == "server"
     assert config.learning_rate == 8e-6 and config.beta == 0.04 and config.num_generations == 12
 
 

@@ -1,6 +1,7 @@
 """Reward models: a few optimizer steps on a tiny model built from a config move the weights; the
 ensemble reward is mean − λ·sd of the standardised members; held-out accuracy is clustered by vignette."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -166,3 +167,62 @@ def test_ensemble_refuses_folders_without_safetensors(tmp_path):
     )
     with pytest.raises(InputError, match="safetensors"):
         RewardEnsemble(tmp_path)
+
+
+def test_regression_head_with_three_dimensions_and_their_ensemble(base, study, tmp_path):
+    """Three rating dimensions: the head has 3 outputs, the MSE loss averages all n x 3 standardised
+    errors, and a member's score is the mean of its 3 outputs, standardised on the training answers,
+    before the ensemble's mean − λ·sd (as RewardEnsemble documents)."""
+    import pandas as pd
+    import torch
+
+    from honestci.training.reward_models import _train_regression, raw_scores
+
+    ratings = pd.read_json(study["human_ratings"], lines=True, dtype=False)
+    ratings = ratings.assign(empathy=8 - ratings["score"], clarity=(ratings["score"] * 7) % 5)  # 3 distinct columns
+    ratings_path = tmp_path / "ratings3.jsonl"
+    ratings.to_json(ratings_path, orient="records", lines=True)
+    columns = ("score", "empathy", "clarity")
+    job = _job(base, study, tmp_path / "reg3", kind="regression", human_ratings=ratings_path, rating_columns=columns)
+    job = dataclasses.replace(job, seeds=(0, 1), max_steps=1)
+    data = build_reward_data(job)
+
+    trainer, model, _, _ = _train_regression(job, data, 0, tmp_path / "head", "cpu")
+    assert model.config.num_labels == 3 and model.config.problem_type == "regression"
+    labels = np.array(trainer.train_dataset["labels"])
+    assert labels.shape == (len(trainer.train_dataset), 3)
+    np.testing.assert_allclose(labels.mean(axis=0), 0.0, atol=1e-9)  # standardised per dimension
+    np.testing.assert_allclose(labels.std(axis=0), 1.0, atol=1e-9)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    with torch.no_grad():
+        output = model(**batch)
+    assert output.logits.shape == (4, 3) and output.loss.shape == ()
+    # transformers' regression loss: MSE over every (example, dimension) entry.
+    expected = torch.nn.functional.mse_loss(output.logits, batch["labels"].to(output.logits.dtype))
+    assert output.loss.item() == pytest.approx(expected.item(), rel=1e-6)
+
+    run = train_reward_models(job)
+    assert [m.steps for m in run.members] == [1, 1]
+    manifest = json.loads((tmp_path / "reg3" / "ensemble.json").read_text())
+    assert manifest["rating_columns"] == list(columns)
+    ensemble = RewardEnsemble(tmp_path / "reg3")
+    scenarios, answers = ["a scenario"] * 3, ["Maybe they were busy.", "They hate me.", "It is unclear."]
+    scores = ensemble.score(scenarios, answers)
+    z = []
+    for (member_model, tokenizer, mean, std), meta in zip(ensemble.members, manifest["members"]):
+        raw = raw_scores(member_model, tokenizer, scenarios, answers, max_length=ensemble.max_length)
+        assert raw.shape == (3, 3)  # n answers x 3 dimensions
+        assert (mean, std) == (meta["mean"], meta["std"])
+        z.append((raw.mean(axis=1) - mean) / std)
+    z = np.column_stack(z)
+    np.testing.assert_allclose(scores.member_z, z, rtol=1e-6)
+    np.testing.assert_allclose(scores.reward, z.mean(axis=1) - 0.5 * z.std(axis=1), rtol=1e-6)
+
+    # The gated reward: the ensemble's R for answers that pass the format gate, the penalty otherwise.
+    from honestci.training.grpo import GatedEnsembleReward
+
+    gated = GatedEnsembleReward(ensemble, max_sentences=2, penalty=-3.0)
+    long_answer = "One. Two. Three."
+    rewards = gated(None, [answers[0], long_answer, ""], scenario=scenarios)
+    assert rewards[0] == pytest.approx(float(scores.reward[0]), rel=1e-6)
+    assert rewards[1:] == [-3.0, -3.0]

@@ -12,8 +12,10 @@ reference policy.
 
 Defaults are the seed project's recipe (lr 8e-6, β 0.04, 12 generations, 500 steps, bf16);
 ``training/configs/grpo_cpu_tiny.yaml`` holds the CPU overrides the tests use. Rollouts can come
-from a vLLM server (TRL's ``use_vllm=True, vllm_mode="server"``; start it with ``trl vllm-serve``
-in the GPU environment); this module never imports vLLM itself.
+from vLLM (TRL's ``use_vllm=True``): ``vllm_mode: colocate`` runs vLLM inside the trainer on the same
+GPU (one-GPU machines), ``server`` asks a separate ``trl vllm-serve`` on its own GPU (two or more);
+``auto`` picks by the GPU count (:func:`vllm_mode_for`). This module never imports vLLM itself
+(TRL does, in the GPU environment: requirements-gpu.txt).
 """
 
 from __future__ import annotations
@@ -56,6 +58,34 @@ GRPO_OWNED_TRAINER_KEYS = {
     "reward_weights": "changes the reward definition (the gated ensemble is the only reward)",
     "multi_objective_aggregation": "changes the reward definition (the gated ensemble is the only reward)",
 }
+
+
+#: TRL's vLLM modes, and ``auto`` (:func:`vllm_mode_for`).
+VLLM_MODES = ("auto", "colocate", "server")
+
+
+def vllm_mode_for(mode: str, gpus: int) -> str:
+    """The vLLM mode a job runs with on ``gpus`` GPUs: ``auto`` is colocate on one GPU, server on more
+    (one GPU serves, the rest train); an explicit mode is kept."""
+    if mode != "auto":
+        return mode
+    return "colocate" if gpus == 1 else "server"
+
+
+def check_vllm_mode(mode: str, gpus: int, *, server_elsewhere: bool = False) -> str:
+    """The resolved mode (:func:`vllm_mode_for`), refusing a vLLM server on a one-GPU plan unless the
+    job says the server runs elsewhere: a server on the trainer's GPU makes NCCL's weight sync fail
+    ("Duplicate GPU detected")."""
+    resolved = vllm_mode_for(mode, gpus)
+    require(
+        not (resolved == "server" and gpus == 1 and not server_elsewhere),
+        "vllm_mode",
+        "is 'server' on a one-GPU plan (gpus: 1): the server would share the trainer's GPU, which NCCL's "
+        "weight sync refuses (Duplicate GPU detected)",
+        "use vllm_mode: colocate (or auto) on one GPU, or set vllm_server_elsewhere: true when the server "
+        "runs on another GPU or machine",
+    )
+    return resolved
 
 
 @dataclass(frozen=True)
@@ -112,7 +142,26 @@ class GRPOJob:
         default=False, metadata={"help": "Rollouts from vLLM (TRL's use_vllm) instead of transformers' generate."}
     )
     vllm_mode: str = field(
-        default="server", metadata={"help": "TRL's vLLM mode ('server': a separate trl vllm-serve)."}
+        default="auto",
+        metadata={
+            "help": "TRL's vLLM mode: 'colocate' (vLLM inside the trainer, sharing its GPU), 'server' (a separate "
+            "trl vllm-serve on its own GPU), or 'auto' (colocate on one GPU, server on two or more)."
+        },
+    )
+    gpus: int | None = field(
+        default=None,
+        metadata={"help": "GPUs on the machine (training plus a vLLM server's); null = counted at run time."},
+    )
+    vllm_gpu_memory_utilization: float = field(
+        default=0.3,
+        metadata={"help": "Share of each GPU's memory vLLM reserves in colocate mode (weights + KV cache), in (0, 1)."},
+    )
+    vllm_server_elsewhere: bool = field(
+        default=False,
+        metadata={
+            "help": "Server mode on a one-GPU plan: the server runs on another GPU or machine (never the "
+            "trainer's GPU: NCCL refuses a duplicate GPU)."
+        },
     )
     vllm_server_base_url: str | None = field(
         default=None, metadata={"help": "URL of the vLLM server (overrides host and port)."}
@@ -176,11 +225,19 @@ class GRPOJob:
         )
         require(self.device in ("auto", "cpu", "cuda"), "device", f"is {self.device!r}; use auto, cpu or cuda")
         require(
-            self.vllm_mode == "server",
+            self.vllm_mode in VLLM_MODES,
             "vllm_mode",
-            f"is {self.vllm_mode!r}; only 'server' is supported",
-            "vLLM pins its own CUDA torch, so it runs as a separate server (trl vllm-serve), never in-process",
+            f"is {self.vllm_mode!r}; use one of {list(VLLM_MODES)}",
         )
+        require(self.gpus is None or self.gpus >= 1, "gpus", f"is {self.gpus}; it must be >= 1 (or null)")
+        require(
+            0 < self.vllm_gpu_memory_utilization < 1,
+            "vllm_gpu_memory_utilization",
+            f"is {self.vllm_gpu_memory_utilization}; it must be in (0, 1)",
+            "the trainer needs the rest of the GPU",
+        )
+        if self.use_vllm and self.gpus is not None:
+            check_vllm_mode(self.vllm_mode, self.gpus, server_elsewhere=self.vllm_server_elsewhere)
         check_trainer_block(self.trainer, type(self), GRPO_OWNED_TRAINER_KEYS)
 
 
@@ -288,9 +345,15 @@ def prompt_dataset(vignettes_path: Path):
     )
 
 
-def grpo_config(job: GRPOJob, device: str):
-    """TRL ``GRPOConfig`` from the job, with the CPU overrides applied when ``device`` is cpu."""
+def grpo_config(job: GRPOJob, device: str, gpus: int | None = None):
+    """TRL ``GRPOConfig`` from the job, with the CPU overrides applied when ``device`` is cpu.
+
+    ``gpus`` is the machine's GPU count for the vLLM mode (:func:`check_vllm_mode`): the job's
+    ``gpus`` when set, else this argument (``train_grpo`` counts the visible GPUs), else 1.
+    """
     from trl import GRPOConfig
+
+    gpus = job.gpus or gpus
 
     bf16 = (device == "cuda") if job.bf16 is None else job.bf16
     if device == "cpu":
@@ -324,15 +387,23 @@ def grpo_config(job: GRPOJob, device: str):
     if device == "cpu":
         args["activation_checkpointing"] = False  # TRL's default is on; on CPU it only costs time
     if job.use_vllm:
-        args.update(
-            use_vllm=True,
-            vllm_mode="server",
-            vllm_server_host=job.vllm_server_host,
-            vllm_server_port=job.vllm_server_port,
-        )
-        if job.vllm_server_base_url:
-            args["vllm_server_base_url"] = job.vllm_server_base_url
+        mode = check_vllm_mode(job.vllm_mode, gpus or 1, server_elsewhere=job.vllm_server_elsewhere)
+        args.update(use_vllm=True, vllm_mode=mode)
+        if mode == "colocate":
+            args["vllm_gpu_memory_utilization"] = job.vllm_gpu_memory_utilization
+        else:
+            args.update(vllm_server_host=job.vllm_server_host, vllm_server_port=job.vllm_server_port)
+            if job.vllm_server_base_url:
+                args["vllm_server_base_url"] = job.vllm_server_base_url
     return GRPOConfig(**{**args, **job.trainer})
+
+
+def _visible_gpus() -> int:
+    """GPUs of the machine as this process sees them: accelerate's WORLD_SIZE training processes (plus
+    none for a server it cannot see), else torch's visible device count."""
+    import torch
+
+    return max(int(os.environ.get("WORLD_SIZE", "0")), torch.cuda.device_count(), 1)
 
 
 @dataclass(frozen=True)
@@ -385,7 +456,7 @@ def train_grpo(
     out = Path(job.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / REWARD_LOG).unlink(missing_ok=True)
-    args = grpo_config(job, device)
+    args = grpo_config(job, device, gpus=_visible_gpus() if device == "cuda" else None)
     tokenizer = AutoTokenizer.from_pretrained(job.model, local_files_only=True)
     thinking = job.thinking or template_opens_think(tokenizer)
     if thinking and THINK_CLOSE in tokenizer.all_special_tokens:

@@ -6,8 +6,9 @@ Three recipes, each trained K times with different seeds and combined as an ense
   label is one comparison), loss −log σ(r(chosen) − r(rejected)) (Bradley & Terry 1952;
   Ouyang et al. 2022).
 - ``regression``: a linear head on the backbone regressing the per-response mean human rating of
-  each ``rating_columns`` dimension (standardised), MSE loss, with ``transformers.Trainer``. The
-  fixture's ratings have one dimension (``score``), so there the head regresses the mean rating.
+  each ``rating_columns`` dimension (standardised), MSE loss over every (answer, dimension) entry,
+  with ``transformers.Trainer``; a member's score is the mean of its d outputs. The fixture's
+  ratings have one dimension (``score``); tests/test_training_rm.py also trains three.
 - the ensemble: member k's output s_k(x) is standardised on the training responses,
   z_k = (s_k − m_k)/sd_k, and the reward is R(x) = mean_k z_k − λ · sd_k z_k (population sd over
   the K members; λ = 0.5 by default), which discounts answers the members disagree on
@@ -377,6 +378,9 @@ def ensemble_reward(member_z: np.ndarray, ensemble_lambda: float) -> EnsembleSco
 class RewardEnsemble:
     """K trained reward models loaded from an ensemble folder (``ensemble.json`` + member folders).
 
+    A member with a d-dimension regression head (``rating_columns``) scores an answer by the mean of
+    its d outputs, standardised with the member's training mean and sd (``ensemble.json``); the K
+    standardised scores then combine as R = mean − λ·sd (:func:`ensemble_reward`).
     ``score(scenarios, answers)`` gives :class:`EnsembleScores`; ``calls`` counts how many answers
     were scored (for tests and logs).
     """

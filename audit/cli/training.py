@@ -54,16 +54,120 @@ def train_rm_command(config: Path, overrides: tuple[str, ...]) -> None:
 @train_group.command("grpo")
 @click.argument("config", type=click.Path(path_type=Path))
 @_SET
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check the config and print the GPU memory plan (nothing is loaded or trained).",
+)
+@click.option(
+    "--gpus", type=click.IntRange(1), help="Dry run: GPUs on the machine (default: the config's gpus, else 1)."
+)
+@click.option("--gpu-name", default="H200", show_default=True, help="Dry run: the GPU (sets the memory if known).")
+@click.option(
+    "--gpu-memory-gib", type=click.FloatRange(min=0, min_open=True), help="Dry run: usable memory per GPU (GiB)."
+)
+@click.option(
+    "--model-preset",
+    help="Dry run: published dims of the policy when its folder is not here (qwen3-4b, qwen2.5-0.5b).",
+)
+@click.option("--model-params", type=float, help="Dry run: the policy's parameter count (overrides the dims' count).")
+@click.option("--reward-params", type=float, help="Dry run: parameters per reward member (default: the policy's).")
+@click.option(
+    "--reward-members", type=click.IntRange(1), help="Dry run: reward members K (default: ensemble.json's, else 3)."
+)
+@click.option("--reward-dtype", type=click.Choice(["bf16", "fp32"]), default="bf16", show_default=True, help="Dry run.")
+@click.option("--lora-rank", type=click.IntRange(1), default=16, show_default=True, help="Dry run: LoRA rank r.")
+@click.option("--prompt-tokens", type=click.IntRange(1), default=256, show_default=True, help="Dry run: prompt length.")
+@click.option(
+    "--launch-dir",
+    type=click.Path(path_type=Path),
+    help="Dry run: write accelerate.yaml + deepspeed_zero2.json for this machine into this folder.",
+)
 @fail_cleanly
-def train_grpo_command(config: Path, overrides: tuple[str, ...]) -> None:
-    """Run GRPO as CONFIG says, rewarded by the gated reward-model ensemble; then judge its health."""
-    from honestci.audit.checks.training_health import assess_training_log
-    from honestci.training.config import load_config
-    from honestci.training.grpo import GRPOJob, train_grpo
+def train_grpo_command(config: Path, overrides: tuple[str, ...], dry_run: bool, **plan_options) -> None:
+    """Run GRPO as CONFIG says, rewarded by the gated reward-model ensemble; then judge its health.
 
-    run = train_grpo(load_config(GRPOJob, config, overrides), _progress)
+    With --dry-run: check CONFIG, print the memory plan per training GPU (docs/gpu.md) and, with
+    --launch-dir, write the accelerate/DeepSpeed launch configs for the machine."""
+    from honestci.training.config import load_config
+    from honestci.training.grpo import GRPOJob
+
+    job = load_config(GRPOJob, config, overrides)
+    if dry_run:
+        _dry_run(job, **plan_options)
+        return
+    from honestci.audit.checks.training_health import assess_training_log
+    from honestci.training.grpo import train_grpo
+
+    run = train_grpo(job, _progress)
     click.echo(str(run))
     click.echo(str(assess_training_log(run.training_log)))
+
+
+def _dry_run(
+    job,
+    *,
+    gpus: int | None,
+    gpu_name: str,
+    gpu_memory_gib: float | None,
+    model_preset: str | None,
+    model_params: float | None,
+    reward_params: float | None,
+    reward_members: int | None,
+    reward_dtype: str,
+    lora_rank: int,
+    prompt_tokens: int,
+    launch_dir: Path | None,
+) -> None:
+    """Print the memory plan of ``job`` on the asked machine; write its launch configs."""
+    import json
+
+    from honestci.audit.errors import InputError
+    from honestci.training.grpo import check_vllm_mode
+    from honestci.training.launch import write_launch_configs
+    from honestci.training.memory_plan import GPU_MEMORY_GIB, model_dims, plan_memory
+
+    gpus = gpus or job.gpus or 1
+    memory = gpu_memory_gib or GPU_MEMORY_GIB.get(gpu_name)
+    if memory is None:
+        raise InputError(
+            f"No known memory for GPU {gpu_name!r}.", fix=f"give --gpu-memory-gib (known: {sorted(GPU_MEMORY_GIB)})"
+        )
+    mode = check_vllm_mode(job.vllm_mode, gpus, server_elsewhere=job.vllm_server_elsewhere)
+    policy = model_dims(job.model, model_preset, model_params)
+    manifest_path = Path(job.reward_model) / "ensemble.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else None
+    members = reward_members or (len(manifest["members"]) if manifest else 3)
+    if reward_params is None and manifest:
+        first = Path(job.reward_model) / manifest["members"][0]["path"]
+        reward_params = model_dims(first).params
+        click.echo(f"reward members: {members} x {first / 'config.json'}")
+    elif reward_params is None:
+        reward_params = policy.params
+        click.echo(f"reward members: {members} x the policy's size (assumed; the card's reward model is a 4B)")
+    plan = plan_memory(
+        policy,
+        gpu_memory_gib=memory,
+        gpus=gpus,
+        gpu_name=gpu_name,
+        vllm_mode=mode,
+        use_vllm=job.use_vllm,
+        vllm_gpu_memory_utilization=job.vllm_gpu_memory_utilization,
+        reward_params=reward_params,
+        reward_members=members,
+        reward_bytes=2 if reward_dtype == "bf16" else 4,
+        per_device_train_batch_size=job.per_device_train_batch_size,
+        gradient_accumulation_steps=job.gradient_accumulation_steps,
+        prompt_tokens=prompt_tokens,
+        max_completion_length=job.max_completion_length,
+        lora_rank=lora_rank,
+    )
+    click.echo(str(plan))
+    if launch_dir is not None:
+        accelerate, deepspeed = write_launch_configs(
+            launch_dir, plan.training_gpus, offload=plan.recommended == "ZeRO-2+offload"
+        )
+        click.echo(f"launch configs: {accelerate} ({plan.training_gpus} process(es)), {deepspeed}")
 
 
 @click.command("generate")
