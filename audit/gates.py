@@ -25,11 +25,20 @@ from honestci.audit.checks.context import AuditContext, BayesCheck, CheckFailed,
 from honestci.audit.checks.leakage import LeakageScan
 from honestci.audit.checks.length_bias import LengthBiasCheck
 from honestci.audit.checks.position_bias import ONE_ORDER_FIXED, PositionBiasResult
-from honestci.audit.checks.selection import SelectionAnalysis
+from honestci.audit.checks.selection import SelectionAnalysis, WinnerInference
 from honestci.audit.checks.systems import SystemsCheck
 from honestci.audit.checks.training_health import TrainingHealth
 from honestci.audit.checks.verdicts import VerdictValidity
-from honestci.audit.policy import GATE_ORDER, THRESHOLDS, GateResult, Thresholds, Verdict, clears_bar, worst
+from honestci.audit.policy import (
+    GATE_ORDER,
+    REQUIRED_WHEN_EVIDENCE_GIVEN,
+    THRESHOLDS,
+    GateResult,
+    Thresholds,
+    Verdict,
+    clears_bar,
+    worst,
+)
 from honestci.audit.stats.estimands import size_association
 from honestci.audit.stats.length_bias import LengthBiasResult
 
@@ -553,30 +562,7 @@ def gate_winners_curse(result: SelectionAnalysis | None, bar: float, thresholds:
                 (Verdict.INCONCLUSIVE, f"no selection-corrected interval for {result.policy}: {result.inference_note}")
             )
         else:
-            hybrid = inference.hybrid_ci
-            interval = f"AKM hybrid {inference.level:.0%} interval [{hybrid[0]:.3f}, {hybrid[1]:.3f}]"
-            if hybrid[1] < bar:
-                findings.append(
-                    (
-                        Verdict.FAIL,
-                        f"{result.policy}, the best of {n_candidates}: {interval} lies below the bar {bar:.3f}",
-                    )
-                )
-            elif not clears_bar(hybrid[0], bar):
-                findings.append(
-                    (
-                        Verdict.INCONCLUSIVE,
-                        f"{result.policy}, the best of {n_candidates}: {interval} reaches below the bar {bar:.3f}; "
-                        "corrected for the selection, the selection pool cannot show it clears the bar",
-                    )
-                )
-            else:
-                findings.append(
-                    (
-                        Verdict.PASS,
-                        f"{interval} for {result.policy}, the best of {n_candidates}, clears the bar {bar:.3f}",
-                    )
-                )
+            findings.append(_selected_winner_finding(result.policy, inference, n_candidates, bar))
     if result.policy_selection_estimate is None or result.policy_heldout_estimate is None:
         findings.append((Verdict.INCONCLUSIVE, f"{result.policy} lacks a selection or held-out estimate"))
     else:
@@ -594,6 +580,66 @@ def gate_winners_curse(result: SelectionAnalysis | None, bar: float, thresholds:
             findings.append((Verdict.PASS, f"claim rests on the held-out pool; shrinkage {drop:+.3f} from selection"))
     verdict = worst([v for v, _ in findings])
     return GateResult("winners_curse", verdict, "; ".join(m for v, m in findings if v == verdict), evidence)
+
+
+def _selected_winner_finding(
+    policy: str, inference: WinnerInference, n_candidates: int, bar: float
+) -> tuple[Verdict, str]:
+    """The selection-corrected (AKM hybrid) interval of the winner against the bar: FAIL wholly
+    below, INCONCLUSIVE reaching below, PASS clearing it (:func:`honestci.audit.policy.clears_bar`)."""
+    hybrid = inference.hybrid_ci
+    interval = f"AKM hybrid {inference.level:.0%} interval [{hybrid[0]:.3f}, {hybrid[1]:.3f}]"
+    if hybrid[1] < bar:
+        return Verdict.FAIL, f"{policy}, the best of {n_candidates}: {interval} lies below the bar {bar:.3f}"
+    if not clears_bar(hybrid[0], bar):
+        return (
+            Verdict.INCONCLUSIVE,
+            f"{policy}, the best of {n_candidates}: {interval} reaches below the bar {bar:.3f}; "
+            "corrected for the selection, these data cannot show it clears the bar",
+        )
+    return Verdict.PASS, f"{interval} for {policy}, the best of {n_candidates}, clears the bar {bar:.3f}"
+
+
+def gate_best_of_systems_selection(check: SystemsCheck, bar: float) -> GateResult:
+    """``winners_curse`` for a claim that the policy is the best of its ``systems`` (no selection
+    pool): the policy's win rate, picked as the largest of K on the same contests, is read through
+    the AKM hybrid interval of the winner (audit/checks/selection.py ``winner_inference``, on the K
+    win rates and their vignette-clustered CR2 covariance) against the bar, as
+    :func:`gate_winners_curse` reads a selection pool's winner. PASS when the policy is not the
+    observed best (its figure was not selected; ``multiple_comparisons`` judges the claim)."""
+    inference = check.selection
+    assert inference is not None
+    k = len(inference.candidates)
+    evidence = {
+        "winner": inference.winner,
+        "naive": inference.naive_estimate,
+        "median_unbiased": inference.median_unbiased,
+        "hybrid_ci_low": inference.hybrid_ci[0],
+        "hybrid_ci_high": inference.hybrid_ci[1],
+        "bar": bar,
+        "candidates": list(inference.candidates),
+    }
+    if inference.winner != check.policy:
+        return GateResult(
+            "winners_curse",
+            Verdict.PASS,
+            f"{check.policy} is not the observed best of its {k} systems ({inference.winner} is): its figure was "
+            "not selected",
+            evidence,
+        )
+    verdict, message = _selected_winner_finding(check.policy, inference, k, bar)
+    return GateResult("winners_curse", verdict, f"{message} (claimed best of its systems)", evidence)
+
+
+def evidence_given(context: AuditContext) -> tuple[str, ...]:
+    """The gates of :data:`honestci.audit.policy.REQUIRED_WHEN_EVIDENCE_GIVEN` whose evidence the
+    claim supplies (their check ran); ``winners_curse`` also when the claim says the policy is the
+    best of its ``systems`` (a selection on the claim's own contests)."""
+    given = [gate for gate, check in REQUIRED_WHEN_EVIDENCE_GIVEN.items() if context.checks.get(check) is not None]
+    systems = context.checks.get("systems")
+    if "winners_curse" not in given and getattr(systems, "selection", None) is not None:
+        given.append("winners_curse")
+    return tuple(given)
 
 
 def gate_leakage(scan: LeakageScan | None) -> GateResult:
@@ -772,7 +818,23 @@ def _length_bias(context: AuditContext) -> GateResult:
 
 
 def _winners_curse(context: AuditContext) -> GateResult:
-    return gate_winners_curse(context.checks.get("winners_curse"), context.claim.spec.bar, context.claim.thresholds)
+    pool, systems = context.checks.get("winners_curse"), context.checks.get("systems")
+    best = isinstance(systems, SystemsCheck) and systems.selection is not None
+    results = (
+        [] if pool is None and best else [gate_winners_curse(pool, context.claim.spec.bar, context.claim.thresholds)]
+    )
+    if best:
+        results.append(gate_best_of_systems_selection(systems, context.claim.spec.bar))
+    if len(results) == 1:
+        return results[0]
+    # A selection pool and a best-of-systems claim: both selections are checked, the worst decides.
+    verdict = worst(r.verdict for r in results)
+    return GateResult(
+        "winners_curse",
+        verdict,
+        "; ".join(r.message for r in results if r.verdict == verdict),
+        {"selection_pool": results[0].evidence, "best_of_systems": results[1].evidence},
+    )
 
 
 def _leakage(context: AuditContext) -> GateResult:

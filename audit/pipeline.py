@@ -22,12 +22,11 @@ from honestci.audit.data.claims import Claim, load_claim
 from honestci.audit.data.contests import ContestTable, build_claim_contests
 from honestci.audit.data.io import Study, load_study
 from honestci.audit.errors import ClaimError, Problem
-from honestci.audit.gates import gate_without_result, overall_verdict, run_gates
+from honestci.audit.gates import evidence_given, gate_without_result, overall_verdict, run_gates
 from honestci.audit.policy import (
     DEFAULT_SEED,
     EXIT_BLOCKED,
     EXIT_PASS,
-    REQUIRED_WHEN_EVIDENCE_GIVEN,
     GateResult,
     Policy,
     Verdict,
@@ -504,9 +503,7 @@ def run_audit(
     scored = contests.scores("both_orders", invalid=rules.invalid_verdicts)
     # --no-bayes is the auditor's choice on the command line: the sampler's gate is then not asked for.
     required = tuple(g for g in rules.required_gates if bayes or g != "sampler_converged") + tuple(
-        gate
-        for gate, check in REQUIRED_WHEN_EVIDENCE_GIVEN.items()
-        if context.checks.get(check) is not None and gate not in rules.required_gates
+        gate for gate in evidence_given(context) if gate not in rules.required_gates
     )
     return AuditResult(
         claim_name=spec.name,

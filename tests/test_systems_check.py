@@ -13,7 +13,7 @@ import yaml
 from honestci.audit.checks.systems import systems_check
 from honestci.audit.data.claims import ClaimedComparison, ClaimedFigures, ClaimError, load_claim
 from honestci.audit.data.policy_file import load_policy
-from honestci.audit.gates import gate_multiple_comparisons
+from honestci.audit.gates import evidence_given, gate_best_of_systems_selection, gate_multiple_comparisons
 from honestci.audit.pipeline import audit_context
 from honestci.audit.policy import Verdict
 from honestci.audit.stats.systems import holm
@@ -113,3 +113,28 @@ def test_no_family_claimed_passes_and_one_comparison_makes_no_family(best_of_fou
     # Systems listed without a claimed family: a descriptive table, and the gate passes.
     listed = systems_check(_with_spec(best_of_four, claimed=None))
     assert listed.family == () and gate_multiple_comparisons(listed).verdict is Verdict.PASS
+
+
+def test_best_of_systems_is_a_selection_that_the_winners_curse_gate_corrects(tmp_path):
+    # Eight close checkpoints: grpo-ckpt-5 is the observed best. Its naive interval clears 0.70; the
+    # AKM hybrid interval of the winner of eight, which conditions on that choice, does not.
+    checkpoints = [f"grpo-ckpt-{i}" for i in range(1, 9)]
+    claim = _claim(
+        tmp_path,
+        policy="grpo-ckpt-5",
+        bar=0.7,
+        systems=[c for c in checkpoints if c != "grpo-ckpt-5"],
+        claimed={"best_of_systems": True},
+    )
+    context = audit_context(claim, bayes=False)
+    check = context.checks["systems"]
+    selection = check.selection
+    assert selection.winner == "grpo-ckpt-5" and selection.candidates == tuple(sorted(checkpoints))
+    rates = check.winrates.to_frame().set_index("system")
+    np.testing.assert_allclose(np.sqrt(np.diag(check.winrates.covariance)), rates["se"], rtol=1e-12)
+    assert selection.naive_ci[0] >= 0.7 > selection.hybrid_ci[0]
+    gate = gate_best_of_systems_selection(check, 0.7)
+    assert gate.verdict is Verdict.INCONCLUSIVE and "best of 8" in gate.message
+    # None of the seven leads is significant: the family fails as well.
+    assert gate_multiple_comparisons(check).verdict is Verdict.FAIL
+    assert "winners_curse" in evidence_given(context)

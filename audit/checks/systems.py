@@ -23,7 +23,9 @@ systems, family-wise and simultaneous). A member holds when its adjusted p ≤ 1
 difference favours the policy. The ``multiple_comparisons`` gate FAILs when a member does not hold,
 and names those that clear 0 alone but not after the correction: an uncorrected best-of-many
 reading. Choosing the policy as the best of K systems on the same data also inflates its own win
-rate; that selection is the winner's-curse check's (a selection pool), and the section says so.
+rate: with ``best_of_systems`` the winner of the K win rates gets Andrews–Kitagawa–McCloskey
+inference (audit/checks/selection.py, on the K estimates and their CR2 covariance), and the
+``winners_curse`` gate reads its hybrid interval against the bar when no selection pool is given.
 
 Validated against: the stats module's tests (statsmodels' clustered GLM, ``multipletests``,
 seeded family-wise error and coverage simulations in tests/test_systems.py); this layer's tests
@@ -39,6 +41,7 @@ import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.checks.length_bias import controlled_winrate_table
+from honestci.audit.checks.selection import WinnerInference, winner_inference
 from honestci.audit.data.contests import build_contests
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.stats.systems import KSystemResult, benjamini_hochberg, bradley_terry, holm, k_system_winrates
@@ -83,6 +86,8 @@ class SystemsCheck:
     controlled_note: str | None
     family: tuple[FamilyMember, ...]
     best_of_systems: bool
+    #: With ``best_of_systems``: AKM inference on the best of the K win rates (the winner's curse).
+    selection: WinnerInference | None = None
 
     def table(self) -> tuple[dict, ...]:
         """One row per system: win rate with its CR2 and simultaneous intervals, rank interval,
@@ -156,8 +161,15 @@ class SystemsCheck:
             lines.append(
                 f"claimed best of {k} systems: the family above tests it (the policy against each system); its "
                 f"rank interval {int(rank['rank_low'])}–{int(rank['rank_high'])} is joint over all {k} ranks, so "
-                "every pair is corrected there and it can be wider. The policy's own win rate, chosen as the best "
-                "on these data, is a selected maximum: give the systems as a selection pool for the winner's-curse check"
+                "every pair is corrected there and it can be wider"
+            )
+        if self.selection is not None:
+            sel = self.selection
+            lines.append(
+                f"the best of the {k} on these contests is {sel.winner}: naive {sel.naive_estimate:.3f} "
+                f"[{sel.naive_ci[0]:.3f}, {sel.naive_ci[1]:.3f}] is a selected maximum; corrected for the selection "
+                f"(AKM hybrid, the winners_curse gate reads it against the bar): {sel.hybrid_estimate:.3f} "
+                f"[{sel.hybrid_ci[0]:.3f}, {sel.hybrid_ci[1]:.3f}]"
             )
         return lines
 
@@ -279,6 +291,16 @@ def systems_check(context: AuditContext) -> SystemsCheck | None:
         note = None if controlled else "the answers' lengths never differ, or the responses carry no texts"
     except (InputError, EstimationError) as exc:
         note = getattr(exc, "message", str(exc))
+    selection = None
+    if best:
+        table = winrates.to_frame()
+        selection = winner_inference(
+            table["estimate"].to_numpy(float),
+            winrates.covariance,
+            candidates=list(table["system"]),
+            level=thresholds.confidence_level,
+            seed=context.seed,
+        )
     return SystemsCheck(
         spec.policy,
         spec.opponent,
@@ -292,6 +314,7 @@ def systems_check(context: AuditContext) -> SystemsCheck | None:
         if best or len(members) >= 2
         else (),
         best,
+        selection,
     )
 
 

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -199,6 +199,8 @@ class KSystemResult:
     ties: str = "half"
     #: Davidson's log ν with its CR2 interval (``ties="davidson"`` with ties in the data), else None.
     log_nu: ContrastResult | None = None
+    #: The CR2 covariance of the systems' estimates, in the order of ``systems`` (win rates only).
+    covariance: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_frame(self) -> pd.DataFrame:
         return self.systems.copy()
@@ -396,6 +398,7 @@ def k_system_winrates(
         f"common opponent {opponent}",
         B if simultaneous == "maxt" else None,
         seed,
+        covariance=fit.vcov,
     )
 
 
