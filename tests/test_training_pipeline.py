@@ -178,8 +178,12 @@ def test_the_documented_tiny_route_with_a_calibrated_stub_judge_publishes_its_fi
 
     from honestci.audit.cli.training import pipeline_command
 
-    # The config as documented (stub judge, no extra corpus), with this test's folders.
-    config = _config(tmp_path, base_model=str(tiny_base(tmp_path)), corpus=None)
+    # The config as documented (stub judge, no extra corpus), with this test's folders; the answers'
+    # seed is pinned (the config draws a fresh one per run) so the test is deterministic.
+    tiny = yaml.safe_load((ROOT / "training" / "configs" / "pipeline_cpu_tiny.yaml").read_text())
+    config = _config(
+        tmp_path, base_model=str(tiny_base(tmp_path)), corpus=None, generation={**tiny["generation"], "seed": 0}
+    )
     outcome = CliRunner().invoke(pipeline_command, [str(config), *_tiny_route_policy(tmp_path)])
     assert outcome.exit_code == 0, outcome.output
     assert "figures published" in outcome.output
