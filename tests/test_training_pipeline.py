@@ -8,6 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -32,6 +33,7 @@ def _config(tmp_path, **changes) -> Path:
     config = yaml.safe_load((ROOT / "training" / "configs" / "pipeline_cpu_tiny.yaml").read_text())
     for key in ("vignettes", "responses", "human_pairs", "human_ratings", "corpus"):
         config[key] = str(FIXTURE / f"{key}.jsonl")
+    config["judge"]["recorded"] = str(FIXTURE / "judgments.jsonl")  # the stub's recorded verdicts
     config.update(output_dir=str(tmp_path / "run"), model_card=str(tmp_path / "MODEL_CARD.md"), **changes)
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -137,6 +139,78 @@ def test_pipeline_refuses_the_fixture_corpus_with_its_planted_leaks(tmp_path):
     assert not (tmp_path / "run" / "reward_model").exists() and not (tmp_path / "MODEL_CARD.md").exists()
 
 
+def _tiny_route_policy(tmp_path) -> list[str]:
+    """The documented tiny route's auditor policy (near-duplicate WARN off on the fixture's texts)."""
+    return ["--policy", str(ROOT / "training" / "configs" / "policy_tiny_fixture.yaml")]
+
+
+@pytest.mark.e2e
+def test_a_stale_calibration_record_stops_the_run_before_training(tmp_path):
+    from click.testing import CliRunner
+
+    from honestci.audit.cli.training import pipeline_command
+    from honestci.judges.prompts import get_template
+    from honestci.judges.run import load_texts
+    from honestci.training.pipeline import _calibration_bindings, write_calibration_record
+
+    paths = {"human_pairs": FIXTURE / "human_pairs.jsonl", "human_ratings": FIXTURE / "human_ratings.jsonl"}
+    texts = load_texts(FIXTURE / "vignettes.jsonl", FIXTURE / "responses.jsonl")
+    # Recorded by another judge (the fixture's llama) with the same template and human data.
+    bindings = _calibration_bindings("llama-3.1-70b", get_template().sha256, paths, texts)
+    record = write_calibration_record(tmp_path / "record.json", bindings, pd.DataFrame([{"judge": "llama-3.1-70b"}]))
+    config = _config(tmp_path, base_model=str(tmp_path / "no-model"), corpus=None)
+    settings = yaml.safe_load(config.read_text())
+    settings["judge"]["calibration_record"] = str(record)
+    config.write_text(yaml.safe_dump(settings))
+    outcome = CliRunner().invoke(pipeline_command, [str(config), *_tiny_route_policy(tmp_path)])
+    assert outcome.exit_code == 2, outcome.output
+    assert "is stale: judge is 'llama-3.1-70b' there, 'stub:shorter@0.95+replay:llama-3.1-70b' here" in outcome.output
+    assert "template_sha256" not in outcome.output  # only what differs is named
+    assert not (tmp_path / "run" / "reward_model").exists() and not (tmp_path / "MODEL_CARD.md").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_documented_tiny_route_with_a_calibrated_stub_judge_publishes_its_figures(tmp_path):
+    pytest.importorskip("trl")
+    from click.testing import CliRunner
+    from training_support import tiny_base
+
+    from honestci.audit.cli.training import pipeline_command
+
+    # The config as documented (stub judge, no extra corpus), with this test's folders; the answers'
+    # seed is pinned (the config draws a fresh one per run) so the test is deterministic.
+    tiny = yaml.safe_load((ROOT / "training" / "configs" / "pipeline_cpu_tiny.yaml").read_text())
+    config = _config(
+        tmp_path, base_model=str(tiny_base(tmp_path)), corpus=None, generation={**tiny["generation"], "seed": 0}
+    )
+    outcome = CliRunner().invoke(pipeline_command, [str(config), *_tiny_route_policy(tmp_path)])
+    assert outcome.exit_code == 0, outcome.output
+    assert "figures published" in outcome.output
+    card = (tmp_path / "MODEL_CARD.md").read_text()
+    assert CARD_START in card and "model-index" in card and "tiny-grpo" in card
+    assert "Dry run: the judge was a stub judge (no model)" in card
+    run = tmp_path / "run"
+    record = json.loads((run / "pipeline.json").read_text())
+    assert record["published"] and record["judge"] == "stub:shorter@0.95+replay:llama-3.1-70b"
+    gates = {g["gate"]: g for g in record["gates"]}
+    assert all(g["verdict"] == "PASS" for g in gates.values() if g["required"])
+    assert {"judge_calibrated", "position_bias", "leakage", "training_healthy"} <= {
+        g for g in gates if gates[g]["required"]
+    }
+    # judge_calibrated was decided on the human-labelled pairs the stub judged in this run (both orders).
+    judging = next(s for s in record["stages"] if s["stage"] == "judging")
+    n_pairs = len(
+        {
+            tuple(sorted((p["response_a"], p["response_b"])))
+            for p in map(json.loads, open(FIXTURE / "human_pairs.jsonl"))
+        }
+    )
+    assert judging["calibration_judgments"] == 2 * n_pairs and "stub judge" in judging["stub"]
+    calibration = json.loads((run / "data" / "calibration_record.json").read_text())
+    assert calibration["judge"] == record["judge"] and len(calibration["judgments"]) == 2 * n_pairs
+
+
 @pytest.mark.slow
 def test_pipeline_runs_end_to_end_on_cpu_and_is_refused_when_a_gate_fails(tmp_path):
     pytest.importorskip("trl")
@@ -154,10 +228,14 @@ def test_pipeline_runs_end_to_end_on_cpu_and_is_refused_when_a_gate_fails(tmp_pa
         # off (a job's own thresholds may only tighten) and the verbatim n-gram leak check stays on.
         policy = tmp_path / "policy.yaml"
         policy.write_text("version: 1\nname: tiny-route\nthresholds: {leakage_near_duplicate_jaccard: 1.01}\n")
+        tiny = yaml.safe_load((ROOT / "training" / "configs" / "pipeline_cpu_tiny.yaml").read_text())
         config = _config(
             tmp_path,
             base_model=str(base),
             corpus=_clean_corpus(tmp_path),
+            # 3 GRPO steps (training_healthy needs 10) and 4 answers per vignette: refused, quickly.
+            grpo={**tiny["grpo"], "max_steps": 3},
+            generation={**tiny["generation"], "samples_per_vignette": 4, "max_tokens": 24},
             judge={
                 "backend": "vllm",
                 "base_url": f"http://127.0.0.1:{server.server_address[1]}/v1",
@@ -182,6 +260,8 @@ def test_pipeline_runs_end_to_end_on_cpu_and_is_refused_when_a_gate_fails(tmp_pa
     ]
     gates = {g["gate"]: g for g in record["gates"]}
     assert gates["leakage"]["verdict"] == "PASS" and gates["training_healthy"]["verdict"] == "INCONCLUSIVE"
+    # The hash judge has no taste: on the human-labelled pairs it judged here it cannot be calibrated.
+    assert gates["judge_calibrated"]["verdict"] == "FAIL" and gates["judge_calibrated"]["required"]
     assert gates["training_healthy"]["required"] and gates["leakage"]["required"]
     report = (run / "report" / "report.md").read_text()
     assert "Training health" in report and "tiny-grpo" in report
@@ -191,4 +271,10 @@ def test_pipeline_runs_end_to_end_on_cpu_and_is_refused_when_a_gate_fails(tmp_pa
         len(policy) == 6 * 4 and {r["pool"] for r in policy} == {"heldout"} and len({r["seed"] for r in policy}) == 24
     )
     judgments = [json.loads(line) for line in open(run / "data" / "judgments.jsonl")]
-    assert len(judgments) == 2 * 24  # both orders of every contest
+    n_pairs = len(
+        {
+            tuple(sorted((p["response_a"], p["response_b"])))
+            for p in map(json.loads, open(FIXTURE / "human_pairs.jsonl"))
+        }
+    )
+    assert len(judgments) == 2 * 24 + 2 * n_pairs  # both orders of every contest and human-labelled pair

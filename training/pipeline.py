@@ -12,6 +12,12 @@ gate passes, and otherwise refuses (exit 1) with the report explaining why.
   or its gate does not PASS, nothing is trained.
 - The audit's claim requires the default gates plus ``leakage`` and ``training_healthy``, and names
   the GRPO log (``training_log``, copied beside the claim) so the audit itself judges training health.
+- Calibration inside the run: the judging stage also judges every human-labelled pair (both orders,
+  same backend and template), so ``judge_calibrated`` decides on this judge's own evidence; the
+  judgments are kept in ``data/calibration_record.json`` bound to the judge, the template hash and
+  the human data hash. ``judge.calibration_record`` reuses one, refused (exit 2) when stale.
+- ``judge.backend: stub`` is a stand-in with no model (:mod:`honestci.judges.backends.stub`) for dry
+  runs; the model card's figures then say so above them.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from honestci.training.config import build_config, load_config, require
 CARD_START = "<!-- honestci:figures:start -->"
 CARD_END = "<!-- honestci:figures:end -->"
 PIPELINE_GATES = ("leakage", "training_healthy")
+JUDGE_BACKENDS = ("transformers", "openai", "vllm", "stub")
 
 
 class PipelineRefused(HonestCIError):
@@ -101,10 +108,18 @@ class PipelineJob:
             )
         self._check_training_blocks()
         require(
-            self.judge.get("backend") in ("transformers", "openai", "vllm"),
+            self.judge.get("backend") in JUDGE_BACKENDS,
             "judge.backend",
-            f"is {self.judge.get('backend')!r}; use transformers, openai or vllm",
+            f"is {self.judge.get('backend')!r}; use {', '.join(JUDGE_BACKENDS)}",
         )
+        if self.judge["backend"] == "stub":
+            from honestci.judges.backends.stub import STUB_RULES
+
+            require(
+                self.judge.get("rule") in STUB_RULES,
+                "judge.rule",
+                f"is {self.judge.get('rule')!r}; a stub judge needs one of {', '.join(STUB_RULES)}",
+            )
 
     def _check_training_blocks(self) -> None:
         """Validate the reward_model and grpo blocks now (types, checks, trainer keys), not after the
@@ -311,8 +326,101 @@ def _contests(policy_rows: pd.DataFrame, eval_answers: pd.DataFrame):
     return contests
 
 
-def _judge_backend(judge: dict, seed: int):
+def _calibration_contests(pairs: pd.DataFrame | None) -> list:
+    """One contest per human-labelled unordered pair, so the judge is calibrated on the pairs humans
+    labelled, with the same backend and template as the policy's contests (both orders each)."""
+    from honestci.judges.schedule import Contest
+
+    if pairs is None:
+        return []
+    seen: dict[tuple[str, str, str], None] = {}
+    for vid, a, b in zip(pairs["vignette_id"], pairs["response_a"], pairs["response_b"]):
+        seen.setdefault((str(vid), *sorted((str(a), str(b)))), None)  # type: ignore[arg-type]
+    return [Contest(vid, a, b) for vid, a, b in seen]
+
+
+CALIBRATION_RECORD_VERSION = 1
+
+
+def _calibration_bindings(judge_name: str, template_sha256: str, paths: dict[str, Path], texts) -> dict[str, str]:
+    """What a calibration record is bound to: the judge, the template, and the human data with the
+    texts it labels (a change in any of them makes earlier calibration judgments stale)."""
+    import hashlib
+
+    from honestci.audit.data.io import load_table
+    from honestci.judges.cache import canonical_json
+
+    human = {k: load_table(paths[k], k).sha256 for k in ("human_pairs", "human_ratings") if k in paths}
+    ids: set[str] = set()
+    if "human_pairs" in paths:
+        pairs = _load(paths["human_pairs"], "human_pairs")
+        ids |= set(pairs["response_a"]) | set(pairs["response_b"])
+    labelled = {rid: [texts.response_vignette[rid], texts.responses[rid]] for rid in sorted(ids)}
+    scenarios = {vid: texts.vignettes[vid] for vid in sorted({v for v, _ in labelled.values()})}
+    data = canonical_json({"human": human, "responses": labelled, "vignettes": scenarios})
+    return {
+        "judge": judge_name,
+        "template_sha256": template_sha256,
+        "human_data_sha256": hashlib.sha256(data.encode()).hexdigest(),
+    }
+
+
+def write_calibration_record(path: Path, bindings: dict[str, str], judgments: pd.DataFrame) -> Path:
+    """The calibration judgments with what they are bound to (JSON), for ``judge.calibration_record``."""
+    from honestci.reports.writing import atomic_write_text
+
+    rows = json.loads(judgments.to_json(orient="records"))
+    record = {"version": CALIBRATION_RECORD_VERSION, **bindings, "judgments": rows}
+    return atomic_write_text(path, json.dumps(record, indent=1))
+
+
+def load_calibration_record(path: Path, bindings: dict[str, str]) -> pd.DataFrame:
+    """The calibration judgments of an earlier run, refused (InputError, exit 2) when stale: when the
+    judge, the template or the human data (with the texts it labels) differ from this run's."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"judge.calibration_record {path}: cannot read it ({exc}).", fix="give a record a run wrote"
+        ) from None
+    if not isinstance(record, dict) or record.get("version") != CALIBRATION_RECORD_VERSION:
+        raise InputError(
+            f"judge.calibration_record {path}: not a version-{CALIBRATION_RECORD_VERSION} calibration record.",
+            fix="give the data/calibration_record.json an earlier pipeline run wrote",
+        )
+    stale = [f"{k} is {record.get(k)!r} there, {v!r} here" for k, v in bindings.items() if record.get(k) != v]
+    if stale:
+        raise InputError(
+            f"judge.calibration_record {path} is stale: " + "; ".join(stale) + ".",
+            fix="calibrate again: drop judge.calibration_record so the run judges the human-labelled pairs",
+        )
+    return pd.DataFrame(record["judgments"])
+
+
+def _judge_name(judge: dict, seed: int, base: Path) -> str:
+    """The name the configured judge's backend writes into its judgments, without loading a model."""
+    if judge["backend"] == "stub":
+        from honestci.judges.run import Texts
+
+        return _judge_backend(judge, seed, base, Texts({}, {}, {})).judge_name
+    if judge["backend"] == "transformers":
+        return str(judge.get("name") or Path(judge["model_path"]).name)
+    return str(judge["model"])
+
+
+def _judge_backend(judge: dict, seed: int, base: Path, texts):
     backend = judge["backend"]
+    if backend == "stub":
+        from honestci.judges.backends.stub import StubBackend
+
+        return StubBackend(
+            judge["rule"],
+            texts.responses,
+            _nested_path(judge.get("recorded"), base),
+            judge.get("recorded_judge"),
+            agreement=float(judge.get("agreement", 1.0)),
+            seed=seed,
+        )
     if backend == "transformers":
         from honestci.judges.backends.transformers_local import TransformersBackend
 
@@ -357,10 +465,18 @@ def write_claim(job: PipelineJob, data_dir: Path, tables: dict[str, str], traini
     return path
 
 
-def publish_figures(verdict: dict, gates: Sequence[GateResult], required: Sequence[str], model_card: Path) -> Path:
+def publish_figures(
+    verdict: dict,
+    gates: Sequence[GateResult],
+    required: Sequence[str],
+    model_card: Path,
+    stub_judge: str | None = None,
+) -> Path:
     """Write the model-card figures (between honestci markers) only when every required gate passes.
 
-    Raises :class:`PipelineRefused` (the card is left untouched) otherwise.
+    ``stub_judge`` (the stub's own description) heads the figures with a warning that the judge was a
+    stub, so a dry run's card cannot pass for a real evaluation. Raises :class:`PipelineRefused`
+    (the card is left untouched) when a required gate did not pass.
     """
     from honestci.reports.markdown import model_card_section
     from honestci.reports.writing import atomic_write_text
@@ -375,7 +491,13 @@ def publish_figures(verdict: dict, gates: Sequence[GateResult], required: Sequen
             "did not pass:\n  - " + "\n  - ".join(reasons),
             blocking,
         )
-    block = f"{CARD_START}\n{model_card_section(verdict)}\n{CARD_END}"
+    warning = (
+        ""
+        if stub_judge is None
+        else f"**Dry run: the judge was {stub_judge}. These figures test the pipeline; they say nothing "
+        "about the policy.**\n\n"
+    )
+    block = f"{CARD_START}\n{warning}{model_card_section(verdict)}\n{CARD_END}"
     text = model_card.read_text(encoding="utf-8") if model_card.is_file() else ""
     if CARD_START in text and CARD_END in text:
         head, rest = text.split(CARD_START, 1)
@@ -430,6 +552,21 @@ def run_pipeline(
     from honestci.training.generate import GenerationJob, generate_responses
     from honestci.training.grpo import GRPOJob, train_grpo
     from honestci.training.reward_models import RewardModelJob, train_reward_models
+
+    # The judge's calibration record (if given) is checked now, before anything is trained: a stale
+    # one stops the run (exit 2). Every response a human labelled is in the source responses.
+    judge = {**job.judge}
+    if judge.get("model_path"):
+        judge["model_path"] = _nested_path(judge["model_path"], base)
+    template = get_template(judge.get("template") or DEFAULT_TEMPLATE)
+    bindings = _calibration_bindings(
+        _judge_name(judge, job.seed, base),
+        template.sha256,
+        paths,
+        load_texts(paths["vignettes"], paths["source_responses"]),
+    )
+    record_path = _nested_path(judge.get("calibration_record"), base)
+    recorded = None if record_path is None else load_calibration_record(record_path, bindings)
 
     started = time.perf_counter()
     rm_job = build_config(
@@ -500,22 +637,43 @@ def run_pipeline(
     )
 
     started = time.perf_counter()
-    judge = {**job.judge}
-    if judge.get("model_path"):
-        judge["model_path"] = _nested_path(judge["model_path"], base)
-    template = get_template(judge.get("template") or DEFAULT_TEMPLATE)
     texts = load_texts(paths["vignettes"], responses_path)
+    backend = _judge_backend(judge, job.seed, base, texts)
+    calibration = (
+        [] if recorded is not None else _calibration_contests(_load_optional(paths.get("human_pairs"), "human_pairs"))
+    )
+    contests = _contests(policy_rows, _load(paths["eval_answers"], "responses"))
+    judgments_path = data_dir / "judgments.jsonl"
     summary = run_judging(
-        _contests(policy_rows, _load(paths["eval_answers"], "responses")),
+        contests + calibration,
         texts,
-        _judge_backend(judge, job.seed),
+        backend,
         template,
-        data_dir / "judgments.jsonl",
+        judgments_path,
         seed=job.seed,
         sampling={"temperature": float(judge.get("temperature", 0.0)), "max_tokens": int(judge.get("max_tokens", 512))},
         progress=progress,
     )
-    _stage(stages, "judging", started, judgments=summary.n_jobs, invalid=summary.n_invalid)
+    judged = _load(judgments_path, "judgments")
+    policy_ids = set(policy_rows["response_id"])
+    is_calibration = ~(judged["response_first"].isin(policy_ids) | judged["response_second"].isin(policy_ids))
+    if recorded is not None:
+        judged = pd.concat([judged, recorded], ignore_index=True)
+        _write_jsonl(judged, judgments_path)
+    else:
+        write_calibration_record(data_dir / "calibration_record.json", bindings, judged[is_calibration])
+    judge_note = getattr(backend, "describe", lambda: None)()
+    _stage(
+        stages,
+        "judging",
+        started,
+        judge=backend.judge_name,
+        judgments=summary.n_jobs,
+        invalid=summary.n_invalid,
+        calibration_judgments=int(is_calibration.sum()) if recorded is None else len(recorded),
+        calibration_from=str(record_path) if record_path is not None else "judged in this run",
+        **({"stub": judge_note} if judge_note else {}),
+    )
 
     started = time.perf_counter()
     tables = {
@@ -547,7 +705,7 @@ def run_pipeline(
     summary_path = out / "pipeline.json"
     try:
         if job.model_card is not None:
-            publish_figures(verdict, gates, result.required_gates, job.model_card)
+            publish_figures(verdict, gates, result.required_gates, job.model_card, judge_note)
             published = True
         else:
             blocking = [g for g in gates if g.name in result.required_gates and g.verdict != Verdict.PASS]
@@ -562,6 +720,7 @@ def run_pipeline(
             "name": job.name,
             "stages": stages,
             "published": published,
+            "judge": backend.judge_name,
             "gates": [g.as_row() | {"required": g.name in result.required_gates} for g in gates],
             "report": {k: str(v) for k, v in written.items()},
         }

@@ -1,4 +1,5 @@
-"""Judge backends: OpenAI-compatible HTTP (vLLM, TGI, hosted APIs), local transformers, replay.
+"""Judge backends: OpenAI-compatible HTTP (vLLM, TGI, hosted APIs), local transformers, replay, and a
+stub (no model: a stated rule, for dry runs; never a real judge).
 
 Every backend turns one :class:`~honestci.judges.backends.base.JudgeRequest` into a
 :class:`~honestci.judges.backends.base.Completion`; heavy libraries (httpx, torch) are imported only by the
