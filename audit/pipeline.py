@@ -220,6 +220,38 @@ def _contests_in_pool(contests: ContestTable, study: Study, pool: str) -> Contes
     return replace(contests, frame=contests.frame[keep.to_numpy()].reset_index(drop=True), dropped=dropped)
 
 
+def _contests_in_families(contests: ContestTable, study: Study, families: tuple[str, ...], path: Path) -> ContestTable:
+    """Only the contests on vignettes of ``families`` (the claim's ``family:``/``families:`` key):
+    a claim about a family rests on that family's vignettes alone, never on the others'."""
+    from dataclasses import replace
+
+    vignettes = study.vignettes.frame
+    known = set(vignettes["family"].dropna()) if "family" in vignettes else set()
+    missing = [f for f in families if f not in known]
+    if missing:
+        raise ClaimError(
+            f"Claim file {path} names vignette families that no vignette belongs to.",
+            [
+                Problem(
+                    str(path),
+                    None,
+                    "family",
+                    f"{missing} not among the vignettes' families ({sorted(known) or 'none: no family column'})",
+                )
+            ],
+            fix="fix the family name, or give the vignettes a `family` column",
+        )
+    chosen = set(vignettes.loc[vignettes["family"].isin(families), "vignette_id"])
+    keep = contests.frame["vignette_id"].isin(chosen)
+    if not keep.any():
+        raise ClaimError(
+            f"No contest of {contests.policy} is on a vignette of {list(families)}.",
+            fix="check the contests' vignettes and the vignettes' family column",
+        )
+    dropped = {**contests.dropped, "not_in_claim_families": int((~keep).sum())}
+    return replace(contests, frame=contests.frame[keep.to_numpy()].reset_index(drop=True), dropped=dropped)
+
+
 def _contests_on_vignettes(other: ContestTable, claim_contests: ContestTable) -> ContestTable:
     """``other``'s contests on the claim's vignettes only: a claim restricted to a pool is compared
     with another system on the same vignettes (the pairing), not on the other system's whole data."""
@@ -321,7 +353,7 @@ def _comparisons(
     for comparison in spec.claimed.comparisons:
         try:
             other_contests = _same_judging(claim, study, contests, comparison.against)
-            if spec.pool is not None:
+            if spec.pool is not None or spec.vignette_families is not None:
                 other_contests = _contests_on_vignettes(other_contests, contests)
             other = other_contests.scores("both_orders", invalid=invalid)
             paired = paired_difference(
@@ -420,6 +452,10 @@ def audit_context(
     )
     if spec.pool is not None:
         contests = _contests_in_pool(contests, study, spec.pool)
+    family_contests = None
+    if spec.vignette_families is not None:
+        family_contests = contests
+        contests = _contests_in_families(contests, study, spec.vignette_families, claim.path)
     scored = contests.scores("both_orders", invalid=rules.invalid_verdicts)
     level = thresholds.confidence_level
 
@@ -473,6 +509,7 @@ def audit_context(
         claimed_audit,
         _comparisons(claim, study, contests, level, bayes, seed, progress),
         seed=seed,
+        family_contests=family_contests,
     )
     progress("running the checks")
     context.checks.update(run_checks(context))

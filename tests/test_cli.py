@@ -146,9 +146,10 @@ def test_report_rerenders_a_verdict_file(tmp_path):
 def test_simulate_regenerates_the_embedded_study_byte_identically(tmp_path):
     result = honestci("simulate", "--out", tmp_path)
     assert result.returncode == 0, result.stderr
-    for path in DEFAULT_STUDY_DIR.iterdir():
+    for path in DEFAULT_STUDY_DIR.rglob("*"):
         if path.is_file():
-            assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name
+            relative = path.relative_to(DEFAULT_STUDY_DIR)
+            assert (tmp_path / relative).read_bytes() == path.read_bytes(), relative
 
 
 def test_winrate_prints_the_side_by_side_table():

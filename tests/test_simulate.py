@@ -87,20 +87,28 @@ def test_same_seed_writes_identical_bytes(tmp_path):
     first = write_study(tmp_path / "a", seed=7)
     second = write_study(tmp_path / "b", seed=7)
     assert (
-        [p.name for p in first]
-        == [p.name for p in second]
-        == sorted(list(sim.TABLE_FILES.values()) + ["claim.yaml", "truth.json", *sim.OTHER_CLAIM_FILES])
+        [p.relative_to(tmp_path / "a").as_posix() for p in first]
+        == [p.relative_to(tmp_path / "b").as_posix() for p in second]
+        == sorted(
+            list(sim.TABLE_FILES.values())
+            + ["claim.yaml", "truth.json", *sim.OTHER_CLAIM_FILES]
+            + [
+                f"{sim.OFFDIST_DIR}/{name}"
+                for name in [sim.TABLE_FILES[t] for t in sim.OFFDIST_TABLES] + ["truth.json", *sim.OFFDIST_CLAIM_FILES]
+            ]
+        )
     )
     for a, b in zip(first, second):
         assert a.read_bytes() == b.read_bytes(), a.name
 
 
 def test_committed_study_equals_fresh_generation(tmp_path):
+    # The off-distribution study lies in its own folder (offdist/), drawn from its own stream.
     written = write_study(tmp_path, seed=DEFAULT_SEED)
-    committed = sorted(p.name for p in DEFAULT_STUDY_DIR.iterdir())
-    assert committed == [p.name for p in written]
+    committed = sorted(p.relative_to(DEFAULT_STUDY_DIR).as_posix() for p in DEFAULT_STUDY_DIR.rglob("*") if p.is_file())
+    assert committed == [p.relative_to(tmp_path).as_posix() for p in written]
     for path in written:
-        assert (DEFAULT_STUDY_DIR / path.name).read_bytes() == path.read_bytes(), (
+        assert (DEFAULT_STUDY_DIR / path.relative_to(tmp_path)).read_bytes() == path.read_bytes(), (
             f"{path.name} differs: regenerate with "
             "`python -c 'from honestci.fixtures import write_study, DEFAULT_STUDY_DIR; "
             "write_study(DEFAULT_STUDY_DIR)'`"
@@ -116,7 +124,7 @@ def test_different_seed_gives_different_data(study):
 
 
 def test_files_are_lf_only_and_free_of_timestamps(study):
-    for path in DEFAULT_STUDY_DIR.iterdir():
+    for path in (p for p in DEFAULT_STUDY_DIR.rglob("*") if p.is_file()):
         data = path.read_bytes()
         assert b"\r" not in data, path.name
         assert not re.search(rb"20\d\d-\d\d-\d\dT\d\d:\d\d", data), path.name
@@ -659,8 +667,10 @@ def test_paraphrased_leak_is_close_but_not_verbatim(study):
 def test_study_folder_stays_small():
     # A guard against growth: 11,280 judgment rows each carrying a 64-hex prompt hash put the
     # folder at about 4.3 MB.
-    total = sum(p.stat().st_size for p in DEFAULT_STUDY_DIR.iterdir())
+    total = sum(p.stat().st_size for p in DEFAULT_STUDY_DIR.iterdir() if p.is_file())
     assert total < 4.5e6
+    # The off-distribution study (offdist/: 180 contests, three judges) is about 0.6 MB.
+    assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / sim.OFFDIST_DIR).iterdir()) < 0.7e6
 
 
 def test_to_frame_lists_every_estimand(study):

@@ -98,3 +98,6 @@ class AuditContext:
     #: Results of the checks of :data:`honestci.audit.checks.registry.CHECKS`, by key (None where a
     #: check does not apply); filled by :func:`honestci.audit.pipeline.run_audit`.
     checks: dict[str, Any] = field(default_factory=dict)
+    #: The claim's contests before its ``family:``/``families:`` restriction (None when the claim
+    #: has none): the per-family table of the populations check reads every family.
+    family_contests: ContestTable | None = None

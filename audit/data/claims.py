@@ -15,6 +15,7 @@ Example::
     metric: winrate
     bar: 0.608
     population: new_vignettes        # or these_vignettes
+    family: fresh                    # optional: only the vignettes of this family (or `families: [a, b]`)
     data: {vignettes: vignettes.jsonl, responses: responses.jsonl, judgments: judgments.jsonl}
     claimed: {point: 0.806, n: 720, ci_low: 0.776, method: wilson, level: 0.95}
 """
@@ -112,6 +113,11 @@ class ClaimSpec(BaseModel):
     #: Other systems judged against the same opponent on the same vignettes: the audit ranks the
     #: policy among them (K-system table, rank intervals, length-controlled rates).
     systems: tuple[str, ...] | None = None
+    #: Restrict the claim to the vignettes of one family (``family:``) or of several
+    #: (``families:``); its population is then the new vignettes of those families, and only
+    #: their contests are evidence.
+    family: str | None = Field(None, min_length=1)
+    families: tuple[str, ...] | None = None
     required_gates: tuple[str, ...] | None = None
     training_log: str | None = None
     thresholds: dict[str, float | int | str] = Field(default_factory=dict)
@@ -158,6 +164,12 @@ class ClaimSpec(BaseModel):
                 raise ValueError(
                     "`systems:` lists one or more distinct other systems, neither the policy nor the opponent"
                 )
+        if self.family is not None and self.families is not None:
+            raise ValueError("name either `family:` (one family) or `families:` (several), not both")
+        if self.families is not None and (
+            not self.families or len(set(self.families)) != len(self.families) or not all(self.families)
+        ):
+            raise ValueError("`families:` lists one or more distinct vignette families")
         if self.claimed is not None and self.claimed.best_of_systems and not self.systems:
             raise ValueError("`claimed.best_of_systems` needs the `systems:` the policy is claimed best of")
         return self
@@ -166,6 +178,11 @@ class ClaimSpec(BaseModel):
     @classmethod
     def _known_thresholds(cls, value: dict) -> dict:
         return known_thresholds(value)
+
+    @property
+    def vignette_families(self) -> tuple[str, ...] | None:
+        """The families the claim is restricted to (``family:`` or ``families:``); None: every vignette."""
+        return (self.family,) if self.family is not None else self.families
 
 
 @dataclass(frozen=True)
