@@ -17,8 +17,9 @@ bootstrap of Stata ``boottest`` and the Python ``wildboottest`` package):
    ``y* = X b_r + v_g u_r,g``. Everything a bootstrap t needs is a function of G-vectors:
    numerator ``R'b* - theta0 = sum_h v_h C_h`` with ``C_h = R'A s_h``; the bootstrap residual
    score of cluster g projected on the contrast is ``Z_g = v_g C_g - sum_h v_h H_gh`` with
-   ``H_gh = R'A X_g'X_g A s_h``; ``t* = (v'C) / sqrt(c sum_g Z_g^2)``.
-   So B draws cost two (B x G) @ (G x G) products; no B x n matrix is ever formed.
+   ``H_gh = R'A X_g'X_g A s_h``; ``t* = (v'C) / sqrt(c sum_g Z_g^2)``. H has rank k
+   (``H_gh = Q_g . P_h`` with ``Q_g = X_g'X_g A R``, ``P_h = A s_h``), so ``sum_h v_h H_gh = Q_g . (P v)``
+   and B draws cost O(B G k), linear in G; no B x n matrix (nor G x G one) is ever formed.
 4. ``b_r`` is linear in ``theta0``, hence ``C``, ``H``, the numerator and ``Z`` are too:
    ``numer(theta0) = N0 + theta0 N1`` and ``sum_g Z_g^2 = D0 + 2 theta0 D1 + theta0^2 D2``. Five
    B-vectors are computed once; after that each p-value at a new ``theta0`` costs O(B), which is
@@ -81,6 +82,8 @@ MAX_ENUMERATED_DRAWS = 2**21
 TIE_RELATIVE_TOLERANCE = 1e-9
 
 _DRAWS_PER_CHUNK = 2**16
+#: Floats in one G x chunk matrix of draws (about 32 MB).
+_CHUNK_ELEMENTS = 2**22
 
 PValueType = Literal["symmetric", "equal-tailed"]
 WeightsName = Literal["webb", "rademacher"]
@@ -249,9 +252,9 @@ def _setup(
     s0 = Xty_g - XtX_g @ restricted0  # restricted scores at theta0 = 0
     s1 = -(XtX_g @ w)  # their slope in theta0
     C0, C1 = s0 @ a, s1 @ a
-    Q = XtX_g @ a  # rows: X_g'X_g A R, so H_gh = Q_g . (A s_h)
-    H0 = Q @ (s0 @ A).T
-    H1 = Q @ (s1 @ A).T
+    # H_gh = Q_g . (A s_h) has rank k: sum_h v_h H_gh = Q_g . (P v), so a draw costs O(G k), not O(G^2).
+    Q = XtX_g @ a  # rows: X_g'X_g A R
+    P0, P1 = (s0 @ A).T, (s1 @ A).T  # k x G
 
     values = WEIGHT_VALUES[weights]
     total = _draw_count(weights, G)
@@ -270,20 +273,25 @@ def _setup(
                 f"{n_draws:,} {weights} draws must be sampled (6^G or 2^G = {total:,} > B) but no rng was given.",
                 fix="pass rng=<int seed> (it is recorded in the result), or B=None to enumerate every draw.",
             )
-        # Same call and layout as wildboottest: a G x B matrix of equally likely support points.
-        sampled_index = generator.integers(0, len(values), size=G * n_draws).reshape(G, n_draws)
+        # Same stream and layout as wildboottest's rng.choice(values, G*B).reshape(G, B), drawn one
+        # cluster's row at a time (the same numbers) and kept as int8 (G*B bytes, not 8*G*B).
+        sampled_index = np.empty((G, n_draws), dtype=np.int8)
+        for g in range(G):
+            sampled_index[g] = generator.integers(0, len(values), size=n_draws)
 
     out = {name: np.empty(n_draws) for name in ("numer0", "numer1", "denom0", "denom1", "denom2")}
     kept = np.empty((n_draws, G)) if keep_draws else None
-    for start in range(0, n_draws, _DRAWS_PER_CHUNK):
-        stop = min(start + _DRAWS_PER_CHUNK, n_draws)
+    # Chunks of draws small enough that each G x chunk matrix stays near _CHUNK_ELEMENTS floats.
+    chunk = max(1, min(_DRAWS_PER_CHUNK, _CHUNK_ELEMENTS // G))
+    for start in range(0, n_draws, chunk):
+        stop = min(start + chunk, n_draws)
         # Draws are columns (G x chunk): the G x G products then run along contiguous rows.
         if sampled_index is None:
             W = _enumerated_draws(values, G, start, stop)
         else:
             W = values[sampled_index[:, start:stop]]
-        Z0 = W * C0[:, None] - H0 @ W
-        Z1 = W * C1[:, None] - H1 @ W
+        Z0 = W * C0[:, None] - Q @ (P0 @ W)
+        Z1 = W * C1[:, None] - Q @ (P1 @ W)
         out["numer0"][start:stop] = C0 @ W
         out["numer1"][start:stop] = C1 @ W
         out["denom0"][start:stop] = np.einsum("gb,gb->b", Z0, Z0)
