@@ -17,17 +17,19 @@ import pytest
 from click.testing import CliRunner
 
 from honestci.audit.cli import main
+from honestci.audit.errors import InputError
 from honestci.training.config import TrainingConfigError, field_help, load_config
 from honestci.training.grpo import (
     GRPO_OWNED_TRAINER_KEYS,
     REWARD_LOG,
     GatedEnsembleReward,
     GRPOJob,
+    check_reward_prompt,
     template_opens_think,
 )
 from honestci.training.pipeline import PIPELINE_OWNED_KEYS, load_pipeline_job
 from honestci.training.reward_models import RM_OWNED_TRAINER_KEYS, RewardModelJob
-from honestci.training.task import GATE_REASONS, check_completion, extract_answer, unfinished_think
+from honestci.training.task import GATE_REASONS, PROMPT_PRESETS, check_completion, extract_answer, unfinished_think
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "training" / "configs"
@@ -68,6 +70,9 @@ def _refused(args: list[str], key: str) -> None:
         # the reward definition: a failed format must not earn more than an average answer
         ("format_penalty=0", "format_penalty"),
         ("beta=0", "beta"),
+        # the prompt: an unknown preset, an empty system prompt
+        ("prompt=cards", "prompt"),
+        ("prompt={system: '', user_template: '{scenario}'}", "prompt.system"),
     ],
 )
 def test_train_grpo_refuses_every_bypass_naming_the_key(override, key):
@@ -82,6 +87,8 @@ def test_train_grpo_refuses_every_bypass_naming_the_key(override, key):
         ("trainer.learning_rate=0", "trainer.learning_rate"),
         ("seeds=[0, true]", "seeds"),
         ("ensemble_lambda=.nan", "ensemble_lambda"),
+        ("prompt={system: s, user_template: 'Scenario: {scenario} for {name}'}", "prompt.user_template"),
+        ("prompt={system: s, user_template: 'no scenario field'}", "prompt.user_template"),
     ],
 )
 def test_train_rm_refuses_every_bypass_naming_the_key(override, key):
@@ -97,12 +104,49 @@ def test_train_rm_refuses_every_bypass_naming_the_key(override, key):
         ("reward_model.trainer.seed=3", "reward_model.trainer.seed"),
         ("reward_model.vignettes=/elsewhere.jsonl", "reward_model.vignettes"),
         ("generation.out=/tmp/x.jsonl", "generation.out"),
+        # one prompt for every stage: the pipeline's own
+        ("grpo.prompt=card", "grpo.prompt"),
+        ("reward_model.prompt=card", "reward_model.prompt"),
+        ("generation.prompt=card", "generation.prompt"),
+        ("prompt=cards", "prompt"),
     ],
 )
 def test_pipeline_refuses_bypasses_in_its_stage_blocks_before_any_stage_runs(override, key, tmp_path):
     args = ["pipeline", str(CONFIGS / "pipeline_cpu_tiny.yaml"), "--set", f"output_dir={tmp_path / 'run'}"]
     _refused([*args, "--set", override], key)
     assert not (tmp_path / "run").exists()
+
+
+def _ensemble_folder(folder: Path, prompt: dict | None) -> Path:
+    """An ensemble.json recording ``prompt`` (no member weights: the prompt is checked before any load)."""
+    folder.mkdir(parents=True)
+    manifest = {"kind": "bradley_terry", "ensemble_lambda": 0.5, "members": [{"path": "member-seed0"}]}
+    (folder / "ensemble.json").write_text(json.dumps(manifest | ({"prompt": prompt} if prompt else {})))
+    return folder
+
+
+@pytest.mark.parametrize("route", ["dry run", "training"])
+def test_grpo_refuses_a_reward_model_trained_under_another_prompt(route, tmp_path):
+    if route == "training":
+        pytest.importorskip("trl")
+    rm = _ensemble_folder(tmp_path / "rm", PROMPT_PRESETS["honestci"].record())
+    (tmp_path / "base").mkdir()
+    sets = [f"model={tmp_path / 'base'}", f"reward_model={rm}", f"output_dir={tmp_path / 'out'}", "prompt=card"]
+    args = ["train", "grpo", str(CONFIGS / ("grpo.yaml" if route == "dry run" else "grpo_cpu_tiny.yaml"))]
+    args += [a for s in sets for a in ("--set", s)]
+    args += ["--dry-run", "--gpus", "1", "--model-preset", "qwen3-4b"] if route == "dry run" else []
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "'prompt'" in result.output, result.output
+    honestci, card = PROMPT_PRESETS["honestci"].sha256[:12], PROMPT_PRESETS["card"].sha256[:12]
+    assert f"'card' (sha256 {card}" in result.output and f"'honestci' (sha256 {honestci}" in result.output
+    assert not (tmp_path / "out").exists()
+    # The same prompt passes the check; an ensemble that records none is refused, not guessed.
+    assert check_reward_prompt(load_config(GRPOJob, CONFIGS / "grpo_cpu_tiny.yaml", [f"reward_model={rm}"])).name == (
+        "honestci"
+    )
+    old = _ensemble_folder(tmp_path / "old-rm", None)
+    with pytest.raises(InputError, match="records no prompt"):
+        check_reward_prompt(load_config(GRPOJob, CONFIGS / "grpo_cpu_tiny.yaml", [f"reward_model={old}"]))
 
 
 def test_allowed_overrides_still_load():
@@ -113,8 +157,9 @@ def test_allowed_overrides_still_load():
     )
     assert job.trainer == {"warmup_ratio": 0.1} and job.bf16 is None and job.learning_rate == 1 and job.beta == 0.1
     assert job.thinking  # the card's policy is a thinking model
+    assert job.chat_prompt.name == "card"  # the card's recipe, in the card's own words
     rm = load_config(RewardModelJob, CONFIGS / "rm_ensemble.yaml", ["trainer.weight_decay=0.01", "seeds=[3, 4]"])
-    assert rm.trainer == {"weight_decay": 0.01} and rm.seeds == (3, 4)
+    assert rm.trainer == {"weight_decay": 0.01} and rm.seeds == (3, 4) and rm.chat_prompt.name == "card"
     assert load_pipeline_job(CONFIGS / "pipeline_cpu_tiny.yaml", ["grpo.trainer.warmup_ratio=0.1"])[0].grpo["trainer"]
 
 

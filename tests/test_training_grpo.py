@@ -16,7 +16,7 @@ from honestci.audit.policy import Verdict
 from honestci.training.config import TrainingConfigError, load_config
 from honestci.training.grpo import REWARD_LOG, GatedEnsembleReward, GRPOJob, grpo_config, train_grpo
 from honestci.training.reward_models import RewardEnsemble
-from honestci.training.task import SYSTEM_PROMPT, USER_TEMPLATE
+from honestci.training.task import HONESTCI_PROMPT
 
 pytestmark = pytest.mark.training
 
@@ -191,5 +191,5 @@ def test_yaml_configs_load_with_overrides():
 
 
 def test_prompts_follow_the_protocol():
-    assert "two sentences" in SYSTEM_PROMPT and '"you"' in SYSTEM_PROMPT
-    assert "{scenario}" in USER_TEMPLATE and "two sentences" in USER_TEMPLATE
+    assert "two sentences" in HONESTCI_PROMPT.system and '"you"' in HONESTCI_PROMPT.system
+    assert "{scenario}" in HONESTCI_PROMPT.user_template and "two sentences" in HONESTCI_PROMPT.user_template

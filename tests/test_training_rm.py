@@ -21,6 +21,7 @@ from honestci.training.reward_models import (
     heldout_accuracy,
     train_reward_models,
 )
+from honestci.training.task import HONESTCI_PROMPT
 
 pytestmark = pytest.mark.training
 
@@ -163,7 +164,13 @@ def test_ensemble_refuses_folders_without_safetensors(tmp_path):
     (tmp_path / "member").mkdir()
     (tmp_path / "member" / "pytorch_model.bin").write_bytes(b"not loaded")
     (tmp_path / "ensemble.json").write_text(
-        json.dumps({"ensemble_lambda": 0.5, "members": [{"path": "member", "mean": 0, "std": 1}]})
+        json.dumps(
+            {
+                "ensemble_lambda": 0.5,
+                "prompt": HONESTCI_PROMPT.record(),
+                "members": [{"path": "member", "mean": 0, "std": 1}],
+            }
+        )
     )
     with pytest.raises(InputError, match="safetensors"):
         RewardEnsemble(tmp_path)
@@ -205,12 +212,16 @@ def test_regression_head_with_three_dimensions_and_their_ensemble(base, study, t
     assert [m.steps for m in run.members] == [1, 1]
     manifest = json.loads((tmp_path / "reg3" / "ensemble.json").read_text())
     assert manifest["rating_columns"] == list(columns)
+    assert manifest["prompt"] == HONESTCI_PROMPT.record()  # the default prompt, recorded for GRPO's check
     ensemble = RewardEnsemble(tmp_path / "reg3")
+    assert ensemble.prompt == HONESTCI_PROMPT
     scenarios, answers = ["a scenario"] * 3, ["Maybe they were busy.", "They hate me.", "It is unclear."]
     scores = ensemble.score(scenarios, answers)
     z = []
     for (member_model, tokenizer, mean, std), meta in zip(ensemble.members, manifest["members"]):
-        raw = raw_scores(member_model, tokenizer, scenarios, answers, max_length=ensemble.max_length)
+        raw = raw_scores(
+            member_model, tokenizer, scenarios, answers, max_length=ensemble.max_length, prompt=ensemble.prompt
+        )
         assert raw.shape == (3, 3)  # n answers x 3 dimensions
         assert (mean, std) == (meta["mean"], meta["std"])
         z.append((raw.mean(axis=1) - mean) / std)

@@ -44,11 +44,16 @@ def tiny_base(base_temp: Path) -> Path:
     return folder
 
 
-def untrained_ensemble(base: Path, folder: Path, seeds=(0, 1), ensemble_lambda: float = 0.5) -> Path:
+def untrained_ensemble(
+    base: Path, folder: Path, seeds=(0, 1), ensemble_lambda: float = 0.5, prompt: str = "honestci"
+) -> Path:
     """K sequence-classification heads on the tiny base, initialised with different seeds (not trained),
-    saved as an ensemble folder; the standardisation is the identity (mean 0, sd 1)."""
+    saved as an ensemble folder; the standardisation is the identity (mean 0, sd 1); ``prompt`` (a
+    preset) is recorded as the chat they score."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from honestci.training.task import PROMPT_PRESETS
 
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
@@ -62,7 +67,15 @@ def untrained_ensemble(base: Path, folder: Path, seeds=(0, 1), ensemble_lambda: 
         tokenizer.save_pretrained(folder / f"member-seed{seed}")
         members.append({"seed": seed, "path": f"member-seed{seed}", "mean": 0.0, "std": 1.0})
     (folder / "ensemble.json").write_text(
-        json.dumps({"kind": "untrained", "ensemble_lambda": ensemble_lambda, "max_length": 256, "members": members})
+        json.dumps(
+            {
+                "kind": "untrained",
+                "ensemble_lambda": ensemble_lambda,
+                "max_length": 256,
+                "prompt": PROMPT_PRESETS[prompt].record(),
+                "members": members,
+            }
+        )
     )
     return folder
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from honestci.audit.errors import InputError, Problem, require_extra
 from honestci.training.config import refuse, require
-from honestci.training.task import extract_answer, messages_for, unfinished_think
+from honestci.training.task import Prompt, extract_answer, messages_for, resolve_prompt, unfinished_think
 
 if TYPE_CHECKING:
     from honestci.judges.backends.base import Completion
@@ -69,6 +69,8 @@ class GenerationJob:
     device: str = "auto"
     #: A thinking model (its trace may open in the prompt): output without </think> has no answer.
     thinking: bool = False
+    #: The policy's chat: a preset (honestci, card) or {system, user_template} with one {scenario}.
+    prompt: str | dict = "honestci"
 
     def __post_init__(self):
         require(
@@ -82,10 +84,16 @@ class GenerationJob:
         require(self.temperature >= 0, "temperature", "must be >= 0")
         require(self.max_tokens >= 1, "max_tokens", "must be >= 1")
         require(bool(self.system.strip()) and bool(self.run.strip()), "system/run", "must be non-empty")
+        resolve_prompt(self.prompt)
         if self.backend == "transformers":
             self.local_model_path()
         else:
             self.server()
+
+    @property
+    def chat_prompt(self) -> Prompt:
+        """The :class:`~honestci.training.task.Prompt` of the ``prompt`` key."""
+        return resolve_prompt(self.prompt)
 
     def local_model_path(self) -> Path:
         """The transformers backend's model folder (:class:`TrainingConfigError` when missing)."""
@@ -117,6 +125,8 @@ class GenerationRun:
     n_empty_answers: int  # includes the unfinished traces
     n_unfinished_think: int  # traces cut at max_tokens before </think> (their text is empty)
     seconds: float
+    prompt_name: str
+    prompt_sha256: str
 
     def to_frame(self):
         import pandas as pd
@@ -159,7 +169,7 @@ def _generate_transformers(job: GenerationJob, plan: Plan) -> list[str]:
     outputs = []
     for scenario, seed in plan:
         encoded = tokenizer.apply_chat_template(
-            messages_for(scenario), add_generation_prompt=True, return_tensors="pt", return_dict=True
+            messages_for(scenario, job.chat_prompt), add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
         if not isinstance(encoded, BatchEncoding):
             raise InputError(
@@ -211,7 +221,7 @@ def _generate_http(job: GenerationJob, plan: Plan, keys: Keys) -> list[str]:
                     vid,
                     rid,
                     "",
-                    tuple(messages_for(scenario)),
+                    tuple(messages_for(scenario, job.chat_prompt)),
                     {"temperature": job.temperature, "top_p": job.top_p, "max_tokens": job.max_tokens, "seed": seed},
                 )
                 for (scenario, seed), (vid, rid) in zip(plan, keys)
@@ -292,4 +302,6 @@ def generate_responses(job: GenerationJob, progress: Callable[[str], None] = lam
         sum(not r["text"] for r in rows),
         sum(unfinished_think(raw, thinking=job.thinking) for raw in outputs),
         time.perf_counter() - started,
+        job.chat_prompt.name,
+        job.chat_prompt.sha256,
     )

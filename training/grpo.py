@@ -8,7 +8,9 @@ does not, so length cannot buy reward. A thinking model's trace cut at ``max_com
 before ``</think>`` has no answer and fails the gate (reason ``unfinished_think``, counted in the
 reward log and the run's summary): the text of an unfinished trace is never scored. GRPO standardises rewards within each prompt's group of
 ``num_generations`` completions (Shao et al. 2024, DeepSeekMath), with a KL penalty β toward the
-reference policy.
+reference policy. The policy's chat is the job's ``prompt`` (:mod:`honestci.training.task`), which
+must be the one the reward model was trained under (:func:`check_reward_prompt`); its record is
+written to ``prompt.json`` beside the policy.
 
 Defaults are the seed project's recipe (lr 8e-6, β 0.04, 12 generations, 500 steps, bf16);
 ``training/configs/grpo_cpu_tiny.yaml`` holds the CPU overrides the tests use. Rollouts can come
@@ -38,10 +40,22 @@ from honestci.training.config import (
     require,
     to_plain,
 )
-from honestci.training.task import GATE_REASONS, THINK_CLOSE, THINK_OPEN, check_completion, messages_for
+from honestci.training.task import (
+    DEFAULT_PROMPT,
+    GATE_REASONS,
+    THINK_CLOSE,
+    THINK_OPEN,
+    Prompt,
+    check_completion,
+    messages_for,
+    prompt_from_record,
+    resolve_prompt,
+)
 
 TRAINING_LOG = "training_log.jsonl"
 REWARD_LOG = "rewards.jsonl"
+#: The policy's prompt record (name, sha256, system, user_template) in the output folder.
+PROMPT_FILE = "prompt.json"
 
 
 #: GRPOConfig keys the job sets itself or that would undo a job-level check, refused in ``trainer:``
@@ -172,6 +186,13 @@ class GRPOJob:
         default=1, metadata={"help": "Log every this many steps (the health gate reads the log)."}
     )
     save_steps: int = field(default=100, metadata={"help": "Checkpoint every this many steps."})
+    prompt: str | dict = field(
+        default="honestci",
+        metadata={
+            "help": "The policy's chat: a preset (honestci, card) or {system, user_template} with one {scenario}; "
+            "must be the reward model's (its ensemble.json), else refused."
+        },
+    )
     trainer: dict = field(
         default_factory=dict,
         metadata={
@@ -238,7 +259,41 @@ class GRPOJob:
         )
         if self.use_vllm and self.gpus is not None:
             check_vllm_mode(self.vllm_mode, self.gpus, server_elsewhere=self.vllm_server_elsewhere)
+        resolve_prompt(self.prompt)
         check_trainer_block(self.trainer, type(self), GRPO_OWNED_TRAINER_KEYS)
+
+    @property
+    def chat_prompt(self) -> Prompt:
+        """The :class:`~honestci.training.task.Prompt` of the ``prompt`` key."""
+        return resolve_prompt(self.prompt)
+
+
+def check_reward_prompt(job: GRPOJob) -> Prompt:
+    """Refuse GRPO against a reward model trained under another prompt; return the job's prompt.
+
+    The members score an answer inside the chat they were trained on (``ensemble.json``'s
+    ``prompt``); rollouts from another chat would be rewarded by scores meant for other chats. An
+    ensemble that records no prompt is refused (:func:`~honestci.training.task.prompt_from_record`).
+    Raises :class:`~honestci.training.config.TrainingConfigError` naming ``prompt`` (exit 2).
+    """
+    from honestci.training.reward_models import ENSEMBLE_FILE
+
+    manifest_path = Path(job.reward_model) / ENSEMBLE_FILE
+    if not manifest_path.is_file():
+        raise InputError(
+            f"{job.reward_model} has no {ENSEMBLE_FILE}: not a reward-model ensemble folder.",
+            fix="train one with `honestci train rm CONFIG`",
+        )
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    trained, wanted = prompt_from_record(manifest.get("prompt"), str(manifest_path)), job.chat_prompt
+    require(
+        trained.sha256 == wanted.sha256,
+        "prompt",
+        f"is {wanted.describe()} but the reward model in {job.reward_model} was trained under "
+        f"{trained.describe()}: its scores are for other chats",
+        f"set prompt to the reward model's ({trained.name}), or retrain the reward models with this prompt",
+    )
+    return wanted
 
 
 @dataclass(frozen=True)
@@ -321,17 +376,17 @@ class GatedEnsembleReward:
         return list[float | None](rewards)
 
 
-def template_opens_think(tokenizer) -> bool:
+def template_opens_think(tokenizer, prompt: Prompt = DEFAULT_PROMPT) -> bool:
     """Whether the tokenizer's chat template ends the generation prompt inside ``<think>`` (as
     Qwen3 thinking models' do): then completions carry only the trace's close tag."""
     if not getattr(tokenizer, "chat_template", None):
         return False
-    prompt = tokenizer.apply_chat_template(messages_for("x"), add_generation_prompt=True, tokenize=False)
-    return THINK_OPEN in prompt.rsplit(THINK_CLOSE, 1)[-1]
+    rendered = tokenizer.apply_chat_template(messages_for("x", prompt), add_generation_prompt=True, tokenize=False)
+    return THINK_OPEN in rendered.rsplit(THINK_CLOSE, 1)[-1]
 
 
-def prompt_dataset(vignettes_path: Path):
-    """A ``datasets.Dataset`` of conversational prompts (system + user) with a ``scenario`` column."""
+def prompt_dataset(vignettes_path: Path, prompt: Prompt = DEFAULT_PROMPT):
+    """A ``datasets.Dataset`` of conversational prompts (``prompt``'s system + user) with a ``scenario`` column."""
     from datasets import Dataset
 
     from honestci.audit.data.io import load_table
@@ -339,7 +394,7 @@ def prompt_dataset(vignettes_path: Path):
     frame = load_table(vignettes_path, "vignettes").frame
     return Dataset.from_list(
         [
-            {"prompt": messages_for(text), "scenario": text, "vignette_id": vid}
+            {"prompt": messages_for(text, prompt), "scenario": text, "vignette_id": vid}
             for vid, text in zip(frame["vignette_id"], frame["text"])
         ]
     )
@@ -419,6 +474,8 @@ class GRPORun:
     n_gated_out: int
     n_unfinished_think: int  # of n_gated_out: traces cut before </think> (no answer)
     log_history: tuple[dict, ...]
+    prompt_name: str
+    prompt_sha256: str
 
     def to_frame(self):
         import pandas as pd
@@ -453,12 +510,13 @@ def train_grpo(
     for label, path in (("model", job.model), ("reward_model", job.reward_model)):
         if not Path(path).is_dir():
             raise InputError(f"{label} {path} is not a folder.", fix=f"point {label} at a local folder")
+    prompt = check_reward_prompt(job)
     out = Path(job.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / REWARD_LOG).unlink(missing_ok=True)
     args = grpo_config(job, device, gpus=_visible_gpus() if device == "cuda" else None)
     tokenizer = AutoTokenizer.from_pretrained(job.model, local_files_only=True)
-    thinking = job.thinking or template_opens_think(tokenizer)
+    thinking = job.thinking or template_opens_think(tokenizer, prompt)
     if thinking and THINK_CLOSE in tokenizer.all_special_tokens:
         refuse(
             "thinking",
@@ -484,7 +542,7 @@ def train_grpo(
         model=model,
         reward_funcs=[reward_function],
         args=args,
-        train_dataset=prompt_dataset(job.vignettes),
+        train_dataset=prompt_dataset(job.vignettes, prompt),
         processing_class=tokenizer,
     )
     progress(f"GRPO: {job.max_steps} steps on {device}")
@@ -501,6 +559,7 @@ def train_grpo(
             for row in trainer.state.log_history:
                 handle.write(json.dumps(row) + "\n")
         (out / "grpo_job.json").write_text(json.dumps(to_plain(job), indent=1), encoding="utf-8")
+        (out / PROMPT_FILE).write_text(json.dumps(prompt.record(), indent=1), encoding="utf-8")
     steps = int(trainer.state.global_step)
     scored = sum(len(b.answers) for b in reward_function.history)
     gated_out = sum(r != "ok" for b in reward_function.history for r in b.gate_reasons)
@@ -515,4 +574,6 @@ def train_grpo(
         gated_out,
         unfinished,
         tuple(trainer.state.log_history),
+        prompt.name,
+        prompt.sha256,
     )

@@ -36,6 +36,7 @@ from honestci.audit.data.claims import load_claim
 from honestci.audit.errors import HonestCIError, InputError
 from honestci.audit.policy import DEFAULT_SEED, GateResult, Policy, Verdict
 from honestci.training.config import build_config, load_config, require
+from honestci.training.task import resolve_prompt
 
 CARD_START = "<!-- honestci:figures:start -->"
 CARD_END = "<!-- honestci:figures:end -->"
@@ -52,12 +53,13 @@ class PipelineRefused(HonestCIError):
         super().__init__(message)
 
 
-#: Keys of each stage's block that the pipeline sets itself (its inputs and folders): refused there,
-#: so a block cannot point a stage at other data than the pipeline checked for leakage.
+#: Keys of each stage's block that the pipeline sets itself (its inputs, folders and prompt): refused
+#: there, so a block cannot point a stage at other data than the pipeline checked for leakage, nor
+#: give one stage another chat than the others.
 PIPELINE_OWNED_KEYS = {
-    "reward_model": ("base_model", "output_dir", "vignettes", "responses", "human_pairs", "human_ratings"),
-    "grpo": ("model", "reward_model", "vignettes", "output_dir"),
-    "generation": ("system", "vignettes", "out", "pool"),
+    "reward_model": ("base_model", "output_dir", "vignettes", "responses", "human_pairs", "human_ratings", "prompt"),
+    "grpo": ("model", "reward_model", "vignettes", "output_dir", "prompt"),
+    "generation": ("system", "vignettes", "out", "pool", "prompt"),
 }
 
 
@@ -86,6 +88,7 @@ class PipelineJob:
     thresholds: dict = field(default_factory=dict)
     required_gates: tuple[str, ...] | None = None
     model_card: Path | None = None
+    prompt: str | dict = "honestci"
 
     def __post_init__(self):
         # A YAML null reaches the dataclass as None: the required paths must be given.
@@ -103,9 +106,10 @@ class PipelineJob:
             require(
                 not taken,
                 ", ".join(f"{block}.{key}" for key in taken),
-                "is set by the pipeline itself (its checked inputs and run folder)",
-                "set the pipeline's top-level keys (base_model, vignettes, responses, ...) instead",
+                "is set by the pipeline itself (its checked inputs, run folder and prompt)",
+                "set the pipeline's top-level keys (base_model, vignettes, responses, prompt, ...) instead",
             )
+        resolve_prompt(self.prompt)
         self._check_training_blocks()
         require(
             self.judge.get("backend") in JUDGE_BACKENDS,
@@ -132,13 +136,14 @@ class PipelineJob:
         build_config(
             RewardModelJob,
             {**self.reward_model, **dict.fromkeys(("base_model", "output_dir", "vignettes", "responses"), stand_in)}
-            | rm_paths,
+            | rm_paths
+            | {"prompt": self.prompt},
             source="reward_model",
             block="reward_model",
         )
         build_config(
             GRPOJob,
-            {**self.grpo, **dict.fromkeys(PIPELINE_OWNED_KEYS["grpo"], stand_in)},
+            {**self.grpo, **dict.fromkeys(PIPELINE_OWNED_KEYS["grpo"], stand_in), "prompt": self.prompt},
             source="grpo",
             block="grpo",
         )
@@ -186,8 +191,7 @@ def _load_optional(path: Path | None, table: str) -> pd.DataFrame | None:
 def prepare_data(job: PipelineJob, data_dir: Path) -> dict[str, Path]:
     """Copy the inputs into the run folder; write the training text (``corpus``) and the held-out
     eval answers (the opponent's answers no human table references)."""
-    from honestci.training.task import USER_TEMPLATE
-
+    prompt = resolve_prompt(job.prompt)
     data_dir.mkdir(parents=True, exist_ok=True)
     vignettes = _load(job.vignettes, "vignettes")
     responses = _load(job.responses, "responses")
@@ -215,7 +219,7 @@ def prepare_data(job: PipelineJob, data_dir: Path) -> dict[str, Path]:
         )
     texts = dict(zip(responses["response_id"], responses["text"]))
     corpus = [
-        {"doc_id": f"prompt-{v}", "text": USER_TEMPLATE.format(scenario=t), "source": "task prompt"}
+        {"doc_id": f"prompt-{v}", "text": prompt.user(t), "source": "task prompt"}
         for v, t in zip(vignettes["vignette_id"], vignettes["text"])
     ]
     corpus += [
@@ -579,6 +583,7 @@ def run_pipeline(
             "responses": paths["source_responses"],
             "human_pairs": paths.get("human_pairs"),
             "human_ratings": paths.get("human_ratings"),
+            "prompt": job.prompt,
         },
         source=f"{config_path}: reward_model",
     )
@@ -599,6 +604,7 @@ def run_pipeline(
         "reward_model": out / "reward_model",
         "vignettes": paths["vignettes"],
         "output_dir": out / "policy",
+        "prompt": job.prompt,
     }
     grpo_run = train_grpo(build_config(GRPOJob, grpo_values, source=f"{config_path}: grpo"), progress)
     _stage(
@@ -608,6 +614,8 @@ def run_pipeline(
         steps=grpo_run.steps,
         seconds_per_step=round(grpo_run.seconds_per_step, 3),
         gated_out=grpo_run.n_gated_out,
+        prompt=grpo_run.prompt_name,
+        prompt_sha256=grpo_run.prompt_sha256,
         unfinished_think=grpo_run.n_unfinished_think,
     )
 
@@ -619,6 +627,7 @@ def run_pipeline(
         "vignettes": paths["vignettes"],
         "out": data_dir / "policy_responses.jsonl",
         "pool": "heldout",
+        "prompt": job.prompt,
     }
     if generation["backend"] == "transformers":
         generation.setdefault("model_path", out / "policy")

@@ -48,7 +48,7 @@ from honestci.training.config import (
     require,
     to_plain,
 )
-from honestci.training.task import messages_for
+from honestci.training.task import Prompt, messages_for, prompt_from_record, resolve_prompt
 
 KINDS = ("bradley_terry", "regression")
 ENSEMBLE_FILE = "ensemble.json"
@@ -103,6 +103,13 @@ class RewardModelJob:
         default=None, metadata={"help": "bf16; null = on for cuda, off for cpu (refused on cpu)."}
     )
     logging_steps: int = field(default=1, metadata={"help": "Log every this many steps."})
+    prompt: str | dict = field(
+        default="honestci",
+        metadata={
+            "help": "The chat the answers are scored in: a preset (honestci, card) or {system, user_template} "
+            "with one {scenario}; recorded in ensemble.json, and GRPO must use the same."
+        },
+    )
     trainer: dict = field(
         default_factory=dict,
         metadata={
@@ -153,7 +160,13 @@ class RewardModelJob:
                 "is missing: the regression head trains on ratings",
                 "give a human_ratings table",
             )
+        resolve_prompt(self.prompt)
         check_trainer_block(self.trainer, type(self), RM_OWNED_TRAINER_KEYS)
+
+    @property
+    def chat_prompt(self) -> Prompt:
+        """The :class:`~honestci.training.task.Prompt` of the ``prompt`` key."""
+        return resolve_prompt(self.prompt)
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -314,21 +327,29 @@ def build_reward_data(job: RewardModelJob) -> RewardData:
 # --- scoring ----------------------------------------------------------------------------------
 
 
-def encode(tokenizer, scenario: str, answer: str, max_length: int | None = None) -> list[int]:
-    """Token ids of the chat (system, user with the scenario, assistant answer) a reward model scores.
+def encode(tokenizer, scenario: str, answer: str, max_length: int | None = None, *, prompt: Prompt) -> list[int]:
+    """Token ids of the chat (``prompt``'s system, user with the scenario, assistant answer) a reward
+    model scores.
 
     The same rendering TRL's RewardTrainer uses for conversational pairs (``apply_chat_template``).
     """
     ids = tokenizer.apply_chat_template(
-        messages_for(scenario) + [{"role": "assistant", "content": answer}], tokenize=True, return_dict=True
+        messages_for(scenario, prompt) + [{"role": "assistant", "content": answer}], tokenize=True, return_dict=True
     )["input_ids"]
     return list(ids[-max_length:]) if max_length else list(ids)
 
 
 def raw_scores(
-    model, tokenizer, scenarios, answers, *, batch_size: int = 16, max_length: int | None = None
+    model,
+    tokenizer,
+    scenarios,
+    answers,
+    *,
+    batch_size: int = 16,
+    max_length: int | None = None,
+    prompt: Prompt,
 ) -> np.ndarray:
-    """The model's head outputs (n x d) for each (scenario, answer), in inference mode."""
+    """The model's head outputs (n x d) for each (scenario, answer) in ``prompt``'s chat, in inference mode."""
     import torch
 
     device = next(model.parameters()).device
@@ -338,7 +359,7 @@ def raw_scores(
     with torch.inference_mode():
         for start in range(0, len(answers), batch_size):
             ids = [
-                encode(tokenizer, s, a, max_length)
+                encode(tokenizer, s, a, max_length, prompt=prompt)
                 for s, a in zip(scenarios[start : start + batch_size], answers[start : start + batch_size])
             ]
             width = max(len(x) for x in ids)
@@ -396,6 +417,7 @@ class RewardEnsemble:
                 fix="train one with `honestci train rm CONFIG`",
             )
         self.manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        self.prompt = prompt_from_record(self.manifest.get("prompt"), str(manifest_path))
         self.ensemble_lambda = float(self.manifest["ensemble_lambda"] if ensemble_lambda is None else ensemble_lambda)
         self.members = []
         for member in self.manifest["members"]:
@@ -418,7 +440,9 @@ class RewardEnsemble:
     def score(self, scenarios, answers) -> EnsembleScores:
         columns = []
         for model, tokenizer, mean, std in self.members:
-            raw = raw_scores(model, tokenizer, list(scenarios), list(answers), max_length=self.max_length)
+            raw = raw_scores(
+                model, tokenizer, list(scenarios), list(answers), max_length=self.max_length, prompt=self.prompt
+            )
             columns.append((raw.mean(axis=1) - mean) / std)
         self.calls += len(answers)
         return ensemble_reward(np.column_stack(columns), self.ensemble_lambda)
@@ -592,7 +616,7 @@ def _train_bradley_terry(job, data: RewardData, seed: int, out: Path, device: st
     _check_trainer_keys(RewardConfig, job.trainer, "RewardConfig")
     rows = [
         {
-            "prompt": messages_for(s),
+            "prompt": messages_for(s, job.chat_prompt),
             "chosen": [{"role": "assistant", "content": c}],
             "rejected": [{"role": "assistant", "content": r}],
         }
@@ -631,7 +655,7 @@ def _train_regression(job, data: RewardData, seed: int, out: Path, device: str):
     scale[scale == 0] = 1.0  # a constant dimension carries no signal; keep it finite
     tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
     rows = [
-        {"input_ids": encode(tokenizer, s, a), "labels": list((t - centre) / scale)}
+        {"input_ids": encode(tokenizer, s, a, prompt=job.chat_prompt), "labels": list((t - centre) / scale)}
         for s, a, t in zip(data.ratings_train["scenario"], data.ratings_train["answer"], targets)
     ]
     kept = [row for row in rows if len(row["input_ids"]) <= job.max_length]  # as RewardTrainer filters pairs
@@ -693,13 +717,19 @@ def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = l
             list(data.train_responses["scenario"]),
             list(data.train_responses["answer"]),
             max_length=job.max_length,
+            prompt=job.chat_prompt,
         ).mean(axis=1)
         mean, std = float(train_raw.mean()), float(train_raw.std())
         std = std if std > 0 else 1.0
         z = []
         for column in ("preferred", "other"):
             raw = raw_scores(
-                model, tokenizer, list(heldout["scenario"]), list(heldout[column]), max_length=job.max_length
+                model,
+                tokenizer,
+                list(heldout["scenario"]),
+                list(heldout[column]),
+                max_length=job.max_length,
+                prompt=job.chat_prompt,
             ).mean(axis=1)
             z.append((raw - mean) / std)
         heldout_z.append(z)
@@ -749,6 +779,7 @@ def train_reward_models(job: RewardModelJob, progress: Callable[[str], None] = l
         "max_length": job.max_length,
         "rating_columns": list(job.rating_columns),
         "split_seed": job.split_seed,
+        "prompt": job.chat_prompt.record(),
         "members": [
             {"seed": m.seed, "path": m.path, "mean": m.mean, "std": m.std, "steps": m.steps, "n_too_long": m.n_too_long}
             for m in members

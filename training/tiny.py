@@ -102,10 +102,10 @@ def fixture_texts() -> list[str]:
     """Texts of the embedded fixture study (scenarios, answers, training corpus) for the tokenizer."""
     import json
 
-    from honestci.training.task import SYSTEM_PROMPT, USER_TEMPLATE
+    from honestci.training.task import HONESTCI_PROMPT
 
     study = Path(__file__).resolve().parents[1] / "fixtures" / "study"
-    texts = [SYSTEM_PROMPT, USER_TEMPLATE]
+    texts = [HONESTCI_PROMPT.system, HONESTCI_PROMPT.user_template]  # the default prompt (as before presets)
     for name in ("vignettes.jsonl", "responses.jsonl", "corpus.jsonl"):
         path = study / name
         if path.is_file():

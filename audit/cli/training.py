@@ -137,6 +137,10 @@ def _dry_run(
     policy = model_dims(job.model, model_preset, model_params)
     manifest_path = Path(job.reward_model) / "ensemble.json"
     manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else None
+    if manifest is not None:
+        from honestci.training.grpo import check_reward_prompt
+
+        check_reward_prompt(job)  # a reward model trained under another prompt is refused before the plan
     members = reward_members or (len(manifest["members"]) if manifest else 3)
     if reward_params is None and manifest:
         first = Path(job.reward_model) / manifest["members"][0]["path"]
@@ -206,6 +210,12 @@ def _dry_run(
     is_flag=True,
     help="The model writes a <think> trace first: output without </think> (cut at --max-tokens) has no answer.",
 )
+@click.option(
+    "--prompt",
+    default="honestci",
+    show_default=True,
+    help="The policy's chat: a preset (honestci, card) or a YAML file with system and user_template (one {scenario}).",
+)
 @fail_cleanly
 def generate_command(
     system,
@@ -226,14 +236,19 @@ def generate_command(
     max_tokens,
     device,
     thinking,
+    prompt,
 ) -> None:
     """Generate fresh answers per vignette into a responses table (tagged run and pool).
 
     Each answer's seed derives from --seed, the system, the run tag and the pool: a rerun
     reproduces its answers, and two pools or runs never share a sample.
     """
+    from honestci.training.config import read_yaml_mapping
     from honestci.training.generate import GenerationJob, generate_responses
+    from honestci.training.task import PROMPT_PRESETS
 
+    if prompt not in PROMPT_PRESETS and Path(prompt).is_file():
+        prompt = read_yaml_mapping(prompt)
     job = GenerationJob(
         system=system,
         vignettes=vignettes,
@@ -253,6 +268,7 @@ def generate_command(
         max_tokens=max_tokens,
         device=device,
         thinking=thinking,
+        prompt=prompt,
     )
     click.echo(str(generate_responses(job, _progress)))
 
