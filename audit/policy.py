@@ -56,6 +56,9 @@ class Thresholds:
     #: Below this many clusters the report notes that coverage of the few-cluster intervals is
     #: only approximately nominal (see docs/coverage.md).
     few_clusters: int = 12
+    #: Fewest training seeds for which the seeds check gives a new-seed interval: with fewer the
+    #: between-seed variance rests on a single degree of freedom (docs/methods.md "Seeds and runs").
+    min_seeds: int = 3
     #: Population the bar is tested on when a claim does not name one.
     default_population: Population = "new_vignettes"
     #: Rounding tolerance when matching a claimed figure (half a unit in the last stated digit
@@ -214,6 +217,7 @@ REQUIRED_WHEN_EVIDENCE_GIVEN = {
 TIGHTENS = {
     "confidence_level": "higher",
     "min_clusters": "higher",
+    "min_seeds": "higher",
     "few_clusters": "higher",
     "claimed_figure_tolerance": "lower",
     "rhat_max": "lower",
@@ -339,6 +343,8 @@ def threshold_problem(name: str, value) -> str | None:
         return f"{value!r} is not between 0 and 1"
     if name == "min_clusters" and value < 2:
         return f"{value!r} is below 2: no variance between vignettes can be estimated from fewer"
+    if name == "min_seeds" and value < 2:
+        return f"{value!r} is below 2: no variance between seeds can be estimated from fewer"
     return None
 
 

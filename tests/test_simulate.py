@@ -96,6 +96,10 @@ def test_same_seed_writes_identical_bytes(tmp_path):
                 f"{sim.OFFDIST_DIR}/{name}"
                 for name in [sim.TABLE_FILES[t] for t in sim.OFFDIST_TABLES] + ["truth.json", *sim.OFFDIST_CLAIM_FILES]
             ]
+            + [
+                f"{sim.SEEDS_DIR}/{name}"
+                for name in [sim.TABLE_FILES[t] for t in sim.OFFDIST_TABLES] + ["truth.json", *sim.SEEDS_CLAIM_FILES]
+            ]
         )
     )
     for a, b in zip(first, second):
@@ -103,7 +107,8 @@ def test_same_seed_writes_identical_bytes(tmp_path):
 
 
 def test_committed_study_equals_fresh_generation(tmp_path):
-    # The off-distribution study lies in its own folder (offdist/), drawn from its own stream.
+    # The off-distribution and seeds studies lie in their own folders (offdist/, seeds/), each drawn
+    # from its own stream.
     written = write_study(tmp_path, seed=DEFAULT_SEED)
     committed = sorted(p.relative_to(DEFAULT_STUDY_DIR).as_posix() for p in DEFAULT_STUDY_DIR.rglob("*") if p.is_file())
     assert committed == [p.relative_to(tmp_path).as_posix() for p in written]
@@ -671,6 +676,8 @@ def test_study_folder_stays_small():
     assert total < 4.5e6
     # The off-distribution study (offdist/: 180 contests, three judges) is about 0.6 MB.
     assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / sim.OFFDIST_DIR).iterdir()) < 0.7e6
+    # The seeds study (seeds/: 300 contests, the claim judge only) is about 0.35 MB.
+    assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / sim.SEEDS_DIR).iterdir()) < 0.4e6
 
 
 def test_to_frame_lists_every_estimand(study):

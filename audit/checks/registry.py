@@ -1,5 +1,5 @@
 """The checks of the audit, explicitly and in order (invalid verdicts, calibration, position bias,
-panel of judges, length bias, populations by vignette family, systems compared, winner's curse, leakage, training health).
+panel of judges, length bias, populations by vignette family, systems compared, training seeds, winner's curse, leakage, training health).
 
 The audit runs every check of :data:`CHECKS` on the
 :class:`honestci.audit.checks.context.AuditContext`, stores the results in ``context.checks[key]``
@@ -20,6 +20,7 @@ from honestci.audit.checks.length_bias import length_bias_check
 from honestci.audit.checks.panel import panel_check
 from honestci.audit.checks.populations import populations_check
 from honestci.audit.checks.position_bias import position_bias_check
+from honestci.audit.checks.seeds import seeds_check
 from honestci.audit.checks.selection import winners_curse_check
 from honestci.audit.checks.systems import systems_check
 from honestci.audit.checks.training_health import training_health_check
@@ -35,6 +36,7 @@ CHECKS: tuple[tuple[str, Callable[[AuditContext], Any]], ...] = (
     ("length_bias", length_bias_check),
     ("populations", populations_check),
     ("systems", systems_check),
+    ("seeds", seeds_check),
     ("winners_curse", winners_curse_check),
     ("leakage", leakage_check),
     ("training_health", training_health_check),

@@ -254,7 +254,7 @@ def systems_check(context: AuditContext) -> SystemsCheck | None:
     invalid = context.claim.policy.invalid_verdicts
     thresholds = context.claim.thresholds
     vignettes = set(contests.scores("both_orders", invalid=invalid).clusters)
-    frames = [_scores(contests, spec.policy, invalid, vignettes)]
+    frames = [system_scores(contests, spec.policy, invalid, vignettes)]
     for system in others:
         try:
             table = build_contests(
@@ -262,7 +262,7 @@ def systems_check(context: AuditContext) -> SystemsCheck | None:
             )
         except InputError as exc:
             raise EstimationError(f"system {system} against {spec.opponent}: {exc.message}") from None
-        frames.append(_scores(table, system, invalid, vignettes))
+        frames.append(system_scores(table, system, invalid, vignettes))
     scores = pd.concat(frames, ignore_index=True)
     multiplicity = context.claim.policy.multiplicity
     options = {
@@ -318,7 +318,7 @@ def systems_check(context: AuditContext) -> SystemsCheck | None:
     )
 
 
-def _scores(contests, system: str, invalid: str, vignettes: set) -> pd.DataFrame:
+def system_scores(contests, system: str, invalid: str, vignettes: set) -> pd.DataFrame:
     """One system's contest scores on the claim's vignettes, as the K-system analysis reads them."""
     frame = contests.scores("both_orders", invalid=invalid).to_frame()[["vignette_id", "score"]]
     return frame[frame["vignette_id"].isin(vignettes)].assign(system=system)

@@ -16,6 +16,7 @@ Example::
     bar: 0.608
     population: new_vignettes        # or these_vignettes
     family: fresh                    # optional: only the vignettes of this family (or `families: [a, b]`)
+    seeds: [policy-seed0, policy-seed1, policy-seed2]   # optional: the recipe's seeds, the policy among them
     data: {vignettes: vignettes.jsonl, responses: responses.jsonl, judgments: judgments.jsonl}
     claimed: {point: 0.806, n: 720, ci_low: 0.776, method: wilson, level: 0.95}
 """
@@ -118,6 +119,9 @@ class ClaimSpec(BaseModel):
     #: their contests are evidence.
     family: str | None = Field(None, min_length=1)
     families: tuple[str, ...] | None = None
+    #: Independent training seeds (or eval runs) of the claimed recipe, the policy among them: the
+    #: audit reports each seed's rate, the between-seed variance and the win rate of a new seed.
+    seeds: tuple[str, ...] | None = None
     required_gates: tuple[str, ...] | None = None
     training_log: str | None = None
     thresholds: dict[str, float | int | str] = Field(default_factory=dict)
@@ -170,6 +174,11 @@ class ClaimSpec(BaseModel):
             not self.families or len(set(self.families)) != len(self.families) or not all(self.families)
         ):
             raise ValueError("`families:` lists one or more distinct vignette families")
+        if self.seeds is not None:
+            if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds) or not all(self.seeds):
+                raise ValueError("`seeds:` lists two or more distinct systems, the recipe's training seeds")
+            if self.policy not in self.seeds or self.opponent in self.seeds:
+                raise ValueError("`seeds:` must include the policy (the seed the card reports) and not the opponent")
         if self.claimed is not None and self.claimed.best_of_systems and not self.systems:
             raise ValueError("`claimed.best_of_systems` needs the `systems:` the policy is claimed best of")
         return self
