@@ -121,13 +121,7 @@ class OpenAICompatibleBackend:
         return text.replace(self._secret, "***") if self._secret else text
 
     def _delay(self, retry: int, retry_after: str | None) -> float:
-        delay = self._jitter.uniform(0.5, 1.0) * min(self.backoff_cap_s, self.backoff_base_s * 2 ** (retry - 1))
-        if retry_after:
-            try:
-                delay = max(delay, min(float(retry_after), self.backoff_cap_s))
-            except ValueError:
-                pass  # an HTTP-date Retry-After: keep our own backoff
-        return delay
+        return backoff_delay(self._jitter, retry, retry_after, self.backoff_base_s, self.backoff_cap_s)
 
     async def complete(self, request: JudgeRequest) -> Completion:
         if self._slots is None:  # created inside the running event loop
@@ -220,3 +214,15 @@ def _total_tokens(response) -> int | None:
         return int(total)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def backoff_delay(jitter: random.Random, retry: int, retry_after: str | None, base_s: float, cap_s: float) -> float:
+    """Delay before retry ``retry`` (1-based): ``U(0.5, 1) * min(cap, base * 2**(retry-1))``, at least a
+    numeric ``Retry-After`` (itself capped at ``cap``)."""
+    delay = jitter.uniform(0.5, 1.0) * min(cap_s, base_s * 2 ** (retry - 1))
+    if retry_after:
+        try:
+            delay = max(delay, min(float(retry_after), cap_s))
+        except ValueError:
+            pass  # an HTTP-date Retry-After: keep our own backoff
+    return delay
