@@ -1,5 +1,6 @@
 """Judging across several OpenAI-compatible endpoints (judges/backends/fleet.py) against stub servers."""
 
+import json
 import sqlite3
 
 import pytest
@@ -9,6 +10,7 @@ from click.testing import CliRunner
 from honestci.audit.cli.judges import judge_command
 from honestci.audit.errors import InputError
 from honestci.judges.backends.base import BackendFatalError
+from honestci.judges.backends.batch import OpenAIBatchBackend
 from honestci.judges.backends.fleet import WINDOW_S, Endpoint, FleetBackend, _Window, load_endpoints
 from honestci.judges.backends.openai_http import OpenAICompatibleBackend
 from honestci.judges.prompts import get_template
@@ -186,3 +188,54 @@ def test_cli_repeated_base_url_and_endpoints_file(tmp_path):
             [str(study["contests"]), "--out", str(out), "--endpoints", str(spec), "--base-url", dead] + common,
         )
         assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_batch_api_round_trip_through_the_cache(tmp_path):
+    study = write_stub_study(tmp_path, n_contests=12)
+    texts = load_texts(study["vignettes"], study["responses"])
+    # About one request in five fails inside the batch (seeded draw): cached as failed, asked again on --retry-failed.
+    with StubJudgeServer(StubConfig(fault_rates={"500": 0.2}, seed=4)) as server:
+        live = OpenAICompatibleBackend(server.base_url, "stub-judge", **FAST)
+        run_judging(study["contests"], texts, live, get_template(), tmp_path / "http.jsonl", progress=False)
+        n_http = len(server.log)
+
+        def batch_run(**options):
+            backend = OpenAIBatchBackend(server.base_url, "stub-judge", poll_s=0.01)
+            summary = run_judging(
+                study["contests"], texts, backend, get_template(), tmp_path / "batch.jsonl", progress=False, **options
+            )
+            return summary, backend
+
+        first, backend = batch_run()
+        assert len(backend.batch_ids) == 1 and len(server.log) - n_http == 24
+        uploaded = [json.loads(line) for line in server.files["file-0"].decode().splitlines()]
+        assert len(uploaded) == 24 and all(
+            set(line) == {"custom_id", "method", "url", "body"} and line["url"] == "/v1/chat/completions"
+            for line in uploaded
+        )
+        failed = sum(e.outcome == "batch:500" for e in server.log[n_http:])
+        assert failed >= 1 and first.n_failed == failed and "HTTP 500 (batch result)" in str(first.invalid_reasons)
+        again, _ = batch_run()
+        assert again.n_asked == 0
+        retried, backend = batch_run(retry_failed=True)
+        assert retried.n_asked == failed and len(server.log) - n_http == 24 + failed
+    batch_verdicts = _verdicts(tmp_path / "batch.jsonl")
+    http_verdicts = _verdicts(tmp_path / "http.jsonl")
+    ok = {pair for pair, v in batch_verdicts.items() if v != "invalid"}
+    assert all(batch_verdicts[p] == http_verdicts[p] == preferred_position(*p) for p in ok)
+    assert len(ok) == 24 - retried.n_failed
+
+
+def test_cli_batch_round_trip_and_misuse(tmp_path):
+    study = write_stub_study(tmp_path, n_contests=3)
+    common = ["--vignettes", str(study["vignettes"]), "--responses", str(study["responses"]), "--no-progress"]
+    common += ["--model", "stub-judge", "--out", str(tmp_path / "b.jsonl"), str(study["contests"])]
+    with StubJudgeServer() as server:
+        result = CliRunner().invoke(
+            judge_command, ["--batch", "--batch-poll", "0.01", "--base-url", server.base_url] + common
+        )
+        assert result.exit_code == 0, result.output
+        assert len(server.batches) == 1 and len(_verdicts(tmp_path / "b.jsonl")) == 6
+        two = ["--batch", "--base-url", server.base_url, "--base-url", _closed_url()]
+        misuse = CliRunner().invoke(judge_command, two + common)
+        assert misuse.exit_code == 2 and "single --base-url" in misuse.output

@@ -60,6 +60,19 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     "requests_per_minute, tokens_per_minute); instead of --base-url.",
 )
 @click.option(
+    "--batch",
+    "use_batch",
+    is_flag=True,
+    help="Send every pending judgment as one OpenAI Batch API job (files + batches endpoints) and wait for it.",
+)
+@click.option(
+    "--batch-poll",
+    type=click.FloatRange(min=0.001),
+    default=30.0,
+    show_default=True,
+    help="With --batch: seconds between status checks.",
+)
+@click.option(
     "--cooldown",
     "cooldown_s",
     type=click.FloatRange(min=0),
@@ -129,6 +142,8 @@ def judge_command(
     backend,
     base_urls,
     endpoints_path,
+    use_batch,
+    batch_poll,
     cooldown_s,
     model,
     api_key_env,
@@ -156,6 +171,8 @@ def judge_command(
     chosen_template = get_template(template or DEFAULT_TEMPLATE)
     texts = load_texts(vignettes, responses)
     fleet = None
+    if use_batch and backend not in ("openai", "vllm"):
+        raise InputError(f"--batch needs --backend openai, not {backend}.", fix="drop --batch or use --backend openai")
     if backend in ("openai", "vllm"):
         if endpoints_path is not None and base_urls:
             raise InputError("Give --endpoints or --base-url, not both.", fix="list every endpoint in the file")
@@ -164,7 +181,15 @@ def judge_command(
                 f"--backend {backend} needs --base-url and --model (or --endpoints FILE).",
                 fix="e.g. --base-url http://127.0.0.1:8000/v1 --model meta-llama/Llama-3.1-70B-Instruct",
             )
-        if endpoints_path is not None or len(base_urls) > 1:
+        if use_batch:
+            if endpoints_path is not None or len(base_urls) > 1:
+                raise InputError("--batch sends one job to one server.", fix="give a single --base-url")
+            from honestci.judges.backends.batch import OpenAIBatchBackend
+
+            judge = OpenAIBatchBackend(
+                base_urls[0], model, api_key_env=api_key_env, poll_s=batch_poll, timeout_s=timeout_s
+            )
+        elif endpoints_path is not None or len(base_urls) > 1:
             from honestci.judges.backends.fleet import Endpoint, FleetBackend, load_endpoints
 
             if endpoints_path is not None:

@@ -191,8 +191,16 @@ def _message_content(response) -> tuple[str | None, str]:
     """
     try:
         body = response.json()
+    except ValueError:
+        return None, "malformed reply (not an OpenAI chat completion)"
+    return completion_content(body)
+
+
+def completion_content(body) -> tuple[str | None, str]:
+    """:func:`_message_content` of an already decoded chat-completion body (also a Batch API result's body)."""
+    try:
         message = body["choices"][0]["message"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (KeyError, IndexError, TypeError):
         return None, "malformed reply (not an OpenAI chat completion)"
     if not isinstance(message, dict):
         return None, "malformed reply (not an OpenAI chat completion)"
