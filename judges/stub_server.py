@@ -218,6 +218,7 @@ class StubJudgeServer:
         )
         parts = {part.get_param("name", header="content-disposition"): part for part in message.iter_parts()}
         data = parts["file"].get_payload(decode=True)
+        assert isinstance(data, bytes)  # a decoded leaf part
         with self._lock:
             file_id = f"file-{len(self.files)}"
             self.files[file_id] = data
@@ -227,7 +228,7 @@ class StubJudgeServer:
         """``POST /v1/batches``: run every line of the input file at once (each with the usual fault draw)."""
         with self._lock:
             lines = self.files[request["input_file_id"]].decode("utf-8").splitlines()
-        out = []
+        out: list[dict] = []
         for line in filter(None, lines):
             item = json.loads(line)
             pair = self._pair(item["body"])

@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import time
+from typing import Any
 
 from honestci.audit.errors import require_extra
 from honestci.judges.backends.base import BackendFatalError, Completion, JudgeRequest
@@ -87,7 +88,7 @@ class OpenAIBatchBackend:
 
     async def complete_many(self, requests: list[JudgeRequest]) -> list[Completion]:
         """Every request in one batch job; the completions in the order of ``requests``."""
-        lines = [
+        lines: list[dict[str, Any]] = [
             {
                 "custom_id": f"request-{i}",
                 "method": "POST",
