@@ -12,11 +12,13 @@ concurrency / latency.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from honestci.judges.backends.openai_http import OpenAICompatibleBackend
@@ -27,7 +29,9 @@ from honestci.judges.stub_server import write_stub_study
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def measure(concurrency: int, n_contests: int, latency_s: float) -> tuple[float, float, int]:
+@contextlib.contextmanager
+def stub_process(latency_s: float) -> Iterator[str]:
+    """A stub judge server in its own process; yields its base URL."""
     server = subprocess.Popen(
         [sys.executable, "-m", "honestci.judges.stub_server", "--port", "0", "--latency", str(latency_s)],
         stdout=subprocess.PIPE,
@@ -36,19 +40,23 @@ def measure(concurrency: int, n_contests: int, latency_s: float) -> tuple[float,
         env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
     )
     try:
-        base_url = server.stdout.readline().split()[3]  # "stub judge at URL (Ctrl-C to stop)"
-        with tempfile.TemporaryDirectory() as folder:
-            study = write_stub_study(Path(folder), n_contests=n_contests)
-            texts = load_texts(study["vignettes"], study["responses"])
-            backend = OpenAICompatibleBackend(base_url, "stub-judge", concurrency=concurrency, timeout_s=30)
-            started = time.perf_counter()
-            summary = run_judging(
-                study["contests"], texts, backend, get_template(), Path(folder) / "out.jsonl", progress=False
-            )
-            elapsed = time.perf_counter() - started
+        assert server.stdout is not None
+        yield server.stdout.readline().split()[3]  # "stub judge at URL (Ctrl-C to stop)"
     finally:
         server.terminate()
         server.wait()
+
+
+def measure(concurrency: int, n_contests: int, latency_s: float) -> tuple[float, float, int]:
+    with stub_process(latency_s) as base_url, tempfile.TemporaryDirectory() as folder:
+        study = write_stub_study(Path(folder), n_contests=n_contests)
+        texts = load_texts(study["vignettes"], study["responses"])
+        backend = OpenAICompatibleBackend(base_url, "stub-judge", concurrency=concurrency, timeout_s=30)
+        started = time.perf_counter()
+        summary = run_judging(
+            study["contests"], texts, backend, get_template(), Path(folder) / "out.jsonl", progress=False
+        )
+        elapsed = time.perf_counter() - started
     if summary.n_asked != 2 * n_contests or summary.n_invalid:
         raise RuntimeError(f"unexpected run: {summary}")
     return summary.n_jobs / elapsed, elapsed, summary.n_jobs

@@ -250,7 +250,11 @@ def _record(key: CacheKey, request: JudgeRequest, completion: Completion, templa
 async def _judge_pending(
     pending, backend: Backend, cache: JudgmentCache, template: PairwiseTemplate, meter: Meter
 ) -> None:
-    """Ask for every pending judgment with ``backend.concurrency`` workers, caching each at once."""
+    """Ask for every pending judgment with ``backend.concurrency`` workers, caching each at once.
+
+    A backend with ``complete_many`` (the Batch API) gets every pending request in one call; each
+    result is cached as soon as the batch returns.
+    """
     queue: asyncio.Queue = asyncio.Queue()
     invalid = 0  # invalid verdicts among this run's judgments (workers share one event loop)
     for item in pending:
@@ -269,6 +273,18 @@ async def _judge_pending(
             invalid += record.verdict == "invalid"
             meter.advance(invalid=invalid or None)
 
+    complete_many = getattr(backend, "complete_many", None)
+    if complete_many is not None:  # a batch backend: all pending at once, then each cached in turn
+        try:
+            completions = await complete_many([request for _, _, request in pending])
+            for (_job, key, request), completion in zip(pending, completions, strict=True):
+                record = _record(key, request, completion, template)
+                cache.put(record)
+                invalid += record.verdict == "invalid"
+                meter.advance(invalid=invalid or None)
+        finally:
+            await backend.aclose()
+        return
     workers = [asyncio.create_task(worker()) for _ in range(max(1, backend.concurrency))]
     try:
         await asyncio.gather(*workers)

@@ -3,7 +3,10 @@
 It speaks ``POST /v1/chat/completions`` over real HTTP on 127.0.0.1, answers like a deterministic
 judge, and can inject the faults a real judge server produces: timeouts (it stalls), HTTP 429
 (with ``Retry-After``), HTTP 500, garbage bodies (not JSON, or JSON without ``choices``) and
-unparseable verdict text. Every request is logged with the ordered pair it asked about.
+unparseable verdict text. Every request is logged with the ordered pair it asked about. A minimal
+OpenAI Batch API (``POST /v1/files``, ``POST /v1/batches``, ``GET /v1/batches/{id}``,
+``GET /v1/files/{id}/content``) runs a batch synchronously when it is created, with the same
+judge and fault draws (a fault other than an unparseable or null reply becomes a 500 result line).
 
 The judge's taste: response ids are found in the user message with ``id_pattern`` (in order of
 appearance: first, second); it prefers the id with the larger ``int(id) % 7`` and calls equal
@@ -12,12 +15,14 @@ values a tie, so tests know every correct verdict in advance.
 
 from __future__ import annotations
 
+import email.policy
 import json
 import random
 import re
 import threading
 import time
 from dataclasses import dataclass, field
+from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -69,6 +74,8 @@ class StubJudgeServer:
         self.config = config or StubConfig()
         self.log: list[LoggedRequest] = []
         self.authorizations: set[str | None] = set()
+        self.files: dict[str, bytes] = {}  # the Batch API's /v1/files
+        self.batches: dict[str, dict] = {}  # /v1/batches, each completed when created
         self._lock = threading.Lock()
         self._rng = random.Random(self.config.seed)
         self._scripted = list(self.config.scripted)
@@ -125,14 +132,19 @@ class StubJudgeServer:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
-                payload = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length)
                 server.authorizations.add(self.headers.get("Authorization"))
+                if self.path == "/v1/files":
+                    self._send(200, json.dumps(server.upload(self.headers["Content-Type"], raw)).encode())
+                    return
+                payload = json.loads(raw or b"{}")
+                if self.path == "/v1/batches":
+                    self._send(200, json.dumps(server.create_batch(payload)).encode())
+                    return
                 if self.path != "/v1/chat/completions":
                     self._send(404, b'{"error": "not found"}')
                     return
-                user = " ".join(m.get("content", "") for m in payload.get("messages", []) if m.get("role") == "user")
-                ids = server._pattern.findall(user)
-                pair = (ids[0], ids[1]) if len(ids) >= 2 else (None, None)
+                pair = server._pair(payload)
                 outcome = server._choose_outcome(pair)
                 with server._lock:
                     server.log.append(LoggedRequest(time.time(), pair[0], pair[1], outcome))
@@ -153,28 +165,96 @@ class StubJudgeServer:
                 elif outcome == "garbage_json":
                     self._send(200, b'{"object": "error", "message": "overloaded"}')
                 else:
-                    content: str | None
-                    if outcome == "null_content":
-                        content = None  # a refusal or a filtered generation: a reply with no text
-                    elif outcome == "unparseable" or pair[0] is None:
-                        content = "I'm not able to compare these."
+                    self._send(200, json.dumps(server._completion_body(payload, pair, outcome)).encode())
+
+            def do_GET(self) -> None:
+                server.authorizations.add(self.headers.get("Authorization"))
+                parts = self.path.strip("/").split("/")
+                with server._lock:
+                    if parts[:2] == ["v1", "batches"] and len(parts) == 3:
+                        found = server.batches.get(parts[2])
+                        body = None if found is None else json.dumps(found).encode()
+                    elif parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content":
+                        body = server.files.get(parts[2])
                     else:
-                        verdict = preferred_position(*pair)
-                        token = {"first": "[[A]]", "second": "[[B]]", "tie": "[[C]]"}[verdict]
-                        content = f"Both are reasonable; weighing empathy and realism.\n\nFinal verdict: {token}"
-                    body = {
-                        "id": "chatcmpl-stub",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": payload.get("model"),
-                        "choices": [
-                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
-                        ],
-                        "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": 12},
-                    }
-                    self._send(200, json.dumps(body).encode())
+                        body = None
+                if body is not None:
+                    self._send(200, body)
+                    return
+                self._send(404, b'{"error": "not found"}')
 
         return Handler
+
+    def _completion_body(self, payload: dict, pair: tuple, outcome: str) -> dict:
+        """The chat completion the stub judge answers (``ok``, ``unparseable`` or ``null_content``)."""
+        user = " ".join(m.get("content", "") for m in payload.get("messages", []) if m.get("role") == "user")
+        content: str | None
+        if outcome == "null_content":
+            content = None  # a refusal or a filtered generation: a reply with no text
+        elif outcome == "unparseable" or pair[0] is None:
+            content = "I'm not able to compare these."
+        else:
+            verdict = preferred_position(*pair)
+            token = {"first": "[[A]]", "second": "[[B]]", "tie": "[[C]]"}[verdict]
+            content = f"Both are reasonable; weighing empathy and realism.\n\nFinal verdict: {token}"
+        return {
+            "id": "chatcmpl-stub",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": payload.get("model"),
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": 12},
+        }
+
+    def _pair(self, payload: dict) -> tuple:
+        user = " ".join(m.get("content", "") for m in payload.get("messages", []) if m.get("role") == "user")
+        ids = self._pattern.findall(user)
+        return (ids[0], ids[1]) if len(ids) >= 2 else (None, None)
+
+    def upload(self, content_type: str, body: bytes) -> dict:
+        """``POST /v1/files`` (multipart, purpose ``batch``): store the ``file`` part."""
+        message = BytesParser(policy=email.policy.HTTP).parsebytes(
+            f"Content-Type: {content_type}\r\n\r\n".encode() + body
+        )
+        parts = {part.get_param("name", header="content-disposition"): part for part in message.iter_parts()}
+        data = parts["file"].get_payload(decode=True)
+        assert isinstance(data, bytes)  # a decoded leaf part
+        with self._lock:
+            file_id = f"file-{len(self.files)}"
+            self.files[file_id] = data
+        return {"id": file_id, "object": "file", "bytes": len(data), "purpose": "batch"}
+
+    def create_batch(self, request: dict) -> dict:
+        """``POST /v1/batches``: run every line of the input file at once (each with the usual fault draw)."""
+        with self._lock:
+            lines = self.files[request["input_file_id"]].decode("utf-8").splitlines()
+        out: list[dict] = []
+        for line in filter(None, lines):
+            item = json.loads(line)
+            pair = self._pair(item["body"])
+            outcome = self._choose_outcome(pair)
+            with self._lock:
+                self.log.append(LoggedRequest(time.time(), pair[0], pair[1], f"batch:{outcome}"))
+            if outcome in ("ok", "unparseable", "null_content"):
+                response = {"status_code": 200, "body": self._completion_body(item["body"], pair, outcome)}
+            else:
+                response = {"status_code": 500, "body": {"error": {"message": "internal"}}}
+            out.append({"id": f"req-{len(out)}", "custom_id": item["custom_id"], "response": response, "error": None})
+        with self._lock:
+            output_id = f"file-{len(self.files)}"
+            self.files[output_id] = "".join(json.dumps(row) + "\n" for row in out).encode()
+            batch_id = f"batch-{len(self.batches)}"
+            self.batches[batch_id] = {
+                "id": batch_id,
+                "object": "batch",
+                "endpoint": request.get("endpoint"),
+                "input_file_id": request["input_file_id"],
+                "status": "completed",
+                "output_file_id": output_id,
+                "error_file_id": None,
+                "request_counts": {"total": len(out), "completed": len(out), "failed": 0},
+            }
+            return self.batches[batch_id]
 
 
 def write_stub_study(folder: str | Path, n_contests: int, n_vignettes: int = 5) -> dict[str, Path]:

@@ -45,7 +45,41 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     show_default=True,
     help="vllm = an OpenAI-compatible vLLM server (see judges/vllm_server.md).",
 )
-@click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
+@click.option(
+    "--base-url",
+    "base_urls",
+    multiple=True,
+    help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1; repeat it to spread the judging over "
+    "several servers of the same model (least-loaded first; a failing one is cooled down).",
+)
+@click.option(
+    "--endpoints",
+    "endpoints_path",
+    type=click.Path(path_type=Path),
+    help="YAML file listing endpoints with budgets (base_url, model, api_key_env, max_concurrency, "
+    "requests_per_minute, tokens_per_minute); instead of --base-url.",
+)
+@click.option(
+    "--batch",
+    "use_batch",
+    is_flag=True,
+    help="Send every pending judgment as one OpenAI Batch API job (files + batches endpoints) and wait for it.",
+)
+@click.option(
+    "--batch-poll",
+    type=click.FloatRange(min=0.001),
+    default=30.0,
+    show_default=True,
+    help="With --batch: seconds between status checks.",
+)
+@click.option(
+    "--cooldown",
+    "cooldown_s",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="With several endpoints: seconds a failing endpoint gets no requests.",
+)
 @click.option("--model", help="Judge model name (sent to the server; the judge column).")
 @click.option(
     "--api-key-env",
@@ -53,7 +87,13 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     show_default=True,
     help="Environment variable holding the API key (the key itself is never logged or stored).",
 )
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=8,
+    show_default=True,
+    help="Requests in flight (per endpoint with several endpoints).",
+)
 @click.option(
     "--timeout",
     "timeout_s",
@@ -100,7 +140,11 @@ def judge_command(
     responses,
     out_path,
     backend,
-    base_url,
+    base_urls,
+    endpoints_path,
+    use_batch,
+    batch_poll,
+    cooldown_s,
     model,
     api_key_env,
     concurrency,
@@ -126,25 +170,57 @@ def judge_command(
 
     chosen_template = get_template(template or DEFAULT_TEMPLATE)
     texts = load_texts(vignettes, responses)
+    fleet = None
+    if use_batch and backend not in ("openai", "vllm"):
+        raise InputError(f"--batch needs --backend openai, not {backend}.", fix="drop --batch or use --backend openai")
     if backend in ("openai", "vllm"):
-        if not base_url or not model:
+        if endpoints_path is not None and base_urls:
+            raise InputError("Give --endpoints or --base-url, not both.", fix="list every endpoint in the file")
+        if endpoints_path is None and (not base_urls or not model):
             raise InputError(
-                f"--backend {backend} needs --base-url and --model.",
+                f"--backend {backend} needs --base-url and --model (or --endpoints FILE).",
                 fix="e.g. --base-url http://127.0.0.1:8000/v1 --model meta-llama/Llama-3.1-70B-Instruct",
             )
-        from honestci.judges.backends.openai_http import OpenAICompatibleBackend
+        if use_batch:
+            if endpoints_path is not None or len(base_urls) > 1:
+                raise InputError("--batch sends one job to one server.", fix="give a single --base-url")
+            from honestci.judges.backends.batch import OpenAIBatchBackend
 
-        judge = OpenAICompatibleBackend(
-            base_url,
-            model,
-            api_key_env=api_key_env,
-            concurrency=concurrency,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            backoff_base_s=backoff_base,
-            backoff_cap_s=backoff_cap,
-            seed=seed,
-        )
+            judge = OpenAIBatchBackend(
+                base_urls[0], model, api_key_env=api_key_env, poll_s=batch_poll, timeout_s=timeout_s
+            )
+        elif endpoints_path is not None or len(base_urls) > 1:
+            from honestci.judges.backends.fleet import Endpoint, FleetBackend, load_endpoints
+
+            if endpoints_path is not None:
+                endpoints = load_endpoints(
+                    endpoints_path, model=model, api_key_env=api_key_env, max_concurrency=concurrency
+                )
+            else:
+                endpoints = [Endpoint(url, model, api_key_env, concurrency) for url in base_urls]
+            judge = fleet = FleetBackend(
+                endpoints,
+                timeout_s=timeout_s,
+                max_retries=max_retries,
+                backoff_base_s=backoff_base,
+                backoff_cap_s=backoff_cap,
+                cooldown_s=cooldown_s,
+                seed=seed,
+            )
+        else:
+            from honestci.judges.backends.openai_http import OpenAICompatibleBackend
+
+            judge = OpenAICompatibleBackend(
+                base_urls[0],
+                model,
+                api_key_env=api_key_env,
+                concurrency=concurrency,
+                timeout_s=timeout_s,
+                max_retries=max_retries,
+                backoff_base_s=backoff_base,
+                backoff_cap_s=backoff_cap,
+                seed=seed,
+            )
     elif backend == "transformers":
         if model_path is None:
             raise InputError("--backend transformers needs --model-path.", fix="pass a saved model folder")
@@ -170,6 +246,8 @@ def judge_command(
         progress=progress,
     )
     click.echo(str(summary), err=True)
+    if fleet is not None:
+        click.echo("per endpoint:\n" + fleet.endpoint_table().to_string(index=False), err=True)
     click.echo(str(out_path))
 
 

@@ -1,4 +1,5 @@
-"""Judge backends: OpenAI-compatible HTTP (vLLM, TGI, hosted APIs), local transformers, replay, and a
+"""Judge backends: OpenAI-compatible HTTP (vLLM, TGI, hosted APIs; one server, a fleet of them, or the
+OpenAI Batch API), local transformers, replay, and a
 stub (no model: a stated rule, for dry runs; never a real judge).
 
 Every backend turns one :class:`~honestci.judges.backends.base.JudgeRequest` into a

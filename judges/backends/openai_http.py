@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+from dataclasses import dataclass
 
 from honestci.audit.errors import require_extra
 from honestci.judges.backends.base import BackendFatalError, Completion, JudgeRequest
@@ -26,6 +27,23 @@ RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 #: than one with 8 (bench/bench_judge_throughput.py); several small clients avoid that.
 CONNECTIONS_PER_CLIENT = 8
 FATAL_STATUS = frozenset({401, 403, 404})
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The outcome of one POST: the reply text, or why there is none.
+
+    ``retryable``: asking again may help; ``endpoint_down``: the server itself failed (timeout,
+    connection error, 408/409/425/429, 5xx), not just this reply; ``usage``: the total tokens the
+    server reported, when it did.
+    """
+
+    text: str | None
+    error: str
+    retryable: bool
+    retry_after: str | None = None
+    endpoint_down: bool = False
+    usage: int | None = None
 
 
 class OpenAICompatibleBackend:
@@ -103,13 +121,7 @@ class OpenAICompatibleBackend:
         return text.replace(self._secret, "***") if self._secret else text
 
     def _delay(self, retry: int, retry_after: str | None) -> float:
-        delay = self._jitter.uniform(0.5, 1.0) * min(self.backoff_cap_s, self.backoff_base_s * 2 ** (retry - 1))
-        if retry_after:
-            try:
-                delay = max(delay, min(float(retry_after), self.backoff_cap_s))
-            except ValueError:
-                pass  # an HTTP-date Retry-After: keep our own backoff
-        return delay
+        return backoff_delay(self._jitter, retry, retry_after, self.backoff_base_s, self.backoff_cap_s)
 
     async def complete(self, request: JudgeRequest) -> Completion:
         if self._slots is None:  # created inside the running event loop
@@ -118,42 +130,52 @@ class OpenAICompatibleBackend:
                 self._slots.put_nowait(slot)
         slot = await self._slots.get()
         try:
-            return await self._complete(self._clients[slot % len(self._clients)], request)
+            return await self._complete(self.client(slot), request)
         finally:
             self._slots.put_nowait(slot)
 
     async def _complete(self, client, request: JudgeRequest) -> Completion:
-        payload = {"model": self.judge_name, "messages": list(request.messages), **request.sampling}
+        payload = self.payload(request)
         error = "no attempt made"
         for attempt in range(1, self.max_retries + 2):
-            retry_after = None
-            try:
-                response = await client.post(self._url, json=payload)
-            except self._httpx.TimeoutException as exc:
-                error = f"timeout ({type(exc).__name__})"
-            except self._httpx.TransportError as exc:
-                error = f"connection error ({type(exc).__name__})"
-            else:
-                status = response.status_code
-                if status == 200:
-                    text, problem = _message_content(response)
-                    if text is not None:
-                        return Completion(text, attempt)
-                    error = problem
-                elif status in FATAL_STATUS:
-                    raise BackendFatalError(
-                        f"The judge server answered HTTP {status} for model {self.judge_name!r} at {self._url}.",
-                        fix="check --base-url, --model and the API key environment variable",
-                    )
-                elif status in RETRYABLE_STATUS or status >= 500:
-                    error = f"HTTP {status}"
-                    retry_after = response.headers.get("retry-after")
-                else:
-                    snippet = self._scrub(response.text[:200])
-                    return Completion(None, attempt, f"HTTP {status} (not retried): {snippet}")
+            result = await self.attempt(client, payload)
+            if result.text is not None:
+                return Completion(result.text, attempt)
+            if not result.retryable:
+                return Completion(None, attempt, result.error)
+            error = result.error
             if attempt <= self.max_retries:
-                await asyncio.sleep(self._delay(attempt, retry_after))
+                await asyncio.sleep(self._delay(attempt, result.retry_after))
         return Completion(None, self.max_retries + 1, f"gave up after {self.max_retries + 1} attempts; last: {error}")
+
+    def payload(self, request: JudgeRequest) -> dict:
+        """The chat-completions request body for ``request``."""
+        return {"model": self.judge_name, "messages": list(request.messages), **request.sampling}
+
+    def client(self, slot: int):
+        """The httpx client that request slot ``slot`` uses."""
+        return self._clients[slot % len(self._clients)]
+
+    async def attempt(self, client, payload: dict) -> Attempt:
+        """One POST, classified; raises :class:`BackendFatalError` on 401/403/404."""
+        try:
+            response = await client.post(self._url, json=payload)
+        except self._httpx.TimeoutException as exc:
+            return Attempt(None, f"timeout ({type(exc).__name__})", True, endpoint_down=True)
+        except self._httpx.TransportError as exc:
+            return Attempt(None, f"connection error ({type(exc).__name__})", True, endpoint_down=True)
+        status = response.status_code
+        if status == 200:
+            text, problem = _message_content(response)
+            return Attempt(text, problem, text is None, usage=_total_tokens(response) if text is not None else None)
+        if status in FATAL_STATUS:
+            raise BackendFatalError(
+                f"The judge server answered HTTP {status} for model {self.judge_name!r} at {self._url}.",
+                fix="check --base-url, --model and the API key environment variable",
+            )
+        if status in RETRYABLE_STATUS or status >= 500:
+            return Attempt(None, f"HTTP {status}", True, response.headers.get("retry-after"), endpoint_down=True)
+        return Attempt(None, f"HTTP {status} (not retried): {self._scrub(response.text[:200])}", False)
 
     async def aclose(self) -> None:
         for client in self._clients:
@@ -169,8 +191,16 @@ def _message_content(response) -> tuple[str | None, str]:
     """
     try:
         body = response.json()
+    except ValueError:
+        return None, "malformed reply (not an OpenAI chat completion)"
+    return completion_content(body)
+
+
+def completion_content(body) -> tuple[str | None, str]:
+    """:func:`_message_content` of an already decoded chat-completion body (also a Batch API result's body)."""
+    try:
         message = body["choices"][0]["message"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (KeyError, IndexError, TypeError):
         return None, "malformed reply (not an OpenAI chat completion)"
     if not isinstance(message, dict):
         return None, "malformed reply (not an OpenAI chat completion)"
@@ -180,3 +210,27 @@ def _message_content(response) -> tuple[str | None, str]:
     if not isinstance(content, str):
         return None, "malformed reply (content is not text)"
     return content, ""
+
+
+def _total_tokens(response) -> int | None:
+    """``usage.total_tokens`` (or prompt + completion tokens) of a chat completion, if reported."""
+    try:
+        usage = response.json().get("usage") or {}
+        total = usage.get("total_tokens")
+        if total is None:
+            total = usage["prompt_tokens"] + usage["completion_tokens"]
+        return int(total)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def backoff_delay(jitter: random.Random, retry: int, retry_after: str | None, base_s: float, cap_s: float) -> float:
+    """Delay before retry ``retry`` (1-based): ``U(0.5, 1) * min(cap, base * 2**(retry-1))``, at least a
+    numeric ``Retry-After`` (itself capped at ``cap``)."""
+    delay = jitter.uniform(0.5, 1.0) * min(cap_s, base_s * 2 ** (retry - 1))
+    if retry_after:
+        try:
+            delay = max(delay, min(float(retry_after), cap_s))
+        except ValueError:
+            pass  # an HTTP-date Retry-After: keep our own backoff
+    return delay
