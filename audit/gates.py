@@ -562,7 +562,7 @@ def gate_winners_curse(result: SelectionAnalysis | None, bar: float, thresholds:
                 (Verdict.INCONCLUSIVE, f"no selection-corrected interval for {result.policy}: {result.inference_note}")
             )
         else:
-            findings.append(_selected_winner_finding(result.policy, inference, n_candidates, bar))
+            findings.append(_selected_winner_finding(str(result.policy), inference, n_candidates, bar))
     if result.policy_selection_estimate is None or result.policy_heldout_estimate is None:
         findings.append((Verdict.INCONCLUSIVE, f"{result.policy} lacks a selection or held-out estimate"))
     else:
@@ -819,12 +819,14 @@ def _length_bias(context: AuditContext) -> GateResult:
 
 def _winners_curse(context: AuditContext) -> GateResult:
     pool, systems = context.checks.get("winners_curse"), context.checks.get("systems")
-    best = isinstance(systems, SystemsCheck) and systems.selection is not None
+    best = systems if isinstance(systems, SystemsCheck) and systems.selection is not None else None
     results = (
-        [] if pool is None and best else [gate_winners_curse(pool, context.claim.spec.bar, context.claim.thresholds)]
+        []
+        if pool is None and best is not None
+        else [gate_winners_curse(pool, context.claim.spec.bar, context.claim.thresholds)]
     )
-    if best:
-        results.append(gate_best_of_systems_selection(systems, context.claim.spec.bar))
+    if best is not None:
+        results.append(gate_best_of_systems_selection(best, context.claim.spec.bar))
     if len(results) == 1:
         return results[0]
     # A selection pool and a best-of-systems claim: both selections are checked, the worst decides.

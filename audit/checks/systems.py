@@ -35,6 +35,7 @@ seeded family-wise error and coverage simulations in tests/test_systems.py); thi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -265,7 +266,7 @@ def systems_check(context: AuditContext) -> SystemsCheck | None:
         frames.append(system_scores(table, system, invalid, vignettes))
     scores = pd.concat(frames, ignore_index=True)
     multiplicity = context.claim.policy.multiplicity
-    options = {
+    options: dict[str, Any] = {
         "level": thresholds.confidence_level,
         "simultaneous": "maxt" if multiplicity == "maxt" else "holm",
         "B": MAXT_DRAWS,
