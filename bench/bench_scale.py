@@ -1,6 +1,7 @@
 """The whole interval table at scale: 1M contests on 5,000 vignettes (run by hand, not in tests).
 
     PYTHONPATH=. python bench/bench_scale.py [--contests 1000000] [--vignettes 5000] [--repeats 3]
+    PYTHONPATH=. python bench/bench_scale.py --wild-only --vignettes 5000
 
 Contest scores in {0, ½, 1} from vignette rates expit(N(1, 0.8)), both orders, sizes varying by
 vignette; every interval method of the audit's table (``winrate_table(..., ALL_METHODS)``: iid,
@@ -44,19 +45,56 @@ def one_run(contests: int, vignettes: int) -> dict:
     return out
 
 
+def wild_only(vignettes: int) -> dict:
+    """One WCR p-value (Webb, B = 9,999, intercept only) on 200 contests per vignette."""
+    import numpy as np
+
+    from honestci.audit.stats.wild_bootstrap import wild_cluster_pvalue
+
+    rng = np.random.default_rng(0)
+    n = 200 * vignettes
+    clusters, y = rng.integers(0, vignettes, n), (rng.random(n) < 0.6).astype(float)
+    cpu = time.process_time()
+    wild_cluster_pvalue(np.ones((n, 1)), y, clusters, theta0=0.6, B=9999, rng=1)
+    return {"cpu": time.process_time() - cpu, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--contests", type=int, default=1_000_000)
     parser.add_argument("--vignettes", type=int, default=5_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--wild-only", action="store_true", help="one wild bootstrap p-value, 200 contests per vignette"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one_run(args.contests, args.vignettes)))
+        run = wild_only(args.vignettes) if args.wild_only else one_run(args.contests, args.vignettes)
+        print(json.dumps(run))
+        return
+    if args.wild_only:
+        child = [sys.executable, __file__, "--child", "--wild-only", "--vignettes", str(args.vignettes)]
+        runs = [
+            json.loads(subprocess.run(child, check=True, capture_output=True, text=True).stdout)
+            for _ in range(args.repeats)
+        ]
+        print(
+            f"wild bootstrap p-value, G = {args.vignettes:,}: CPU s min {min(r['cpu'] for r in runs):.2f}, "
+            f"peak RSS {max(r['peak_mb'] for r in runs):.0f} MB"
+        )
         return
     runs = []
     for _ in range(args.repeats):
-        child = [sys.executable, __file__, "--child", "--contests", str(args.contests), "--vignettes", str(args.vignettes)]
+        child = [
+            sys.executable,
+            __file__,
+            "--child",
+            "--contests",
+            str(args.contests),
+            "--vignettes",
+            str(args.vignettes),
+        ]
         runs.append(json.loads(subprocess.run(child, check=True, capture_output=True, text=True).stdout))
     print(f"{args.contests:,} contests on {args.vignettes:,} vignettes; load average {os.getloadavg()[0]:.1f}")
     print(f"{'method':<24} {'wall min':>9} {'wall med':>9} {'CPU min':>9}")
