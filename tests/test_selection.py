@@ -471,7 +471,8 @@ def test_fixture_selection_pool_recovers_truth(fixture_study):
 def _claim_copy(tmp_path, policy):
     tmp_path.mkdir(parents=True, exist_ok=True)
     for path in FIXTURE.iterdir():
-        shutil.copy(path, tmp_path / path.name)
+        if path.is_file():  # the fixture's sub-studies (offdist/, seeds/) are not this claim's
+            shutil.copy(path, tmp_path / path.name)
     text = (FIXTURE / "claim.yaml").read_text().replace("policy: reappraisal-4b-grpo", f"policy: {policy}")
     text = "\n".join(line for line in text.splitlines() if not line.startswith("claimed:"))
     (tmp_path / "claim.yaml").write_text(text + "\n")
