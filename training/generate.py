@@ -22,7 +22,7 @@ import hashlib
 import re
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,29 +48,43 @@ POOLS = ("heldout", "selection")
 class GenerationJob:
     """Settings of ``honestci generate``."""
 
-    system: str
-    vignettes: Path
-    out: Path
-    backend: str = "transformers"
-    model_path: Path | None = None
-    base_url: str | None = None
-    model: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    concurrency: int = 8
-    max_retries: int = 5
-    backoff_base_s: float = 0.5
-    samples_per_vignette: int = 20
-    run: str = "run-1"
-    pool: str = "heldout"
-    seed: int | None = None
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_tokens: int = 2048
-    device: str = "auto"
-    #: A thinking model (its trace may open in the prompt): output without </think> has no answer.
-    thinking: bool = False
-    #: The policy's chat: a preset (honestci, card) or {system, user_template} with one {scenario}.
-    prompt: str | dict = "honestci"
+    system: str = field(metadata={"help": "Name of the system the answers are recorded under (responses' system)."})
+    vignettes: Path = field(metadata={"help": "Vignettes table whose scenarios are answered."})
+    out: Path = field(metadata={"help": "Responses table to write (JSONL)."})
+    backend: str = field(
+        default="transformers", metadata={"help": "transformers (a local folder) or openai/vllm (a server)."}
+    )
+    model_path: Path | None = field(default=None, metadata={"help": "Local model folder (transformers backend)."})
+    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible server URL (openai/vllm)."})
+    model: str | None = field(default=None, metadata={"help": "Model name the server serves (openai/vllm)."})
+    api_key_env: str = field(
+        default="OPENAI_API_KEY", metadata={"help": "Environment variable holding the server's API key."}
+    )
+    concurrency: int = field(default=8, metadata={"help": "Requests in flight to the server."})
+    max_retries: int = field(default=5, metadata={"help": "Retries of a failed request (with backoff)."})
+    backoff_base_s: float = field(default=0.5, metadata={"help": "First retry delay in seconds (doubles each retry)."})
+    samples_per_vignette: int = field(default=20, metadata={"help": "Answers drawn per vignette."})
+    run: str = field(default="run-1", metadata={"help": "Run label recorded with every answer."})
+    pool: str = field(default="heldout", metadata={"help": "Pool recorded with every answer (selection/heldout)."})
+    seed: int | None = field(
+        default=None, metadata={"help": "Base seed of the sampling; null = a fresh one, recorded in the run."}
+    )
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature (> 0)."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass in (0, 1]."})
+    max_tokens: int = field(default=2048, metadata={"help": "Most new tokens per answer, think trace included."})
+    device: str = field(default="auto", metadata={"help": "cpu, cuda or auto (transformers backend)."})
+    thinking: bool = field(
+        default=False,
+        metadata={
+            "help": "A thinking model (its trace may open in the prompt): output without </think> has no answer."
+        },
+    )
+    prompt: str | dict = field(
+        default="honestci",
+        metadata={
+            "help": "The policy's chat: a preset (honestci, card) or {system, user_template} with one {scenario}."
+        },
+    )
 
     def __post_init__(self):
         require(

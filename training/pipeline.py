@@ -67,28 +67,46 @@ PIPELINE_OWNED_KEYS = {
 class PipelineJob:
     """Settings of ``honestci pipeline`` (see training/configs/pipeline_cpu_tiny.yaml)."""
 
-    name: str
-    output_dir: Path
-    base_model: Path
-    vignettes: Path
-    responses: Path
-    human_pairs: Path | None = None
-    human_ratings: Path | None = None
-    corpus: Path | None = None
-    policy: str = "policy"
-    opponent: str = "gpt-4-0314"
-    bar: float = 0.608
-    population: str = "new_vignettes"
-    reward_model: dict = field(default_factory=dict)
-    grpo: dict = field(default_factory=dict)
-    generation: dict = field(default_factory=dict)
-    judge: dict = field(default_factory=dict)
-    bayes: bool = False
-    seed: int = DEFAULT_SEED
-    thresholds: dict = field(default_factory=dict)
-    required_gates: tuple[str, ...] | None = None
-    model_card: Path | None = None
-    prompt: str | dict = "honestci"
+    name: str = field(metadata={"help": "The claim's name in the audit and the model card."})
+    output_dir: Path = field(metadata={"help": "Run folder: every stage writes inside it."})
+    base_model: Path = field(
+        metadata={"help": "Local folder of the base model the policy and reward models start from."}
+    )
+    vignettes: Path = field(metadata={"help": "Vignettes table (the task prompts and the eval vignettes)."})
+    responses: Path = field(metadata={"help": "Responses table holding the human-rated answers and the opponent's."})
+    human_pairs: Path | None = field(default=None, metadata={"help": "Human pairwise preferences (reward models)."})
+    human_ratings: Path | None = field(default=None, metadata={"help": "Human ratings (reward models)."})
+    corpus: Path | None = field(
+        default=None, metadata={"help": "Extra training text, checked for leakage before anything trains."}
+    )
+    policy: str = field(default="policy", metadata={"help": "System name of the trained policy's answers."})
+    opponent: str = field(default="gpt-4-0314", metadata={"help": "System the policy is judged against."})
+    bar: float = field(default=0.608, metadata={"help": "The win rate the claim must clear, in (0, 1)."})
+    population: str = field(default="new_vignettes", metadata={"help": "new_vignettes or these_vignettes."})
+    reward_model: dict = field(
+        default_factory=dict, metadata={"help": "honestci train rm keys (inputs are the pipeline's)."}
+    )
+    grpo: dict = field(default_factory=dict, metadata={"help": "honestci train grpo keys (inputs are the pipeline's)."})
+    generation: dict = field(
+        default_factory=dict, metadata={"help": "honestci generate keys (inputs are the pipeline's)."}
+    )
+    judge: dict = field(
+        default_factory=dict,
+        metadata={"help": "The judge: backend (transformers, openai, vllm, stub) and its settings."},
+    )
+    bayes: bool = field(default=False, metadata={"help": "Fit the Bayesian model in the audit (minutes on CPU)."})
+    seed: int = field(default=DEFAULT_SEED, metadata={"help": "Seed of every resampling step of the audit."})
+    thresholds: dict = field(default_factory=dict, metadata={"help": "Stricter audit thresholds (may only tighten)."})
+    required_gates: tuple[str, ...] | None = field(
+        default=None, metadata={"help": "Gates to require besides the policy's and the pipeline's own."}
+    )
+    model_card: Path | None = field(
+        default=None, metadata={"help": "Model card whose figures block is written when every gate passes."}
+    )
+    prompt: str | dict = field(
+        default="honestci",
+        metadata={"help": "The policy's chat for every stage: a preset (honestci, card) or {system, user_template}."},
+    )
 
     def __post_init__(self):
         # A YAML null reaches the dataclass as None: the required paths must be given.
