@@ -56,6 +56,10 @@ class Thresholds:
     #: Below this many clusters the report notes that coverage of the few-cluster intervals is
     #: only approximately nominal (see docs/coverage.md).
     few_clusters: int = 12
+    #: Below this many non-leaked vignettes the composed interval (stats/composed.py: clustered
+    #: PPI++ × leakage exclusion × AKM selection) is INCONCLUSIVE: the smallest G of its seeded
+    #: coverage study at which every cell was honest (docs/coverage.md, "The composed interval").
+    composed_min_vignettes: int = 12
     #: Population the bar is tested on when a claim does not name one.
     default_population: Population = "new_vignettes"
     #: Rounding tolerance when matching a claimed figure (half a unit in the last stated digit
@@ -215,6 +219,7 @@ TIGHTENS = {
     "confidence_level": "higher",
     "min_clusters": "higher",
     "few_clusters": "higher",
+    "composed_min_vignettes": "higher",
     "claimed_figure_tolerance": "lower",
     "rhat_max": "lower",
     "ess_bulk_min": "higher",
