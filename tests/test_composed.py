@@ -121,3 +121,18 @@ def test_composed_coverage_one_cell_all_four_problems():
     assert abs(composed.coverage - 0.95) <= 3 * np.sqrt(0.95 * 0.05 / 150)
     assert composed.low_above_truth <= 0.025 + 3 * composed.low_mc_se
     assert cell.loc["naive", "coverage"] < 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.coverage
+def test_composed_coverage_grid():
+    # The grid of docs/coverage.md, "The composed interval" (same seed and reps; about 3 minutes).
+    # One-sided: CI-low above the truth at most 2.5% + 3 MC-SE in every cell, G = 6 included.
+    # Two-sided: at least 95 − 1.5 points from the policy's floor (THRESHOLDS.composed_min_vignettes).
+    for G in (6, 12, 30, 100):
+        for K in (1, 4):
+            for e in (0.1, 0.3):
+                row = composed_coverage(G, K, e, reps=800, rng=20261201).to_frame().set_index("method").loc["composed"]
+                assert row.low_above_truth <= 0.025 + 3 * row.low_mc_se, (G, K, e)
+                if THRESHOLDS.composed_min_vignettes <= G:
+                    assert row.coverage >= 0.935, (G, K, e)
