@@ -418,7 +418,7 @@ class SelectionAnalysis:
         return ReportSection("winners_curse", "Winner's curse (selection among candidates)", tuple(lines), tuple(table))
 
 
-def _pool_scores(study, candidate: str, opponent: str, judge: str | None) -> tuple[ContestScores, np.ndarray, str]:
+def pool_scores(study, candidate: str, opponent: str, judge: str | None) -> tuple[ContestScores, np.ndarray, str]:
     """Contest scores of ``candidate`` vs ``opponent`` split by the pool of the candidate's response."""
     from honestci.audit.data.contests import build_contests
 
@@ -468,7 +468,7 @@ def analyse_selection(
         candidates = [policy, *(c for c in candidates if c != policy)]
     selection_scores, heldout_scores, used_judge = {}, {}, judge
     for name in candidates:
-        scored, pools, used_judge = _pool_scores(study, name, opponent, judge)
+        scored, pools, used_judge = pool_scores(study, name, opponent, judge)
         frame = scored.frame
         sel = pools == "selection"
         selection_scores[name] = (frame.loc[sel, "score"].to_numpy(float), frame.loc[sel, "vignette_id"].to_numpy())

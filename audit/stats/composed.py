@@ -49,6 +49,7 @@ class JointPPI:
     lam: np.ndarray
     n_clusters: int
     df: float
+    n_labelled_vignettes: int
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame(
@@ -58,6 +59,7 @@ class JointPPI:
                 "se": np.sqrt(np.diag(self.covariance)),
                 "lambda": self.lam,
                 "n_clusters": self.n_clusters,
+                "n_labelled_vignettes": self.n_labelled_vignettes,
                 "df": self.df,
             }
         )
@@ -87,7 +89,7 @@ def _weighted_ppi(
         lam = float(np.clip(-(a @ b) / (a @ a), 0.0, 1.0)) if a @ a > 0 else 0.0
     inflation = 1.0
     if tuned and 0.0 < lam < 1.0:
-        inflation = 1.0 + (f_tilde - f_bar) ** 2 / (n_clusters * (a @ a))
+        inflation = float(1.0 + (f_tilde - f_bar) ** 2 / (n_clusters * (a @ a)))
     return lam * f_tilde + y_bar - lam * f_bar, lam * a + b, lam, inflation
 
 
@@ -113,8 +115,11 @@ def joint_ppi(
     Joint covariance: Σ_jk = s_j s_k · G/(G − p) Σ_g ψ_gj ψ_gk, p = 2 when λ is tuned (1 when
     given), s_k² = 1 + D_k²/(G Σ_g a_gk²) for interior λ̂_k (1 otherwise), D_k = f̃̄ − f̄: the
     cross-covariances treat each λ̂ as fixed, the variances carry λ̂'s error exactly as the
-    one-candidate estimator does. df = G − p. With one candidate, equal vignette sizes and
-    equal labels per vignette this is :func:`ppi_mean_clustered` exactly.
+    one-candidate estimator does. df = G_lab − p, G_lab the fewest vignettes with a human label
+    over the candidates (the human residuals b_g, which carry the variance the judge cannot
+    remove, come from those vignettes only; G_lab = G when every vignette has a label). With one
+    candidate, equal vignette sizes and equal labels per vignette this is
+    :func:`ppi_mean_clustered` exactly.
 
     References: Angelopoulos, Duchi & Zrnic (2023), arXiv:2311.01453 (PPI++); Donald & Lang
     (2007), Rev. Econ. Stat. 89:221 (G − p df).
@@ -149,7 +154,11 @@ def joint_ppi(
     psi_matrix = np.column_stack(psi)
     s = np.asarray(scale)
     covariance = G / (G - fitted) * (psi_matrix.T @ psi_matrix) * np.outer(s, s)
-    return JointPPI(names, np.asarray(estimates), covariance, np.asarray(lams), G, float(G - fitted))
+    # The human residuals b_g are nonzero only in vignettes with a label: with labels in few
+    # vignettes the variance rests on those few, so df counts them (the fewest over candidates).
+    labelled_vignettes = min(np.unique(codes[(cand == name) & np.isfinite(y)]).size for name in names)
+    df = float(max(labelled_vignettes - fitted, 1))
+    return JointPPI(names, np.asarray(estimates), covariance, np.asarray(lams), G, df, labelled_vignettes)
 
 
 @dataclass(frozen=True)
@@ -300,6 +309,11 @@ def _composed_row(
         joint = joint_ppi(cand[keep], groups[keep], f[keep], y[keep])
     except InputError as error:  # a candidate without human labels (or unlabelled contests) there
         return inconclusive(str(error))
+    if joint.n_labelled_vignettes < min_vignettes:
+        return inconclusive(
+            f"human labels in {joint.n_labelled_vignettes} non-leaked vignette(s) of some candidate < {min_vignettes}, "
+            "the smallest G where the composed interval was shown honest"
+        )
     k = joint.candidates.index(claimed)
     if not joint.covariance[k, k] > 0:
         return inconclusive("zero variance")
@@ -307,7 +321,7 @@ def _composed_row(
         return inconclusive(f"estimate {joint.estimates[k]:.3f} outside (0, 1): no logit-scale interval")
     if selected and len(joint.candidates) > 1:
         est, lo, hi, how = _akm(joint.estimates, joint.covariance, k, joint.candidates, joint.df, level, seed, n_draws)
-    else:  # nothing selected: the t(G − 2) interval on the logit scale (delta method)
+    else:  # nothing selected: the t(df) interval on the logit scale (delta method)
         est = float(joint.estimates[k])
         half = stats.t.ppf(0.5 + level / 2, joint.df) * math.sqrt(joint.covariance[k, k]) / (est * (1 - est))
         lo, hi = float(special.expit(special.logit(est) - half)), float(special.expit(special.logit(est) + half))
@@ -340,9 +354,11 @@ def composed_interval(
 
     Composed: :func:`joint_ppi` on the non-leaked contests (K candidates when ``selected``,
     else the claimed one), then with selection :func:`honestci.audit.stats.winner.winner_inference`
-    (AKM hybrid, β = α/10) on the K estimates with Σ·(t_{G−2}/z)², otherwise the t(G − 2)
-    interval θ̂ ± t √Σ. INCONCLUSIVE below ``min_vignettes`` non-leaked vignettes (the smallest
-    G at which the seeded coverage study found it honest, docs/coverage.md).
+    (AKM hybrid, β = α/10) on the logit-scale estimates with Σ_Y·(t_df/z)² (:func:`_akm`),
+    otherwise the t(df) interval on the logit scale, expit(logit θ̂ ± t_df √Σ/(θ̂(1 − θ̂)))
+    (df = G_lab − 2, :func:`joint_ppi`). INCONCLUSIVE below ``min_vignettes``
+    non-leaked vignettes, or non-leaked vignettes with a human label for every candidate (the
+    smallest G at which the seeded coverage study found it honest, docs/coverage.md).
 
     Single corrections (each alone, on the claimed system): ``clustering`` the mean of vignette
     means of judge scores ± t_{G−1} sd/√G; ``judge`` :func:`honestci.audit.stats.ppi.ppi_mean`
@@ -609,7 +625,7 @@ def composed_coverage(
             human_a,
             claimed=names[claimed],
             selected=K > 1,
-            leaked_vignettes=np.flatnonzero(leaked),
+            leaked_vignettes=np.flatnonzero(leaked).tolist(),
             level=level,
             seed=int(gen.integers(2**31)),
             n_draws=n_draws,

@@ -148,7 +148,7 @@ def selection_null(
     Σ may be singular (a clustered covariance of K > G candidates has rank ≤ G); draws use the
     eigen-decomposition with negative eigenvalues clipped to 0.
     """
-    rng, seed = resolve_rng(rng)
+    gen, seed = resolve_rng(rng)
     covariance = np.asarray(covariance, dtype=float)
     values, vectors = np.linalg.eigh((covariance + covariance.T) / 2)
     root = vectors * np.sqrt(np.clip(values, 0.0, None))
@@ -157,7 +157,7 @@ def selection_null(
     step = max(1, 2_000_000 // max(1, len(sd)))
     for start in range(0, n_draws, step):
         stop = min(n_draws, start + step)
-        xi = rng.standard_normal((stop - start, len(sd))) @ root.T
+        xi = gen.standard_normal((stop - start, len(sd))) @ root.T
         abs_max[start:stop] = np.max(np.abs(xi) / sd, axis=1)
         plain_max[start:stop] = np.max(xi, axis=1)
     return SelectionNull(beta, float(np.quantile(abs_max, 1 - beta)), float(plain_max.mean()), n_draws, seed)
