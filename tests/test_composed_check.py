@@ -97,3 +97,52 @@ def test_audit_with_a_composed_gate_policy_adds_the_row_the_gate_reads():
     row = context.intervals.get("composed", "new_vignettes")
     assert row.verdict == Verdict.INCONCLUSIVE and "< 12" in row.note  # 6 vignettes
     assert run_gate("ci_low_clears_bar", context).verdict == Verdict.INCONCLUSIVE
+
+
+def test_a_policy_selected_on_the_selection_pool_is_corrected_for_selection(tmp_path):
+    # The fixture's best-of-8 checkpoints, with human labels added on every third selection-pool
+    # contest of every candidate (label: the judge's contest score rounded, so that they agree
+    # mostly): the check uses the 8 candidates' selection-pool contests and selects.
+    import json
+    import shutil
+
+    from honestci.audit.checks.selection import pool_scores, winners_curse_check
+
+    for path in FIXTURE.iterdir():
+        shutil.copy(path, tmp_path / path.name)
+    text = (FIXTURE / "claim.yaml").read_text().replace("policy: reappraisal-4b-grpo", "policy: grpo-ckpt-5")
+    (tmp_path / "claim.yaml").write_text("\n".join(x for x in text.splitlines() if not x.startswith("claimed:")) + "\n")
+    claim = load_claim(tmp_path / "claim.yaml")
+    study = load_study(claim.data_paths)
+    candidates = sorted(set(study.responses.frame.query("pool == 'selection'")["system"]))
+    rows = []
+    for name in candidates:
+        scored, pools, _ = pool_scores(study, name, claim.spec.opponent, claim.spec.judge)
+        frame = scored.frame.loc[pools == "selection"].iloc[::3]
+        for r in frame.itertuples():
+            label = "a" if r.score > 0.5 else ("b" if r.score < 0.5 else "tie")
+            rows.append(
+                {
+                    "label": label,
+                    "rater_id": "rater-x",
+                    "response_a": r.policy_response,
+                    "response_b": r.opponent_response,
+                    "vignette_id": r.vignette_id,
+                }
+            )
+    with open(tmp_path / "human_pairs.jsonl", "a") as handle:
+        handle.write("".join(json.dumps(row) + "\n" for row in rows))
+    study = load_study(claim.data_paths)
+    contests = build_contests(study, "grpo-ckpt-5", claim.spec.opponent, claim.spec.judge)
+    ctx = _Context(claim, study, contests)
+    ctx.checks["winners_curse"] = winners_curse_check(ctx)
+    assert ctx.checks["winners_curse"].claim_uses_selection_pool
+    check = composed_check(ctx)
+    assert check is not None and check.interval.selected
+    assert set(check.interval.candidates) == set(candidates) and len(candidates) == 8
+    assert check.interval.row("selection").note in (
+        "AKM hybrid",
+        "projection (claimed is not the argmax of the estimates)",
+    )
+    assert check.interval.composed.verdict == Verdict.INCONCLUSIVE  # 6 vignettes < 12
+    assert "selection pool" in check.source
