@@ -8,15 +8,17 @@ gates (see :mod:`honestci.audit.gates`) → report files.
 from __future__ import annotations
 
 import hashlib
+import math
 import platform
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from honestci import __version__
 from honestci.audit.checks.claimed import ClaimedFigureAudit, audit_claimed_figures, audit_claimed_table
-from honestci.audit.checks.context import AuditContext, BayesCheck, ComparisonCheck
+from honestci.audit.checks.composed import COMPOSED_METHOD, COMPOSED_POPULATION, ComposedCheck
+from honestci.audit.checks.context import AuditContext, BayesCheck, CheckFailed, ComparisonCheck
 from honestci.audit.checks.registry import run_checks
 from honestci.audit.data.claims import Claim, load_claim
 from honestci.audit.data.contests import ContestTable, build_claim_contests
@@ -513,7 +515,36 @@ def audit_context(
     )
     progress("running the checks")
     context.checks.update(run_checks(context))
+    if context.gate_method == COMPOSED_METHOD:  # the policy gates on the composed interval
+        context = replace(
+            context, intervals=IntervalTable(intervals.estimand, (*intervals.rows, _composed_row(context)))
+        )
     return context
+
+
+def _composed_row(context: AuditContext) -> IntervalResult:
+    """The composed check's interval as a row of the interval table, INCONCLUSIVE without one."""
+    check = context.checks.get("composed")
+    if isinstance(check, ComposedCheck):
+        return check.interval_row()
+    reason = check.reason if isinstance(check, CheckFailed) else "needs human labels on some of the claim's contests"
+    first = context.intervals.rows[0] if context.intervals is not None else None
+    return IntervalResult(
+        method=COMPOSED_METHOD,
+        label="composed: clustered PPI++ on non-leaked vignettes, AKM hybrid when selected",
+        population=COMPOSED_POPULATION,
+        estimate=None,
+        ci_low=None,
+        ci_high=None,
+        level=context.claim.thresholds.confidence_level,
+        n=0 if first is None else first.n,
+        n_clusters=0 if first is None else first.n_clusters,
+        icc=math.nan,
+        design_effect=math.nan,
+        n_effective=math.nan,
+        verdict=Verdict.INCONCLUSIVE,
+        note=f"no composed interval: {reason}",
+    )
 
 
 def run_audit(

@@ -1364,27 +1364,41 @@ def calibrate_judge(
     )
 
 
+def contest_human_scores(scored: pd.DataFrame, items: CalibrationItems) -> np.ndarray:
+    """The human score of each scored contest on the policy's scale, NaN where humans gave none.
+
+    ``scored`` has one row per contest with ``vignette_id``, ``policy_response`` and
+    ``opponent_response`` (``ContestTable.scores(...).frame``). Y = 1 when humans prefer the
+    policy's response, ½ on a human tie, 0 otherwise, matched on the unordered pair of responses.
+    """
+    keys = _pair_key(scored["vignette_id"], scored["policy_response"], scored["opponent_response"])
+    index = pd.Index(items.items["item_key"]).get_indexer(keys)
+    labelled = index >= 0
+    y = np.full(len(scored), np.nan)
+    item = items.items.iloc[index[labelled]]
+    human = item["human"].to_numpy(dtype=float)
+    policy_is_a = item["response_a"].to_numpy() == scored["policy_response"].to_numpy()[labelled]
+    y[labelled] = np.where(policy_is_a, (human + 1) / 2, (1 - human) / 2)
+    return y
+
+
 def ppi_winrate(
     contests, items: CalibrationItems, *, level: float = 0.95, min_clusters: int = THRESHOLDS.min_clusters
 ) -> PPIResult | None:
     """PPI++ win rate of the contests' policy on the human-preference scale (clustered by vignette).
 
-    Y = 1 when humans prefer the policy's response, ½ on a human tie, 0 otherwise (on contests
-    with a human reference); f = the judge's both-order contest score. Labelled: contests with
-    a human reference; unlabelled: the rest. None when no contest has a human reference.
+    Y = :func:`contest_human_scores` (on contests with a human reference); f = the judge's
+    both-order contest score. Labelled: contests with a human reference; unlabelled: the rest.
+    None when no contest has a human reference.
     """
     from honestci.audit.stats.ppi import ppi_mean_clustered
 
     scored = contests.scores("both_orders").frame  # carries each contest's policy and opponent responses
     keys = _pair_key(scored["vignette_id"], scored["policy_response"], scored["opponent_response"])
-    index = pd.Index(items.items["item_key"]).get_indexer(keys)
-    labelled = index >= 0
+    labelled = pd.Index(items.items["item_key"]).get_indexer(keys) >= 0
     if labelled.sum() < 2 or (~labelled).sum() < 1:
         return None
-    item = items.items.iloc[index[labelled]]
-    human = item["human"].to_numpy()
-    policy_is_a = item["response_a"].to_numpy() == scored["policy_response"].to_numpy()[labelled]
-    y = np.where(policy_is_a, (human + 1) / 2, (1 - human) / 2)
+    y = contest_human_scores(scored, items)[labelled]
     ok = ~np.isnan(y)
     f = scored["score"].to_numpy()
     vignettes = scored["vignette_id"].to_numpy()

@@ -1,5 +1,6 @@
 """The checks of the audit, explicitly and in order (invalid verdicts, calibration, position bias,
-panel of judges, length bias, populations by vignette family, systems compared, training seeds, winner's curse, leakage, training health).
+panel of judges, length bias, populations by vignette family, systems compared, training seeds, winner's curse,
+leakage, composed interval, training health).
 
 The audit runs every check of :data:`CHECKS` on the
 :class:`honestci.audit.checks.context.AuditContext`, stores the results in ``context.checks[key]``
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from honestci.audit.checks.calibration import calibration_check
+from honestci.audit.checks.composed import composed_check
 from honestci.audit.checks.context import AuditContext, CheckFailed
 from honestci.audit.checks.leakage import leakage_check
 from honestci.audit.checks.length_bias import length_bias_check
@@ -39,6 +41,8 @@ CHECKS: tuple[tuple[str, Callable[[AuditContext], Any]], ...] = (
     ("seeds", seeds_check),
     ("winners_curse", winners_curse_check),
     ("leakage", leakage_check),
+    # after winners_curse and leakage: it reads both
+    ("composed", composed_check),
     ("training_health", training_health_check),
 )
 
@@ -53,4 +57,5 @@ def run_checks(context: AuditContext) -> dict[str, Any]:
             results[key] = check(context)
         except EstimationError as error:
             results[key] = CheckFailed(key, str(error))
+        context.checks[key] = results[key]  # a later check may read an earlier one (composed)
     return results
