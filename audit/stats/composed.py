@@ -603,7 +603,7 @@ def composed_coverage(
         u = gen.normal(0, d["vignette_sd"], G)
         leaked = gen.random(G) < d["leak_share"]
         error = np.clip(judge_error * (1 + gen.normal(size=G) / 2), 0.0, 0.5)
-        sizes = gen.integers(d["min_contests"], d["max_contests"] + 1, G)
+        sizes = gen.integers(int(d["min_contests"]), int(d["max_contests"]) + 1, G)
         g = np.repeat(np.arange(G), sizes)
         cand, vig, judge, human = [], [], [], []
         for k in range(K):
