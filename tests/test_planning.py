@@ -122,8 +122,11 @@ def test_recommended_design_reaches_its_power_new_vignettes(truth, bar):
 
 def test_plan_command_prints_the_table_and_a_recommendation():
     args = ["plan", "--rate", "0.7", "--sd", "0.5", "--ties", "0.28", "--bar", "0.6"]
-    result = CliRunner().invoke(main, [*args, "--population", "these_vignettes", "--contests", "5,10", "--reps", "50"])
+    result = CliRunner().invoke(
+        main, [*args, "--population", "these_vignettes", "--contests", "5,10", "--reps", "50", "--agreement", "0.8"]
+    )
     assert result.exit_code == 0, result.output
+    assert "human labels: about " in result.output
     assert "recommendation:" in result.output and "simulated power" in result.output
     assert "contests_per_vignette" in result.output
     missing = CliRunner().invoke(main, ["plan", "--rate", "0.7", "--bar", "0.6"])
@@ -140,3 +143,21 @@ def test_plan_command_reads_a_pilot_claim():
     result = CliRunner().invoke(main, ["plan", str(claim), "--reps", "0", "--population", "these_vignettes"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("pilot ") and "recommendation:" in result.output
+
+
+def test_human_labels_match_the_one_sample_proportion_power_of_statsmodels():
+    from statsmodels.stats.power import NormalIndPower
+
+    from honestci.audit.stats.planning import human_labels_needed, observed_agreement
+
+    a, minimum = 0.8, 0.65  # the policy's min_judge_agreement
+    # One order per item, no clustering: the one-sample normal power (ratio=0), one-sided at 2.5%.
+    reference = NormalIndPower().solve_power(
+        effect_size=(a - minimum) / math.sqrt(a * (1 - a)), alpha=0.025, power=0.8, ratio=0, alternative="larger"
+    )
+    assert human_labels_needed(a, 0.8, orders_per_item=1) == math.ceil(reference)
+    # A noisy rater lowers the observed agreement and so needs more labels; clustering too.
+    assert observed_agreement(0.8, 0.9) == pytest.approx(0.8 * 0.9 + 0.2 * 0.1)
+    assert human_labels_needed(a, rater_accuracy=0.9) > human_labels_needed(a)
+    assert human_labels_needed(a, items_per_vignette=5, icc=0.2) > human_labels_needed(a)
+    assert human_labels_needed(0.7, rater_accuracy=0.8) is None  # observed 0.62: below the minimum

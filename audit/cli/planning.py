@@ -95,6 +95,20 @@ def _contest_list(ctx: click.Context, param: click.Parameter, value: str) -> tup
     show_default=True,
     help="Cost of one more vignette, in contests (cost = vignettes × (contests + this)).",
 )
+@click.option(
+    "--agreement",
+    type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+    default=None,
+    help="The judge's true agreement with human preferences: also plan the human labels the "
+    "judge_calibrated gate needs (analytic).",
+)
+@click.option(
+    "--rater-accuracy",
+    type=click.FloatRange(0.5, 1.0),
+    default=1.0,
+    show_default=True,
+    help="Probability that a human label names the truly preferred response.",
+)
 @click.option("--processes", type=click.IntRange(1), default=1, show_default=True, help="Worker processes.")
 @seed_option
 @policy_option
@@ -112,6 +126,8 @@ def plan_command(
     population: str | None,
     reps: int,
     vignette_cost: float,
+    agreement: float | None,
+    rater_accuracy: float,
     processes: int,
     seed: int,
     policy_file: Path | None,
@@ -187,6 +203,17 @@ def plan_command(
     )
     frame = result.to_frame()
     click.echo(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
+    if agreement is not None:
+        items = planning.human_labels_needed(agreement, power, rater_accuracy=rater_accuracy, thresholds=thresholds)
+        observed = planning.observed_agreement(agreement, rater_accuracy)
+        click.echo(
+            f"human labels: about {items} labelled items (both orders judged) for the judge_calibrated gate "
+            f"(observed agreement {observed:.3f} vs minimum {thresholds.min_judge_agreement:g}) at {power:.0%} power "
+            "(analytic, unclustered; not simulated)"
+            if items is not None
+            else f"human labels: the observed agreement {observed:.3f} is not above the minimum "
+            f"{thresholds.min_judge_agreement:g}: no number of labels passes the judge_calibrated gate"
+        )
     best = result.recommended
     if best is None or best.vignettes is None:
         click.echo("recommendation: none of these designs reaches the target power (see the table).")

@@ -502,3 +502,45 @@ def _sd_for_between(between: float, rate: float, halfwidth: float, order_bias: f
     if between <= 0 or gap(0.0) >= 0:
         return 0.0
     return float(optimize.brentq(gap, 0.0, 10.0, xtol=1e-6)) if gap(10.0) > 0 else 10.0
+
+
+# --- human labels for the judge_calibrated gate ------------------------------------------------
+
+
+def observed_agreement(agreement: float, rater_accuracy: float = 1.0) -> float:
+    """Agreement of the judge with a noisy human label: a·r + (1 − a)(1 − r), when the judge
+    picks the truly preferred response with probability a and the rater with probability r,
+    independently (two-class preferences, no ties)."""
+    return agreement * rater_accuracy + (1.0 - agreement) * (1.0 - rater_accuracy)
+
+
+def human_labels_needed(
+    agreement: float,
+    power: float = 0.8,
+    *,
+    rater_accuracy: float = 1.0,
+    orders_per_item: int = 2,
+    items_per_vignette: int = 1,
+    icc: float = 0.0,
+    thresholds: Thresholds = THRESHOLDS,
+) -> int | None:
+    """Human-labelled items for the ``judge_calibrated`` gate (agreement CI-low ≥
+    ``min_judge_agreement``) to pass with probability ``power``; analytic only.
+
+    With a = :func:`observed_agreement`, rows n = items × orders, clustered in vignettes of
+    k = items_per_vignette × orders rows with intra-vignette correlation ρ of agreement, the
+    clustered SE is √(a(1 − a) D / n), D = 1 + (k − 1)ρ (Kish 1965), and the gate passes with the
+    one-sided normal power when n = D a(1 − a) ((z_(1−α/2) + z_power) / (a − a_min))² (Chow, Shao &
+    Wang 2008, §4.1, one-sample proportion). Both orders of one item share its human label, so
+    they count as a cluster of their own when ``items_per_vignette`` is 1 and ρ > 0. None when the
+    observed agreement is not above the minimum. Not verified by simulation with the real
+    calibration function (docs/methods.md says so).
+    """
+    observed = observed_agreement(agreement, rater_accuracy)
+    minimum = thresholds.min_judge_agreement
+    if observed <= minimum:
+        return None
+    quantile = stats.norm.ppf(0.5 + thresholds.confidence_level / 2.0) + stats.norm.ppf(power)
+    design_effect = 1.0 + (items_per_vignette * orders_per_item - 1) * icc
+    rows = design_effect * observed * (1.0 - observed) * (quantile / (observed - minimum)) ** 2
+    return math.ceil(rows / orders_per_item)
