@@ -113,14 +113,6 @@ def test_recommended_design_reaches_its_power_these_vignettes(truth, bar):
     _recommended_within(truth, bar, "these_vignettes", (2, 5, 10, 20), 400, 2000, lambda planned, check: 0.03)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("truth, bar", [(Truth(0.7, 0.5, 1.0, 0.5), 0.6), (Truth(0.85, 1.0, 0.0, 0.5), 0.8)])
-def test_recommended_design_reaches_its_power_new_vignettes(truth, bar):
-    # The posterior gate: ~0.1-0.4 s a fit, so one m; 300 replications per simulated G to plan,
-    # 1000 fresh ones to verify (MC-SE 1.3 points).
-    _recommended_within(truth, bar, "new_vignettes", (10,), 300, 1000, lambda planned, check: 0.03)
-
-
 def test_plan_command_prints_the_table_and_a_recommendation():
     args = ["plan", "--rate", "0.7", "--sd", "0.5", "--ties", "0.28", "--bar", "0.6"]
     result = CliRunner().invoke(

@@ -277,8 +277,10 @@ def calibrate_vignettes(
     The search brackets the target by factors of 1.25 and bisects to within 10% of G; then a
     probit curve Φ(a + b√G) (the approximation's form: its z-score is linear in √G) is fitted by
     maximum likelihood to every simulated G of the search, and G is the smallest whole number at
-    which the fitted power reaches the target. The fit pools all the search's replications, so the
-    choice is not one noisy point's. Returns G and its simulated power."""
+    which the fitted power reaches the target. The fit smooths the curve across G, but with the
+    common seeds of :func:`simulated_power` every G shares one draw's luck, so the level's Monte
+    Carlo error is that of ``reps`` replications, not of their sum. Returns G and its simulated
+    power."""
     minimum = thresholds.min_clusters
     cache: dict[int, SimulatedPower] = {}
 
