@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 __all__ = ["BlockingGate", "VerdictSummary", "blocking_gates", "sig", "summarize", "units_to_clear_bar"]
 
@@ -121,20 +122,34 @@ def gate_row(data: dict) -> dict | None:
     return None
 
 
-def units_to_clear_bar(estimate: float, ci_low: float, bar: float, units: int) -> int | None:
-    """Approximately how many vignettes (or contests) in all would lift the CI-low to the bar.
+def units_to_clear_bar(
+    estimate: float, ci_low: float, bar: float, units: int, level: float = 0.95, power: float = 0.5
+) -> int | None:
+    """Approximately how many vignettes (or contests) in all the gate needs to clear the bar with
+    probability ``power`` if the true rate is the estimate (the planner's normal approximation,
+    :mod:`honestci.audit.stats.planning`, with the observed spread).
 
-    The lower half-width h = estimate − CI-low is taken to shrink as 1/√units, with the estimate
-    and the spread between vignettes as observed: the CI-low reaches the bar when
-    h·√(units/units′) = estimate − bar, i.e. units′ = units·(h / (estimate − bar))². It ignores the
-    t quantile's and the prior's change with more data and the estimate's own movement, so it is a
-    planning figure, not a promise. None when the estimate is at or below the bar (no amount of
-    data at this estimate clears it) or the interval has no width.
+    The gate's SE is read off the interval, SE = h / z with h = estimate − CI-low and
+    z = z_((1+level)/2), and taken to shrink as 1/√units; the CI-low clears the bar with probability
+    ``power`` when estimate − bar = (z + z_power)·SE·√(units/units′), i.e.
+    units′ = units·(h (z + z_power) / (z (estimate − bar)))². At ``power`` = 0.5 that is
+    units·(h / (estimate − bar))²: the size at which the CI-low reaches the bar if the estimate held.
+    It ignores the t quantile's and the prior's change with more data, so it is a planning
+    figure, not a promise (``honestci plan`` checks a design by simulation). None when the
+    estimate is at or below the bar (no amount of data at this estimate clears it) or the
+    interval has no width.
     """
     half, margin = estimate - ci_low, estimate - bar
     if margin <= 0 or half <= 0 or units <= 0:
         return None
-    return max(units + 1, math.ceil(units * (half / margin) ** 2))
+    normal = NormalDist()
+    z = normal.inv_cdf(0.5 + level / 2.0)
+    factor = (z + normal.inv_cdf(power)) / z
+    return max(units + 1, math.ceil(units * (half * factor / margin) ** 2))
+
+
+#: Power of the planning estimate in a failing bar gate's "what would change the verdict" line.
+PLANNING_POWER = 0.8
 
 
 #: What would turn each gate, when no figure-based sentence applies.
@@ -197,10 +212,15 @@ def _bar_sentence(data: dict, row: dict | None) -> str:
             f"the estimate {sig(row['estimate'])} itself is not above the bar {sig(bar)}: no amount of data "
             "at this win rate clears it; only a better policy would"
         )
+    planned = units_to_clear_bar(
+        row["estimate"], row["ci_low"], bar, units, row.get("level", 0.95), PLANNING_POWER
+    )  # not None: the same conditions as ``needed``
     return (
         f"about {needed - units} more {what} ({needed} in all, ≈{needed / units:.1f}× now) at this "
         f"heterogeneity would lift the CI-low to the bar, if the estimate held at {sig(row['estimate'])} "
-        "(approximate: the lower half-width taken to shrink as 1/√" + ("G" if what == "vignettes" else "n") + ")"
+        "(approximate: the lower half-width taken to shrink as 1/√" + ("G" if what == "vignettes" else "n") + "); "
+        f"planning estimate: about {planned} {what} in all would give {PLANNING_POWER:.0%} power to clear the bar "
+        "if the true rate is the estimate (normal approximation; `honestci plan` checks a design by simulation)"
     )
 
 

@@ -155,6 +155,7 @@ def test_the_claim_argument_has_one_name_in_every_command():
         "calibrate-judge",
         "compare",
         "length-bias",
+        "plan",
         "position-bias",
         "winners-curse",
         "winrate",

@@ -330,6 +330,16 @@ def test_a_failing_bar_gate_says_how_far_and_roughly_how_many_vignettes(headline
     # 6 * ((0.843 - 0.7256) / (0.843 - 0.773))^2 = 16.9 -> 17 vignettes, 11 more.
     assert any("about 11 more vignettes (17 in all" in s and "approximate" in s for s in summary.change)
     assert units_to_clear_bar(0.8, 0.7, 0.75, 10) == 40  # 10 * (0.1 / 0.05)^2
+    # 80% power: 10 * (0.1 (z_0.975 + z_0.8) / (z_0.975 * 0.05))^2, quantiles from scipy.
+    from scipy.stats import norm
+
+    z, z_power = norm.ppf(0.975), norm.ppf(0.8)
+    assert units_to_clear_bar(0.8, 0.7, 0.75, 10, 0.95, 0.8) == math.ceil(10 * (0.1 * (z + z_power) / (z * 0.05)) ** 2)
+    row = next(
+        r for r in data["intervals"] if r["method"] == data["gate_method"] and r["population"] == "new_vignettes"
+    )
+    planned = math.ceil(6 * ((row["estimate"] - row["ci_low"]) * (z + z_power) / (z * (row["estimate"] - 0.773))) ** 2)
+    assert any(f"planning estimate: about {planned} vignettes in all would give 80% power" in s for s in summary.change)
     assert units_to_clear_bar(0.7, 0.6, 0.75, 10) is None  # the estimate itself misses the bar
 
 

@@ -46,6 +46,10 @@ LAZY_COMMANDS = {
         "honestci.audit.cli.checks:compare_command",
         "K systems against a common opponent: win rates, pairwise differences, Bradley–Terry strengths and rank intervals.",
     ),
+    "plan": (
+        "honestci.audit.cli.planning:plan_command",
+        "Vignettes × contests per vignette for the bar gate to pass a true rate with the given power.",
+    ),
     "winners-curse": (
         "honestci.audit.cli.selection:winners_curse",
         "Winner's-curse analysis of the selection pool of CLAIM's study.",

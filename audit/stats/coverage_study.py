@@ -66,24 +66,37 @@ ONE_SIDED_MC_SE = 3.0
 
 
 def simulate_scores(
-    rng: np.random.Generator, n_clusters: int, sizes: str, sd: float, rate: float, tie_halfwidth: float
+    rng: np.random.Generator,
+    n_clusters: int,
+    sizes: str | int,
+    sd: float,
+    rate: float,
+    tie_halfwidth: float,
+    *,
+    order_bias: float = ORDER_BIAS,
+    location: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Contest scores, vignette labels and the these-vignettes truth of one replication."""
-    mu = location_for_rate(rate, sd, ORDER_BIAS, tie_halfwidth)
+    """Contest scores, vignette labels and the these-vignettes truth of one replication.
+
+    ``sizes``: "balanced", "unbalanced" or a number of contests per vignette (the planner's
+    designs, audit/stats/planning.py); ``location``: μ when the caller has solved it already."""
+    mu = location_for_rate(rate, sd, order_bias, tie_halfwidth) if location is None else location
     eta = mu + sd * rng.standard_normal(n_clusters)
-    if sizes == "balanced":
+    if not isinstance(sizes, str):
+        counts = np.full(n_clusters, int(sizes))
+    elif sizes == "balanced":
         counts = np.full(n_clusters, BALANCED_SIZE)
     else:
         low, high = np.log(UNBALANCED_RANGE)
         counts = np.rint(np.exp(rng.uniform(low, high, n_clusters))).astype(int)
     clusters = np.repeat(np.arange(n_clusters), counts)
-    bias = np.array([[ORDER_BIAS], [-ORDER_BIAS]])
+    bias = np.array([[order_bias], [-order_bias]])
     win = expit(eta[None, :] + bias - tie_halfwidth)[:, clusters]
     lose = expit(-eta[None, :] - bias - tie_halfwidth)[:, clusters]
     draw = rng.random((2, clusters.size))
     won, lost = draw < win, draw > 1.0 - lose
     scores = np.where(won.all(axis=0), 1.0, np.where(lost.all(axis=0), 0.0, 0.5))
-    return scores, clusters, float(vignette_rate(eta, ORDER_BIAS, tie_halfwidth).mean())
+    return scores, clusters, float(vignette_rate(eta, order_bias, tie_halfwidth).mean())
 
 
 @dataclass(frozen=True)
