@@ -10,7 +10,7 @@ Example (every key optional; what is left out keeps the built-in default of
     required_gates: [enough_clusters, ci_low_clears_bar, ..., leakage]
     invalid_verdicts: against_claim      # or tie, exclude
     panel_rules: [mean, majority]        # the panel rules a claim may name
-    multiplicity: holm                   # or maxt, bh: how a family of claimed comparisons is corrected
+    multiplicity: holm                   # or bh: how a family of claimed comparisons is corrected
 
 The policy is the auditor's, so it may set any value a threshold can take; the claim, written by
 the people being audited, may then only tighten it (:func:`honestci.audit.data.claims.load_claim`).
@@ -28,6 +28,7 @@ from honestci.audit.data.yaml_io import problems_from_validation, read_yaml_mapp
 from honestci.audit.errors import InputError, Problem
 from honestci.audit.policy import (
     CERTIFIED_GATE_METHODS,
+    CERTIFIED_MULTIPLICITY,
     PANEL_RULES,
     THRESHOLDS,
     InvalidScoring,
@@ -57,6 +58,16 @@ class PolicySpec(BaseModel):
     invalid_verdicts: InvalidScoring = "against_claim"
     panel_rules: tuple[str, ...] | None = None
     multiplicity: Multiplicity = "holm"
+
+    @field_validator("multiplicity")
+    @classmethod
+    def _certified_multiplicity(cls, value: str) -> str:
+        if value not in CERTIFIED_MULTIPLICITY:
+            raise ValueError(
+                f"{value!r} is not certified for a gate: its seeded family-wise error exceeded nominal "
+                f"(docs/methods.md); choose one of {list(CERTIFIED_MULTIPLICITY)}"
+            )
+        return value
 
     @field_validator("panel_rules")
     @classmethod
