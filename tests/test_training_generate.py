@@ -15,13 +15,14 @@ from honestci.training.generate import GenerationJob, generate_responses, sample
 VIGNETTES = Path(__file__).resolve().parents[1] / "fixtures" / "study" / "vignettes.jsonl"
 
 
-def test_http_generation_writes_a_valid_responses_table_with_recorded_seeds(tmp_path):
+@pytest.mark.parametrize("backend", ["openai", "vllm"])  # generation.backend: vllm, as documented
+def test_http_generation_writes_a_valid_responses_table_with_recorded_seeds(tmp_path, backend):
     with StubJudgeServer(StubConfig(fault_rates={"500": 0.2}, seed=1)) as server:
         job = GenerationJob(
             system="my-policy",
             vignettes=VIGNETTES,
             out=tmp_path / "responses.jsonl",
-            backend="openai",
+            backend=backend,
             base_url=server.base_url,
             model="policy",
             samples_per_vignette=3,

@@ -40,7 +40,8 @@ Plan = Sequence[tuple[str, int]]
 Keys = Sequence[tuple[str, str]]
 
 RESPONSE_TABLE_COLUMNS = ("response_id", "vignette_id", "system", "text", "raw", "run", "pool", "seed", "sample_idx")
-BACKENDS = ("transformers", "openai")
+#: "vllm" is "openai" by its usual name: vLLM serves the OpenAI-compatible API the HTTP client speaks.
+BACKENDS = ("transformers", "openai", "vllm")
 POOLS = ("heldout", "selection")
 
 
@@ -91,7 +92,7 @@ class GenerationJob:
             self.backend in BACKENDS,
             "backend",
             f"is {self.backend!r}; use one of {list(BACKENDS)}",
-            "openai = any OpenAI-compatible server, e.g. vLLM's",
+            "openai (or vllm) = any OpenAI-compatible server, e.g. vLLM's",
         )
         require(self.pool in POOLS, "pool", f"is {self.pool!r}; use one of {list(POOLS)}")
         require(self.samples_per_vignette >= 1, "samples_per_vignette", "must be >= 1")
