@@ -32,9 +32,8 @@ import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.checks.selection import WinnerInference, winner_inference
-from honestci.audit.checks.systems import system_scores
-from honestci.audit.data.contests import build_contests
-from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.checks.systems import claim_system_scores
+from honestci.audit.errors import EstimationError
 from honestci.audit.stats.seeds import SeedDecomposition, seed_decomposition, seed_table
 from honestci.audit.stats.systems import KSystemResult, k_system_winrates
 
@@ -122,22 +121,8 @@ def seeds_check(context: AuditContext) -> SeedsCheck | None:
         raise EstimationError(
             f"the seeds analysis of a panel ({', '.join(contests.panel)}) is not implemented; audit the seeds per judge"
         )
-    invalid = context.claim.policy.invalid_verdicts
     thresholds = context.claim.thresholds
-    vignettes = set(contests.scores("both_orders", invalid=invalid).clusters)
-    frames = []
-    for seed in spec.seeds:
-        if seed == spec.policy:
-            frames.append(system_scores(contests, seed, invalid, vignettes))
-            continue
-        try:
-            table = build_contests(
-                context.study, seed, spec.opponent, judge=contests.judge, allow_single_order=spec.allow_single_order
-            )
-        except InputError as exc:
-            raise EstimationError(f"seed {seed} against {spec.opponent}: {exc.message}") from None
-        frames.append(system_scores(table, seed, invalid, vignettes))
-    scores = pd.concat(frames, ignore_index=True)
+    scores = claim_system_scores(context, spec.seeds, "seed")
     level = thresholds.confidence_level
     winrates = k_system_winrates(
         scores, opponent=spec.opponent, level=level, rng=context.seed, min_clusters=thresholds.min_clusters

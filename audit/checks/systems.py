@@ -34,6 +34,7 @@ seeded family-wise error and coverage simulations in tests/test_systems.py); thi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,17 +255,7 @@ def systems_check(context: AuditContext) -> SystemsCheck | None:
     others = list(dict.fromkeys([*(spec.systems or ()), *(c.against for c in comparisons)]))
     invalid = context.claim.policy.invalid_verdicts
     thresholds = context.claim.thresholds
-    vignettes = set(contests.scores("both_orders", invalid=invalid).clusters)
-    frames = [system_scores(contests, spec.policy, invalid, vignettes)]
-    for system in others:
-        try:
-            table = build_contests(
-                context.study, system, spec.opponent, judge=contests.judge, allow_single_order=spec.allow_single_order
-            )
-        except InputError as exc:
-            raise EstimationError(f"system {system} against {spec.opponent}: {exc.message}") from None
-        frames.append(system_scores(table, system, invalid, vignettes))
-    scores = pd.concat(frames, ignore_index=True)
+    scores = claim_system_scores(context, [spec.policy, *others], "system")
     multiplicity = context.claim.policy.multiplicity
     options: dict[str, Any] = {
         "level": thresholds.confidence_level,
@@ -319,7 +310,32 @@ def systems_check(context: AuditContext) -> SystemsCheck | None:
     )
 
 
-def system_scores(contests, system: str, invalid: str, vignettes: set) -> pd.DataFrame:
-    """One system's contest scores on the claim's vignettes, as the K-system analysis reads them."""
-    frame = contests.scores("both_orders", invalid=invalid).to_frame()[["vignette_id", "score"]]
-    return frame[frame["vignette_id"].isin(vignettes)].assign(system=system)
+def claim_system_scores(context: AuditContext, systems: Sequence[str], kind: str) -> pd.DataFrame:
+    """Contest scores of each of ``systems`` against the claim's opponent, on the claim's vignettes,
+    judged by the claim's judge and scored as the policy says (the claim's own contests for its
+    policy), one frame with ``system``, ``vignette_id``, ``score``, in the order of ``systems``.
+
+    ``kind`` names the systems in an error ("system", "seed"). Raises
+    :class:`~honestci.audit.errors.EstimationError` when a system's contests cannot be assembled.
+    """
+    spec, contests = context.claim.spec, context.contests
+    assert contests is not None  # the callers return before anything is judged
+    invalid = context.claim.policy.invalid_verdicts
+    vignettes = set(contests.scores("both_orders", invalid=invalid).clusters)
+    frames = []
+    for system in systems:
+        table = contests
+        if system != spec.policy:
+            try:
+                table = build_contests(
+                    context.study,
+                    system,
+                    spec.opponent,
+                    judge=contests.judge,
+                    allow_single_order=spec.allow_single_order,
+                )
+            except InputError as exc:
+                raise EstimationError(f"{kind} {system} against {spec.opponent}: {exc.message}") from None
+        frame = table.scores("both_orders", invalid=invalid).to_frame()[["vignette_id", "score"]]
+        frames.append(frame[frame["vignette_id"].isin(vignettes)].assign(system=system))
+    return pd.concat(frames, ignore_index=True)
