@@ -14,7 +14,9 @@ from scipy.special import expit
 from honestci.audit.checks.seeds import seeds_check
 from honestci.audit.data.claims import load_claim
 from honestci.audit.errors import ClaimError, EstimationError, InputError
+from honestci.audit.gates import evidence_given, run_gate
 from honestci.audit.pipeline import audit_context
+from honestci.audit.policy import Verdict
 from honestci.audit.stats.estimands import standard_normal_nodes
 from honestci.audit.stats.seeds import seed_decomposition, seed_table, variance_component_interval
 from honestci.audit.stats.systems import k_system_winrates
@@ -173,6 +175,34 @@ def test_check_equals_the_estimators_called_directly(seeds_context):
     truth = json.loads((SEEDS / "truth.json").read_text(encoding="utf-8"))
     assert check.decomposition.ci_new[0] <= truth["new_seed"]["new_vignettes"] <= check.decomposition.ci_new[1]
     assert any(line.startswith("a new seed on new vignettes") for line in check.report_section().lines)
+
+
+def test_best_seed_is_a_selection_the_winners_curse_gate_reads(seeds_context):
+    # The policy is the observed best of five seeds on the claim's own contests: winners_curse is
+    # required and reads the best seed's AKM hybrid interval against the bar.
+    check = seeds_context.checks["seeds"]
+    assert "winners_curse" in evidence_given(seeds_context)
+    gate = run_gate("winners_curse", seeds_context)
+    s, bar = check.selection, seeds_context.claim.spec.bar
+    assert gate.evidence["hybrid_ci_low"] == s.hybrid_ci[0] and gate.evidence["winner"] == check.policy
+    expected = Verdict.FAIL if s.hybrid_ci[1] < bar else Verdict.PASS if s.hybrid_ci[0] >= bar else Verdict.INCONCLUSIVE
+    assert gate.verdict == expected and "training seeds" in gate.message
+    # The correction lowers the reported figure: the median-unbiased estimate sits below the naive maximum.
+    naive = next(row for row in check.table() if row["policy"])
+    assert s.naive_estimate == pytest.approx(naive["win_rate"]) and s.median_unbiased < s.naive_estimate
+
+
+def test_a_seed_that_is_not_the_best_meets_no_selection_gate(tmp_path):
+    for name in ("vignettes.jsonl", "responses.jsonl", "judgments.jsonl"):
+        shutil.copy(SEEDS / name, tmp_path / name)
+    text = (SEEDS / "claim-seeds.yaml").read_text(encoding="utf-8")
+    best = load_claim(SEEDS / "claim-seeds.yaml").spec.policy
+    other = next(s for s in SEED_SYSTEMS if s != best)
+    (tmp_path / "other.yaml").write_text(text.replace(f"policy: {best}", f"policy: {other}"), encoding="utf-8")
+    context = audit_context(tmp_path / "other.yaml", bayes=False)
+    assert context.checks["seeds"].selection is None
+    assert "winners_curse" not in evidence_given(context)
+    assert run_gate("winners_curse", context).ran is False  # no selection pool, no selection among the seeds
 
 
 def test_below_min_seeds_there_is_no_new_seed_interval(tmp_path):

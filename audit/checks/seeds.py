@@ -15,9 +15,9 @@ them, each judged against the claim's opponent by the claim's judge), this check
 The claim's ``policy`` must be one of the seeds (the seed the card reports). A claim about the
 recipe should read the new-seed interval; with fewer than the policy's ``min_seeds`` seeds no
 new-seed interval is given (the between-seed variance would rest on one degree of freedom; see
-docs/methods.md "Seeds and runs"). No gate reads this check: the bar gate judges the policy's own
-seed, and whether a claim is about the recipe is not something the claim file may decide for the
-audit.
+docs/methods.md "Seeds and runs"). The bar gate judges the policy's own seed; when the policy is
+the observed best of the seeds, the ``winners_curse`` gate reads the best seed's AKM hybrid interval
+against the bar and is required (:func:`honestci.audit.gates.gate_best_seed_selection`).
 
 Validated against: tests/test_seeds.py (the section's figures equal the stats functions called
 directly on the seeds' contests).
@@ -103,7 +103,11 @@ class SeedsCheck:
                 f"corrected for the selection (AKM hybrid): {s.hybrid_estimate:.3f} "
                 f"[{s.hybrid_ci[0]:.3f}, {s.hybrid_ci[1]:.3f}]"
             )
-        lines.append("shown, never gated: the bar gate judges the policy's own seed")
+        lines.append(
+            "the bar gate judges the policy's own seed; the winners_curse gate reads the selection-corrected interval"
+            if self.selection is not None
+            else "the bar gate judges the policy's own seed (not the best seed, so no selection to correct)"
+        )
         return lines
 
     def report_section(self) -> ReportSection:
