@@ -222,3 +222,17 @@ def test_a_composed_gate_policy_makes_the_bar_gate_read_the_composed_row(compose
     # the naive CI-low clears the bar; the composed one does not, and the gate says so
     assert check.interval.row("naive").ci_low > ctx.claim.spec.bar > check.interval.composed.ci_low
     assert gate.verdict == Verdict.FAIL
+
+
+@pytest.mark.e2e
+def test_audit_of_the_composed_study_with_a_composed_gate_policy_gates_on_the_composed_row():
+    from honestci.audit.pipeline import audit_context
+    from honestci.audit.policy import Policy
+
+    policy = Policy(gate_methods=(("new_vignettes", "composed"), ("these_vignettes", "stratified")))
+    context = audit_context(COMPOSED / "claim-composed.yaml", policy=policy, bayes=False)
+    row = context.intervals.get("composed", "new_vignettes")
+    assert row.verdict == Verdict.PASS and row.ci_low is not None and row.n_clusters == 25
+    gate = run_gate("ci_low_clears_bar", context)
+    assert gate.evidence["method"] == "composed" and gate.evidence["ci_low"] == pytest.approx(row.ci_low)
+    assert gate.verdict == (Verdict.PASS if row.ci_low >= context.claim.spec.bar else Verdict.FAIL)
