@@ -109,7 +109,7 @@ def test_a_policy_selected_on_the_selection_pool_is_corrected_for_selection(tmp_
     from honestci.audit.checks.selection import pool_scores, winners_curse_check
 
     for path in FIXTURE.iterdir():
-        if path.is_file():  # the fixture's sub-studies (offdist/, seeds/) are not this claim's
+        if path.is_file():  # the fixture's sub-studies (offdist/, seeds/, composed/) are not this claim's
             shutil.copy(path, tmp_path / path.name)
     text = (FIXTURE / "claim.yaml").read_text().replace("policy: reappraisal-4b-grpo", "policy: grpo-ckpt-5")
     (tmp_path / "claim.yaml").write_text("\n".join(x for x in text.splitlines() if not x.startswith("claimed:")) + "\n")
