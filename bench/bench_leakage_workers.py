@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_leakage  # noqa: E402 (the generator and helpers of the main leakage bench)
+import bench_leakage  # the generator and helpers of the main leakage bench
 
 
 def _usage() -> dict:

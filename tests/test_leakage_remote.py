@@ -151,9 +151,7 @@ def test_s3_errors_name_the_url(s3_store):
 def process_cluster():
     """Two worker processes (one thread each), attached to by address as a remote cluster would be."""
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         yield cluster
 
 
@@ -230,7 +228,9 @@ def test_parquet_row_groups_equal_the_whole_file_read(tmp_path, with_ids):
     assert texts == whole.column("text").to_pylist() and ids == expected_ids
     meta = pq.ParquetFile(path).metadata
     compressed = sum(
-        meta.row_group(g).column(c).total_compressed_size for g in range(meta.num_row_groups) for c in range(len(columns))
+        meta.row_group(g).column(c).total_compressed_size
+        for g in range(meta.num_row_groups)
+        for c in range(len(columns))
     )
     target = compressed // 3  # about three runs of row groups
     runs = parquet_row_groups(str(path), target)
@@ -298,7 +298,12 @@ def test_urls_without_fsspec_need_the_distributed_extra(monkeypatch, tmp_path):
 def test_storage_options_parse_json_values_and_dotted_keys():
     assert parse_storage_options(
         ["anon=true", "endpoint_url=http://127.0.0.1:9000", "client_kwargs.region_name=eu-west-1", "max=4"]
-    ) == {"anon": True, "endpoint_url": "http://127.0.0.1:9000", "client_kwargs": {"region_name": "eu-west-1"}, "max": 4}
+    ) == {
+        "anon": True,
+        "endpoint_url": "http://127.0.0.1:9000",
+        "client_kwargs": {"region_name": "eu-west-1"},
+        "max": 4,
+    }
     with pytest.raises(InputError, match="KEY=VALUE"):
         parse_storage_options(["endpoint_url"])
 
