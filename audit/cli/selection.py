@@ -177,6 +177,10 @@ def leakage(
                         fix="start it with `dask scheduler` and pass its address (tcp://HOST:8786)",
                     ) from exc
             else:
+                import dask
+
+                # Dask's sampling profiler cost a worker 0.1-0.3 CPU-s per 400 MB scan (docs/leakage.md)
+                stack.enter_context(dask.config.set({"distributed.worker.profile.enabled": False}))
                 cluster = stack.enter_context(
                     LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None)
                 )
