@@ -98,7 +98,7 @@ def expand_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike, storag
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     files: list[str] = []
-    for path in map(os.fspath, paths):
+    for path in (os.fspath(p) for p in paths):
         if not _GLOB_CHARS & set(path):
             files.append(path)
             continue
