@@ -23,12 +23,11 @@ from honestci.audit.checks.leakage import (
 )
 from honestci.audit.errors import InputError, MissingExtraError
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "fixtures" / "study"
+#: Two answers planted in the corpus, one too short to have an 8-gram.
 EVAL = {
-    "a1": "Your coworker may well have expected you to speak up and add your part in the meeting.",
-    "a2": "Consider that the delay was caused by traffic, not by a lack of care for you.",
-    "short": "too short",
+    "a1": "Perhaps your sister forgot the date because her week at the new job was so demanding.",
+    "a2": "A missed call can mean the phone was on silent rather than that you were ignored on purpose.",
+    "short": "two words",
 }
 BUCKET = "honestci-corpus"
 CREDENTIALS = {"key": "testing", "secret": "testing", "client_kwargs": {"region_name": "us-east-1"}}
