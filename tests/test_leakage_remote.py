@@ -312,3 +312,39 @@ def test_local_globs_expand_sorted_and_an_empty_glob_is_an_input_error(tmp_path)
     assert expand_corpus(str(tmp_path / "part-*.jsonl*")) == [str(paths["jsonl"]), str(paths["gz"])]
     with pytest.raises(InputError, match="no corpus file matches"):
         expand_corpus(str(tmp_path / "nothing-*.jsonl"))
+
+
+_FAULTS_SCRIPT = """
+import json, resource, sys
+from honestci.audit.checks.leakage import CorpusTask, _Matches, _scan_range, build_index, iter_corpus, scan_batch
+path, index = sys.argv[1], build_index({"a": "an answer that appears nowhere in this corpus at all today"}, 8)
+faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+_scan_range(index, CorpusTask(path, 0, (0, 1 << 20)), "text", "doc_id", 1 << 20, None, 0.35, None)  # warm-up
+before = faults()
+for ids, texts in iter_corpus(path):  # the loop of a task, without the malloc settings
+    _Matches().merge(scan_batch(index, ids, texts))
+plain = faults() - before
+before = faults()
+_scan_range(index, CorpusTask(path, 0, (0, 1 << 40)), "text", "doc_id", 4 << 20, None, 0.35, None)
+print(json.dumps({"plain": plain, "task": faults() - before}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc settings")
+def test_a_task_reuses_its_chunk_buffers_under_dasks_malloc_trim_threshold(tmp_path):
+    """Dask's MALLOC_TRIM_THRESHOLD_=65536 made every chunk buffer a fresh mmap (docs/leakage.md)."""
+    import os
+    import subprocess
+
+    rng = np.random.default_rng(3)
+    words = np.array([f"w{i}" for i in range(5000)])
+    path = tmp_path / "c.jsonl"
+    with path.open("w") as handle:
+        for i in range(8000):
+            handle.write(json.dumps({"doc_id": f"d{i}", "text": " ".join(rng.choice(words, 500))}) + "\n")
+    env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
+    out = subprocess.run(
+        [sys.executable, "-c", _FAULTS_SCRIPT, str(path)], env=env, capture_output=True, text=True, check=True
+    )
+    faults = json.loads(out.stdout.strip().splitlines()[-1])
+    assert faults["task"] < 0.6 * faults["plain"], faults
