@@ -104,7 +104,8 @@ def expand_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike, storag
             continue
         if is_url(path):
             fs, inner = _filesystem(path, storage_options)
-            matches = [fs.unstrip_protocol(m) for m in sorted(fs.glob(inner)) if fs.isfile(m)]
+            found = fs.glob(inner, detail=True)  # one listing, no request per match
+            matches = [fs.unstrip_protocol(m) for m, info in sorted(found.items()) if info.get("type") == "file"]
         else:
             matches = sorted(m for m in _glob.glob(_local(path)) if Path(m).is_file())
         if not matches:
