@@ -337,14 +337,12 @@ def test_a_task_reuses_its_chunk_buffers_under_dasks_malloc_trim_threshold(tmp_p
     import subprocess
 
     rng = np.random.default_rng(3)
-    words = np.array([f"w{i}" for i in range(5000)])
-    path = tmp_path / "c.jsonl"
-    with path.open("w") as handle:
-        for i in range(8000):
-            handle.write(json.dumps({"doc_id": f"d{i}", "text": " ".join(rng.choice(words, 500))}) + "\n")
+    words = np.array([f"w{i}" for i in range(5000)])[rng.integers(0, 5000, (5000, 500))]
+    path = tmp_path / "c.jsonl"  # 15 MB: four 4 MB chunks
+    path.write_text("".join(f'{{"doc_id": "d{i}", "text": "{" ".join(row)}"}}\n' for i, row in enumerate(words)))
     env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
     out = subprocess.run(
         [sys.executable, "-c", _FAULTS_SCRIPT, str(path)], env=env, capture_output=True, text=True, check=True
     )
     faults = json.loads(out.stdout.strip().splitlines()[-1])
-    assert faults["task"] < 0.6 * faults["plain"], faults
+    assert faults["task"] < 0.6 * faults["plain"], faults  # measured 0.36x; 0.88x with the fix disabled
