@@ -134,14 +134,25 @@ def corpus_size(path: str | os.PathLike, storage_options=None) -> int:
         ) from exc
 
 
-def open_corpus(path: str | os.PathLike, storage_options=None) -> IO[bytes]:
-    """A seekable binary handle on a corpus file (built-in ``open`` for local paths, fsspec for URLs)."""
+#: Read-ahead of a URL opened for sequential reading (JSONL/text blocks of ~4 MB). s3fs's default
+#: is 50 MiB: reading 64 MiB in 4 MiB blocks fetched 95 MiB from a local S3 server, 72 MiB with this.
+READAHEAD_BYTES = 8 << 20
+
+
+def open_corpus(path: str | os.PathLike, storage_options=None, *, sequential: bool = True) -> IO[bytes]:
+    """A seekable binary handle on a corpus file (built-in ``open`` for local paths, fsspec for URLs).
+
+    A URL read ``sequential``-ly (lines) gets an 8 MiB read-ahead; otherwise (Parquet, whose reader
+    asks for whole column chunks and the footer) no cache, so each read is one ranged request.
+    """
     url = os.fspath(path)
     try:
         if not is_url(url):
             return open(_local(url), "rb")  # the caller closes it
         fs, inner = _filesystem(url, storage_options)
-        return fs.open(inner, "rb")
+        if sequential:
+            return fs.open(inner, "rb", block_size=READAHEAD_BYTES, cache_type="readahead")
+        return fs.open(inner, "rb", cache_type="none")
     except (FileNotFoundError, IsADirectoryError) as exc:
         raise InputError(
             f"{url}: corpus file not found", fix="pass existing JSONL, Parquet or text files (paths or URLs)"

@@ -411,7 +411,7 @@ def _iter_parquet(
     """
     import pyarrow.parquet as pq
 
-    with open_corpus(path, storage_options) as handle:
+    with open_corpus(path, storage_options, sequential=False) as handle:
         parquet = pq.ParquetFile(handle)
         meta, names = parquet.metadata, parquet.schema_arrow.names
         if text_field not in names:
@@ -447,7 +447,7 @@ def parquet_row_groups(path: str, target_bytes: int, storage_options: Mapping | 
     """A Parquet file's row groups in runs of about ``target_bytes`` (compressed) each, one run per task."""
     import pyarrow.parquet as pq
 
-    with open_corpus(path, storage_options) as handle:
+    with open_corpus(path, storage_options, sequential=False) as handle:
         meta = pq.ParquetFile(handle).metadata
     runs: list[list[int]] = []
     run_bytes = 0
