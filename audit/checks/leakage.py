@@ -914,8 +914,9 @@ def scan_corpus_dask(
     file is one task. Each task carries the file's path or URL and ``storage_options``, and the
     worker reads its bytes itself (so every worker must reach the store: a shared file system, or
     an fsspec URL with credentials in the options or in the workers' environment). Results equal
-    :func:`scan_corpus`'s (tests/test_leakage.py checks this on local clusters, and against a local
-    S3 server). ``progress`` meters the bytes of the tasks finished (MB, MB/s, ETA).
+    :func:`scan_corpus`'s (tests/test_leakage.py and tests/test_leakage_remote.py check this on
+    local clusters of threads and of processes, reading from a local S3 server). ``progress``
+    meters the bytes of the tasks finished (MB, MB/s, ETA).
     """
     import time
 
