@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from honestci.audit.checks.context import AuditContext, ReportSection
-from honestci.audit.checks.corpus_files import corpus_name, corpus_size, expand_corpus, open_corpus
+from honestci.audit.checks.corpus_files import corpus_name, corpus_size, expand_corpus, is_url, open_corpus
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.progress import ProgressLike, as_progress
 
@@ -810,9 +810,11 @@ def plan_tasks(
     paths: Iterable[str | Path] | str | Path, block_bytes: int, storage_options: Mapping | None = None
 ) -> list[CorpusTask]:
     """Tasks of about ``block_bytes``: byte ranges of uncompressed JSONL/text, runs of Parquet row
-    groups (by compressed size), and a gzip file whole."""
+    groups (by compressed size), and a gzip file whole. Local paths are made absolute (a worker's
+    working directory is not the client's); ids use the file name only, so results do not change."""
     tasks = []
     for path in expand_corpus(paths, storage_options):
+        path = path if is_url(path) else os.path.abspath(path.removeprefix("file://"))
         name, size = corpus_name(path).lower(), corpus_size(path, storage_options)
         if name.endswith(".parquet"):
             runs = parquet_row_groups(path, block_bytes, storage_options)
