@@ -554,20 +554,25 @@ def calibrate_vignettes(
         return _search(simulator, power, start, reps, thresholds.min_clusters)
 
 
+#: The check moves G when the refitted power at the searched G is this far from the target.
+_MOVE_TOLERANCE = 0.01
+
+
 def _verify(simulator: _Simulator, search: VignetteSearch, power: float, reps: int, minimum: int):
-    """Fresh-seed check of the searched G (``reps`` replications, a stream the search never uses).
-    When it misses ``power`` by more than 2 MC-SE, the check joins the fit and G moves one step
-    along the refitted curve, checked again on fresh seeds. Returns the (possibly moved) search
-    and the last check."""
+    """Fresh-seed check of the searched G (``reps`` replications on a stream the search never
+    used), then one step along the curve: the check joins the fit (it is the best-placed point),
+    and when the refitted power at G is more than :data:`_MOVE_TOLERANCE` from ``power`` and the
+    refit gives another G, G moves there and is checked again on fresh seeds. Returns the final
+    search (its curve includes the first check) and the check at its G."""
     check = simulator.run([(search.vignettes, (search.vignettes, _VERIFY), reps)])[0]
-    if abs(check.power - power) <= 2.0 * check.mc_se:
+    curve = fit_power_curve((*search.curve.points, check))
+    if curve is None:
         return search, check
-    curve = fit_power_curve((*search.curve.points, check)) or search.curve
     g = curve.vignettes_for(power, minimum)
-    moved = VignetteSearch(search.contests, g, curve, curve.vignettes_interval(power), search.seed)
-    if g == search.vignettes:
-        return moved, check
-    return moved, simulator.run([(g, (g, _VERIFY + 1), reps)])[0]
+    refit = VignetteSearch(search.contests, g, curve, curve.vignettes_interval(power), search.seed)
+    if g == search.vignettes or abs(curve.power(search.vignettes) - power) <= _MOVE_TOLERANCE:
+        return replace(refit, vignettes=search.vignettes), check
+    return refit, simulator.run([(g, (g, _VERIFY + 1), reps)])[0]
 
 
 # --- the plan ---------------------------------------------------------------------------------
