@@ -503,14 +503,20 @@ def _search(simulator: _Simulator, power: float, start: int, reps: int, minimum:
     half = max(1, reps // 2)
     add(_spread(start, _BRACKET, minimum), half)
     curve = fit()
-    for _ in range(8):  # widen until the target lies inside the simulated span
+    for _ in range(30):  # widen until the target lies inside the simulated span
         low, high = min(points), max(points)
         target = None if curve is None else curve.vignettes_at(power)
         if target is not None and target <= high and (target >= low or low == minimum):
             break
         if high >= MAX_VIGNETTES and (target is None or target > high):
             break
-        if target is not None and target < low:
+        # No rising fit yet (every replication passing or failing, or noise): the pass share says
+        # which way the target lies.
+        share = np.mean([p.power for ps in points.values() for p in ps])
+        below = target < low if target is not None else share >= power
+        if below and low == minimum:
+            break
+        if below:
             add(_spread(low, (0.55, 0.75), minimum), half)
         else:
             add(_spread(high, (1.4, 2.0), minimum), half)
