@@ -174,6 +174,7 @@ def _recommended_within(truth, bar, population, contests, plan_reps, verify_reps
     plan = plan_design(truth, bar, 0.8, population, contests, reps=plan_reps, verify_reps=plan_verify_reps, seed=11)
     best = plan.recommended
     assert best is not None and best.search is not None
+    assert (best.verified is not None) == (plan_verify_reps > 0)  # the recommended row is the checked one
     # The check: fresh replications on a seed (2026) the plan never used.
     check = simulated_power(
         truth, best.vignettes, best.contests_per_vignette, bar, population, reps=verify_reps, seed=2026

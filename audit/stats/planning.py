@@ -626,6 +626,9 @@ class Plan:
 
     @property
     def recommended(self) -> Design | None:
+        checked = [d for d in self.designs if d.verified is not None]
+        if checked:  # the row chosen and checked on fresh seeds (its refit may sit a point below P)
+            return checked[0]
         reaching = [d for d in self.designs if d.vignettes is not None and self._reaches(d)]
         return min(reaching, key=lambda d: d.cost(self.vignette_cost), default=None)
 
