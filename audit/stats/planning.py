@@ -36,6 +36,7 @@ recommended designs' simulated power against the target (docs/methods.md, "Plann
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 
@@ -278,9 +279,9 @@ class _Simulator:
         self.thresholds, self.seed, self._pool = thresholds, seed, pool
         self.location = truth.location
 
-    def run(self, batches: list[tuple[int, tuple[int, ...], int]]) -> list[SimulatedPower]:
+    def run(self, batches: Sequence[tuple[int, tuple[int, ...], int]]) -> list[SimulatedPower]:
         """One :class:`SimulatedPower` per (G, stream, reps) batch."""
-        jobs = []
+        jobs: list[tuple] = []
         for g, stream, reps in batches:
             children = np.random.SeedSequence([self.seed, self.contests, *stream]).spawn(reps)
             common = (self.truth, self.location, g, self.contests, self.bar, self.method, self.thresholds)
@@ -488,8 +489,8 @@ def _search(simulator: _Simulator, power: float, start: int, reps: int, minimum:
 
     def add(gs: list[int], batch_reps: int) -> None:
         todo = [(g, (g, len(points.get(g, []))), batch_reps) for g in gs]
-        for sim in simulator.run(todo):
-            points.setdefault(sim.vignettes, []).append(sim)
+        for g, sim in zip(gs, simulator.run(todo)):
+            points.setdefault(g, []).append(sim)
 
     def fit(around: float | None = None) -> PowerCurve | None:
         chosen = [
