@@ -26,7 +26,9 @@ The gate for new vignettes reads a posterior (:mod:`honestci.audit.stats.bayes_g
 conservative where the data cannot pin σ down, so the approximation is only a starting point:
 :func:`simulated_power` runs the real gate interval on data from the coverage study's simulator
 (:func:`~honestci.audit.stats.coverage_study.simulate_scores`), and :func:`calibrate_vignettes`
-searches G by simulation. Cost of a design = contests, plus an optional cost per vignette in
+searches G by simulation: independent seeds per simulated (G, batch), one probit power curve
+Φ(a + b√G) fitted to them (:class:`PowerCurve`), and the recommended design checked on fresh seeds
+(:func:`plan_design`). Cost of a design = contests, plus an optional cost per vignette in
 contest units.
 
 Validated against: the binomial/normal closed form at σ = 0 (tests/test_planning.py), and the
