@@ -54,6 +54,20 @@ def test_tabulated_log_posterior_matches_scipy_quadrature():
     np.testing.assert_allclose(ours - ours[0], theirs - theirs[0], atol=1e-3)
 
 
+def test_vignettes_with_equal_counts_are_tabulated_once_with_the_same_log_posterior():
+    # The grid tabulates each distinct (wins, losses) row once and weights it by its multiplicity.
+    # Reference: the same data with every row made distinct by 1e-9 (no two rows merged), whose
+    # log posterior differs from the exact one by about 1e-8 at most.
+    wins = np.array([11.0, 8.0, 11.0, 3.0, 8.0, 11.0, 12.0])
+    losses = np.array([1.0, 4.0, 1.0, 9.0, 4.0, 1.0, 0.0])
+    merged, _, _ = log_posterior_on_grid(wins, losses)
+    jitter = 1e-9 * np.arange(wins.size)
+    separate, _, _ = log_posterior_on_grid(wins + jitter, losses)
+    for mu, sigma in [(0.5, 0.3), (1.2, 1.0), (2.0, 2.5), (-0.5, 0.8)]:
+        ours = merged(np.array([mu]), np.array([sigma]))[0, 0]
+        assert ours == pytest.approx(separate(np.array([mu]), np.array([sigma]))[0, 0], abs=1e-6)
+
+
 def test_posterior_is_a_sorted_distribution_on_the_unit_interval():
     # The rates read off the grid are sorted, lie in [0, 1], and their masses sum to 1.
     scores, clusters = _scores(np.random.default_rng(3), 10, 30, 0.75, 0.6)

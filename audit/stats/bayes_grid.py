@@ -97,11 +97,19 @@ def log_posterior_on_grid(wins: np.ndarray, losses: np.ndarray):
     With μ on the η lattice, (edge_j − μ_i)/σ depends on j and i only through j − m·i, so the
     N(μ, σ) cell masses for every μ come from one row of normal CDFs per σ (a Toeplitz kernel)
     instead of one CDF per (edge, μ, σ)."""
-    empirical, eta, likelihood, peak = _tabulate_likelihoods(wins, losses)
+    # Vignettes with the same (tempered) counts have the same likelihood row: tabulate each distinct
+    # row once and weight its log-evidence by its multiplicity (with m contests there are at most
+    # 2m + 1 distinct rows whatever G; the sum is the same, only its order differs).
+    counts, inverse, multiplicity = np.unique(
+        np.column_stack([wins, losses]), axis=0, return_inverse=True, return_counts=True
+    )
+    empirical, eta, likelihood, peak = _tabulate_likelihoods(counts[:, 0], counts[:, 1])
+    empirical = empirical[inverse.ravel()]
     step = eta[1] - eta[0]
     # Cell edges halfway between grid points, the outer cells open: beyond the grid a vignette's
     # likelihood is flat (all won or all lost), so the kernel's tails belong to the end cells.
     first_edge, n_edges = eta[0] + step / 2.0, _ETA_POINTS - 1
+    log_peaks = float(np.dot(multiplicity, peak))
 
     def log_posterior(mu, sigma):
         mu, sigma = np.atleast_1d(np.asarray(mu, dtype=float)), np.atleast_1d(np.asarray(sigma, dtype=float))
@@ -114,16 +122,18 @@ def log_posterior_on_grid(wins: np.ndarray, losses: np.ndarray):
         offsets = first_edge - mu[0] + (np.arange(n_edges + reach) - reach) * step
         starts = reach - cells * np.arange(mu.size)
         interior_rows = starts[None, :] + np.arange(n_edges - 1)[:, None]
-        kernel = np.empty((_ETA_POINTS, mu.size, sigma.size))
+        evidence = np.empty((likelihood.shape[0], mu.size, sigma.size))
+        kernel = np.empty((_ETA_POINTS, mu.size))  # one σ at a time, contiguous
         for k, scale in enumerate(sigma):
             cdf = ndtr(offsets / scale)
-            kernel[0, :, k] = cdf[starts]
-            kernel[1:n_edges, :, k] = np.diff(cdf)[interior_rows]  # cells 1 … n_edges − 1
-            kernel[n_edges, :, k] = 1.0 - cdf[starts + n_edges - 1]
+            kernel[0] = cdf[starts]
+            kernel[1:n_edges] = np.diff(cdf)[interior_rows]  # cells 1 … n_edges − 1
+            kernel[n_edges] = 1.0 - cdf[starts + n_edges - 1]
+            evidence[:, :, k] = likelihood @ kernel
         with np.errstate(divide="ignore"):
-            per_vignette = np.log(np.tensordot(likelihood, kernel, axes=1))  # (G, mu, sigma)
+            per_row = np.log(evidence)  # (distinct rows, mu, sigma)
         prior = stats.norm.logpdf(mu, 0.0, MU_PRIOR_SD)[:, None] - 0.5 * (sigma / SIGMA_PRIOR_SCALE)[None, :] ** 2
-        return per_vignette.sum(axis=0) + peak.sum() + prior
+        return np.tensordot(multiplicity.astype(float), per_row, axes=1) + log_peaks + prior
 
     return log_posterior, empirical, step
 

@@ -26,7 +26,9 @@ The gate for new vignettes reads a posterior (:mod:`honestci.audit.stats.bayes_g
 conservative where the data cannot pin σ down, so the approximation is only a starting point:
 :func:`simulated_power` runs the real gate interval on data from the coverage study's simulator
 (:func:`~honestci.audit.stats.coverage_study.simulate_scores`), and :func:`calibrate_vignettes`
-searches G by simulation. Cost of a design = contests, plus an optional cost per vignette in
+searches G by simulation: independent seeds per simulated (G, batch), one probit power curve
+Φ(a + b√G) fitted to them (:class:`PowerCurve`), and the recommended design checked on fresh seeds
+(:func:`plan_design`). Cost of a design = contests, plus an optional cost per vignette in
 contest units.
 
 Validated against: the binomial/normal closed form at σ = 0 (tests/test_planning.py), and the
@@ -36,6 +38,8 @@ recommended designs' simulated power against the target (docs/methods.md, "Plann
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -216,15 +220,84 @@ def _passes(args: tuple) -> bool:
 
 @dataclass(frozen=True)
 class SimulatedPower:
-    """Share of seeded replications in which the gate's CI-low clears the bar, with its MC-SE."""
+    """Share of seeded replications in which the gate's CI-low clears the bar, with its MC-SE.
+
+    Replication i of the batch used child i of ``SeedSequence([seed, m, *stream])``."""
 
     power: float
     reps: int
     seed: int
+    vignettes: int | None = None
+    stream: tuple[int, ...] = ()
 
     @property
     def mc_se(self) -> float:
         return math.sqrt(max(self.power * (1.0 - self.power), 0.25 / self.reps) / self.reps)
+
+    @property
+    def passes(self) -> int:
+        return round(self.power * self.reps)
+
+
+def _single_threaded():
+    """BLAS limited to one thread: a fit's products are small, and a multithreaded OpenBLAS spends
+    up to 10x the CPU on them (measured: 0.37 against 0.04 CPU-s a fit at G = 13, m = 10); the
+    plan's parallelism is its processes. threadpoolctl comes with the bayes extra; without it the
+    library's default stands."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - the bayes extra brings it
+        return nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _init_worker() -> None:
+    global _WORKER_LIMITS
+    _WORKER_LIMITS = _single_threaded()
+
+
+_WORKER_LIMITS = None
+
+
+@contextmanager
+def _worker_pool(processes: int):
+    """A spawned worker pool for the plan's simulations, each worker single-threaded (None: serial)."""
+    if processes <= 1:
+        yield None
+        return
+    from multiprocessing import get_context
+
+    with get_context("spawn").Pool(processes, initializer=_init_worker) as pool:
+        yield pool
+
+
+class _Simulator:
+    """Runs batches of replications of the real gate for one design's m, serially or on a worker
+    pool shared by the whole plan (:func:`_worker_pool`). Every batch is seeded by its own
+    ``SeedSequence([seed, m, *stream])``, so a figure does not depend on the pool."""
+
+    def __init__(self, truth, contests, bar, method, thresholds, seed, pool=None):
+        self.truth, self.contests, self.bar, self.method = truth, contests, bar, method
+        self.thresholds, self.seed, self._pool = thresholds, seed, pool
+        self.location = truth.location
+
+    def run(self, batches: Sequence[tuple[int, tuple[int, ...], int]]) -> list[SimulatedPower]:
+        """One :class:`SimulatedPower` per (G, stream, reps) batch."""
+        jobs: list[tuple] = []
+        for g, stream, reps in batches:
+            children = np.random.SeedSequence([self.seed, self.contests, *stream]).spawn(reps)
+            common = (self.truth, self.location, g, self.contests, self.bar, self.method, self.thresholds)
+            jobs.extend((*common, child) for child in children)
+        if self._pool is not None:
+            passed = self._pool.map(_passes, jobs, chunksize=max(1, len(jobs) // 32))
+        else:
+            with _single_threaded():
+                passed = [_passes(job) for job in jobs]
+        out, at = [], 0
+        for g, stream, reps in batches:
+            out.append(SimulatedPower(float(np.mean(passed[at : at + reps])), reps, self.seed, g, stream))
+            at += reps
+        return out
 
 
 def simulated_power(
@@ -236,27 +309,230 @@ def simulated_power(
     *,
     reps: int,
     seed: int,
+    stream: tuple[int, ...] = (),
     thresholds: Thresholds = THRESHOLDS,
     method: str | None = None,
     processes: int = 1,
 ) -> SimulatedPower:
     """The bar gate's power for the design by seeded simulation: each replication draws data from
     the coverage study's simulator and runs the real gate interval (``method``: default the
-    policy's for ``population``). Replication i uses the i-th child of ``SeedSequence([seed, m])``
-    whatever G (common random numbers: the search over G compares like with like), so the figure
-    does not depend on ``processes``."""
+    policy's for ``population``). Replication i uses the i-th child of
+    ``SeedSequence([seed, m, *stream])``; with the default empty ``stream`` the same for every G
+    (common random numbers), while the search gives every (G, batch) its own ``stream`` so that
+    no two simulated designs share luck."""
     method = method or GATE_METHOD_FOR_POPULATION[population]
-    children = np.random.SeedSequence([seed, contests]).spawn(reps)
-    location = truth.location
-    jobs = [(truth, location, n_vignettes, contests, bar, method, thresholds, c) for c in children]
-    if processes > 1:
-        from multiprocessing import get_context
+    with _worker_pool(processes) as pool:
+        return _Simulator(truth, contests, bar, method, thresholds, seed, pool).run([(n_vignettes, stream, reps)])[0]
 
-        with get_context("spawn").Pool(processes) as pool:
-            passed = pool.map(_passes, jobs, chunksize=max(1, reps // (4 * processes)))
-    else:
-        passed = [_passes(job) for job in jobs]
-    return SimulatedPower(float(np.mean(passed)), reps, seed)
+
+# --- the power curve -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PowerCurve:
+    """The probit power curve power(G) = Φ(a + b√G), fitted by maximum likelihood (Fisher scoring)
+    to pass counts simulated at several G.
+
+    The form is the approximation's: the one-sample t test's power is about Φ(δ − z) with δ ∝ √G
+    (Cohen 1988, ch. 2), so its z-score is linear in √G; fitted to points near the target it is a
+    local dose-response (probit) model in √G (Finney 1971, *Probit Analysis*, ch. 3-4: the dose
+    that gives a stated response, with Fieller's interval for it).
+    """
+
+    intercept: float
+    slope: float
+    #: Covariance of (a, b): the inverse expected information at the estimate.
+    covariance: tuple[tuple[float, float], tuple[float, float]]
+    points: tuple[SimulatedPower, ...]
+
+    def _z_and_se(self, vignettes: float) -> tuple[float, float]:
+        root = math.sqrt(vignettes)
+        (vaa, vab), (_, vbb) = self.covariance
+        return self.intercept + self.slope * root, math.sqrt(max(vaa + 2.0 * vab * root + vbb * root * root, 0.0))
+
+    def power(self, vignettes: float) -> float:
+        return float(stats.norm.cdf(self._z_and_se(vignettes)[0]))
+
+    def power_se(self, vignettes: float) -> float:
+        """Delta-method SE of the fitted power at G."""
+        z, se = self._z_and_se(vignettes)
+        return float(stats.norm.pdf(z) * se)
+
+    def vignettes_at(self, power: float) -> float:
+        """The (real) G at which the fitted power equals ``power``: ((Φ⁻¹(power) − a)/b)²."""
+        root = (stats.norm.ppf(power) - self.intercept) / self.slope
+        return max(root, 0.0) ** 2
+
+    def vignettes_for(self, power: float, minimum: int) -> int:
+        """Smallest whole G ≥ ``minimum`` whose fitted power reaches ``power``."""
+        g = max(minimum, math.ceil(self.vignettes_at(power) - 1e-9))
+        while self.power(g) < power:  # guards the rounding of the square
+            g += 1
+        return g
+
+    def vignettes_interval(self, power: float, level: float = 0.95) -> tuple[float, float]:
+        """Fieller-type interval of the G at which the power equals ``power``: the G whose fitted
+        z-score's pointwise interval a + b√G ± q·se(G) contains Φ⁻¹(power) (Finney 1971, §4.5);
+        an end is inf (or 0) when the fit cannot bound it within 100 × the estimate."""
+        target, q = stats.norm.ppf(power), stats.norm.ppf(0.5 + level / 2.0)
+        centre = math.sqrt(self.vignettes_at(power))
+
+        def edge(side: float) -> float:
+            def gap(root: float) -> float:
+                z, se = self._z_and_se(root * root)
+                return z + side * q * se - target
+
+            if side > 0:  # lower end: the upper band reaches the target
+                return 0.0 if gap(0.0) >= 0 else float(optimize.brentq(gap, 0.0, centre)) ** 2
+            far = 10.0 * max(centre, 1.0)
+            return math.inf if gap(far) < 0 else float(optimize.brentq(gap, centre, far)) ** 2
+
+        return edge(1.0), edge(-1.0)
+
+
+def fit_power_curve(points) -> PowerCurve | None:
+    """Fit Φ(a + b√G) to simulated pass counts (``points``: :class:`SimulatedPower` with G set)
+    by Fisher scoring (IRLS for the binomial probit GLM; McCullagh & Nelder 1989, §4.4). None when
+    the points cannot fix a rising curve (fewer than two distinct G, every replication passing or
+    failing, or a slope ≤ 0).
+
+    Validated against: a known curve recovered from seeded binomial draws (tests/test_planning.py).
+    """
+    points = tuple(points)
+    roots = np.sqrt(np.array([p.vignettes for p in points], dtype=float))
+    trials = np.array([p.reps for p in points], dtype=float)
+    passes = np.array([p.passes for p in points], dtype=float)
+    if np.unique(roots).size < 2 or passes.sum() in (0.0, trials.sum()):
+        return None
+    design = np.column_stack([np.ones_like(roots), roots])
+    # Start: least squares of the empirical probits (shares kept off 0 and 1).
+    share = (passes + 0.5) / (trials + 1.0)
+    params = np.linalg.lstsq(design, stats.norm.ppf(share), rcond=None)[0]
+    converged = False
+    with np.errstate(all="ignore"):
+        for _ in range(100):
+            z = design @ params
+            p = np.clip(stats.norm.cdf(z), 1e-12, 1.0 - 1e-12)
+            density = stats.norm.pdf(z)
+            info = design.T @ ((trials * density**2 / (p * (1.0 - p)))[:, None] * design)
+            score = design.T @ ((passes - trials * p) * density / (p * (1.0 - p)))
+            try:
+                step = np.linalg.solve(info, score)
+            except np.linalg.LinAlgError:  # information lost: the curve runs off to 0 or 1
+                return None
+            params = params + step
+            if not np.all(np.isfinite(params)):
+                return None
+            if np.max(np.abs(step)) < 1e-10:
+                converged = True
+                break
+        if not converged or params[1] <= 0:
+            return None
+        z = design @ params
+        p = np.clip(stats.norm.cdf(z), 1e-12, 1.0 - 1e-12)
+        info = design.T @ ((trials * stats.norm.pdf(z) ** 2 / (p * (1.0 - p)))[:, None] * design)
+    try:
+        cov = np.linalg.inv(info)
+    except np.linalg.LinAlgError:
+        return None
+    return PowerCurve(
+        float(params[0]),
+        float(params[1]),
+        ((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1]))),
+        points,
+    )
+
+
+#: Factors of the approximation's G simulated first (it is optimistic for the posterior: the
+#: search must see the target inside its span), and around the first fit's G.
+_BRACKET = (0.8, 1.0, 1.3, 1.7)
+_LOCAL = (0.85, 0.93, 1.0, 1.08, 1.17)
+#: The final fit uses the points within this factor of the first fit's G (local: the probit in √G
+#: is an approximation of the curve's shape).
+_LOCAL_SPAN = 1.6
+#: Stream tags: batch k at G is stream (G, k); the verification batches are (G, _VERIFY + k).
+_VERIFY = 1_000_000
+
+
+@dataclass(frozen=True)
+class VignetteSearch:
+    """G searched by simulation for one m: the fitted power curve, the G it gives, and its Fieller
+    interval; every simulated batch (with its seed stream) is in ``curve.points``."""
+
+    contests: int
+    vignettes: int
+    curve: PowerCurve
+    interval: tuple[float, float]
+    seed: int
+
+    @property
+    def fitted_power(self) -> float:
+        return self.curve.power(self.vignettes)
+
+    @property
+    def fitted_se(self) -> float:
+        return self.curve.power_se(self.vignettes)
+
+    @property
+    def reps(self) -> int:
+        return sum(p.reps for p in self.curve.points)
+
+
+def _spread(start: int, factors, minimum: int) -> list[int]:
+    return sorted({max(minimum, min(MAX_VIGNETTES, round(start * f))) for f in factors})
+
+
+def _search(simulator: _Simulator, power: float, start: int, reps: int, minimum: int) -> VignetteSearch | None:
+    """Independent seeds per (G, batch): a bracket around ``start`` (``reps``/2 each), widened
+    until the fitted curve's G lies inside it, then ``reps`` each at five G around the fitted G;
+    one probit fit to the points near it; G is the smallest whole G whose fitted power reaches
+    ``power``. None when no rising curve could be fitted."""
+    points: dict[int, list[SimulatedPower]] = {}
+
+    def add(gs: list[int], batch_reps: int) -> None:
+        todo = [(g, (g, len(points.get(g, []))), batch_reps) for g in gs]
+        for g, sim in zip(gs, simulator.run(todo)):
+            points.setdefault(g, []).append(sim)
+
+    def fit(around: float | None = None) -> PowerCurve | None:
+        chosen = [
+            p
+            for g, ps in points.items()
+            for p in ps
+            if around is None or around / _LOCAL_SPAN <= g <= around * _LOCAL_SPAN
+        ]
+        return fit_power_curve(sorted(chosen, key=lambda p: (p.vignettes, p.stream)))
+
+    half = max(1, reps // 2)
+    add(_spread(start, _BRACKET, minimum), half)
+    curve = fit()
+    for _ in range(30):  # widen until the target lies inside the simulated span
+        low, high = min(points), max(points)
+        target = None if curve is None else curve.vignettes_at(power)
+        if target is not None and target <= high and (target >= low or low == minimum):
+            break
+        if high >= MAX_VIGNETTES and (target is None or target > high):
+            break
+        # No rising fit yet (every replication passing or failing, or noise): the pass share says
+        # which way the target lies.
+        share = np.mean([p.power for ps in points.values() for p in ps])
+        below = target < low if target is not None else share >= power
+        if below and low == minimum:
+            break
+        if below:
+            add(_spread(low, (0.55, 0.75), minimum), half)
+        else:
+            add(_spread(high, (1.4, 2.0), minimum), half)
+        curve = fit()
+    if curve is None:
+        return None
+    centre = max(float(minimum), curve.vignettes_at(power))
+    add(_spread(max(minimum, round(centre)), _LOCAL, minimum), reps)
+    curve = fit(centre) or fit()
+    if curve is None:
+        return None
+    g = curve.vignettes_for(power, minimum)
+    return VignetteSearch(simulator.contests, g, curve, curve.vignettes_interval(power), simulator.seed)
 
 
 def calibrate_vignettes(
@@ -270,63 +546,42 @@ def calibrate_vignettes(
     reps: int,
     seed: int,
     thresholds: Thresholds = THRESHOLDS,
+    method: str | None = None,
     processes: int = 1,
-) -> tuple[int, SimulatedPower]:
+) -> VignetteSearch | None:
     """G whose *simulated* power reaches ``power``, searched from ``start`` (the approximation's G).
 
-    The search brackets the target by factors of 1.25 and bisects to within 10% of G; then a
-    probit curve Φ(a + b√G) (the approximation's form: its z-score is linear in √G) is fitted by
-    maximum likelihood to every simulated G of the search, and G is the smallest whole number at
-    which the fitted power reaches the target. The fit smooths the curve across G, but with the
-    common seeds of :func:`simulated_power` every G shares one draw's luck, so the level's Monte
-    Carlo error is that of ``reps`` replications, not of their sum. Returns G and its simulated
-    power."""
-    minimum = thresholds.min_clusters
-    cache: dict[int, SimulatedPower] = {}
-
-    def simulate(g: int) -> SimulatedPower:
-        if g not in cache:
-            cache[g] = simulated_power(
-                truth, g, contests, bar, population, reps=reps, seed=seed, thresholds=thresholds, processes=processes
-            )
-        return cache[g]
-
-    high = max(start, minimum)
-    if simulate(high).power >= power:
-        low = high
-        while low > minimum and simulate(low).power >= power:
-            high, low = low, max(minimum, math.floor(low / 1.25))
-        if simulate(low).power >= power:  # the minimum itself reaches it
-            return low, simulate(low)
-    else:
-        low = high
-        while simulate(high).power < power:
-            if high >= MAX_VIGNETTES:
-                return high, simulate(high)
-            low, high = high, min(MAX_VIGNETTES, math.ceil(high * 1.25))
-    while high - low > max(1, math.floor(0.1 * high)):
-        middle = (low + high) // 2
-        low, high = (low, middle) if simulate(middle).power >= power else (middle, high)
-    chosen = _probit_vignettes(cache, power, minimum)
-    return (high, simulate(high)) if chosen is None else (chosen, simulate(chosen))
+    Every simulated (G, batch) has its own seed stream, so no two points share luck and the fit's
+    Monte Carlo error is that of all their replications: a bracket of G around ``start`` (widened
+    until the target lies inside it), then five G around the first fit's G, and one probit curve
+    Φ(a + b√G) fitted by maximum likelihood to the points near the target (:class:`PowerCurve`);
+    G is the smallest whole number whose fitted power reaches ``power``, with a Fieller interval.
+    """
+    method = method or GATE_METHOD_FOR_POPULATION[population]
+    with _worker_pool(processes) as pool:
+        simulator = _Simulator(truth, contests, bar, method, thresholds, seed, pool)
+        return _search(simulator, power, start, reps, thresholds.min_clusters)
 
 
-def _probit_vignettes(sims: dict[int, SimulatedPower], power: float, minimum: int) -> int | None:
-    """Smallest G ≥ ``minimum`` where Φ(a + b√G), fitted to the simulated passes, reaches ``power``
-    (None when the fit has no rising slope)."""
-    roots = np.sqrt(np.array(sorted(sims), dtype=float))
-    passes = np.array([sims[g].power * sims[g].reps for g in sorted(sims)])
-    trials = np.array([sims[g].reps for g in sorted(sims)], dtype=float)
+#: The check moves G when the refitted power at the searched G is this far from the target.
+_MOVE_TOLERANCE = 0.01
 
-    def negative_log_likelihood(params: np.ndarray) -> float:
-        z = params[0] + params[1] * roots
-        return -float(np.sum(passes * stats.norm.logcdf(z) + (trials - passes) * stats.norm.logsf(z)))
 
-    fit = optimize.minimize(negative_log_likelihood, np.array([-2.0, 1.0 / roots.mean()]), method="Nelder-Mead")
-    intercept, slope = fit.x
-    if not fit.success or slope <= 0:
-        return None
-    return max(minimum, math.ceil(((stats.norm.ppf(power) - intercept) / slope) ** 2))
+def _verify(simulator: _Simulator, search: VignetteSearch, power: float, reps: int, minimum: int):
+    """Fresh-seed check of the searched G (``reps`` replications on a stream the search never
+    used), then one step along the curve: the check joins the fit (it is the best-placed point),
+    and when the refitted power at G is more than :data:`_MOVE_TOLERANCE` from ``power`` and the
+    refit gives another G, G moves there and is checked again on fresh seeds. Returns the final
+    search (its curve includes the first check) and the check at its G."""
+    check = simulator.run([(search.vignettes, (search.vignettes, _VERIFY), reps)])[0]
+    curve = fit_power_curve((*search.curve.points, check))
+    if curve is None:
+        return search, check
+    g = curve.vignettes_for(power, minimum)
+    refit = VignetteSearch(search.contests, g, curve, curve.vignettes_interval(power), search.seed)
+    if g == search.vignettes or abs(curve.power(search.vignettes) - power) <= _MOVE_TOLERANCE:
+        return replace(refit, vignettes=search.vignettes), check
+    return refit, simulator.run([(g, (g, _VERIFY + 1), reps)])[0]
 
 
 # --- the plan ---------------------------------------------------------------------------------
@@ -334,14 +589,21 @@ def _probit_vignettes(sims: dict[int, SimulatedPower], power: float, minimum: in
 
 @dataclass(frozen=True)
 class Design:
-    """One row of the trade-off table."""
+    """One row of the trade-off table: the approximation's G, and, when simulated, the G the
+    search chose (``search``) and the recommended row's fresh-seed check (``verified``)."""
 
     contests_per_vignette: int
     vignettes: int | None
     approx_power: float | None
-    simulated: SimulatedPower | None = None
-    #: True when G came from the simulation search rather than the approximation.
-    calibrated: bool = False
+    search: VignetteSearch | None = None
+    verified: SimulatedPower | None = None
+    #: The approximation's G (the search's start).
+    approx_vignettes: int | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        """True when G came from the simulation search rather than the approximation."""
+        return self.search is not None
 
     def cost(self, vignette_cost: float) -> float:
         if self.vignettes is None:
@@ -352,7 +614,8 @@ class Design:
 @dataclass(frozen=True)
 class Plan:
     """The trade-off table (one :class:`Design` per contests-per-vignette) and the recommendation:
-    the cheapest design whose power (simulated where simulated) reaches the target."""
+    the cheapest design whose power (fitted to the simulation where simulated) reaches the target;
+    ``seed`` seeds every simulated batch (streams in each search's points)."""
 
     truth: Truth
     bar: float
@@ -362,34 +625,45 @@ class Plan:
     method: str
     vignette_cost: float
     designs: tuple[Design, ...] = field(default_factory=tuple)
+    seed: int | None = None
 
     @property
     def recommended(self) -> Design | None:
+        checked = [d for d in self.designs if d.verified is not None]
+        if checked:  # the row chosen and checked on fresh seeds (its refit may sit a point below P)
+            return checked[0]
         reaching = [d for d in self.designs if d.vignettes is not None and self._reaches(d)]
         return min(reaching, key=lambda d: d.cost(self.vignette_cost), default=None)
 
     def _reaches(self, design: Design) -> bool:
-        if design.simulated is not None:
-            return design.simulated.power >= self.power - design.simulated.mc_se
+        if design.search is not None:
+            return design.search.fitted_power >= self.power
         return design.approx_power is not None and design.approx_power >= self.power
 
     def to_frame(self):
         import pandas as pd
 
+        best = self.recommended
         rows = []
         for d in self.designs:
+            s, v = d.search, d.verified
             rows.append(
                 {
                     "contests_per_vignette": d.contests_per_vignette,
                     "vignettes": d.vignettes,
                     "total_contests": None if d.vignettes is None else d.vignettes * d.contests_per_vignette,
                     "cost": d.cost(self.vignette_cost),
+                    "approx_vignettes": d.approx_vignettes,
                     "approx_power": d.approx_power,
-                    "simulated_power": None if d.simulated is None else d.simulated.power,
-                    "mc_se": None if d.simulated is None else d.simulated.mc_se,
-                    "reps": None if d.simulated is None else d.simulated.reps,
-                    "searched_by_simulation": d.calibrated,
-                    "recommended": d is self.recommended,
+                    "fitted_power": None if s is None else s.fitted_power,
+                    "fitted_se": None if s is None else s.fitted_se,
+                    "vignettes_low": None if s is None else s.interval[0],
+                    "vignettes_high": None if s is None else s.interval[1],
+                    "search_reps": None if s is None else s.reps,
+                    "verified_power": None if v is None else v.power,
+                    "mc_se": None if v is None else v.mc_se,
+                    "verify_reps": None if v is None else v.reps,
+                    "recommended": d is best,
                 }
             )
         return pd.DataFrame(rows)
@@ -404,15 +678,17 @@ def plan_design(
     *,
     thresholds: Thresholds = THRESHOLDS,
     method: str | None = None,
-    reps: int = 200,
+    reps: int = 100,
+    verify_reps: int = 1600,
     seed: int,
     vignette_cost: float = 0.0,
     processes: int = 1,
 ) -> Plan:
     """The trade-off table: for each m in ``contests`` the smallest G whose approximate power
-    reaches ``power``, its simulated power (``reps`` replications; none when ``reps`` is 0), and,
-    where that simulation misses the target by more than one MC-SE either way, G searched by
-    simulation (:func:`calibrate_vignettes`)."""
+    reaches ``power``; then (unless ``reps`` is 0) G searched by simulation from there
+    (:func:`calibrate_vignettes`, ``reps`` replications per simulated G), and the cheapest row
+    checked on ``verify_reps`` fresh replications (MC-SE about 1 point at 1600), moved one step
+    along the refitted curve when the check misses by more than 2 MC-SE (:func:`_verify`)."""
     if not 0.0 < power < 1.0:
         raise InputError(f"Power {power!r} must lie in (0, 1).")
     if truth.rate <= bar:
@@ -423,32 +699,26 @@ def plan_design(
         )
     method = method or GATE_METHOD_FOR_POPULATION[population]
     level = thresholds.confidence_level
+    minimum = thresholds.min_clusters
     designs = []
-    for m in contests:
-        g = approximate_vignettes(truth, m, bar, power, population, level, thresholds.min_clusters)
-        approx = None if g is None else approximate_power(truth, g, m, bar, population, level)
-        design = Design(m, g, approx)
-        if g is not None and reps > 0:
-            sim = simulated_power(
-                truth, g, m, bar, population, reps=reps, seed=seed, thresholds=thresholds, processes=processes
-            )
-            design = replace(design, simulated=sim)
-            if abs(sim.power - power) > sim.mc_se:
-                g, sim = calibrate_vignettes(
-                    truth,
-                    m,
-                    bar,
-                    power,
-                    population,
-                    start=g,
-                    reps=reps,
-                    seed=seed,
-                    thresholds=thresholds,
-                    processes=processes,
-                )
-                design = Design(m, g, approximate_power(truth, g, m, bar, population, level), sim, calibrated=True)
-        designs.append(design)
-    return Plan(truth, bar, power, population, level, method, vignette_cost, tuple(designs))
+    with _worker_pool(processes if reps > 0 else 1) as pool:
+        for m in contests:
+            g = approximate_vignettes(truth, m, bar, power, population, level, minimum)
+            approx = None if g is None else approximate_power(truth, g, m, bar, population, level)
+            design = Design(m, g, approx, approx_vignettes=g)
+            if g is not None and reps > 0:
+                search = _search(_Simulator(truth, m, bar, method, thresholds, seed, pool), power, g, reps, minimum)
+                if search is not None:
+                    design = replace(design, vignettes=search.vignettes, search=search)
+            designs.append(design)
+        plan = Plan(truth, bar, power, population, level, method, vignette_cost, tuple(designs), seed)
+        best = plan.recommended
+        if best is None or best.search is None or verify_reps <= 0:
+            return plan
+        simulator = _Simulator(truth, best.contests_per_vignette, bar, method, thresholds, seed, pool)
+        search, check = _verify(simulator, best.search, power, verify_reps, minimum)
+    checked = replace(best, vignettes=search.vignettes, search=search, verified=check)
+    return replace(plan, designs=tuple(checked if d is best else d for d in designs))
 
 
 # --- from a pilot ------------------------------------------------------------------------------
