@@ -126,3 +126,323 @@ def jsonl_as_array(block):
         out[i + 1] = 44 if is_newline else c  # ,
     out[end + 1] = 93  # ]
     return out, (newlines + 1 if end > 0 else 0), newlines + trailing_newlines
+
+
+# --------------------------------------------------------------------------------------------
+# Raw JSONL blocks: the text field's n-grams straight from the line bytes
+
+#: Byte classes inside a JSON string: 0 plain (printable ASCII), 1 ``"``, 2 ``\``, 3 anything the fast
+#: path leaves to the exact one (control bytes, the line's newline, bytes >= 128).
+STRING_CLASS = np.array(
+    [3 if (b < 32 or b >= 128) else 1 if b == 34 else 2 if b == 92 else 0 for b in range(256)], np.uint8
+)
+#: Escapes decoded by the fast path (``\" \\ \/ \b \f \n \r \t``; all decode to non-word bytes, i.e. a separator).
+SIMPLE_ESCAPE = np.array([b in b'"\\/bfnrt' for b in range(256)], np.uint8)
+_NEWLINE, _QUOTE, _MAX_DEPTH = 10, 34, 64
+
+
+@njit_cached(nogil=True, inline="always")
+def _skip_ws(block, i):
+    """The first byte at or after ``i`` that is not JSON whitespace inside a line (space, tab, CR)."""
+    c = block[i]
+    while c == 32 or c == 9 or c == 13:
+        i += 1
+        c = block[i]
+    return i
+
+
+@njit_cached(nogil=True)
+def _skip_string(block, i, string_class, simple_escape):
+    """Index after the closing quote of the string whose body starts at ``i``; -1 to leave the line to the exact path."""
+    while True:
+        k = string_class[block[i]]
+        if k == 0:
+            i += 1
+        elif k == 1:
+            return i + 1
+        elif k == 2 and simple_escape[block[i + 1]]:
+            i += 2
+        else:
+            return -1
+
+
+@njit_cached(nogil=True)
+def _skip_number(block, i):
+    """Index after the JSON number at ``i`` (RFC 8259 grammar); -1 for anything else, or one too long to be sure of.
+
+    At most 24 bytes and 2 exponent digits: every such number is finite as a double, which orjson requires.
+    """
+    start = i
+    if block[i] == 45:  # -
+        i += 1
+    c = block[i]
+    if c == 48:  # 0
+        i += 1
+    elif 49 <= c <= 57:
+        while 48 <= block[i] <= 57:
+            i += 1
+    else:
+        return -1
+    if block[i] == 46:  # .
+        i += 1
+        if not 48 <= block[i] <= 57:
+            return -1
+        while 48 <= block[i] <= 57:
+            i += 1
+    if block[i] == 101 or block[i] == 69:  # e E
+        i += 1
+        if block[i] == 43 or block[i] == 45:
+            i += 1
+        digits = 0
+        while 48 <= block[i] <= 57:
+            i += 1
+            digits += 1
+        if digits == 0 or digits > 2:
+            return -1
+    return i if i - start <= 24 else -1
+
+
+@njit_cached(nogil=True)
+def _skip_literal(block, i, word):
+    for m in range(word.size):  # byte by byte, so a mismatch stops at the line's newline at the latest
+        if block[i + m] != word[m]:
+            return -1
+    return i + word.size
+
+
+_TRUE, _FALSE, _NULL = (np.frombuffer(w, np.uint8).copy() for w in (b"true", b"false", b"null"))
+
+
+@njit_cached(nogil=True)
+def _skip_value(block, i, string_class, simple_escape, stack):
+    """Index after the JSON value at ``i`` (nested objects and arrays validated); -1 to leave the line to the exact path."""
+    depth = 0
+    while True:
+        i = _skip_ws(block, i)
+        c = block[i]
+        if c == _QUOTE:
+            i = _skip_string(block, i + 1, string_class, simple_escape)
+        elif c == 123 or c == 91:  # { [
+            i = _skip_ws(block, i + 1)
+            if block[i] == c + 2:  # } ]: empty
+                i += 1
+            else:
+                if depth == stack.size:
+                    return -1
+                stack[depth] = c
+                depth += 1
+                if c == 123:
+                    if block[i] != _QUOTE:
+                        return -1
+                    i = _skip_string(block, i + 1, string_class, simple_escape)
+                    if i < 0:
+                        return -1
+                    i = _skip_ws(block, i)
+                    if block[i] != 58:  # :
+                        return -1
+                    i += 1
+                continue  # the first member's value
+        elif c == 45 or 48 <= c <= 57:
+            i = _skip_number(block, i)
+        elif c == 116:
+            i = _skip_literal(block, i, _TRUE)
+        elif c == 102:
+            i = _skip_literal(block, i, _FALSE)
+        elif c == 110:
+            i = _skip_literal(block, i, _NULL)
+        else:
+            return -1
+        if i < 0:
+            return -1
+        # a value ended: close containers until another member or element follows
+        while True:
+            if depth == 0:
+                return i
+            i = _skip_ws(block, i)
+            c = block[i]
+            top = stack[depth - 1]
+            if c == 44:  # ,
+                i = _skip_ws(block, i + 1)
+                if top == 123:
+                    if block[i] != _QUOTE:
+                        return -1
+                    i = _skip_string(block, i + 1, string_class, simple_escape)
+                    if i < 0:
+                        return -1
+                    i = _skip_ws(block, i)
+                    if block[i] != 58:
+                        return -1
+                    i += 1
+                break
+            if c == top + 2:
+                depth -= 1
+                i += 1
+            else:
+                return -1
+
+
+@njit_cached(nogil=True)
+def scan_jsonl_block(
+    block,
+    key,
+    table,
+    string_class,
+    simple_escape,
+    n,
+    bitmap,
+    shift,
+    tokens,
+    out_hash,
+    out_doc,
+    out_pos,
+    doc_line,
+    doc_start,
+    doc_end,
+    doc_fast,
+):
+    """Scan a block of whole JSONL lines: per line, the top-level ``key`` string's n-grams that pass the bitmap.
+
+    ``block`` uint8, ending with a newline; ``key`` the field name's bytes; ``tokens`` scratch of at
+    least ``block.size // 2 + 2`` uint64; ``out_*`` and ``doc_*`` reused output buffers. Returns
+    (documents, n-grams found, characters of the fast documents' texts, status): status 0 done, 1
+    the document buffers or 2 the n-gram buffers are full (grow them and scan the block again).
+
+    Each non-blank line (blank: only space, tab, CR, VT, FF, as ``bytes.strip`` sees it) is one
+    document, numbered in line order, with its line index and byte span in ``doc_*``. It is
+    *fast* (``doc_fast`` 1) when the line is one JSON object, printable ASCII only, whose strings
+    use no escape but ``\\" \\\\ \\/ \\b \\f \\n \\r \\t``, whose keys have no escape, that holds ``key``
+    exactly once with a string value, and whose other values are strings, numbers that are
+    finite doubles (at most 24 bytes, 2 exponent digits), literals, or arrays and objects nested
+    at most 64 deep. Its text's tokens are hashed while the string is read: the decoded escapes
+    are all non-word bytes, so each is a separator, and the bytes in between go through
+    ``table`` exactly as :func:`ngram_hashes` maps them, so the n-grams equal those of the
+    decoded text (see the module docstring). Any other line (invalid JSON included) is
+    ``doc_fast`` 0 and left to the exact path (orjson, ``normalize``, :func:`ngram_hashes`),
+    which also names a bad line.
+    """
+    size = block.size
+    top = np.uint64(1)  # B^(n-1)
+    for _ in range(n - 1):
+        top = top * GOLDEN
+    stack = np.empty(_MAX_DEPTH, np.uint8)
+    n_docs = 0
+    found = 0
+    n_chars = 0
+    line = 0
+    s = 0
+    while s < size:
+        # blank line?
+        i = s
+        c = block[i]
+        while c == 32 or c == 9 or c == 13 or c == 11 or c == 12:
+            i += 1
+            c = block[i]
+        if c == _NEWLINE:
+            s = i + 1
+            line += 1
+            continue
+        if n_docs == doc_line.size:
+            return n_docs, found, n_chars, 1
+        fast = False
+        seen = False
+        count = 0
+        chars = 0
+        i = _skip_ws(block, s)
+        if block[i] == 123:  # {
+            i = _skip_ws(block, i + 1)
+            while block[i] == _QUOTE:
+                # a key: plain bytes only
+                j = i + 1
+                while string_class[block[j]] == 0:
+                    j += 1
+                if block[j] != _QUOTE:
+                    break
+                is_key = j - i - 1 == key.size
+                if is_key:
+                    for m in range(key.size):
+                        if block[i + 1 + m] != key[m]:
+                            is_key = False
+                            break
+                i = _skip_ws(block, j + 1)
+                if block[i] != 58:  # :
+                    break
+                i = _skip_ws(block, i + 1)
+                if is_key:
+                    if seen or block[i] != _QUOTE:
+                        break  # a second text field (orjson keeps the last), or not a string
+                    seen = True
+                    i += 1
+                    text_start = i
+                    escapes = 0
+                    state = FNV_OFFSET
+                    in_token = 0
+                    while True:
+                        c = block[i]
+                        k = string_class[c]
+                        if k != 0:
+                            if k == 2 and simple_escape[block[i + 1]]:
+                                tokens[count] = state
+                                count += in_token
+                                in_token = 0
+                                state = FNV_OFFSET
+                                escapes += 1
+                                i += 2
+                                continue
+                            break
+                        c = table[c]
+                        separator = c == _SPACE
+                        tokens[count] = state
+                        count += in_token & separator
+                        in_token = 1 - separator
+                        state = FNV_OFFSET if separator else (state ^ np.uint64(c)) * FNV_PRIME
+                        i += 1
+                    if k != 1:
+                        seen = False
+                        break
+                    tokens[count] = state
+                    count += in_token
+                    chars = i - text_start - escapes
+                    i += 1
+                else:
+                    j = _skip_value(block, i, string_class, simple_escape, stack)
+                    if j < 0:
+                        break
+                    i = j
+                i = _skip_ws(block, i)
+                if block[i] == 44:  # ,
+                    i = _skip_ws(block, i + 1)
+                    continue
+                if block[i] == 125:  # }
+                    i = _skip_ws(block, i + 1)
+                    fast = seen and block[i] == _NEWLINE
+                break
+        while block[i] != _NEWLINE:
+            i += 1
+        doc_line[n_docs] = line
+        doc_start[n_docs] = s
+        doc_end[n_docs] = i
+        doc_fast[n_docs] = fast
+        if fast:
+            n_chars += chars
+            if count >= n:
+                for j in range(count):
+                    tokens[j] = splitmix64(tokens[j])
+                rolling = np.uint64(0)
+                for j in range(n):
+                    rolling = rolling * GOLDEN + tokens[j]
+                for j in range(n, count + 1):  # the n-gram ending before token j
+                    h = splitmix64(rolling)
+                    bit = h >> shift
+                    if (bitmap[bit >> _S6] >> (bit & _LOW6)) & _ONE:
+                        if found == out_hash.size:
+                            return n_docs, found, n_chars, 2
+                        out_hash[found] = h
+                        out_doc[found] = n_docs
+                        out_pos[found] = j - n
+                        found += 1
+                    if j < count:
+                        rolling = (rolling - tokens[j - n] * top) * GOLDEN + tokens[j]
+        n_docs += 1
+        s = i + 1
+        line += 1
+    return n_docs, found, n_chars, 0
