@@ -147,11 +147,11 @@ def _kernel(block: bytes, n: int, text_field: str = "text", buffers: JsonlBlockB
     """The compiled block scan with a bitmap that passes every n-gram (hash, doc, position, fast, chars)."""
     b = buffers or JsonlBlockBuffers()
     data = np.frombuffer(block, np.uint8)
-    b.tokens = np.empty(data.size // 2 + 2, np.uint64)
+    b.fit(data.size)
     key = np.frombuffer(text_field.encode(), np.uint8)
     bitmap, shift = L._PASS_ALL
     while True:
-        args = (b.tokens, b.hashes, b.doc, b.position, b.line, b.start, b.end, b.fast)
+        args = (b.tokens, b.scratch, b.hashes, b.doc, b.position, b.line, b.start, b.end, b.fast)
         docs, found, chars, status = K.scan_jsonl_block(
             data, key, L._BYTE_TABLE, K.STRING_CLASS, K.SIMPLE_ESCAPE, n, bitmap, np.uint64(shift), *args
         )

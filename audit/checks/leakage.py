@@ -521,6 +521,7 @@ class JsonlBlockBuffers:
 
     def __init__(self) -> None:
         self.tokens = np.empty(0, np.uint64)
+        self.scratch = np.empty(0, np.uint8)
         self.hashes = np.empty(1 << 14, np.uint64)
         self.doc = np.empty(1 << 14, np.int32)
         self.position = np.empty(1 << 14, np.int32)
@@ -528,6 +529,12 @@ class JsonlBlockBuffers:
         self.start = np.empty(1 << 12, np.int64)
         self.end = np.empty(1 << 12, np.int64)
         self.fast = np.empty(1 << 12, np.uint8)
+
+    def fit(self, block_size: int) -> None:
+        """Scratch space for a block of ``block_size`` bytes (numpy leaves untouched pages unallocated)."""
+        if self.scratch.size < block_size:
+            self.tokens = np.empty(block_size // 2 + 8, np.uint64)
+            self.scratch = np.empty(block_size, np.uint8)
 
     def grow_docs(self) -> None:
         self.line, self.start, self.end, self.fast = (
@@ -565,15 +572,14 @@ def scan_jsonl_block(
     buffers = buffers if buffers is not None else JsonlBlockBuffers()
     loads = loads if loads is not None else _json_loads()
     data = np.frombuffer(block if block.endswith(b"\n") else block + b"\n", np.uint8)
-    if buffers.tokens.size < data.size // 2 + 2:
-        buffers.tokens = np.empty(data.size // 2 + 2, np.uint64)
+    buffers.fit(data.size)
     key = np.frombuffer(text_field.encode("utf-8"), np.uint8)
     shift = np.uint64(index.bitmap_shift)
     while True:
         b = buffers
         n_docs, found, n_chars, status = kernel(
             data, key, _BYTE_TABLE, STRING_CLASS, SIMPLE_ESCAPE, index.n, index.bitmap, shift,
-            b.tokens, b.hashes, b.doc, b.position, b.line, b.start, b.end, b.fast,
+            b.tokens, b.scratch, b.hashes, b.doc, b.position, b.line, b.start, b.end, b.fast,
         )  # fmt: skip
         if status == 0:
             break
