@@ -153,7 +153,16 @@ def _kernel(block: bytes, n: int, text_field: str = "text", buffers: JsonlBlockB
     while True:
         args = (b.tokens, b.scratch, b.hashes, b.doc, b.position, b.line, b.start, b.end, b.fast)
         docs, found, chars, status = K.scan_jsonl_block(
-            data, key, L._BYTE_TABLE, K.STRING_CLASS, K.SIMPLE_ESCAPE, n, bitmap, np.uint64(shift), *args
+            data,
+            data[: data.size // 8 * 8].view(np.uint64),
+            key,
+            L._BYTE_TABLE,
+            K.STRING_CLASS,
+            K.SIMPLE_ESCAPE,
+            n,
+            bitmap,
+            np.uint64(shift),
+            *args,
         )
         if status == 0:
             return b.hashes[:found], b.doc[:found], b.position[:found], b.fast[:docs].astype(bool), chars
@@ -231,9 +240,10 @@ def test_kernel_equals_the_exact_hashes_on_arbitrary_text(texts, n, ascii_only):
     assert doc.tolist() == np.flatnonzero(fast)[expected.doc].tolist()
     assert position.tolist() == expected.position.tolist()
     assert chars == sum(map(len, kept))
-    assert all(
-        f == (t.isascii() and all(" " <= c <= "\x7f" or c in "\n\t\r\b\f" for c in t)) for t, f in zip(texts, fast)
-    )
+    # fast: every character written as itself or as one of the escapes \" \\ \b \f \n \r \t
+    # (json.dumps writes DEL as \u007f when ensure_ascii)
+    plain = " " + "".join(map(chr, range(0x21, 0x7F))) + ("" if ascii_only else "\x7f") + "\n\t\r\b\f"
+    assert fast.tolist() == [all(c in plain for c in t) for t in texts]
 
 
 @pytest.mark.parametrize(
@@ -275,3 +285,20 @@ def test_scan_jsonl_block_names_documents_by_line_without_ids():
     out = scan_jsonl_block(index, block, L._Locator("f.jsonl", 10, 0, block), id_field=None)
     assert out.doc_ids == ["f.jsonl:13", "f.jsonl:14"] and out.n_docs == 3
     assert out.n_bytes == len("zero") + len("x one two y") + len("one two é")
+
+
+@pytest.mark.parametrize("special", ['"', "\\", "/", "\n", "é", "\x01", "\x7f", "\u2028"])
+def test_the_eight_byte_string_scan_stops_at_a_special_byte_at_every_offset(special):
+    # the text is read a word (8 bytes) at a time: put the byte that ends a plain run at every
+    # offset of the word, after the key's own offset, and in the last partial word of the block
+    texts = ["ab" * (k // 2) + "a" * (k % 2) + special + " cd ef" for k in range(24)]
+    texts += [t + "x" * k for k, t in enumerate(texts[:8])]
+    for ascii_only in (True, False):
+        lines = [json.dumps({"text": t}, ensure_ascii=ascii_only) for t in texts]
+        block = ("\n".join(lines) + "\n").encode()
+        hashes, doc, position, fast, chars = _kernel(block, 2)
+        kept = [t for t, f in zip(texts, fast) if f]
+        expected = hash_documents(kept, 2)
+        assert hashes.tolist() == expected.hashes.tolist() and chars == sum(map(len, kept))
+        assert doc.tolist() == np.flatnonzero(fast)[expected.doc].tolist()
+        assert fast.all() == (special in '"\\/\n' or (special == "\x7f" and not ascii_only))

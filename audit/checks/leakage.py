@@ -317,6 +317,8 @@ def _iter_blocks(
     ``byte_range`` and ``on_bytes`` as in :func:`iter_corpus`; ``on_bytes`` is called when the
     consumer asks for the next block.
     """
+    from honestci.audit.checks.ngram_kernel import count_newlines
+
     name = path.name.lower()
     opener = gzip.open if name.endswith(".gz") else open
     if byte_range is not None and name.endswith(".gz"):
@@ -347,7 +349,7 @@ def _iter_blocks(
                 consumed = now
             position += len(block)
             if line_number is not None:
-                line_number += block.count(b"\n") + (not block.endswith(b"\n"))
+                line_number += count_newlines(np.frombuffer(block, np.uint8)) + (not block.endswith(b"\n"))
 
 
 class _Locator:
@@ -573,12 +575,13 @@ def scan_jsonl_block(
     loads = loads if loads is not None else _json_loads()
     data = np.frombuffer(block if block.endswith(b"\n") else block + b"\n", np.uint8)
     buffers.fit(data.size)
+    words = data[: data.size // 8 * 8].view(np.uint64)
     key = np.frombuffer(text_field.encode("utf-8"), np.uint8)
     shift = np.uint64(index.bitmap_shift)
     while True:
         b = buffers
         n_docs, found, n_chars, status = kernel(
-            data, key, _BYTE_TABLE, STRING_CLASS, SIMPLE_ESCAPE, index.n, index.bitmap, shift,
+            data, words, key, _BYTE_TABLE, STRING_CLASS, SIMPLE_ESCAPE, index.n, index.bitmap, shift,
             b.tokens, b.scratch, b.hashes, b.doc, b.position, b.line, b.start, b.end, b.fast,
         )  # fmt: skip
         if status == 0:
