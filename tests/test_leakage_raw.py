@@ -301,4 +301,5 @@ def test_the_eight_byte_string_scan_stops_at_a_special_byte_at_every_offset(spec
         expected = hash_documents(kept, 2)
         assert hashes.tolist() == expected.hashes.tolist() and chars == sum(map(len, kept))
         assert doc.tolist() == np.flatnonzero(fast)[expected.doc].tolist()
+        assert position.tolist() == expected.position.tolist()
         assert fast.all() == (special in '"\\/\n' or (special == "\x7f" and not ascii_only))
