@@ -14,6 +14,10 @@ Definition (``honestci.audit.checks.leakage.reference_ngram_hashes`` is the pure
   golden-ratio constant 0x9E3779B97F4A7C15, updated as a rolling hash (subtract the leaving token
   times B^(n−1), multiply by B, add the entering token); n-grams never span two documents;
 - an n-gram is returned when its bit ``hash >> shift`` is set in the packed ``bitmap`` (uint64 words).
+
+:func:`scan_jsonl_block` applies the same definition to the top-level text string of each line
+of a raw JSONL block, reading the JSON in the same compiled pass; lines it cannot read exactly are
+left to the caller's exact path.
 """
 
 from __future__ import annotations
@@ -223,6 +227,18 @@ _TRUE, _FALSE, _NULL = (np.frombuffer(w, np.uint8).copy() for w in (b"true", b"f
 
 
 @njit_cached(nogil=True)
+def _skip_member_key(block, i, string_class, simple_escape):
+    """Index after ``"key" :`` at ``i`` inside a nested object; -1 for anything else."""
+    if block[i] != _QUOTE:
+        return -1
+    i = _skip_string(block, i + 1, string_class, simple_escape)
+    if i < 0:
+        return -1
+    i = _skip_ws(block, i)
+    return i + 1 if block[i] == 58 else -1  # :
+
+
+@njit_cached(nogil=True)
 def _skip_value(block, i, string_class, simple_escape, stack):
     """Index after the JSON value at ``i`` (nested objects and arrays validated); -1 to leave the line to the exact path."""
     depth = 0
@@ -241,15 +257,9 @@ def _skip_value(block, i, string_class, simple_escape, stack):
                 stack[depth] = c
                 depth += 1
                 if c == 123:
-                    if block[i] != _QUOTE:
-                        return -1
-                    i = _skip_string(block, i + 1, string_class, simple_escape)
+                    i = _skip_member_key(block, i, string_class, simple_escape)
                     if i < 0:
                         return -1
-                    i = _skip_ws(block, i)
-                    if block[i] != 58:  # :
-                        return -1
-                    i += 1
                 continue  # the first member's value
         elif c == 45 or 48 <= c <= 57:
             i = _skip_number(block, i)
@@ -273,15 +283,9 @@ def _skip_value(block, i, string_class, simple_escape, stack):
             if c == 44:  # ,
                 i = _skip_ws(block, i + 1)
                 if top == 123:
-                    if block[i] != _QUOTE:
-                        return -1
-                    i = _skip_string(block, i + 1, string_class, simple_escape)
+                    i = _skip_member_key(block, i, string_class, simple_escape)
                     if i < 0:
                         return -1
-                    i = _skip_ws(block, i)
-                    if block[i] != 58:
-                        return -1
-                    i += 1
                 break
             if c == top + 2:
                 depth -= 1
