@@ -25,6 +25,7 @@ from honestci.audit.checks.context import AuditContext, BayesCheck, CheckFailed,
 from honestci.audit.checks.leakage import LeakageScan
 from honestci.audit.checks.length_bias import LengthBiasCheck
 from honestci.audit.checks.position_bias import ONE_ORDER_FIXED, PositionBiasResult
+from honestci.audit.checks.seeds import SeedsCheck
 from honestci.audit.checks.selection import SelectionAnalysis, WinnerInference
 from honestci.audit.checks.systems import SystemsCheck
 from honestci.audit.checks.training_health import TrainingHealth
@@ -607,8 +608,21 @@ def gate_best_of_systems_selection(check: SystemsCheck, bar: float) -> GateResul
     win rates and their vignette-clustered CR2 covariance) against the bar, as
     :func:`gate_winners_curse` reads a selection pool's winner. PASS when the policy is not the
     observed best (its figure was not selected; ``multiple_comparisons`` judges the claim)."""
-    inference = check.selection
-    assert inference is not None
+    assert check.selection is not None
+    return _gate_best_of(check.policy, check.selection, bar, "systems", "claimed best of its systems")
+
+
+def gate_best_seed_selection(check: SeedsCheck, bar: float) -> GateResult:
+    """``winners_curse`` for a policy that is the observed best of the claim's training ``seeds``:
+    reporting the best of K seeds reports a selected maximum whether or not the card says so (the
+    audit cannot tell a pre-registered seed from a picked one, so it assumes the pick), and its win
+    rate is read through the AKM hybrid interval of the winner on the K seeds' rates and their
+    vignette-clustered CR2 covariance, as :func:`gate_best_of_systems_selection` reads systems."""
+    assert check.selection is not None
+    return _gate_best_of(check.policy, check.selection, bar, "training seeds", "the best of its training seeds")
+
+
+def _gate_best_of(policy: str, inference: WinnerInference, bar: float, what: str, why: str) -> GateResult:
     k = len(inference.candidates)
     evidence = {
         "winner": inference.winner,
@@ -619,25 +633,24 @@ def gate_best_of_systems_selection(check: SystemsCheck, bar: float) -> GateResul
         "bar": bar,
         "candidates": list(inference.candidates),
     }
-    if inference.winner != check.policy:
+    if inference.winner != policy:
         return GateResult(
             "winners_curse",
             Verdict.PASS,
-            f"{check.policy} is not the observed best of its {k} systems ({inference.winner} is): its figure was "
-            "not selected",
+            f"{policy} is not the observed best of its {k} {what} ({inference.winner} is): its figure was not selected",
             evidence,
         )
-    verdict, message = _selected_winner_finding(check.policy, inference, k, bar)
-    return GateResult("winners_curse", verdict, f"{message} (claimed best of its systems)", evidence)
+    verdict, message = _selected_winner_finding(policy, inference, k, bar)
+    return GateResult("winners_curse", verdict, f"{message} ({why})", evidence)
 
 
 def evidence_given(context: AuditContext) -> tuple[str, ...]:
     """The gates of :data:`honestci.audit.policy.REQUIRED_WHEN_EVIDENCE_GIVEN` whose evidence the
     claim supplies (their check ran); ``winners_curse`` also when the claim says the policy is the
-    best of its ``systems`` (a selection on the claim's own contests)."""
+    best of its ``systems``, or the policy is the observed best of its training ``seeds`` (a
+    selection on the claim's own contests)."""
     given = [gate for gate, check in REQUIRED_WHEN_EVIDENCE_GIVEN.items() if context.checks.get(check) is not None]
-    systems = context.checks.get("systems")
-    if "winners_curse" not in given and getattr(systems, "selection", None) is not None:
+    if "winners_curse" not in given and _selections_on_claim_data(context):
         given.append("winners_curse")
     return tuple(given)
 
@@ -817,25 +830,33 @@ def _length_bias(context: AuditContext) -> GateResult:
     return gate_length_bias(None if check is None else check.result, context.claim.thresholds)
 
 
+def _selections_on_claim_data(context: AuditContext) -> dict[str, GateResult]:
+    """The winners_curse findings of the selections made on the claim's own contests, by source."""
+    systems, seeds, bar = context.checks.get("systems"), context.checks.get("seeds"), context.claim.spec.bar
+    found = {}
+    if isinstance(systems, SystemsCheck) and systems.selection is not None:
+        found["best_of_systems"] = gate_best_of_systems_selection(systems, bar)
+    if isinstance(seeds, SeedsCheck) and seeds.selection is not None:
+        found["best_seed"] = gate_best_seed_selection(seeds, bar)
+    return found
+
+
 def _winners_curse(context: AuditContext) -> GateResult:
-    pool, systems = context.checks.get("winners_curse"), context.checks.get("systems")
-    best = systems if isinstance(systems, SystemsCheck) and systems.selection is not None else None
-    results = (
-        []
-        if pool is None and best is not None
-        else [gate_winners_curse(pool, context.claim.spec.bar, context.claim.thresholds)]
-    )
-    if best is not None:
-        results.append(gate_best_of_systems_selection(best, context.claim.spec.bar))
+    pool = context.checks.get("winners_curse")
+    results = _selections_on_claim_data(context)
+    if pool is not None or not results:
+        results = {
+            "selection_pool": gate_winners_curse(pool, context.claim.spec.bar, context.claim.thresholds)
+        } | results
     if len(results) == 1:
-        return results[0]
-    # A selection pool and a best-of-systems claim: both selections are checked, the worst decides.
-    verdict = worst(r.verdict for r in results)
+        return next(iter(results.values()))
+    # Several selections (a selection pool, a best-of-systems claim, the best seed): each is checked, the worst decides.
+    verdict = worst(r.verdict for r in results.values())
     return GateResult(
         "winners_curse",
         verdict,
-        "; ".join(r.message for r in results if r.verdict == verdict),
-        {"selection_pool": results[0].evidence, "best_of_systems": results[1].evidence},
+        "; ".join(r.message for r in results.values() if r.verdict == verdict),
+        {source: r.evidence for source, r in results.items()},
     )
 
 

@@ -15,6 +15,13 @@ where it makes sense, warm (a second fit on new data of the same shape in the sa
 * ``bernoulli-pymc``  one Bernoulli row per verdict, PyMC default NUTS, same priors and terms
 * ``bambi``           bambi ``y ~ order + (1|vignette)`` (no run term), same priors, if the
                       interpreter given by --bambi-python can import bambi
+* ``bambi-binomial``  the same bambi model on the (vignette, order) cells' binomial counts,
+                      ``p(wins, trials) ~ order + (1|vignette)`` (the fair peer at scale)
+
+At scale (issue 21: 1M contests on 5,000 vignettes, both orders judged, so 2M verdicts)::
+
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_bayes.py --vignettes 5000 --runs 1 --per-cell 200 \
+        --repeats 3 --contenders honestci --bambi-python /tmp/bambi/bin/python --bambi binomial --timeout 900
 
 Posterior agreement: every contender's draws go through the same estimand code
 (honestci.audit.stats.bayes.winrate_estimand_draws); the table reports posterior mean and 95% interval of both
@@ -41,29 +48,37 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-N_VIGNETTES, N_RUNS, PER_CELL = 6, 3, 40
+#: The problem's shape (vignettes, runs, verdicts per vignette × order × run cell); the fixture-like
+#: default, or --vignettes/--runs/--per-cell (passed on to each child process).
+SHAPE = {"vignettes": 6, "runs": 3, "per_cell": 40}
 SETTINGS = dict(chains=4, draws=1000, tune=1000)
 
 
 def simulate(seed: int) -> dict[str, np.ndarray]:
+    """Per-verdict outcomes, vignette-major (vignette, order, run, verdict), from one seeded generator.
+
+    At the fixture-like default shape the draws are the same as those the figures in bench/README.md
+    were measured on (one generator, the same draw order)."""
     rng = np.random.default_rng(seed)
-    u = rng.normal(0.0, 0.5, N_VIGNETTES)
-    run_offsets = rng.normal(0.0, 0.1, N_RUNS)
-    vignette, order, run, outcome = [], [], [], []
-    for v in range(N_VIGNETTES):
-        for o in (0.5, -0.5):
-            for r in range(N_RUNS):
-                p = 1.0 / (1.0 + np.exp(-(0.3 + u[v] + 0.4 * o + run_offsets[r])))
-                outcome.append(rng.binomial(1, p, PER_CELL).astype(float))
-                vignette += [v] * PER_CELL
-                order += [o] * PER_CELL
-                run += [r] * PER_CELL
+    n_vignettes, n_runs, per_cell = SHAPE["vignettes"], SHAPE["runs"], SHAPE["per_cell"]
+    u = rng.normal(0.0, 0.5, n_vignettes)
+    run_offsets = rng.normal(0.0, 0.1, n_runs)
+    orders = np.array([0.5, -0.5])
+    eta = 0.3 + u[:, None, None] + 0.4 * orders[None, :, None] + run_offsets[None, None, :]
+    p = np.repeat((1.0 / (1.0 + np.exp(-eta))).reshape(-1), per_cell)
+    outcome = (rng.random(p.size) < p).astype(float) if p.size > 100_000 else _binomial_cells(rng, p, per_cell)
+    grid = np.indices((n_vignettes, 2, n_runs)).reshape(3, -1)
     return {
-        "vignette": np.array(vignette),
-        "order": np.array(order),
-        "run": np.array(run),
-        "outcome": np.concatenate(outcome),
+        "vignette": np.repeat(grid[0], per_cell),
+        "order": np.repeat(orders[grid[1]], per_cell),
+        "run": np.repeat(grid[2], per_cell),
+        "outcome": outcome,
     }
+
+
+def _binomial_cells(rng: np.random.Generator, p: np.ndarray, per_cell: int) -> np.ndarray:
+    # one binomial(1, p, per_cell) call per cell, as the fixture-like figures were drawn
+    return np.concatenate([rng.binomial(1, p[i], per_cell).astype(float) for i in range(0, p.size, per_cell)])
 
 
 def summarise(estimands: dict[str, np.ndarray]) -> dict[str, list[float]]:
@@ -131,7 +146,7 @@ def fit_bernoulli_pymc(data, seed):
     from honestci.audit.stats.bayes import winrate_estimand_draws
 
     logging.getLogger("pymc").setLevel(logging.WARNING)
-    with pm.Model(coords={"vignette": range(N_VIGNETTES), "run": range(N_RUNS)}):
+    with pm.Model(coords={"vignette": range(SHAPE["vignettes"]), "run": range(SHAPE["runs"])}):
         mu = pm.Normal("mu", 0.0, 1.5)
         beta = pm.Normal("beta", 0.0, 1.0)
         sigma = pm.HalfNormal("sigma", 1.0)
@@ -178,6 +193,29 @@ def fit_bambi(data, seed):
     return summarise(estimands), {"divergences": int(idata.sample_stats["diverging"].sum())}
 
 
+def fit_bambi_binomial(data, seed):
+    import bambi as bmb
+    import pandas as pd
+
+    from honestci.audit.stats.bayes import winrate_estimand_draws
+
+    rows = pd.DataFrame({"y": data["outcome"], "order": data["order"], "vignette": data["vignette"]})
+    cells = rows.groupby(["vignette", "order"], as_index=False).agg(wins=("y", "sum"), trials=("y", "size"))
+    cells["wins"], cells["vignette"] = cells["wins"].astype(int), pd.Categorical(cells["vignette"])
+    priors = {
+        "Intercept": bmb.Prior("Normal", mu=0, sigma=1.5),
+        "order": bmb.Prior("Normal", mu=0, sigma=1),
+        "1|vignette": bmb.Prior("Normal", mu=0, sigma=bmb.Prior("HalfNormal", sigma=1)),
+    }
+    model = bmb.Model("p(wins, trials) ~ order + (1|vignette)", cells, family="binomial", priors=priors)
+    idata = model.fit(random_seed=seed, progressbar=False, **SETTINGS)
+    post = idata.posterior.stack(sample=("chain", "draw"))
+    estimands = winrate_estimand_draws(
+        post["Intercept"].values, post["order"].values, post["1|vignette_sigma"].values, post["1|vignette"].values.T
+    )
+    return summarise(estimands), {"divergences": int(idata.sample_stats["diverging"].sum())}
+
+
 def child(contender: str, warm: bool) -> None:
     started = time.perf_counter()
     fits = {
@@ -186,6 +224,7 @@ def child(contender: str, warm: bool) -> None:
         "nutpie-pytensor": fit_nutpie_pytensor,
         "bernoulli-pymc": fit_bernoulli_pymc,
         "bambi": fit_bambi,
+        "bambi-binomial": fit_bambi_binomial,
     }[contender]
     summary, extra = fits(simulate(1), 1)
     first = time.perf_counter() - started
@@ -199,20 +238,25 @@ def child(contender: str, warm: bool) -> None:
 
 
 # ------------------------------------------------------------------ driver
-def run_child(python: str, contender: str, warm: bool) -> dict:
+def run_child(python: str, contender: str, warm: bool, timeout: float | None = None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore")
-    command = [python, str(Path(__file__).resolve()), "--child", contender] + (["--warm"] if warm else [])
+    shape = [f"--{key.replace('_', '-')}={value}" for key, value in SHAPE.items()]
+    command = [python, str(Path(__file__).resolve()), "--child", contender, *shape] + (["--warm"] if warm else [])
     load1 = os.getloadavg()[0]
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"contender": contender, "error": [f"did not finish in {timeout:.0f} s (load1 before {load1:.1f})"]}
     wall = time.perf_counter() - started
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     if completed.returncode != 0:
         return {"contender": contender, "error": completed.stderr.strip().splitlines()[-1:]}
     record = json.loads(completed.stdout.strip().splitlines()[-1])
-    record.update(process_wall_s=wall, process_cpu_s=cpu, load1_before=load1)
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child so far
+    record.update(process_wall_s=wall, process_cpu_s=cpu, load1_before=load1, peak_children_mb=peak_mb)
     return record
 
 
@@ -221,6 +265,13 @@ def main() -> None:
     parser.add_argument("--child")
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--bambi-python", default=None)
+    parser.add_argument(
+        "--bambi", choices=("bernoulli", "binomial"), default="bernoulli", help="bambi on verdicts or on cells"
+    )
+    parser.add_argument("--vignettes", type=int, default=SHAPE["vignettes"])
+    parser.add_argument("--runs", type=int, default=SHAPE["runs"])
+    parser.add_argument("--per-cell", type=int, default=SHAPE["per_cell"], help="verdicts per vignette×order×run")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds a contender's process may take")
     parser.add_argument("--repeats", type=int, default=2, help="cold processes per contender")
     parser.add_argument(
         "--contenders",
@@ -228,18 +279,20 @@ def main() -> None:
         help="comma-separated subset of the contenders (bambi needs --bambi-python)",
     )
     args = parser.parse_args()
+    SHAPE.update(vignettes=args.vignettes, runs=args.runs, per_cell=args.per_cell)
     if args.child:
         child(args.child, args.warm)
         return
     python = sys.executable
-    plan = [(python, name) for name in args.contenders.split(",") if name != "bambi"]
+    plan = [(python, name) for name in args.contenders.split(",") if not name.startswith("bambi")]
     if args.bambi_python:
-        plan.append((args.bambi_python, "bambi"))
+        plan.append((args.bambi_python, "bambi" if args.bambi == "bernoulli" else "bambi-binomial"))
+    print(f"shape: {SHAPE}, {args.vignettes * 2 * args.runs * args.per_cell:,} verdicts")
     print(f"load average before: {os.getloadavg()}")
     records = []
     for interpreter, contender in plan:
         for repeat in range(args.repeats):
-            record = run_child(interpreter, contender, warm=repeat == args.repeats - 1)
+            record = run_child(interpreter, contender, warm=repeat == args.repeats - 1, timeout=args.timeout)
             records.append(record)
             print(json.dumps(record), flush=True)
     print(

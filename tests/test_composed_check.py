@@ -109,7 +109,7 @@ def test_a_policy_selected_on_the_selection_pool_is_corrected_for_selection(tmp_
     from honestci.audit.checks.selection import pool_scores, winners_curse_check
 
     for path in FIXTURE.iterdir():
-        if path.is_file():  # the fixture's sub-studies (offdist/, seeds/) are not this claim's
+        if path.is_file():  # the fixture's sub-studies (offdist/, seeds/, composed/) are not this claim's
             shutil.copy(path, tmp_path / path.name)
     text = (FIXTURE / "claim.yaml").read_text().replace("policy: reappraisal-4b-grpo", "policy: grpo-ckpt-5")
     (tmp_path / "claim.yaml").write_text("\n".join(x for x in text.splitlines() if not x.startswith("claimed:")) + "\n")
@@ -147,3 +147,92 @@ def test_a_policy_selected_on_the_selection_pool_is_corrected_for_selection(tmp_
     )
     assert check.interval.composed.verdict == Verdict.INCONCLUSIVE  # 6 vignettes < 12
     assert "selection pool" in check.source
+
+
+# --- the composed sub-study (fixtures/study/composed/): all four problems at once, 30 vignettes ---
+
+COMPOSED = FIXTURE / "composed"
+
+
+def _composed_context(policy=None):
+    """The composed claim's context with the checks the composed check reads (leakage, selection)."""
+    from honestci.audit.checks.leakage import leakage_check
+    from honestci.audit.checks.selection import winners_curse_check
+
+    claim = load_claim(COMPOSED / "claim-composed.yaml", policy=policy)
+    study = load_study(claim.data_paths)
+    contests = build_contests(study, claim.spec.policy, claim.spec.opponent, claim.spec.judge)
+    ctx = _Context(claim, study, contests, claim.policy.gate_method(claim.spec.population))
+    ctx.checks["leakage"] = leakage_check(ctx)
+    ctx.checks["winners_curse"] = winners_curse_check(ctx)
+    return ctx
+
+
+@pytest.fixture(scope="module")
+def composed_study():
+    import json
+
+    ctx = _composed_context()
+    return ctx, composed_check(ctx), json.loads((COMPOSED / "truth.json").read_text())
+
+
+def test_the_composed_study_gives_a_numeric_composed_interval_with_every_row(composed_study):
+    _, check, truth = composed_study
+    result = check.interval
+    assert result.selected and set(result.candidates) == set(truth["candidates"]) and len(result.candidates) == 4
+    # the leakage check finds exactly the planted leaks, and their vignettes are excluded
+    assert list(result.leaked_vignettes) == truth["leaked_vignettes"]
+    assert check.n_labelled == sum(1 for _ in open(COMPOSED / "human_pairs.jsonl"))
+    table = check.to_frame().set_index("method")
+    assert list(table.index) == ["naive", "clustering", "judge", "leakage", "selection", "composed"]
+    assert table["ci_low"].notna().all() and table["ci_high"].notna().all()
+    assert (table["verdict"] == str(Verdict.PASS)).all()
+    composed = result.composed
+    assert composed.note == "AKM hybrid" and composed.n_clusters == 25 and composed.n_contests == 250
+    assert composed.ci_low < composed.estimate < composed.ci_high
+    section = check.report_section()
+    assert "INCONCLUSIVE" not in " ".join(section.lines) and len(section.table) == 6
+
+
+def test_the_composed_interval_covers_the_studys_truth(composed_study):
+    ctx, check, truth = composed_study
+    estimand = truth["estimand"]
+    assert estimand["claimed"] == ctx.claim.spec.policy
+    value = estimand["value"]  # human-scale rate of the claimed checkpoint on new non-leaked vignettes
+    composed = check.interval.composed
+    assert composed.ci_low <= value <= composed.ci_high
+    # A fact of this seed, not a property of the methods: every single correction, and the naive
+    # interval, lies wholly above the truth (their CI-lows were 0.746, 0.746, 0.692, 0.718, 0.739
+    # against a truth of 0.640 when the fixture was generated); only the composed one covers it.
+    for method in ("naive", "clustering", "judge", "leakage", "selection"):
+        assert check.interval.row(method).ci_low > value, method
+
+
+def test_a_composed_gate_policy_makes_the_bar_gate_read_the_composed_row(composed_study):
+    from honestci.audit.policy import Policy
+
+    _, check, _ = composed_study
+    policy = Policy(gate_methods=(("new_vignettes", "composed"), ("these_vignettes", "stratified")))
+    ctx = _composed_context(policy)
+    assert ctx.gate_method == "composed"
+    ctx.intervals = IntervalTable("win rate", (composed_check(ctx).interval_row(),))
+    gate = run_gate("ci_low_clears_bar", ctx)
+    assert gate.evidence["method"] == "composed"
+    assert gate.evidence["ci_low"] == pytest.approx(check.interval.composed.ci_low)
+    # the naive CI-low clears the bar; the composed one does not, and the gate says so
+    assert check.interval.row("naive").ci_low > ctx.claim.spec.bar > check.interval.composed.ci_low
+    assert gate.verdict == Verdict.FAIL
+
+
+@pytest.mark.e2e
+def test_audit_of_the_composed_study_with_a_composed_gate_policy_gates_on_the_composed_row():
+    from honestci.audit.pipeline import audit_context
+    from honestci.audit.policy import Policy
+
+    policy = Policy(gate_methods=(("new_vignettes", "composed"), ("these_vignettes", "stratified")))
+    context = audit_context(COMPOSED / "claim-composed.yaml", policy=policy, bayes=False)
+    row = context.intervals.get("composed", "new_vignettes")
+    assert row.verdict == Verdict.PASS and row.ci_low is not None and row.n_clusters == 25
+    gate = run_gate("ci_low_clears_bar", context)
+    assert gate.evidence["method"] == "composed" and gate.evidence["ci_low"] == pytest.approx(row.ci_low)
+    assert gate.verdict == (Verdict.PASS if row.ci_low >= context.claim.spec.bar else Verdict.FAIL)

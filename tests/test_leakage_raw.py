@@ -55,9 +55,9 @@ def _exact(index, path, text_field="text", id_field="doc_id", chunk_bytes=L.DEFA
 
 
 def _fast(index, path, text_field="text", id_field="doc_id", chunk_bytes=L.DEFAULT_CHUNK_BYTES, byte_range=None):
-    assert L._corpus_kind(Path(path)) == "jsonl"
+    assert L._corpus_kind(str(path)) == "jsonl"
     total = L._Matches()
-    for part in L._scan_file(index, Path(path), text_field, id_field, chunk_bytes, None, 0.0, byte_range):
+    for part in L._scan_file(index, str(path), text_field, id_field, chunk_bytes, None, 0.0, byte_range):
         total.merge(part)
     return total
 

@@ -100,6 +100,11 @@ def test_same_seed_writes_identical_bytes(tmp_path):
                 f"{sim.SEEDS_DIR}/{name}"
                 for name in [sim.TABLE_FILES[t] for t in sim.OFFDIST_TABLES] + ["truth.json", *sim.SEEDS_CLAIM_FILES]
             ]
+            + [
+                f"{sim.COMPOSED_DIR}/{name}"
+                for name in [sim.TABLE_FILES[t] for t in sim.COMPOSED_TABLES]
+                + ["truth.json", *sim.COMPOSED_CLAIM_FILES]
+            ]
         )
     )
     for a, b in zip(first, second):
@@ -107,8 +112,8 @@ def test_same_seed_writes_identical_bytes(tmp_path):
 
 
 def test_committed_study_equals_fresh_generation(tmp_path):
-    # The off-distribution and seeds studies lie in their own folders (offdist/, seeds/), each drawn
-    # from its own stream.
+    # The off-distribution, seeds and composed studies lie in their own folders (offdist/, seeds/,
+    # composed/), each drawn from its own stream.
     written = write_study(tmp_path, seed=DEFAULT_SEED)
     committed = sorted(p.relative_to(DEFAULT_STUDY_DIR).as_posix() for p in DEFAULT_STUDY_DIR.rglob("*") if p.is_file())
     assert committed == [p.relative_to(tmp_path).as_posix() for p in written]
@@ -678,6 +683,8 @@ def test_study_folder_stays_small():
     assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / sim.OFFDIST_DIR).iterdir()) < 0.7e6
     # The seeds study (seeds/: 300 contests, the claim judge only) is about 0.35 MB.
     assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / sim.SEEDS_DIR).iterdir()) < 0.4e6
+    # The composed study (composed/: 1,200 contests, one judge, 30 vignettes) is about 1.25 MB.
+    assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / sim.COMPOSED_DIR).iterdir()) < 1.6e6
 
 
 def test_to_frame_lists_every_estimand(study):
@@ -702,3 +709,100 @@ def test_empirical_win_rates_are_unbiased_across_seeds():
         z.append((mean - truth["contest_score"]) / se)
     assert abs(np.mean(z)) < Z_TOLERANCE / math.sqrt(len(z))
     assert 0.6 < np.std(z) < 1.4
+
+
+# --- the composed study (composed/) ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def composed():
+    return sim.simulate_composed_study(DEFAULT_SEED)
+
+
+def test_composed_truth_matches_monte_carlo():
+    # human_anchored_rates against the generative process drawn directly: D, the human's
+    # preference (logistic threshold), and the judge's two orders flipped at the stated rates.
+    from honestci.fixtures.truth import human_anchored_rates
+
+    rng = np.random.default_rng(11)
+    human, error, n = sim.COMPOSED_HUMAN, sim.COMPOSED_JUDGE_ERROR, 400_000
+    mean, sd = 0.45, 0.95
+    d = rng.normal(mean, sd, n)
+    z = human.kappa * d + rng.logistic(0.0, 1.0, n)
+    pref = np.where(z > human.t, 1, np.where(z < -human.t, -1, 0))
+    orders = []
+    for _ in range(2):
+        r = rng.random(n)
+        to_system = np.where(pref == 1, r >= error["to_opponent"], r < error["to_candidate"])
+        orders.append(np.where(to_system, 1, np.where(pref == 0, 0, -1)))
+    both_system = (orders[0] == 1) & (orders[1] == 1)
+    both_opponent = (orders[0] == -1) & (orders[1] == -1)
+    judge = np.where(both_system, 1.0, np.where(both_opponent, 0.0, 0.5))
+    expected = human_anchored_rates(mean, sd, human, error["to_candidate"], error["to_opponent"])
+    se = 0.5 / math.sqrt(n)
+    assert abs(np.mean((pref == 1) + 0.5 * (pref == 0)) - expected["human_score"]) < Z_TOLERANCE * se
+    assert abs(judge.mean() - expected["judge_score"]) < Z_TOLERANCE * se
+
+
+def test_composed_study_design(composed):
+    tables, truth = composed["tables"], composed["truth"]
+    responses, judgments, pairs = tables["responses"], tables["judgments"], tables["human_pairs"]
+    assert tables["vignettes"]["vignette_id"].nunique() == sim.COMPOSED_N_VIGNETTES == 30
+    assert tables["vignettes"]["text"].nunique() == 30
+    candidates = responses[responses["system"] != sim.OPPONENT]
+    assert set(candidates["pool"]) == {"selection"} and set(candidates["system"]) == set(sim.COMPOSED_CANDIDATES)
+    assert len(candidates) == 4 * 30 * 10 and len(judgments) == 2 * len(candidates)
+    # one label per labelled contest, on every candidate, about the stated share
+    labelled = pairs["response_a"].map(dict(zip(responses["response_id"], responses["system"])))
+    assert set(labelled) == set(sim.COMPOSED_CANDIDATES) and not pairs["response_a"].duplicated().any()
+    assert abs(len(pairs) / len(candidates) - sim.COMPOSED_LABEL_SHARE) < 0.05
+    assert (
+        truth["estimand"]["value"]
+        == truth["candidates"][truth["estimand"]["claimed"]]["new_vignettes_non_leaked"]["human_score"]
+    )
+    assert sorted(leak["vignette_id"] for leak in truth["leakage"]) == truth["leaked_vignettes"]
+    assert len(truth["leaked_vignettes"]) == sim.COMPOSED_N_LEAKED
+
+
+def test_composed_judge_errs_against_the_humans_at_the_stated_rates(composed):
+    tables = composed["tables"]
+    verdict = {(r.response_first, r.response_second): r.verdict for r in tables["judgments"].itertuples()}
+    named = {"candidate": [], "opponent": [], "none": []}  # human preference -> judge's pick per order
+    for row in tables["human_pairs"].itertuples():
+        pref = {"a": "candidate", "b": "opponent", "tie": "none"}[row.label]
+        for first, second, mine in (
+            (row.response_a, row.response_b, "first"),
+            (row.response_b, row.response_a, "second"),
+        ):
+            v = verdict[(first, second)]
+            named[pref].append("candidate" if v == mine else ("none" if v == "tie" else "opponent"))
+    rates = {pref: np.mean(np.asarray(picks) == "candidate") for pref, picks in named.items()}
+    error = sim.COMPOSED_JUDGE_ERROR
+    for pref, expected in (("opponent", error["to_candidate"]), ("none", error["to_candidate"])):
+        n = len(named[pref])
+        assert abs(rates[pref] - expected) < Z_TOLERANCE * math.sqrt(expected * (1 - expected) / n), pref
+    n = len(named["candidate"])
+    p = error["to_opponent"]
+    assert abs((1 - rates["candidate"]) - p) < Z_TOLERANCE * math.sqrt(p * (1 - p) / n)
+    assert set(named["candidate"]) <= {"candidate", "opponent"}  # a human preference is never judged a tie
+
+
+def test_composed_claim_names_the_selection_pool_winner(composed):
+    from honestci.audit.stats.estimands import vignette_means
+
+    tables, claim = composed["tables"], composed["claims"]["claim-composed.yaml"]
+    system = dict(zip(tables["responses"]["response_id"], tables["responses"]["system"]))
+    verdict = {(r.response_first, r.response_second): r.verdict for r in tables["judgments"].itertuples()}
+    rows = []
+    for (first, second), v in verdict.items():
+        if system[first] != sim.OPPONENT:
+            back = verdict[(second, first)]
+            score = 1.0 if (v, back) == ("first", "second") else (0.0 if (v, back) == ("second", "first") else 0.5)
+            rows.append((system[first], first.split("-")[1], score))
+    frame = pd.DataFrame(rows, columns=["system", "vignette", "score"])
+    means = {
+        s: vignette_means(g["score"].to_numpy(), g["vignette"].to_numpy()).estimate for s, g in frame.groupby("system")
+    }
+    assert claim["policy"] == max(means, key=means.get)
+    mine = frame[frame["system"] == claim["policy"]]["score"]
+    assert claim["claimed"]["point"] == round(mine.mean(), 3) and claim["claimed"]["n"] == len(mine) == 300

@@ -9,15 +9,15 @@ them, each judged against the claim's opponent by the claim's judge), this check
   vignettes and on new vignettes (:func:`honestci.audit.stats.seeds.seed_decomposition`, on the
   vignettes every seed was judged on);
 - when the policy is the best of the K seeds on these contests, the card reports a selected maximum:
-  Andrews–Kitagawa–McCloskey inference on the best seed (:func:`winner_inference` on the K rates
-  and their CR2 covariance).
+  Andrews–Kitagawa–McCloskey inference on the best seed (:func:`best_of_k_inference` on the K
+  rates and their CR2 covariance: logit scale, few-cluster t scaling).
 
 The claim's ``policy`` must be one of the seeds (the seed the card reports). A claim about the
 recipe should read the new-seed interval; with fewer than the policy's ``min_seeds`` seeds no
 new-seed interval is given (the between-seed variance would rest on one degree of freedom; see
-docs/methods.md "Seeds and runs"). No gate reads this check: the bar gate judges the policy's own
-seed, and whether a claim is about the recipe is not something the claim file may decide for the
-audit.
+docs/methods.md "Seeds and runs"). The bar gate judges the policy's own seed; when the policy is
+the observed best of the seeds, the ``winners_curse`` gate reads the best seed's AKM hybrid interval
+against the bar and is required (:func:`honestci.audit.gates.gate_best_seed_selection`).
 
 Validated against: tests/test_seeds.py (the section's figures equal the stats functions called
 directly on the seeds' contests).
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
-from honestci.audit.checks.selection import WinnerInference, winner_inference
+from honestci.audit.checks.selection import WinnerInference, best_of_k_inference
 from honestci.audit.checks.systems import claim_system_scores
 from honestci.audit.errors import EstimationError
 from honestci.audit.stats.seeds import SeedDecomposition, seed_decomposition, seed_table
@@ -103,7 +103,11 @@ class SeedsCheck:
                 f"corrected for the selection (AKM hybrid): {s.hybrid_estimate:.3f} "
                 f"[{s.hybrid_ci[0]:.3f}, {s.hybrid_ci[1]:.3f}]"
             )
-        lines.append("shown, never gated: the bar gate judges the policy's own seed")
+        lines.append(
+            "the bar gate judges the policy's own seed; the winners_curse gate reads the selection-corrected interval"
+            if self.selection is not None
+            else "the bar gate judges the policy's own seed (not the best seed, so no selection to correct)"
+        )
         return lines
 
     def report_section(self) -> ReportSection:
@@ -137,12 +141,9 @@ def seeds_check(context: AuditContext) -> SeedsCheck | None:
             )
         decomposition = seed_decomposition(cells, names, level)
     frame = winrates.to_frame()
-    estimates = frame["estimate"].to_numpy(float)
     selection = None
-    if str(frame["system"].iloc[int(np.argmax(estimates))]) == spec.policy:
-        selection = winner_inference(
-            estimates, winrates.covariance, candidates=list(frame["system"]), level=level, seed=context.seed
-        )
+    if str(frame["system"].iloc[int(np.argmax(frame["estimate"].to_numpy(float)))]) == spec.policy:
+        selection = best_of_k_inference(winrates, level=level, seed=context.seed)
     return SeedsCheck(
         policy=spec.policy,
         opponent=spec.opponent,

@@ -43,6 +43,7 @@ from honestci.audit.stats.winner import (  # noqa: F401 - the AKM core, re-expor
 
 if TYPE_CHECKING:
     from honestci.audit.data.contests import ContestScores
+    from honestci.audit.stats.systems import KSystemResult
 
 # --------------------------------------------------------------------------------------------
 # Estimates and their clustered covariance from contest scores
@@ -273,6 +274,29 @@ def candidate_winner_inference(
         inflation=rate(top) - rate(result.median_unbiased),
         inflation_if_equal=rate(top) - rate(top - result.inflation_if_equal),
     )
+
+
+def best_of_k_inference(rates: KSystemResult, *, level: float, seed: int | np.random.Generator) -> WinnerInference:
+    """AKM inference on the best of K systems (or training seeds) judged on the same contests.
+
+    The K equal-weight win rates of :func:`honestci.audit.stats.systems.k_system_winrates` and their
+    vignette-clustered CR2 covariance go through :func:`candidate_winner_inference` (the logit
+    scale, Σ scaled by (t_{G−1}/z)² with G the fewest vignettes any of them was judged on), the
+    path the selection pool's winner takes, whose coverage with an estimated Σ is simulated in
+    tests/test_selection.py.
+    """
+    if rates.covariance is None:
+        raise EstimationError("the K-system result carries no covariance of the win rates; AKM needs one")
+    table = rates.to_frame()
+    estimates = CandidateEstimates(
+        candidates=tuple(str(name) for name in table["system"]),
+        estimates=table["estimate"].to_numpy(float),
+        covariance=np.asarray(rates.covariance, dtype=float),
+        n_contests=tuple(int(n) for n in table["n_contests"]),
+        n_clusters=int(table["n_vignettes"].min()),
+        vcov="CR2",
+    )
+    return candidate_winner_inference(estimates, level=level, seed=seed)
 
 
 # --------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.checks.length_bias import controlled_winrate_table
-from honestci.audit.checks.selection import WinnerInference, winner_inference
+from honestci.audit.checks.selection import WinnerInference, best_of_k_inference
 from honestci.audit.data.contests import build_contests
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.stats.systems import KSystemResult, benjamini_hochberg, bradley_terry, holm, k_system_winrates
@@ -285,14 +285,7 @@ def systems_check(context: AuditContext) -> SystemsCheck | None:
         note = getattr(exc, "message", str(exc))
     selection = None
     if best:
-        table = winrates.to_frame()
-        selection = winner_inference(
-            table["estimate"].to_numpy(float),
-            winrates.covariance,
-            candidates=list(table["system"]),
-            level=thresholds.confidence_level,
-            seed=context.seed,
-        )
+        selection = best_of_k_inference(winrates, level=thresholds.confidence_level, seed=context.seed)
     return SystemsCheck(
         spec.policy,
         spec.opponent,

@@ -71,8 +71,17 @@ def winners_curse(claim, opponent, judge, level, seed, policy_file, out):
     "corpora",
     required=True,
     multiple=True,
-    type=click.Path(dir_okay=False),
-    help="Training corpus file (JSONL[.gz], Parquet, text[.gz]); repeat for several.",
+    metavar="PATH|URL",
+    help="Training corpus file (JSONL[.gz], Parquet, text[.gz]): a local path, a glob, or an fsspec URL "
+    "(s3://, gs://, hf://, file://); repeat for several.",
+)
+@click.option(
+    "--storage-option",
+    "storage_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="fsspec storage option for corpus URLs (e.g. endpoint_url=http://host:9000, anon=true, "
+    "client_kwargs.region_name=eu-west-1; a JSON value is parsed); repeat for several.",
 )
 @click.option("--text-field", default="text", show_default=True, help="Text field of corpus records.")
 @click.option("--id-field", default="doc_id", show_default=True, help="Id field of corpus records.")
@@ -98,6 +107,12 @@ def winners_curse(claim, opponent, judge, level, seed, policy_file, out):
     help="Scan on a local Dask cluster with this many worker processes (0: in this process).",
 )
 @click.option(
+    "--scheduler",
+    default=None,
+    metavar="ADDRESS",
+    help="Scan on an existing Dask cluster (e.g. tcp://10.0.0.5:8786); its workers read the corpus themselves.",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False),
     default=None,
@@ -105,49 +120,74 @@ def winners_curse(claim, opponent, judge, level, seed, policy_file, out):
 )
 @fail_cleanly
 def leakage(
-    eval_file, eval_id, eval_text, corpora, text_field, id_field, ngram, min_overlap, near_duplicates, workers, out
+    eval_file,
+    eval_id,
+    eval_text,
+    corpora,
+    storage_options,
+    text_field,
+    id_field,
+    ngram,
+    min_overlap,
+    near_duplicates,
+    workers,
+    scheduler,
+    out,
 ):
     """Scan training corpora for held-out eval answers; exit 1 when any answer leaked.
 
     The training pipeline runs this before it uses any text.
     """
+    from honestci.audit.checks.corpus_files import parse_storage_options
     from honestci.audit.checks.leakage import NEAR_SHINGLE, build_index, scan_corpus, scan_corpus_dask
     from honestci.audit.gates import gate_leakage
     from honestci.audit.progress import Progress
 
+    if workers > 0 and scheduler:
+        raise InputError("--workers and --scheduler both given", fix="start a local cluster or attach to one, not both")
+    options = parse_storage_options(storage_options)
     items = _read_eval_items(Path(eval_file), eval_id, eval_text)
     index = build_index(items, ngram)
     near_index = build_index(items, NEAR_SHINGLE) if near_duplicates else None
-    if workers > 0:
+    common = dict(
+        text_field=text_field,
+        id_field=id_field,
+        min_overlap=min_overlap,
+        near_index=near_index,
+        progress=Progress(),
+        storage_options=options,
+    )
+    if workers > 0 or scheduler:
+        from contextlib import ExitStack
+
         from honestci.audit.errors import require_extra
 
-        require_extra("distributed", "distributed", needed_by="a Dask scan (--workers > 0)", instead="pass --workers 0")
+        require_extra(
+            "distributed", "distributed", needed_by="a Dask scan (--workers, --scheduler)", instead="pass --workers 0"
+        )
         from distributed import Client, LocalCluster
 
-        with (
-            LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) as cluster,
-            Client(cluster) as client,
-        ):
-            scan = scan_corpus_dask(
-                index,
-                corpora,
-                client,
-                text_field=text_field,
-                id_field=id_field,
-                min_overlap=min_overlap,
-                near_index=near_index,
-                progress=Progress(),
-            )
+        with ExitStack() as stack:
+            if scheduler:
+                try:
+                    client = stack.enter_context(Client(scheduler, timeout="30s"))
+                except OSError as exc:
+                    raise InputError(
+                        f"cannot reach the Dask scheduler at {scheduler} ({exc})",
+                        fix="start it with `dask scheduler` and pass its address (tcp://HOST:8786)",
+                    ) from exc
+            else:
+                import dask
+
+                # Dask's sampling profiler cost a worker 0.1-0.3 CPU-s per 400 MB scan (docs/leakage.md)
+                stack.enter_context(dask.config.set({"distributed.worker.profile.enabled": False}))
+                cluster = stack.enter_context(
+                    LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None)
+                )
+                client = stack.enter_context(Client(cluster))
+            scan = scan_corpus_dask(index, corpora, client, **common)
     else:
-        scan = scan_corpus(
-            index,
-            corpora,
-            text_field=text_field,
-            id_field=id_field,
-            min_overlap=min_overlap,
-            near_index=near_index,
-            progress=Progress(),
-        )
+        scan = scan_corpus(index, corpora, **common)
     click.echo(str(scan))
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
