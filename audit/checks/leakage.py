@@ -24,7 +24,7 @@ JSONL is read in blocks of whole lines; a scan hashes each block from its raw by
 (:func:`scan_jsonl_block`: a compiled per-line JSON reader finds the top-level text string and
 hashes it in the same pass, no Python strings), and only lines it cannot read exactly go through
 orjson and :func:`normalize`; :func:`iter_corpus` parses a block with one ``orjson.loads`` call.
-Measured: 289–378 MB of JSONL per CPU-second on one core, median 340, in ten runs on a shared
+Measured: 280–378 MB of JSONL per CPU-second on one core, median 335, in fifteen runs on a shared
 machine (bench/bench_leakage.py, docs/leakage.md).
 
 References: Brown et al. (2020), "Language Models are Few-Shot Learners", App. C (13-gram
