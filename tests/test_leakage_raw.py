@@ -303,3 +303,16 @@ def test_the_eight_byte_string_scan_stops_at_a_special_byte_at_every_offset(spec
         assert doc.tolist() == np.flatnonzero(fast)[expected.doc].tolist()
         assert position.tolist() == expected.position.tolist()
         assert fast.all() == (special in '"\\/\n' or (special == "\x7f" and not ascii_only))
+
+
+def test_a_line_much_longer_than_the_block_is_scanned_whole(tmp_path):
+    rng = np.random.default_rng(8)
+    answer = "consider that the delay was caused by traffic not by a lack of care for you"
+    long_text = " ".join(rng.choice(WORDS, 300_000)) + " " + answer + ' "end"'
+    path = tmp_path / "c.jsonl"
+    lines = [{"doc_id": "a", "text": "short"}, {"doc_id": "long", "text": long_text}, {"doc_id": "b", "text": "x"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    index = build_index({"e": answer}, 8)
+    fast = _fast(index, path, chunk_bytes=4096)
+    _assert_same(index, _exact(index, path, chunk_bytes=4096), fast)
+    assert fast.doc_ids == ["long"] and summarize_matches(index, fast, 0.5).leaked_items == ("e",)
