@@ -20,9 +20,12 @@ B = 0x9E3779B97F4A7C15 (a rolling hash, restarted at every document), and only n
 is set in the index's bitmap (its top hash bits) leave the kernel. They are confirmed by binary
 search in the index's sorted keys. The index is built by the same kernel, so eval items and corpus
 hash identically by construction; :func:`reference_ngram_hashes` is the pure-Python oracle.
-JSONL is read in blocks of whole lines, each parsed by one ``orjson.loads`` call (see
-:func:`iter_corpus`). Measured: 138–169 MB of JSONL per CPU-second on one core
-(bench/bench_leakage.py, docs/leakage.md).
+JSONL is read in blocks of whole lines; a scan hashes each block from its raw bytes
+(:func:`scan_jsonl_block`: a compiled per-line JSON reader finds the top-level text string and
+hashes it in the same pass, no Python strings), and only lines it cannot read exactly go through
+orjson and :func:`normalize`; :func:`iter_corpus` parses a block with one ``orjson.loads`` call.
+Measured: 280–378 MB of JSONL per CPU-second on one core, median 335, in fifteen runs on a shared
+machine (bench/bench_leakage.py, docs/leakage.md).
 
 References: Brown et al. (2020), "Language Models are Few-Shot Learners", App. C (13-gram
 overlap); datatrove ``NGramsDecontFilter``; lm-evaluation-harness ``decontamination/janitor.py``.
@@ -287,15 +290,52 @@ def iter_corpus(
     ``on_bytes`` is called after each batch with the bytes of the file on disk it took (gzip:
     compressed bytes; Parquet: the file's size pro rata of rows), for progress meters.
     """
-    path, file_name = os.fspath(path), corpus_name(path)
-    name = file_name.lower()
-    if name.endswith(".parquet"):
+    path = os.fspath(path)
+    kind = _corpus_kind(path)
+    if kind == "parquet":
         yield from _iter_parquet(path, text_field, id_field, chunk_bytes, on_bytes, storage_options=storage_options)
         return
-    is_json = name.removesuffix(".gz").endswith((".jsonl", ".json", ".ndjson"))
+    loads = _json_loads()
+    for block, locate in _iter_blocks(path, chunk_bytes, byte_range, on_bytes, storage_options):
+        if kind == "jsonl":
+            ids, texts, _ = _parse_jsonl_block(block, locate, text_field, id_field, loads)
+        else:
+            lines = block.split(b"\n")
+            if block.endswith(b"\n"):
+                lines.pop()
+            ids, texts = (
+                [locate(k) for k in range(len(lines))],
+                [raw.decode("utf-8", errors="replace") for raw in lines],
+            )
+        yield ids, texts
+
+
+def _corpus_kind(path: str) -> str:
+    """``"parquet"``, ``"jsonl"`` or ``"text"`` by the file name's suffix (see :func:`iter_corpus`)."""
+    name = corpus_name(path).lower()
+    if name.endswith(".parquet"):
+        return "parquet"
+    return "jsonl" if name.removesuffix(".gz").endswith((".jsonl", ".json", ".ndjson")) else "text"
+
+
+def _iter_blocks(
+    path: str,
+    chunk_bytes: int,
+    byte_range: tuple[int, int] | None,
+    on_bytes: Callable[[int], None] | None,
+    storage_options: Mapping | None = None,
+) -> Iterator[tuple[bytes, _Locator]]:
+    """Blocks of about ``chunk_bytes`` of whole lines of a JSONL or text file, each with its :class:`_Locator`.
+
+    ``byte_range``, ``on_bytes`` and ``storage_options`` as in :func:`iter_corpus`; ``on_bytes``
+    is called when the consumer asks for the next block.
+    """
+    from honestci.audit.checks.ngram_kernel import count_newlines
+
+    file_name = corpus_name(path)
+    name = file_name.lower()
     if byte_range is not None and name.endswith(".gz"):
         raise InputError(f"{path}: a gzip file cannot be split by byte range", fix="scan it whole")
-    loads = _json_loads()
     with open_corpus(path, storage_options) as raw, _gunzip_if(name, raw) as handle:
         consumed = raw.tell()
         position: int = 0
@@ -314,26 +354,14 @@ def iter_corpus(
                 break
             if not block.endswith(b"\n"):
                 block += handle.readline()  # finish the last line (it starts before `stop`)
-            locate = _Locator(file_name, line_number, position, block)
-            if is_json:
-                ids, texts, newlines = _parse_jsonl_block(block, locate, text_field, id_field, loads)
-            else:
-                lines = block.split(b"\n")
-                newlines = len(lines) - 1
-                if block.endswith(b"\n"):
-                    lines.pop()
-                ids, texts = (
-                    [locate(k) for k in range(len(lines))],
-                    [raw.decode("utf-8", errors="replace") for raw in lines],
-                )
-            yield ids, texts
+            yield block, _Locator(file_name, line_number, position, block)
             if on_bytes is not None:
                 now = raw.tell()
                 on_bytes(now - consumed)
                 consumed = now
             position += len(block)
             if line_number is not None:
-                line_number += newlines + (not block.endswith(b"\n"))
+                line_number += count_newlines(np.frombuffer(block, np.uint8)) + (not block.endswith(b"\n"))
 
 
 def _gunzip_if(name: str, raw):
@@ -378,19 +406,24 @@ def _parse_jsonl_block(
     # not one object with a text per line (blank lines, a bad line): line by line, naming the bad one
     ids, texts = [], []
     for k, raw in enumerate(block.split(b"\n")):
-        if not raw.strip():
-            continue
-        try:
-            record = loads(raw)
-        except ValueError as exc:
-            raise InputError(f"{locate(k)}: not valid JSON ({exc})", fix="fix or drop the line") from exc
-        text = record.get(text_field) if isinstance(record, dict) else None
-        if not isinstance(text, str):
-            raise InputError(f"{locate(k)}: no text field {text_field!r}", fix="name the text field")
-        doc_id = record.get(id_field) if id_field else None
-        ids.append(str(doc_id) if doc_id is not None else locate(k))
-        texts.append(text)
+        if raw.strip():
+            doc_id, text = _parse_jsonl_line(raw, k, locate, text_field, id_field, loads)
+            ids.append(doc_id)
+            texts.append(text)
     return ids, texts, newlines
+
+
+def _parse_jsonl_line(raw: bytes, k: int, locate: _Locator, text_field: str, id_field: str | None, loads):
+    """(id, text) of the k-th line of a block; :class:`InputError` naming the line if it has no text."""
+    try:
+        record = loads(raw)
+    except ValueError as exc:
+        raise InputError(f"{locate(k)}: not valid JSON ({exc})", fix="fix or drop the line") from exc
+    text = record.get(text_field) if isinstance(record, dict) else None
+    if not isinstance(text, str):
+        raise InputError(f"{locate(k)}: no text field {text_field!r}", fix="name the text field")
+    doc_id = record.get(id_field) if id_field else None
+    return (str(doc_id) if doc_id is not None else locate(k)), text
 
 
 def _iter_parquet(
@@ -511,24 +544,132 @@ def scan_batch(
 ) -> _Matches:
     """Matches of one batch of documents against the index (only matching documents are kept)."""
     encoded = encode_documents(texts)
-    out = _Matches(n_docs=len(texts), n_bytes=sum(map(len, texts)))
     chunk = hash_documents(encoded, index.n, index)
-    rows, keys = index.lookup(chunk.hashes)
+    out = _match(index, chunk.hashes, chunk.doc, chunk.position, ids.__getitem__)
+    out.n_docs, out.n_bytes = len(texts), sum(map(len, texts))
+    if near_index is not None:
+        out.near = _near_duplicates(near_index, ids, encoded, near_threshold)
+    return out
+
+
+def _match(
+    index: NgramIndex, hashes: np.ndarray, doc: np.ndarray, position: np.ndarray, id_of: Callable[[int], str]
+) -> _Matches:
+    """The n-grams (hash, document, position) of a batch confirmed in the index; ``id_of`` names a matched document."""
+    out = _Matches()
+    rows, keys = index.lookup(hashes)
     if rows.size:
         counts = index.occurrence_start[keys + 1] - index.occurrence_start[keys]
         expanded_rows = np.repeat(rows, counts)
         occurrence = np.repeat(index.occurrence_start[keys] - np.cumsum(counts) + counts, counts) + np.arange(
             counts.sum()
         )
-        docs = chunk.doc[expanded_rows]
+        docs = doc[expanded_rows]
         matched_docs, local = np.unique(docs, return_inverse=True)
-        out.doc_ids = [ids[d] for d in matched_docs]
+        out.doc_ids = [id_of(int(d)) for d in matched_docs]
         out.doc.append(local.astype(np.int64))
-        out.doc_position.append(chunk.position[expanded_rows])
+        out.doc_position.append(position[expanded_rows])
         out.item.append(index.occurrence_item[occurrence])
         out.item_position.append(index.occurrence_position[occurrence])
-    if near_index is not None:
-        out.near = _near_duplicates(near_index, ids, encoded, near_threshold)
+    return out
+
+
+class JsonlBlockBuffers:
+    """Output and scratch arrays of :func:`scan_jsonl_block`, reused across blocks and grown on demand.
+
+    Fresh multi-MB arrays per block cost a page fault per 4 KB touched (15-20 % of the scan's CPU
+    time before they were reused).
+    """
+
+    def __init__(self) -> None:
+        self.tokens = np.empty(0, np.uint64)
+        self.scratch = np.empty(0, np.uint8)
+        self.hashes = np.empty(1 << 14, np.uint64)
+        self.doc = np.empty(1 << 14, np.int32)
+        self.position = np.empty(1 << 14, np.int32)
+        self.line = np.empty(1 << 12, np.int64)
+        self.start = np.empty(1 << 12, np.int64)
+        self.end = np.empty(1 << 12, np.int64)
+        self.fast = np.empty(1 << 12, np.uint8)
+
+    def fit(self, block_size: int) -> None:
+        """Scratch space for a block of ``block_size`` bytes (numpy leaves untouched pages unallocated)."""
+        if self.scratch.size < block_size:
+            self.tokens = np.empty(block_size // 2 + 8, np.uint64)
+            self.scratch = np.empty(block_size, np.uint8)
+
+    def grow_docs(self) -> None:
+        self.line, self.start, self.end, self.fast = (
+            np.empty(2 * a.size, a.dtype) for a in (self.line, self.start, self.end, self.fast)
+        )
+
+    def grow_ngrams(self) -> None:
+        self.hashes, self.doc, self.position = (
+            np.empty(2 * a.size, a.dtype) for a in (self.hashes, self.doc, self.position)
+        )
+
+
+def scan_jsonl_block(
+    index: NgramIndex,
+    block: bytes,
+    locate: _Locator,
+    text_field: str = "text",
+    id_field: str | None = "doc_id",
+    buffers: JsonlBlockBuffers | None = None,
+    loads=None,
+) -> _Matches:
+    """:func:`scan_batch` of a block of whole JSONL lines, hashed from the raw bytes (no Python strings).
+
+    The compiled :func:`honestci.audit.checks.ngram_kernel.scan_jsonl_block` finds each line's
+    top-level ``text_field`` string and hashes its n-grams in the same pass; a line it cannot
+    take as it is (a ``\\u`` escape, a byte >= 128, a missing or non-string text, a duplicate text
+    key, anything unusual or invalid) goes through the exact path (orjson, :func:`normalize`,
+    :func:`hash_documents`), which raises :class:`InputError` naming a bad line. Ids are read
+    (by orjson, from the line) only for documents with a match. Results equal
+    ``scan_batch(index, *parsed block)``, documents numbered in line order.
+    """
+    from honestci.audit.checks.ngram_kernel import SIMPLE_ESCAPE, STRING_CLASS
+    from honestci.audit.checks.ngram_kernel import scan_jsonl_block as kernel
+
+    buffers = buffers if buffers is not None else JsonlBlockBuffers()
+    loads = loads if loads is not None else _json_loads()
+    data = np.frombuffer(block if block.endswith(b"\n") else block + b"\n", np.uint8)
+    buffers.fit(data.size)
+    words = data[: data.size // 8 * 8].view(np.uint64)
+    key = np.frombuffer(text_field.encode("utf-8"), np.uint8)
+    shift = np.uint64(index.bitmap_shift)
+    while True:
+        b = buffers
+        n_docs, found, n_chars, status = kernel(
+            data, words, key, _BYTE_TABLE, STRING_CLASS, SIMPLE_ESCAPE, index.n, index.bitmap, shift,
+            b.tokens, b.scratch, b.hashes, b.doc, b.position, b.line, b.start, b.end, b.fast,
+        )  # fmt: skip
+        if status == 0:
+            break
+        buffers.grow_docs() if status == 1 else buffers.grow_ngrams()
+    hashes, doc, position = b.hashes[:found], b.doc[:found], b.position[:found]
+    slow = np.flatnonzero(b.fast[:n_docs] == 0)
+    slow_ids: dict[int, str] = {}
+    if slow.size:
+        parsed = [
+            _parse_jsonl_line(block[b.start[d] : b.end[d]], int(b.line[d]), locate, text_field, id_field, loads)
+            for d in slow
+        ]
+        slow_ids = {int(d): doc_id for d, (doc_id, _) in zip(slow, parsed)}
+        texts = [text for _, text in parsed]
+        n_chars += sum(map(len, texts))
+        chunk = hash_documents(texts, index.n, index)
+        hashes = np.concatenate([hashes, chunk.hashes])
+        doc = np.concatenate([doc, slow[chunk.doc].astype(np.int32)])
+        position = np.concatenate([position, chunk.position])
+
+    def id_of(d: int) -> str:
+        if d in slow_ids:
+            return slow_ids[d]
+        return _parse_jsonl_line(block[b.start[d] : b.end[d]], int(b.line[d]), locate, text_field, id_field, loads)[0]
+
+    out = _match(index, hashes, doc, position, id_of)
+    out.n_docs, out.n_bytes = int(n_docs), int(n_chars)
     return out
 
 
@@ -754,12 +895,43 @@ def scan_corpus(
     size = sum(corpus_size(path, storage_options) for path in files)
     with as_progress(progress).meter(size, "leakage scan", "MB", scale=1e6) as meter:
         for path in files:
-            for ids, texts in iter_corpus(
-                path, text_field, id_field, chunk_bytes, on_bytes=meter.advance, storage_options=storage_options
+            for part in _scan_file(
+                index,
+                path,
+                text_field,
+                id_field,
+                chunk_bytes,
+                near_index,
+                near_threshold,
+                on_bytes=meter.advance,
+                storage_options=storage_options,
             ):
-                total.merge(scan_batch(index, ids, texts, near_index, near_threshold))
+                total.merge(part)
                 meter.update(meter.done, documents=total.n_docs)
     return summarize_matches(index, total, min_overlap, time.perf_counter() - started)
+
+
+def _scan_file(
+    index: NgramIndex,
+    path: str,
+    text_field: str,
+    id_field: str | None,
+    chunk_bytes: int,
+    near_index: NgramIndex | None,
+    near_threshold: float,
+    byte_range: tuple[int, int] | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+    storage_options: Mapping | None = None,
+) -> Iterator[_Matches]:
+    """The matches of each block of one corpus file: JSONL from the raw bytes (:func:`scan_jsonl_block`),
+    other formats, and any scan with near duplicates, through :func:`iter_corpus` and :func:`scan_batch`."""
+    if near_index is None and _corpus_kind(path) == "jsonl":
+        buffers, loads = JsonlBlockBuffers(), _json_loads()
+        for block, locate in _iter_blocks(path, chunk_bytes, byte_range, on_bytes, storage_options):
+            yield scan_jsonl_block(index, block, locate, text_field, id_field, buffers, loads)
+        return
+    for ids, texts in iter_corpus(path, text_field, id_field, chunk_bytes, byte_range, on_bytes, storage_options):
+        yield scan_batch(index, ids, texts, near_index, near_threshold)
 
 
 def scan_texts(
@@ -835,14 +1007,18 @@ def _scan_range(
         batches = _iter_parquet(
             task.path, text_field, id_field, chunk_bytes, row_groups=task.row_groups, storage_options=storage_options
         )
-    else:
-        batches = iter_corpus(
-            task.path, text_field, id_field, chunk_bytes, byte_range=task.byte_range, storage_options=storage_options
+        parts: Iterable[_Matches] = (
+            scan_batch(index, ids, texts, near_index, near_threshold) for ids, texts in batches
         )
+    else:
+        parts = _scan_file(
+            index, task.path, text_field, id_field, chunk_bytes, near_index, near_threshold, task.byte_range,
+            storage_options=storage_options,
+        )  # fmt: skip
     total = _Matches()
     with _malloc_keeps_chunk_buffers():
-        for ids, texts in batches:
-            total.merge(scan_batch(index, ids, texts, near_index, near_threshold))
+        for part in parts:
+            total.merge(part)
     return total
 
 
