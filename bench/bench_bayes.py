@@ -170,50 +170,46 @@ def fit_bernoulli_pymc(data, seed):
     return summarise(estimands), {"divergences": int(idata.sample_stats["diverging"].sum())}
 
 
-def fit_bambi(data, seed):
-    import bambi as bmb
-    import pandas as pd
-
-    from honestci.audit.stats.bayes import winrate_estimand_draws
-
-    frame = pd.DataFrame(
-        {"y": data["outcome"].astype(int), "order": data["order"], "vignette": pd.Categorical(data["vignette"])}
-    )
-    priors = {
+def _bambi_priors(bmb):
+    return {
         "Intercept": bmb.Prior("Normal", mu=0, sigma=1.5),
         "order": bmb.Prior("Normal", mu=0, sigma=1),
         "1|vignette": bmb.Prior("Normal", mu=0, sigma=bmb.Prior("HalfNormal", sigma=1)),
     }
-    model = bmb.Model("y ~ order + (1|vignette)", frame, family="bernoulli", priors=priors)
+
+
+def _fit_bambi_model(model, seed):
+    from honestci.audit.stats.bayes import winrate_estimand_draws
+
     idata = model.fit(random_seed=seed, progressbar=False, **SETTINGS)
     post = idata.posterior.stack(sample=("chain", "draw"))
     estimands = winrate_estimand_draws(
         post["Intercept"].values, post["order"].values, post["1|vignette_sigma"].values, post["1|vignette"].values.T
     )
     return summarise(estimands), {"divergences": int(idata.sample_stats["diverging"].sum())}
+
+
+def fit_bambi(data, seed):
+    import bambi as bmb
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"y": data["outcome"].astype(int), "order": data["order"], "vignette": pd.Categorical(data["vignette"])}
+    )
+    return _fit_bambi_model(
+        bmb.Model("y ~ order + (1|vignette)", frame, family="bernoulli", priors=_bambi_priors(bmb)), seed
+    )
 
 
 def fit_bambi_binomial(data, seed):
     import bambi as bmb
     import pandas as pd
 
-    from honestci.audit.stats.bayes import winrate_estimand_draws
-
     rows = pd.DataFrame({"y": data["outcome"], "order": data["order"], "vignette": data["vignette"]})
     cells = rows.groupby(["vignette", "order"], as_index=False).agg(wins=("y", "sum"), trials=("y", "size"))
     cells["wins"], cells["vignette"] = cells["wins"].astype(int), pd.Categorical(cells["vignette"])
-    priors = {
-        "Intercept": bmb.Prior("Normal", mu=0, sigma=1.5),
-        "order": bmb.Prior("Normal", mu=0, sigma=1),
-        "1|vignette": bmb.Prior("Normal", mu=0, sigma=bmb.Prior("HalfNormal", sigma=1)),
-    }
-    model = bmb.Model("p(wins, trials) ~ order + (1|vignette)", cells, family="binomial", priors=priors)
-    idata = model.fit(random_seed=seed, progressbar=False, **SETTINGS)
-    post = idata.posterior.stack(sample=("chain", "draw"))
-    estimands = winrate_estimand_draws(
-        post["Intercept"].values, post["order"].values, post["1|vignette_sigma"].values, post["1|vignette"].values.T
-    )
-    return summarise(estimands), {"divergences": int(idata.sample_stats["diverging"].sum())}
+    model = bmb.Model("p(wins, trials) ~ order + (1|vignette)", cells, family="binomial", priors=_bambi_priors(bmb))
+    return _fit_bambi_model(model, seed)
 
 
 def child(contender: str, warm: bool) -> None:

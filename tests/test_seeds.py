@@ -177,6 +177,13 @@ def test_check_equals_the_estimators_called_directly(seeds_context):
     assert any(line.startswith("a new seed on new vignettes") for line in check.report_section().lines)
 
 
+def _copy_seeds_study(tmp_path) -> str:
+    """Copy the seeds study's tables into ``tmp_path``; the text of its claim."""
+    for name in ("vignettes.jsonl", "responses.jsonl", "judgments.jsonl"):
+        shutil.copy(SEEDS / name, tmp_path / name)
+    return (SEEDS / "claim-seeds.yaml").read_text(encoding="utf-8")
+
+
 def test_best_seed_is_a_selection_the_winners_curse_gate_reads(seeds_context):
     # The policy is the observed best of five seeds on the claim's own contests: winners_curse is
     # required and reads the best seed's AKM hybrid interval against the bar.
@@ -193,9 +200,7 @@ def test_best_seed_is_a_selection_the_winners_curse_gate_reads(seeds_context):
 
 
 def test_a_seed_that_is_not_the_best_meets_no_selection_gate(tmp_path):
-    for name in ("vignettes.jsonl", "responses.jsonl", "judgments.jsonl"):
-        shutil.copy(SEEDS / name, tmp_path / name)
-    text = (SEEDS / "claim-seeds.yaml").read_text(encoding="utf-8")
+    text = _copy_seeds_study(tmp_path)
     best = load_claim(SEEDS / "claim-seeds.yaml").spec.policy
     other = next(s for s in SEED_SYSTEMS if s != best)
     (tmp_path / "other.yaml").write_text(text.replace(f"policy: {best}", f"policy: {other}"), encoding="utf-8")
@@ -206,9 +211,7 @@ def test_a_seed_that_is_not_the_best_meets_no_selection_gate(tmp_path):
 
 
 def test_below_min_seeds_there_is_no_new_seed_interval(tmp_path):
-    for name in ("vignettes.jsonl", "responses.jsonl", "judgments.jsonl"):
-        shutil.copy(SEEDS / name, tmp_path / name)
-    text = (SEEDS / "claim-seeds.yaml").read_text(encoding="utf-8")
+    text = _copy_seeds_study(tmp_path)
     policy = load_claim(SEEDS / "claim-seeds.yaml").spec.policy
     other = next(s for s in SEED_SYSTEMS if s != policy)
     lines = [line for line in text.splitlines() if not line.startswith("seeds:")]
@@ -219,9 +222,7 @@ def test_below_min_seeds_there_is_no_new_seed_interval(tmp_path):
 
 
 def test_seeds_key_is_validated(tmp_path):
-    for name in ("vignettes.jsonl", "responses.jsonl", "judgments.jsonl"):
-        shutil.copy(SEEDS / name, tmp_path / name)
-    text = (SEEDS / "claim-seeds.yaml").read_text(encoding="utf-8")
+    text = _copy_seeds_study(tmp_path)
     lines = [line for line in text.splitlines() if not line.startswith("seeds:")]
     without = tmp_path / "without.yaml"
     without.write_text("\n".join([*lines, "seeds: [reappraisal-4b-grpo-seed9, other]", ""]), encoding="utf-8")
