@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import special
 
-from honestci.audit.errors import InputError
+from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.stats.compare import paired_difference
 from honestci.audit.stats.systems import (
     benjamini_hochberg,
@@ -145,6 +145,23 @@ def test_inputs_are_checked():
     split = pd.concat([battles, pd.DataFrame([("X", "Y", "v0", 1.0)], columns=battles.columns)])
     with pytest.raises(InputError, match="never meet"):
         bradley_terry(split, reference="O")
+
+
+def test_systems_equal_on_every_vignette_are_undecided_not_an_error():
+    # Two systems with the same mean on every vignette (it happens with few vignettes and coarse
+    # scores): their difference is 0 with SE 0, so p = 1 and neither ranks above the other.
+    battles = simulate_battles({"O": 0, "A": 0.5, "B": 0.1}, [("A", "O"), ("B", "O")], 8, 4, np.random.default_rng(3))
+    scores = against_opponent(battles)
+    twin = scores[scores.system == "A"].assign(system="A2")
+    result = k_system_winrates(pd.concat([scores, twin]), opponent=OPPONENT)
+    pair = result.pairs.set_index(["system_a", "system_b"]).loc[("A", "A2")]
+    assert pair["estimate"] == 0 and pair["se"] == 0 and pair["p"] == 1 and pair["p_holm"] == 1
+    ranks = result.to_frame().set_index("system")
+    assert ranks.loc["A", "rank_low"] == ranks.loc["A2", "rank_low"] == 1
+    # A nonzero difference that is the same on every vignette has no clustered SE: refused, with the reason.
+    constant = twin.assign(system="A3", score=0.75)
+    with pytest.raises(EstimationError, match="same on every vignette"):
+        k_system_winrates(pd.concat([scores, constant, constant.assign(system="A4", score=0.5)]), opponent=OPPONENT)
 
 
 def _fwer(method: str, G: int, reps: int, seed: int) -> float:

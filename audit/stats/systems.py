@@ -281,6 +281,21 @@ def _compare(
         rows.append({"system_a": a, "system_b": b, "estimate": r.estimate, "se": r.se, "df": r.df, "t": r.t})
         rows[-1].update({"p": r.p, "ci_low": r.ci_low, "ci_high": r.ci_high})
     frame = pd.DataFrame(rows)
+    # Two systems with the same mean on every vignette: their difference is 0 with no variation, so
+    # there is nothing to test (p = 1, undecided); a nonzero difference with no variation has no
+    # clustered SE at all. "No variation" up to rounding: scores lie in [0, 1], so 1e-12 is far below
+    # any real SE.
+    no_variation = frame["se"].fillna(0) <= 1e-12
+    same = no_variation & (frame["estimate"].abs() <= 1e-12)
+    frame.loc[same, "p"] = 1.0
+    degenerate = (no_variation & ~same) | frame["p"].isna()
+    if degenerate.any():
+        first = frame[degenerate].iloc[0]
+        raise EstimationError(
+            f"{first['system_a']} - {first['system_b']}: the difference {first['estimate']:+.4f} is the same on "
+            "every vignette, so it has no vignette-clustered standard error and no pairwise test is honest; "
+            "add vignettes or contests"
+        )
     frame["p_holm"] = holm(frame["p"])
     frame["p_bh"] = benjamini_hochberg(frame["p"])
     alpha = 1 - level
