@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python bench/bench_audit_scale.py [--format parquet|jsonl] [--repeats 3]
     PYTHONPATH=. python bench/bench_audit_scale.py --profile      # one run under cProfile
+    PYTHONPATH=. python bench/bench_audit_scale.py --no-bayes     # every stage but the Bayesian fit
 
 Generates once (seeded; under ``/tmp/honestci-scale-<format>``, never committed) a study in the
 project's own input formats: 5,000 vignettes; per vignette 10 policy responses in each of 2 runs
@@ -125,7 +126,7 @@ def generate(root: Path, fmt: str, seed: int = 20261201) -> Path:
     return claim
 
 
-def one_audit(claim: Path, out: Path, profile: Path | None = None) -> dict:
+def one_audit(claim: Path, out: Path, profile: Path | None = None, extra: tuple[str, ...] = ()) -> dict:
     """One ``honestci audit`` in a fresh process: wall, CPU, peak RSS, load, per-stage wall times."""
     shutil.rmtree(out, ignore_errors=True)
     exe = [sys.executable, "-m", "honestci"]
@@ -134,7 +135,7 @@ def one_audit(claim: Path, out: Path, profile: Path | None = None) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
-    proc = subprocess.Popen([*exe, "audit", str(claim), "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*exe, "audit", str(claim), "--out", str(out), *extra], stderr=subprocess.PIPE, text=True)
     stages: list[tuple[float, str]] = []
     assert proc.stderr is not None
     for line in proc.stderr:
@@ -165,16 +166,23 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=None, help="study folder (default /tmp/honestci-scale-FORMAT)")
     parser.add_argument("--profile", action="store_true", help="one run under cProfile (/tmp/honestci-scale.prof)")
     parser.add_argument("--json", type=Path, default=None, help="also write every run's record here")
+    parser.add_argument("--no-bayes", action="store_true", help="pass --no-bayes to the audit")
     args = parser.parse_args()
     root = args.root or Path(f"/tmp/honestci-scale-{args.format}")
     t = time.perf_counter()
     claim = generate(root, args.format)
     print(f"study at {root} ({time.perf_counter() - t:.1f} s to generate or find)")
     if args.profile:
-        run = one_audit(claim, root / "out", profile=Path("/tmp/honestci-scale.prof"))
+        run = one_audit(
+            claim,
+            root / "out",
+            profile=Path("/tmp/honestci-scale.prof"),
+            extra=("--no-bayes",) if args.no_bayes else (),
+        )
         print(json.dumps(run, indent=1))
         return
-    runs = [one_audit(claim, root / "out") for _ in range(args.repeats)]
+    extra = ("--no-bayes",) if args.no_bayes else ()
+    runs = [one_audit(claim, root / "out", extra=extra) for _ in range(args.repeats)]
     for i, run in enumerate(runs, 1):
         print(
             f"run {i}: rc {run['rc']}, wall {run['wall_s']:.2f} s, CPU {run['cpu_s']:.2f} s, "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -165,6 +166,12 @@ def _invalid_value(invalid: str) -> float:
     return INVALID_ORDER_VALUE[invalid]
 
 
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array = np.array(array, copy=True) if array.base is not None else array
+    array.flags.writeable = False
+    return array
+
+
 @dataclass(frozen=True, eq=False)
 class ContestScores:
     """Scores of the contests; ``n_invalid`` of them had an invalid verdict, scored by ``invalid``
@@ -178,14 +185,16 @@ class ContestScores:
     n_invalid: int
     invalid: str = "exclude"
 
-    @property
+    @cached_property
     def values(self) -> np.ndarray:
-        return self.frame["score"].to_numpy(dtype=float)
+        """The contest scores (read-only: computed once)."""
+        return _read_only(self.frame["score"].to_numpy(dtype=float))
 
-    @property
+    @cached_property
     def clusters(self) -> np.ndarray:
-        """The vignette of each scored contest (the cluster of every clustered interval)."""
-        return self.frame["vignette_id"].to_numpy()
+        """The vignette of each scored contest (the cluster of every clustered interval; read-only:
+        computed once)."""
+        return _read_only(self.frame["vignette_id"].to_numpy())
 
     def to_frame(self) -> pd.DataFrame:
         """One row per valid contest: contest_id, vignette_id, run, score, policy_response, opponent_response."""
@@ -293,7 +302,16 @@ class ContestTable:
         policy: nothing (``"against_claim"``: scored as a loss, the conservative choice), half
         (``"tie"``), all (``"for_claim"``: the other end of the bound the ``valid_verdicts`` gate
         computes), or ``"exclude"`` (contests with one are left out, as if never judged).
+
+        Computed once per (rule, invalid) and table: the audit asks for the same scores many
+        times, and at a million contests each frame takes seconds to build.
         """
+        cache = self.__dict__.setdefault("_scores_cache", {})
+        if (rule, invalid) not in cache:
+            cache[rule, invalid] = self._scores(rule, invalid)
+        return cache[rule, invalid]
+
+    def _scores(self, rule: str, invalid: str) -> ContestScores:
         scores, effective = self._row_scores(rule, invalid)
         invalid_contests = self._invalid_contests()
         if self.panel:
