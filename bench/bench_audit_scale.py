@@ -135,7 +135,12 @@ def one_audit(claim: Path, out: Path, profile: Path | None = None, extra: tuple[
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
-    proc = subprocess.Popen([*exe, "audit", str(claim), "--out", str(out), *extra], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*exe, "audit", str(claim), "--out", str(out), *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stages: list[tuple[float, str]] = []
     assert proc.stderr is not None
     for line in proc.stderr:

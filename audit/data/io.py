@@ -722,7 +722,7 @@ def _references_resolve(tables: Mapping[str, LoadedTable]) -> bool:
             continue
         if known is not None and name != "human_ratings" and not table.frame["vignette_id"].isin(known).all():
             return False
-        if response_index is None:
+        if response_index is None or vignette_of is None:
             continue
         for column in columns:
             position = response_index.get_indexer(table.frame[column])

@@ -265,8 +265,11 @@ def _labels_and_index(values: Any, name: str, n: int) -> tuple[tuple[str, ...], 
             f"'{name}' has {array.size} entries but 'outcome' has {n}.",
             fix=f"Pass one {name} per verdict.",
         )
-    labels, index = unique_inverse(array) if array.dtype == object else (None, None)
-    if labels is None or labels.dtype != object:  # not all strings: as str, as before
+    import pandas as pd
+
+    if array.dtype == object and array.size and pd.api.types.infer_dtype(array, skipna=False) == "string":
+        labels, index = unique_inverse(array)  # the same sorted labels, hashed rather than sorted
+    else:
         labels, index = np.unique(array.astype(str), return_inverse=True)
     return tuple(str(x) for x in labels), index.astype(np.int64)
 
