@@ -180,14 +180,14 @@ def main() -> None:
     if args.profile:
         run = one_audit(
             claim,
-            root / "out",
+            root / f"out-{os.getpid()}",
             profile=Path("/tmp/honestci-scale.prof"),
             extra=("--no-bayes",) if args.no_bayes else (),
         )
         print(json.dumps(run, indent=1))
         return
     extra = ("--no-bayes",) if args.no_bayes else ()
-    runs = [one_audit(claim, root / "out", extra=extra) for _ in range(args.repeats)]
+    runs = [one_audit(claim, root / f"out-{os.getpid()}", extra=extra) for _ in range(args.repeats)]
     for i, run in enumerate(runs, 1):
         print(
             f"run {i}: rc {run['rc']}, wall {run['wall_s']:.2f} s, CPU {run['cpu_s']:.2f} s, "

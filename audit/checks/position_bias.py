@@ -746,7 +746,7 @@ def position_bias_check(context: AuditContext) -> PositionBiasCheck | None:
     mine = panel[0] if panel else position_bias_from_contests(contests, **options)
     judgments = context.study.judgments.frame
     others = panel[1:]
-    for judge in sorted(set(judgments["judge"].astype(str)) - {contests.judge, *contests.panel}):
+    for judge in sorted(set(judgments["judge"].astype(str).unique()) - {contests.judge, *contests.panel}):
         try:
             others.append(position_bias_for_judge(context.study, contests.policy, contests.opponent, judge, **options))
         except InputError:
