@@ -377,3 +377,16 @@ def test_a_definition_without_source_is_refused(monkeypatch):
     with pytest.raises(DensityMismatchError, match=r"fingerprint unknown \(OSError") as refused:
         bayes_density.POOLED.check()
     assert "POOLED" in str(refused.value) and "What to do" in str(refused.value)
+
+
+def test_fused_softplus_and_expit_are_the_separate_functions_to_the_last_bit():
+    # the kernels take both from one exp: the values (and so every posterior draw) must not move
+    from honestci.audit.stats.bayes_density import _expit, _log1pexp, _log1pexp_and_expit
+
+    rng = np.random.default_rng(7)
+    xs = [0.0, -0.0, 5e-324, -5e-324, 1e-300, -1e-300, 36.0, -36.0, 710.0, -745.0, 800.0, -800.0, float("nan")]
+    xs += list(rng.normal(0, 3, 2000)) + list(rng.normal(0, 40, 500))
+    for x in xs:
+        fused = _log1pexp_and_expit(x)
+        separate = (_log1pexp(x), _expit(x))
+        assert np.array_equal(np.array(fused), np.array(separate), equal_nan=True), x

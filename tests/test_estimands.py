@@ -85,3 +85,23 @@ def test_clustered_interval_is_the_one_sample_t_interval_of_the_vignette_means_o
     result = winrate_ci(scores, clusters, method="cr2")
     assert result.estimate == pytest.approx(means.mean(), abs=1e-12)
     assert (result.ci_low, result.ci_high) == pytest.approx((reference.low, reference.high), abs=1e-10)
+
+
+def test_unique_inverse_is_np_unique():
+    from honestci.audit.stats.estimands import unique_inverse
+
+    rng = np.random.default_rng(4)
+    words = np.array(["v10", "v2", "V2", "é", "e\u0301", "", "ß", "v1 ", "10", "2"], dtype=object)
+    for values in (
+        words[rng.integers(0, words.size, 5000)],
+        rng.integers(-3, 40, 1000),
+        rng.normal(size=50).round(1),
+        np.array(["b", "a"], dtype=object),
+        np.array([3, 1, 3], dtype=object),  # not strings: np.unique's own order
+    ):
+        labels, codes = unique_inverse(values)
+        expected_labels, expected_codes = np.unique(values, return_inverse=True)
+        np.testing.assert_array_equal(labels, expected_labels)
+        np.testing.assert_array_equal(codes, expected_codes.ravel())
+    with pytest.raises(TypeError):  # mixed types cannot be ordered, as with np.unique
+        unique_inverse(np.array(["a", 1], dtype=object))

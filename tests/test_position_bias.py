@@ -86,6 +86,36 @@ def test_hand_example_and_exact_sign_flip():
     assert m == 5 and abs(exact - monte_carlo) < 0.02
 
 
+def _sign_flip_one_matrix(d, draws, seed):
+    """The previous sign_flip_test Monte Carlo p-value: all signs drawn as one matrix."""
+    discordant = np.asarray(d, dtype=float)[np.asarray(d) != 0]
+    signs = np.random.default_rng(seed).integers(0, 2, size=(draws, discordant.size), dtype=np.int8) * 2 - 1
+    flipped = np.abs(signs @ discordant)
+    return float((1 + np.sum(flipped >= abs(discordant.sum()) - 1e-9)) / (draws + 1))
+
+
+@pytest.mark.parametrize("m, draws", [(5, 999), (443, 9999), (1001, 4097)])
+def test_chunked_sign_flip_draws_the_same_signs(m, draws, monkeypatch):
+    import honestci.audit.checks.position_bias as module
+
+    d = np.where(np.random.default_rng(m).random(m) < 0.55, 1, -1)
+    monkeypatch.setattr(module, "SIGN_FLIP_CHUNK", 4 * 37 * m)  # several chunks, the last one short
+    assert sign_flip_test(d, draws=draws, rng=11)[1] == _sign_flip_one_matrix(d, draws, 11)
+
+
+def test_sign_flip_by_its_binomial_law_above_the_matrix_limit(monkeypatch):
+    import honestci.audit.checks.position_bias as module
+
+    # Σ s D with iid random signs is 2 Binomial(m, ½) - m: the Monte Carlo p-value of either route
+    # estimates the exact two-sided binomial p-value
+    monkeypatch.setattr(module, "SIGN_FLIP_MATRIX_MAX", 0)
+    for m, k in ((60, 38), (400, 221), (443803, 222400)):
+        d = np.r_[np.ones(k), -np.ones(m - k)]
+        exact, monte_carlo, n, _ = sign_flip_test(d, draws=20000, rng=5)
+        assert n == m and exact == pytest.approx(stats.binomtest(k, m, 0.5).pvalue)
+        assert abs(monte_carlo - exact) < 4 * np.sqrt(exact * (1 - exact) / 20000) + 1e-4
+
+
 def test_cli_position_bias():
     from honestci.audit.cli.checks import position_bias_command
 

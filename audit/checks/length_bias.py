@@ -50,7 +50,8 @@ def length_bias_from_contests(
     scored = contests.scores("both_orders", invalid=invalid)
     frame = scored.to_frame()
     texts = responses.set_index("response_id")["text"]
-    missing = sorted(set(frame["policy_response"]).union(frame["opponent_response"]) - set(texts.index))
+    judged = set(frame["policy_response"].unique()).union(frame["opponent_response"].unique())
+    missing = sorted(judged - set(texts.index))
     if missing:
         raise InputError(
             f"{len(missing)} response(s) of the contests have no row in the responses table (e.g. {missing[0]}).",

@@ -25,6 +25,7 @@ import numpy as np
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError
+from honestci.audit.stats.estimands import unique_inverse
 from honestci.audit.stats.intervals import IntervalResult
 from honestci.audit.stats.populations import TransferGap, transfer_gap
 from honestci.audit.stats.winrate import winrate_ci
@@ -133,8 +134,12 @@ def populations_check(context: AuditContext) -> PopulationsCheck | None:
     scored = contests.scores("both_orders", invalid=rules.invalid_verdicts)
     family_of = dict(zip(vignettes["vignette_id"], vignettes["family"].fillna(NO_FAMILY)))
     scores = scored.values
-    clusters = np.asarray(scored.clusters)
-    families = np.array([str(family_of.get(v, NO_FAMILY)) for v in clusters])
+    labels, codes = unique_inverse(scored.clusters)
+    families_of_labels = np.array([str(family_of.get(v, NO_FAMILY)) for v in labels])
+    families = families_of_labels[codes]
+    # the vignettes as their codes in sorted-label order: every method below groups by np.unique,
+    # whose order the codes keep (the same figures, without sorting a million labels each time)
+    clusters = codes
     names = sorted(set(families.tolist()))
     if len(names) < 2:
         return None

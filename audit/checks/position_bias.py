@@ -64,6 +64,11 @@ from honestci.audit.stats.clustered_estimate import (
 from honestci.audit.stats.random_state import resolve_rng
 
 PERMUTATION_DRAWS = 9999
+#: Above this many signs (draws × discordant contests; 2^26, a 64 MB int8 matrix) the sign-flip
+#: statistic is drawn from its binomial law instead (:func:`sign_flip_test`); below it the signs are
+#: drawn in chunks of about :data:`SIGN_FLIP_CHUNK` from the same stream as before.
+SIGN_FLIP_MATRIX_MAX = 2**26
+SIGN_FLIP_CHUNK = 2**22
 CHECK_SEED = DEFAULT_SEED
 
 
@@ -237,9 +242,22 @@ def sign_flip_test(differences, *, draws: int = PERMUTATION_DRAWS, rng: int | np
         return 1.0, 1.0, 0, resolve_rng(rng)[1]
     exact = float(stats.binomtest(int((discordant > 0).sum()), m, 0.5).pvalue)
     generator, seed = resolve_rng(rng)
-    signs = generator.integers(0, 2, size=(draws, m), dtype=np.int8) * 2 - 1
     observed = abs(discordant.sum())
-    flipped = np.abs(signs @ discordant)
+    if draws * m > SIGN_FLIP_MATRIX_MAX:
+        # s_i D_i are iid ±1 whatever the D_i = ±1, so Σ s_i D_i = 2 B - m with B ~ Binomial(m, ½):
+        # the same law, hence the same law of the p-value, drawn in O(draws) instead of O(draws m)
+        flipped = np.abs(2.0 * generator.binomial(m, 0.5, size=draws) - m)
+    else:
+        # rows of signs in chunks of 4: the int8 stream is then the one a single call draws
+        rows = max(4, SIGN_FLIP_CHUNK // max(m, 1) // 4 * 4)
+        flipped = np.concatenate(
+            [
+                np.abs(
+                    (generator.integers(0, 2, size=(min(rows, draws - start), m), dtype=np.int8) * 2 - 1) @ discordant
+                )
+                for start in range(0, draws, rows)
+            ]
+        )
     monte_carlo = float((1 + np.sum(flipped >= observed - 1e-9)) / (draws + 1))
     return exact, monte_carlo, m, seed
 
@@ -728,7 +746,7 @@ def position_bias_check(context: AuditContext) -> PositionBiasCheck | None:
     mine = panel[0] if panel else position_bias_from_contests(contests, **options)
     judgments = context.study.judgments.frame
     others = panel[1:]
-    for judge in sorted(set(judgments["judge"].astype(str)) - {contests.judge, *contests.panel}):
+    for judge in sorted(set(judgments["judge"].astype(str).unique()) - {contests.judge, *contests.panel}):
         try:
             others.append(position_bias_for_judge(context.study, contests.policy, contests.opponent, judge, **options))
         except InputError:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -165,6 +166,12 @@ def _invalid_value(invalid: str) -> float:
     return INVALID_ORDER_VALUE[invalid]
 
 
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array = np.array(array, copy=True) if array.base is not None else array
+    array.flags.writeable = False
+    return array
+
+
 @dataclass(frozen=True, eq=False)
 class ContestScores:
     """Scores of the contests; ``n_invalid`` of them had an invalid verdict, scored by ``invalid``
@@ -178,14 +185,16 @@ class ContestScores:
     n_invalid: int
     invalid: str = "exclude"
 
-    @property
+    @cached_property
     def values(self) -> np.ndarray:
-        return self.frame["score"].to_numpy(dtype=float)
+        """The contest scores (read-only: computed once)."""
+        return _read_only(self.frame["score"].to_numpy(dtype=float))
 
-    @property
+    @cached_property
     def clusters(self) -> np.ndarray:
-        """The vignette of each scored contest (the cluster of every clustered interval)."""
-        return self.frame["vignette_id"].to_numpy()
+        """The vignette of each scored contest (the cluster of every clustered interval; read-only:
+        computed once)."""
+        return _read_only(self.frame["vignette_id"].to_numpy())
 
     def to_frame(self) -> pd.DataFrame:
         """One row per valid contest: contest_id, vignette_id, run, score, policy_response, opponent_response."""
@@ -293,7 +302,16 @@ class ContestTable:
         policy: nothing (``"against_claim"``: scored as a loss, the conservative choice), half
         (``"tie"``), all (``"for_claim"``: the other end of the bound the ``valid_verdicts`` gate
         computes), or ``"exclude"`` (contests with one are left out, as if never judged).
+
+        Computed once per (rule, invalid) and table: the audit asks for the same scores many
+        times, and at a million contests each frame takes seconds to build.
         """
+        cache = self.__dict__.setdefault("_scores_cache", {})
+        if (rule, invalid) not in cache:
+            cache[rule, invalid] = self._scores(rule, invalid)
+        return cache[rule, invalid]
+
+    def _scores(self, rule: str, invalid: str) -> ContestScores:
         scores, effective = self._row_scores(rule, invalid)
         invalid_contests = self._invalid_contests()
         if self.panel:
@@ -485,22 +503,34 @@ def build_contests(
             problems,
             fix="give a probability in [0, 1] that agrees with the verdict (see docs/data-formats.md)",
         )
-    system = dict(zip(responses.frame["response_id"], responses.frame["system"]))
-    run = dict(zip(responses.frame["response_id"], responses.frame["run"].fillna(DEFAULT_RUN)))
     if policy == opponent:
         raise InputError(f"policy and opponent are both {policy!r}", fix="compare two different systems")
-    j = judgments.frame
-    first_system, second_system = j["response_first"].map(system), j["response_second"].map(system)
-    policy_first = ((first_system == policy) & (second_system == opponent)).to_numpy()
-    policy_second = ((first_system == opponent) & (second_system == policy)).to_numpy()
+    r, j = responses.frame, judgments.frame
+    # Responses by position in the responses table (ids are unique and every judged response
+    # exists: both are checked on loading), systems by code: no per-row Python below.
+    response_ids = pd.Index(r["response_id"])
+    first_pos, second_pos = (
+        response_ids.get_indexer(j["response_first"]),
+        response_ids.get_indexer(j["response_second"]),
+    )
+    system_codes, system_labels = pd.factorize(r["system"])
+    policy_code, opponent_code = (
+        int(system_labels.get_loc(name)) if name in system_labels else -2 for name in (policy, opponent)
+    )
+    first_system = np.where(first_pos >= 0, system_codes[first_pos], -1)
+    second_system = np.where(second_pos >= 0, system_codes[second_pos], -1)
+    policy_first = (first_system == policy_code) & (second_system == opponent_code)
+    policy_second = (first_system == opponent_code) & (second_system == policy_code)
     selected = policy_first | policy_second
     if not selected.any():
-        judged = sorted({" vs ".join(sorted(pair)) for pair in zip(first_system, second_system)})
+        system = dict(zip(r["response_id"], r["system"]))
+        pairs = zip(j["response_first"].map(system), j["response_second"].map(system))
+        judged = sorted({" vs ".join(sorted(pair)) for pair in pairs})
         raise InputError(
             f"no judgments compare {policy!r} with {opponent!r}",
             fix=f"name systems from the responses table ({', '.join(sorted(set(system.values())))}); pairs judged: {'; '.join(judged)}",
         )
-    judges = sorted(set(j.loc[selected, "judge"]))
+    judges = sorted(j.loc[selected, "judge"].unique())
     if judge is None and len(judges) > 1:
         raise InputError(
             f"several judges compared {policy!r} with {opponent!r}: {', '.join(judges)}", fix="name the judge to use"
@@ -525,35 +555,23 @@ def build_contests(
         else np.full(int(rows.sum()), np.nan)
     )
     continuous = bool(np.isfinite(preference).any())
-    orders = pd.DataFrame(
-        {
-            "vignette_id": j.loc[rows, "vignette_id"].to_numpy(),
-            "policy_response": np.where(pf, j.loc[rows, "response_first"], j.loc[rows, "response_second"]),
-            "opponent_response": np.where(pf, j.loc[rows, "response_second"], j.loc[rows, "response_first"]),
-            "policy_first": pf,
-            # verdict "first" is a win for the policy when it was shown first, a loss otherwise
-            "outcome": outcome,
-            # the preference is for the response shown first: the policy's when it was
-            "value": np.where(np.isfinite(preference), np.where(pf, preference, 1 - preference), value),
-            "line": judgments.lines[rows],
-        }
-    )
-    key = ["vignette_id", "policy_response", "opponent_response"]
-    contests = pd.merge(
-        orders[orders["policy_first"]].drop(columns="policy_first"),
-        orders[~orders["policy_first"]].drop(columns="policy_first"),
-        on=key,
-        how="outer",
-        suffixes=("_policy_first", "_policy_second"),
-        indicator="orders",
-    )
+    # the preference is for the response shown first: the policy's when it was
+    value = np.where(np.isfinite(preference), np.where(pf, preference, 1 - preference), value)
+    policy_pos = np.where(pf, first_pos[rows], second_pos[rows])
+    opponent_pos = np.where(pf, second_pos[rows], first_pos[rows])
+    contests = _pair_orders(r, policy_pos, opponent_pos, pf, outcome, value, judgments.lines[rows])
     both = (contests["orders"] == "both").to_numpy()
     n_single, n_both = int((~both).sum()), int(both.sum())
     shown_first = int((contests["orders"] == "left_only").sum())
     dropped: dict[str, int] = {}
     if n_single and n_both:
         if not allow_single_order:
-            single = contests[~both]
+            single = contests[~both].assign(
+                policy_response=r["response_id"].to_numpy(dtype=object)[contests.loc[~both, "policy_pos"]],
+                opponent_response=r["response_id"].to_numpy(dtype=object)[contests.loc[~both, "opponent_pos"]],
+                vignette_id=r["vignette_id"].to_numpy(dtype=object)[contests.loc[~both, "policy_pos"]],
+            )
+            single = single.sort_values(["vignette_id", "policy_response", "opponent_response"], kind="stable")
             problems = [
                 Problem(
                     judgments.path,
@@ -597,28 +615,66 @@ def build_contests(
             )
     else:
         design, note = BOTH_ORDERS, f"both orders judged in all {n_both} contests"
-    # contests in the order the file first mentions them
-    contests = contests.iloc[
-        np.argsort(np.fmin(contests["line_policy_first"], contests["line_policy_second"]), kind="stable")
-    ]
     outcome_type = pd.StringDtype(na_value=np.nan)
+    policy_pos, opponent_pos = contests["policy_pos"].to_numpy(), contests["opponent_pos"].to_numpy()
+    policy_response = pd.Series(r["response_id"].array.take(policy_pos), dtype="str")
+    opponent_response = pd.Series(r["response_id"].array.take(opponent_pos), dtype="str")
     frame = pd.DataFrame(
         {
-            "contest_id": judge + ":" + contests["policy_response"] + ":" + contests["opponent_response"],
-            "judge": pd.Series(judge, index=contests.index, dtype="str"),
-            "vignette_id": contests["vignette_id"],
-            "run": contests["policy_response"].map(run).astype("str"),
-            "policy_response": contests["policy_response"],
-            "opponent_response": contests["opponent_response"],
-            "outcome_policy_first": contests["outcome_policy_first"].astype(outcome_type),
-            "outcome_policy_second": contests["outcome_policy_second"].astype(outcome_type),
-            "value_policy_first": contests["value_policy_first"].astype(float),
-            "value_policy_second": contests["value_policy_second"].astype(float),
-            "line_policy_first": contests["line_policy_first"].astype("Int64"),
-            "line_policy_second": contests["line_policy_second"].astype("Int64"),
+            "contest_id": judge + ":" + policy_response + ":" + opponent_response,
+            "judge": pd.Series(judge, index=policy_response.index, dtype="str"),
+            # a judged response's vignette is its judgment's (checked on loading)
+            "vignette_id": pd.Series(r["vignette_id"].array.take(policy_pos), dtype="str"),
+            "run": pd.Series(r["run"].fillna(DEFAULT_RUN).array.take(policy_pos)).astype("str"),
+            "policy_response": policy_response,
+            "opponent_response": opponent_response,
+            "outcome_policy_first": pd.Series(contests["outcome_policy_first"].to_numpy(), dtype=outcome_type),
+            "outcome_policy_second": pd.Series(contests["outcome_policy_second"].to_numpy(), dtype=outcome_type),
+            "value_policy_first": contests["value_policy_first"].to_numpy(dtype=float),
+            "value_policy_second": contests["value_policy_second"].to_numpy(dtype=float),
+            "line_policy_first": pd.array(contests["line_policy_first"].to_numpy(dtype=float), dtype="Int64"),
+            "line_policy_second": pd.array(contests["line_policy_second"].to_numpy(dtype=float), dtype="Int64"),
         }
-    ).reset_index(drop=True)
+    )
     return ContestTable(frame, policy, opponent, judge, dropped, design, note, continuous)
+
+
+def _pair_orders(
+    responses: pd.DataFrame,
+    policy_pos: np.ndarray,
+    opponent_pos: np.ndarray,
+    policy_first: np.ndarray,
+    outcome: np.ndarray,
+    value: np.ndarray,
+    lines: np.ndarray,
+) -> pd.DataFrame:
+    """One row per contest (policy response, opponent response: their positions in ``responses``)
+    from its judged orders, in the order the judgments first mention the contests: policy_pos,
+    opponent_pos, outcome_/value_/line_policy_first and _policy_second (NaN where that order was
+    not judged) and ``orders`` ("both", "left_only": only policy first, "right_only")."""
+    key = policy_pos.astype(np.int64) * max(len(responses), 1) + opponent_pos
+    keys, contest = np.unique(key, return_inverse=True)
+    columns: dict[str, np.ndarray] = {
+        "policy_pos": keys // max(len(responses), 1),
+        "opponent_pos": keys % max(len(responses), 1),
+    }
+    judged = {}
+    for side, rows in (("policy_first", policy_first), ("policy_second", ~policy_first)):
+        index = np.full(keys.size, -1, dtype=np.int64)
+        where = contest[rows]
+        if np.bincount(where, minlength=keys.size).max(initial=0) > 1:  # the judgments' unique key forbids it
+            raise InputError("a contest is judged twice in one order", fix="remove the duplicate judgment")
+        index[where] = np.flatnonzero(rows)
+        has = judged[side] = index >= 0
+        outcomes = np.full(keys.size, np.nan, dtype=object)
+        outcomes[has] = outcome[index[has]]
+        columns[f"outcome_{side}"] = outcomes
+        columns[f"value_{side}"] = np.where(has, value[np.maximum(index, 0)], np.nan)
+        columns[f"line_{side}"] = np.where(has, lines[np.maximum(index, 0)].astype(float), np.nan)
+    first, second = judged["policy_first"], judged["policy_second"]
+    columns["orders"] = np.where(first & second, "both", np.where(first, "left_only", "right_only"))
+    order = np.argsort(np.fmin(columns["line_policy_first"], columns["line_policy_second"]), kind="stable")
+    return pd.DataFrame({name: values[order] for name, values in columns.items()})
 
 
 def panel_label(judges) -> str:

@@ -229,16 +229,24 @@ def _read_csv(data: bytes, file: str) -> _Raw:
     return raw
 
 
-def _read_parquet(data: bytes, file: str) -> _Raw:
+def _arrow_table(data: bytes, file: str):
     import pyarrow.parquet as pq
 
     try:
-        arrow = pq.read_table(io.BytesIO(data))
+        # string columns as dictionaries: ids repeat across rows, and each distinct value is then
+        # decoded (and validated, _validate_arrow) once
+        schema = pq.read_schema(io.BytesIO(data))
+        strings = [f.name for f in schema if str(f.type) in ("string", "large_string")]
+        return pq.read_table(io.BytesIO(data), read_dictionary=strings)
     except Exception as error:  # pyarrow raises several types for a damaged file
         raise InputError(
             f"{file}: not a readable Parquet file ({error})",
             fix="write the file again with pandas.DataFrame.to_parquet or pyarrow",
         ) from error
+
+
+def _read_parquet(data: bytes, file: str, arrow=None) -> _Raw:
+    arrow = _arrow_table(data, file) if arrow is None else arrow
     return _Raw(records=list(enumerate(arrow.to_pylist(), start=1)), header=list(arrow.column_names))
 
 
@@ -361,12 +369,154 @@ def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable
             problems,
             fix=f"correct the rows listed above ({_SEE_DOCS})",
         )
-    pandas_types = {"str": "str", "int": "Int64", "float": "float64"}
-    frame = pd.DataFrame({c.name: pd.Series(values[c.name], dtype=pandas_types[c.type]) for c in spec.columns})
+    frame = pd.DataFrame({c.name: pd.Series(values[c.name], dtype=_PANDAS_TYPES[c.type]) for c in spec.columns})
     extras = dict.fromkeys(name for _, record in raw.records for name in record if name not in values)
     for name in extras:
         frame[name] = pd.Series([record.get(name) for _, record in raw.records], dtype=object)
     return LoadedTable(spec.name, file, sha256, frame, lines, dict(raw.dropped))
+
+
+_PANDAS_TYPES = {"str": "str", "int": "Int64", "float": "float64"}
+
+
+def _validate_arrow(arrow, spec: TableSpec, file: str, sha256: str) -> LoadedTable | None:
+    """The table :func:`_validate` would build from a Parquet file's records, by columns: or None
+    when any cell, key or pair might hold a problem (the caller then runs :func:`_validate`, which
+    names every problem with its row).
+
+    Each column is dictionary-encoded and :func:`_cell` (the per-cell rule of :func:`_validate`)
+    runs once per distinct value, so the checks are the same functions on the same values; the
+    distinct-pair and unique-key checks run on integer codes. Columns of a type other than string,
+    integer, floating point, boolean or null take the per-record path.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arrow_types = {"str": pa.large_string(), "int": pa.int64(), "float": pa.float64()}
+    n = arrow.num_rows
+    header = list(arrow.column_names)
+    if n == 0 or len(set(header)) != len(header):
+        return None
+    arrays: dict[str, Any] = {}
+    codes: dict[str, tuple[np.ndarray, int]] = {}
+    for column in spec.columns:
+        if column.name not in header:
+            if column.required:
+                return None
+            arrays[column.name] = pa.nulls(n, arrow_types[column.type])
+            continue
+        chunked = arrow.column(column.name)
+        array = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
+        if pa.types.is_dictionary(array.type):
+            # a dictionary with repeated values (unified row groups) is encoded afresh: one code per value
+            encoded = array
+            if len(array.dictionary) != pc.count_distinct(array.dictionary).as_py():
+                encoded = pc.dictionary_encode(array.dictionary.take(array.indices))
+        else:
+            encoded = pc.dictionary_encode(array)
+        kind = encoded.dictionary.type
+        if not any(
+            test(kind)
+            for test in (pa.types.is_string, pa.types.is_large_string, pa.types.is_integer, pa.types.is_floating)
+        ) and not (pa.types.is_boolean(kind) or pa.types.is_null(kind)):
+            return None
+        if encoded.null_count and column.required:
+            return None
+        distinct = encoded.dictionary.to_pylist()
+        coerced = (
+            _plain_strings(column, distinct) if pa.types.is_string(kind) or pa.types.is_large_string(kind) else None
+        )
+        if coerced is None:
+            coerced = []
+            for value in distinct:
+                cell, message = _cell(column, value, False)
+                if message is not None:
+                    return None
+                coerced.append(cell)
+        if encoded.null_count and column.required:
+            return None
+        dictionary = pa.array(coerced, type=arrow_types[column.type])
+        arrays[column.name] = (
+            dictionary
+            if len(dictionary) == n and encoded.null_count == 0 and _identity(encoded)
+            else dictionary.take(encoded.indices)
+        )
+        # a code per value: the same value has the same code (a missing value: -1, never compared)
+        missing_value = np.array([c is None for c in coerced], dtype=bool)
+        index = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        if missing_value.any():
+            index = np.where(index >= 0, np.where(missing_value[np.maximum(index, 0)], -1, index), -1)
+        codes[column.name] = (index, max(len(coerced), 1))
+    for a, b in spec.distinct:
+        if a in codes and b in codes:
+            same = pc.fill_null(pc.equal(arrays[a], arrays[b]), False)
+            if pc.any(same).as_py():
+                return None
+    for key in spec.unique:
+        if any(name not in codes for name in key.columns):
+            continue  # an absent optional column: every value None, no key to compare
+        parts = [codes[name][0] for name in key.columns]
+        complete = np.logical_and.reduce([p >= 0 for p in parts])
+        if key.unordered:
+            frame = pd.DataFrame({name: arrays[name].to_pandas() for name in key.columns})[complete]
+            a, b = key.unordered
+            lo = np.minimum(frame[a].to_numpy(dtype=object), frame[b].to_numpy(dtype=object))
+            hi = np.maximum(frame[a].to_numpy(dtype=object), frame[b].to_numpy(dtype=object))
+            frame[a], frame[b] = lo, hi
+            if frame.duplicated().any():
+                return None
+            continue
+        sizes = [codes[name][1] for name in key.columns]
+        if math.prod(sizes) >= 2**62:
+            frame = pd.DataFrame({name: arrays[name].to_pandas() for name in key.columns})[complete]
+            if frame.duplicated().any():
+                return None
+            continue
+        combined = np.zeros(int(complete.sum()), dtype=np.int64)
+        for part, size in zip(parts, sizes):
+            combined = combined * size + part[complete]
+        combined.sort()
+        if combined.size > 1 and bool((combined[1:] == combined[:-1]).any()):
+            return None
+    frame = pd.DataFrame({c.name: _arrow_to_pandas(arrays[c.name], c.type) for c in spec.columns})
+    for name in header:
+        if name not in frame:
+            frame[name] = pd.Series(arrow.column(name).to_pylist(), dtype=object)
+    return LoadedTable(spec.name, file, sha256, frame, np.arange(1, n + 1, dtype=np.int64), {})
+
+
+def _identity(encoded) -> bool:
+    """Whether a dictionary encoding's indices are 0, 1, ..., n - 1 (every value distinct, in order)."""
+    import pyarrow.compute as pc
+
+    return bool(pc.all(pc.equal(encoded.indices, np.arange(len(encoded), dtype=np.int32))).as_py())
+
+
+def _plain_strings(column: Column, values: list) -> list | None:
+    """The column's validated values when ``values`` (distinct strings of a string column) certainly
+    pass :func:`_check_value`, in one pass over all of them; None when any might not (the caller
+    then checks each with :func:`_cell`)."""
+    if column.type != "str":
+        return None
+    if column.non_empty and not all(map(str.strip, values)):
+        return None
+    # no value holds a control character iff their space-joined text holds none (a space is not one)
+    if (column.name.endswith("_id") or column.name.startswith("response_")) and _CONTROL.search(" ".join(values)):
+        return None
+    if column.allowed and not set(values) <= set(column.allowed):
+        return None
+    if column.pattern and not all(map(re.compile(column.pattern[0]).fullmatch, values)):
+        return None
+    return values if column.required else [value or None for value in values]
+
+
+def _arrow_to_pandas(array, kind: str) -> pd.Series:
+    """One validated column as :func:`_validate` types it (str, Int64, float64)."""
+    if kind == "str":
+        return pd.Series(array.to_pandas(), dtype="str")
+    if kind == "int":
+        return pd.Series(pd.array(array.to_pandas(types_mapper={array.type: pd.Int64Dtype()}.get), dtype="Int64"))
+    return pd.Series(array.to_numpy(zero_copy_only=False), dtype="float64")
 
 
 def _distinct_problems(spec: TableSpec, values: dict[str, list], lines: np.ndarray, file: str) -> list[Problem]:
@@ -460,6 +610,10 @@ def load_table(path: str | Path, table: str) -> LoadedTable:
             raise InputError(
                 f"{path}: not a readable gzip file ({error})", fix="compress it again with gzip"
             ) from error
+    if extension == ".parquet":
+        arrow = _arrow_table(data, str(path))
+        fast = _validate_arrow(arrow, spec, str(path), sha256)
+        return fast if fast is not None else _validate(_read_parquet(data, str(path), arrow), spec, str(path), sha256)
     return _validate(_READERS[extension](data, str(path)), spec, str(path), sha256)
 
 
@@ -547,9 +701,45 @@ def load_study(paths: Mapping[str, str | Path]) -> Study:
     return Study(**tables)
 
 
+def _references_resolve(tables: Mapping[str, LoadedTable]) -> bool:
+    """Whether every reference :func:`check_references` checks resolves, by whole columns (False
+    also when it cannot tell: the row-by-row check then names each problem)."""
+    vignettes, responses = tables.get("vignettes"), tables.get("responses")
+    known = pd.Index(vignettes.frame["vignette_id"]) if vignettes else None
+    response_index = pd.Index(responses.frame["response_id"]) if responses else None
+    if (known is not None and not known.is_unique) or (response_index is not None and not response_index.is_unique):
+        return False
+    vignette_of = responses.frame["vignette_id"].to_numpy(dtype=object) if responses else None
+    checks = (
+        ("responses", ()),
+        ("judgments", ("response_first", "response_second")),
+        ("human_pairs", ("response_a", "response_b")),
+        ("human_ratings", ("response_id",)),
+    )
+    for name, columns in checks:
+        table = tables.get(name)
+        if table is None:
+            continue
+        if known is not None and name != "human_ratings" and not table.frame["vignette_id"].isin(known).all():
+            return False
+        if response_index is None or vignette_of is None:
+            continue
+        for column in columns:
+            position = response_index.get_indexer(table.frame[column])
+            if (position < 0).any():
+                return False
+            if name != "human_ratings" and not bool(
+                (vignette_of[position] == table.frame["vignette_id"].to_numpy(dtype=object)).all()
+            ):
+                return False
+    return True
+
+
 def check_references(tables: Mapping[str, LoadedTable]) -> list[Problem]:
     """Every reference between the given tables that does not resolve (checks whose tables are
     absent are skipped): unknown vignettes and responses, and responses of another vignette."""
+    if _references_resolve(tables):
+        return []
     problems: list[Problem] = []
     vignettes = tables.get("vignettes")
     responses = tables.get("responses")

@@ -85,6 +85,7 @@ from scipy.special import expit
 from honestci.audit.errors import HonestCIError, InputError, Problem
 from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict, clears_bar, worst
 from honestci.audit.progress import Meter, Progress, ProgressLike, as_progress
+from honestci.audit.stats.estimands import unique_inverse
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -264,7 +265,12 @@ def _labels_and_index(values: Any, name: str, n: int) -> tuple[tuple[str, ...], 
             f"'{name}' has {array.size} entries but 'outcome' has {n}.",
             fix=f"Pass one {name} per verdict.",
         )
-    labels, index = np.unique(array.astype(str), return_inverse=True)
+    import pandas as pd
+
+    if array.dtype == object and array.size and pd.api.types.infer_dtype(array, skipna=False) == "string":
+        labels, index = unique_inverse(array)  # the same sorted labels, hashed rather than sorted
+    else:
+        labels, index = np.unique(array.astype(str), return_inverse=True)
     return tuple(str(x) for x in labels), index.astype(np.int64)
 
 

@@ -204,6 +204,17 @@ def _expit(x: float) -> float:
     return e / (1.0 + e)
 
 
+@njit_cached()
+def _log1pexp_and_expit(x: float) -> tuple[float, float]:
+    """``(_log1pexp(x), _expit(x))`` from one ``exp``: the same branches and operations, so the
+    same values to the last bit (both take exp(-|x|); at x = 0, e / (1 + e) = 1 / (1 + 1))."""
+    if x > 0.0:
+        e = math.exp(-x)
+        return x + math.log1p(e), 1.0 / (1.0 + e)
+    e = math.exp(x)
+    return math.log1p(e), e / (1.0 + e)
+
+
 #: Header of the packed data buffer (float64), followed by six blocks of n_cells values:
 #: cell vignette index, order (+-1/2), run index, judge index, verdicts n, wins w.
 HEADER = ("n_vignettes", "n_runs", "n_judges", "centred", "prior_nu", "prior_scale", "n_cells")
@@ -353,8 +364,9 @@ def logp_and_gradient(packed, x, logp_out, grad):
             eta += x[run_start + int(cell_run[c])] - run_mean
         if n_judges > 1:
             eta += x[judge_start + int(cell_judge[c])] - judge_mean
-        logp += cell_wins[c] * eta - cell_n[c] * _log1pexp(eta)
-        residual = cell_wins[c] - cell_n[c] * _expit(eta)
+        softplus, p = _log1pexp_and_expit(eta)
+        logp += cell_wins[c] * eta - cell_n[c] * softplus
+        residual = cell_wins[c] - cell_n[c] * p
         residual_total += residual
         grad[1] += residual * cell_order[c]
         if centred:
@@ -592,8 +604,9 @@ def paired_logp_and_gradient(packed, x, logp_out, grad):
         system = cell_system[c]
         u_std, w_std = x[u_start + v], x[w_start + v]
         eta = mu + sigma_u * u_std + (delta + sigma_w * w_std) * system + beta * cell_order[c]
-        logp += cell_wins[c] * eta - cell_n[c] * _log1pexp(eta)
-        residual = cell_wins[c] - cell_n[c] * _expit(eta)
+        softplus, p = _log1pexp_and_expit(eta)
+        logp += cell_wins[c] * eta - cell_n[c] * softplus
+        residual = cell_wins[c] - cell_n[c] * p
         grad[0] += residual
         grad[1] += residual * system
         grad[2] += residual * cell_order[c]

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.estimands import unique_inverse
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,7 @@ def _validate_clustered(y, clusters):
 def cluster_codes(cluster_arr: np.ndarray) -> np.ndarray:
     """0-based cluster index of each row (labels sorted)."""
     try:
-        _, codes = np.unique(cluster_arr, return_inverse=True)
+        _, codes = unique_inverse(cluster_arr)
     except TypeError as error:
         raise InputError(
             "Cluster labels of mixed types cannot be ordered.",

@@ -79,18 +79,20 @@ def style_counts(texts: Sequence[str]) -> pd.DataFrame:
     """Characters and markdown counts of each text: ``length`` (characters, as AlpacaEval counts),
     ``headers`` (ATX headers ``#`` to ``######``), ``bold`` (``**…**`` or ``__…__`` spans) and
     ``lists`` (lines that open an unordered ``- * +`` or ordered ``1.``/``1)`` item)."""
+    columns = ["length", "headers", "bold", "lists"]
+    counted: dict[Any, tuple[int, int, int, int]] = {}  # each distinct text counted once
     rows = []
     for text in texts:
-        text = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
-        rows.append(
-            {
-                "length": len(text),
-                "headers": len(_HEADER.findall(text)),
-                "bold": len(_BOLD.findall(text)),
-                "lists": len(_LIST.findall(text)),
-            }
-        )
-    return pd.DataFrame(rows, columns=["length", "headers", "bold", "lists"])
+        counts = counted.get(text) if isinstance(text, str) else None
+        if counts is None:
+            plain = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
+            counts = (len(plain), len(_HEADER.findall(plain)), len(_BOLD.findall(plain)), len(_LIST.findall(plain)))
+            if isinstance(text, str):
+                counted[text] = counts
+        rows.append(counts)
+    if not rows:
+        return pd.DataFrame([], columns=columns)
+    return pd.DataFrame(np.array(rows, dtype=np.int64), columns=columns)
 
 
 def difference_features(policy_texts: Sequence[str], opponent_texts: Sequence[str], style: bool) -> pd.DataFrame:

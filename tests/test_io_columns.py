@@ -1,0 +1,155 @@
+"""The by-columns Parquet path (``_validate_arrow``) builds exactly the table of the per-record path,
+and hands every file with a problem to the per-record path (which names it)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from honestci.audit.data import io as loaders
+from honestci.audit.data.schema import table_spec
+from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
+
+TABLES = ("vignettes", "responses", "judgments", "human_ratings", "human_pairs", "corpus")
+
+
+def both_paths(table: pa.Table, name: str):
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, row_group_size=max(1, table.num_rows // 3))  # several row groups
+    data = buffer.getvalue()
+    arrow = loaders._arrow_table(data, "t.parquet")
+    fast = loaders._validate_arrow(arrow, table_spec(name), "t.parquet", "sha")
+    try:
+        slow = loaders._validate(loaders._read_parquet(data, "t.parquet", arrow), table_spec(name), "t.parquet", "sha")
+    except loaders.SchemaError as error:
+        slow = error
+    return fast, slow
+
+
+def assert_same(fast, slow):
+    assert fast is not None
+    pd.testing.assert_frame_equal(fast.frame, slow.frame)
+    assert list(fast.frame.dtypes) == list(slow.frame.dtypes)
+    np.testing.assert_array_equal(fast.lines, slow.lines)
+    assert fast.dropped == slow.dropped
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_fixture_tables_load_the_same_by_columns(name):
+    frame = loaders.load_table(DEFAULT_STUDY_DIR / f"{name}.jsonl", name).frame
+    fast, slow = both_paths(pa.Table.from_pandas(frame, preserve_index=False), name)
+    assert_same(fast, slow)
+
+
+def test_types_converted_as_per_record():
+    # ints as ids, floats as ints, an empty optional string, an extra column, an absent optional one
+    table = pa.table(
+        {
+            "response_id": pa.array([1, 2, 3]),
+            "vignette_id": ["v1", "v1", "v2"],
+            "system": ["a", "b", "a"],
+            "text": ["", "x", "y"],
+            "run": ["", None, "r2"],
+            "seed": pa.array([1.0, None, 3.0]),
+            "extra": [{"k": 1}, None, {"k": 2}],
+        }
+    )
+    fast, slow = both_paths(table.drop_columns(["extra"]), "responses")
+    assert_same(fast, slow)
+    assert fast.frame["response_id"].tolist() == ["1", "2", "3"] and fast.frame["run"].isna().tolist()[:2] == [
+        True,
+        True,
+    ]
+    # an extra column (here nested) is kept as read, as the per-record path keeps it
+    fast, slow = both_paths(table, "responses")
+    assert_same(fast, slow)
+    assert fast.frame["extra"].tolist() == [{"k": 1}, None, {"k": 2}]
+
+
+@pytest.mark.parametrize(
+    "name, columns",
+    [
+        ("vignettes", {"vignette_id": ["v1", "v1"], "text": ["a", "b"]}),  # a repeated key
+        ("vignettes", {"vignette_id": ["v1", " "], "text": ["a", "b"]}),  # a blank required value
+        ("vignettes", {"vignette_id": ["v1", "v\x002"], "text": ["a", "b"]}),  # a control character in an id
+        ("vignettes", {"vignette_id": ["v1", None], "text": ["a", "b"]}),  # a null required value
+        ("vignettes", {"text": ["a", "b"]}),  # a required column missing
+        ("responses", {"response_id": ["r1"], "vignette_id": ["v1"], "system": ["s"], "text": ["t"], "pool": ["x"]}),
+        ("responses", {"response_id": ["r1"], "vignette_id": ["v1"], "system": ["s"], "text": ["t"], "seed": [1.5]}),
+        (
+            "judgments",
+            {
+                "judge": ["j", "j"],
+                "vignette_id": ["v", "v"],
+                "response_first": ["a", "b"],
+                "response_second": ["b", "b"],  # a response against itself
+                "verdict": ["first", "tie"],
+            },
+        ),
+        (
+            "judgments",
+            {
+                "judge": ["j", "j"],
+                "vignette_id": ["v", "v"],
+                "response_first": ["a", "a"],
+                "response_second": ["b", "b"],  # the same ordered pair twice
+                "verdict": ["first", "tie"],
+            },
+        ),
+        (
+            "judgments",
+            {
+                "judge": ["j"],
+                "vignette_id": ["v"],
+                "response_first": ["a"],
+                "response_second": ["b"],
+                "verdict": ["first"],
+                "prompt_sha256": ["abc"],  # not 64 hex digits
+            },
+        ),
+        (
+            "human_pairs",
+            {
+                "vignette_id": ["v", "v"],
+                "response_a": ["a", "b"],
+                "response_b": ["b", "a"],
+                "label": ["a", "b"],
+                "rater_id": ["r", "r"],
+            },
+        ),  # the unordered pair twice
+    ],
+)
+def test_a_problem_goes_to_the_per_record_path(name, columns):
+    fast, slow = both_paths(pa.table(columns), name)
+    assert fast is None
+    assert isinstance(slow, loaders.SchemaError)
+    with pytest.raises(loaders.SchemaError) as caught:
+        buffer = io.BytesIO()
+        pq.write_table(pa.table(columns), buffer)
+        path = DEFAULT_STUDY_DIR.parent / "never-written.parquet"  # only its name is used in messages
+        loaders._validate(loaders._read_parquet(buffer.getvalue(), str(path)), table_spec(name), str(path), "")
+    assert caught.value.problems
+
+
+def test_references_by_columns_match_row_by_row():
+    tables = {
+        name: loaders.load_table(DEFAULT_STUDY_DIR / f"{name}.jsonl", name)
+        for name in ("vignettes", "responses", "judgments", "human_ratings", "human_pairs")
+    }
+    assert loaders._references_resolve(tables) and loaders.check_references(tables) == []
+    judgments = tables["judgments"]
+    frame = judgments.frame.copy()
+    frame.loc[3, "response_first"] = "no-such-response"
+    broken = {**tables, "judgments": loaders.LoadedTable("judgments", "j", "", frame, judgments.lines)}
+    assert not loaders._references_resolve(broken)
+    [problem] = loaders.check_references(broken)
+    assert problem.line == int(judgments.lines[3]) and problem.field == "response_first"
+    frame = tables["responses"].frame.copy()
+    frame.loc[0, "vignette_id"] = "v2" if frame.loc[0, "vignette_id"] != "v2" else "v1"
+    moved = {**tables, "responses": loaders.LoadedTable("responses", "r", "", frame, tables["responses"].lines)}
+    assert not loaders._references_resolve(moved) and loaders.check_references(moved)
