@@ -72,7 +72,7 @@ WEIGHT_VALUES: dict[str, np.ndarray] = {
     "webb": np.concatenate([-np.sqrt(np.array([3.0, 2.0, 1.0]) / 2), np.sqrt(np.array([1.0, 2.0, 3.0]) / 2)]),
 }
 
-#: Enumerating more draws than this is refused when ``B=None`` (memory: 40 bytes per draw).
+#: Enumerating more draws than this is refused when ``B=None`` (memory: 40 + G bytes per draw).
 MAX_ENUMERATED_DRAWS = 2**21
 
 #: |t*| within this relative distance of |t| counts as a tie, and ties count as ">=". A draw
@@ -80,10 +80,6 @@ MAX_ENUMERATED_DRAWS = 2**21
 #: rounding error (2 such draws of 2^G for Rademacher, 6 of 6^G for Webb); counting them by the
 #: sign of a rounding error would make the p-value a lottery.
 TIE_RELATIVE_TOLERANCE = 1e-9
-
-_DRAWS_PER_CHUNK = 2**16
-#: Floats in one G x chunk matrix of draws (about 32 MB).
-_CHUNK_ELEMENTS = 2**22
 
 PValueType = Literal["symmetric", "equal-tailed"]
 WeightsName = Literal["webb", "rademacher"]
@@ -194,13 +190,12 @@ def _draw_count(weights: str, n_clusters: int) -> int:
     return len(WEIGHT_VALUES[weights]) ** n_clusters
 
 
-def _enumerated_draws(values: np.ndarray, n_clusters: int, start: int, stop: int) -> np.ndarray:
-    """Draws start..stop-1 of all len(values)^G as columns (G x draws), in itertools.product
-    order (cluster 0 varies slowest)."""
-    base = len(values)
-    index = np.arange(start, stop, dtype=np.int64)
+def _enumerated_index(base: int, n_clusters: int, n_draws: int) -> np.ndarray:
+    """Every one of the base^G draws as a column of weight indices (G x draws, int8), in
+    itertools.product order (cluster 0 varies slowest)."""
+    index = np.arange(n_draws, dtype=np.int64)
     powers = base ** np.arange(n_clusters - 1, -1, -1, dtype=np.int64)
-    return values[(index[None, :] // powers[:, None]) % base]
+    return ((index[None, :] // powers[:, None]) % base).astype(np.int8)
 
 
 def _setup(
@@ -266,8 +261,9 @@ def _setup(
             f"(more than {MAX_ENUMERATED_DRAWS:,}).",
             fix="pass a number of draws, e.g. B=9999 (sampled draws, Monte Carlo error ~ sqrt(p(1-p)/B)).",
         )
-    sampled_index = None
-    if not enumerated:
+    if enumerated:
+        index = _enumerated_index(len(values), G, n_draws)
+    else:
         if generator is None:
             raise InputError(
                 f"{n_draws:,} {weights} draws must be sampled (6^G or 2^G = {total:,} > B) but no rng was given.",
@@ -275,30 +271,24 @@ def _setup(
             )
         # Same stream and layout as wildboottest's rng.choice(values, G*B).reshape(G, B), drawn one
         # cluster's row at a time (the same numbers) and kept as int8 (G*B bytes, not 8*G*B).
-        sampled_index = np.empty((G, n_draws), dtype=np.int8)
+        index = np.empty((G, n_draws), dtype=np.int8)
         for g in range(G):
-            sampled_index[g] = generator.integers(0, len(values), size=n_draws)
+            index[g] = generator.integers(0, len(values), size=n_draws)
+
+    from honestci.audit.stats.wild_kernel import bootstrap_sums
 
     out = {name: np.empty(n_draws) for name in ("numer0", "numer1", "denom0", "denom1", "denom2")}
-    kept = np.empty((n_draws, G)) if keep_draws else None
-    # Chunks of draws small enough that each G x chunk matrix stays near _CHUNK_ELEMENTS floats.
-    chunk = max(1, min(_DRAWS_PER_CHUNK, _CHUNK_ELEMENTS // G))
-    for start in range(0, n_draws, chunk):
-        stop = min(start + chunk, n_draws)
-        # Draws are columns (G x chunk): the G x G products then run along contiguous rows.
-        if sampled_index is None:
-            W = _enumerated_draws(values, G, start, stop)
-        else:
-            W = values[sampled_index[:, start:stop]]
-        Z0 = W * C0[:, None] - Q @ (P0 @ W)
-        Z1 = W * C1[:, None] - Q @ (P1 @ W)
-        out["numer0"][start:stop] = C0 @ W
-        out["numer1"][start:stop] = C1 @ W
-        out["denom0"][start:stop] = np.einsum("gb,gb->b", Z0, Z0)
-        out["denom1"][start:stop] = np.einsum("gb,gb->b", Z0, Z1)
-        out["denom2"][start:stop] = np.einsum("gb,gb->b", Z1, Z1)
-        if kept is not None:
-            kept[start:stop] = W.T
+    bootstrap_sums(
+        index,
+        values,
+        C0,
+        C1,
+        np.ascontiguousarray(Q),
+        np.ascontiguousarray(P0),
+        np.ascontiguousarray(P1),
+        *out.values(),
+    )
+    kept = values[index].T if keep_draws else None
 
     return _Setup(
         estimate=estimate,
