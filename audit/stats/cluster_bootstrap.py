@@ -27,6 +27,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.estimands import unique_inverse
 from honestci.audit.stats.random_state import resolve_rng
 
 __all__ = ["ClusterBootstrapResult", "cluster_bootstrap_ci"]
@@ -108,7 +109,7 @@ def _check_inputs(y, clusters, B, method, level) -> tuple[np.ndarray, np.ndarray
             "y contains NaN or infinite values.",
             fix="drop or impute missing rows before the audit, and report how many were dropped.",
         )
-    labels, cluster_index = np.unique(clusters, return_inverse=True)
+    labels, cluster_index = unique_inverse(clusters)
     if labels.size < 2:
         raise InputError(
             f"the cluster bootstrap needs at least 2 clusters; got {labels.size}.",
@@ -198,7 +199,8 @@ def cluster_bootstrap_ci(
         estimate = float(totals.sum() / sizes.sum())
 
         def resampled(indices: np.ndarray) -> np.ndarray:
-            return totals[indices].sum(axis=1) / sizes[indices].sum(axis=1)
+            # np.take, not totals[indices]: the same values, without fancy indexing's ~10x overhead.
+            return totals.take(indices).sum(axis=1) / sizes.take(indices).sum(axis=1)
 
         jackknife = (totals.sum() - totals) / (sizes.sum() - sizes)
     else:

@@ -54,6 +54,7 @@ from typing import Literal, cast
 import numpy as np
 
 from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.estimands import unique_inverse
 from honestci.audit.stats.random_state import resolve_rng
 
 __all__ = [
@@ -80,6 +81,9 @@ MAX_ENUMERATED_DRAWS = 2**21
 #: rounding error (2 such draws of 2^G for Rademacher, 6 of 6^G for Webb); counting them by the
 #: sign of a rounding error would make the p-value a lottery.
 TIE_RELATIVE_TOLERANCE = 1e-9
+
+#: Sampled weight indices are drawn this many at a time (int64), then kept as int8.
+_DRAWN_PER_BLOCK = 2**19
 
 PValueType = Literal["symmetric", "equal-tailed"]
 WeightsName = Literal["webb", "rademacher"]
@@ -157,7 +161,7 @@ def _check_inputs(X, y, clusters, coef) -> tuple[np.ndarray, np.ndarray, np.ndar
             "X or y contains NaN or infinite values.",
             fix="drop or impute missing rows before the audit, and report how many were dropped.",
         )
-    labels, cluster_index = np.unique(clusters, return_inverse=True)
+    labels, cluster_index = unique_inverse(clusters)
     if labels.size < 2:
         raise InputError(
             f"the wild cluster bootstrap needs at least 2 clusters; got {labels.size}.",
@@ -269,11 +273,13 @@ def _setup(
                 f"{n_draws:,} {weights} draws must be sampled (6^G or 2^G = {total:,} > B) but no rng was given.",
                 fix="pass rng=<int seed> (it is recorded in the result), or B=None to enumerate every draw.",
             )
-        # Same stream and layout as wildboottest's rng.choice(values, G*B).reshape(G, B), drawn one
-        # cluster's row at a time (the same numbers) and kept as int8 (G*B bytes, not 8*G*B).
+        # Same stream and layout as wildboottest's rng.choice(values, G*B).reshape(G, B), drawn a
+        # few clusters' rows at a time (the same numbers; 4 MB of int64 each) and kept as int8
+        # (G*B bytes, not 8*G*B).
         index = np.empty((G, n_draws), dtype=np.int8)
-        for g in range(G):
-            index[g] = generator.integers(0, len(values), size=n_draws)
+        rows = max(1, _DRAWN_PER_BLOCK // n_draws)
+        for g in range(0, G, rows):
+            index[g : g + rows] = generator.integers(0, len(values), size=(min(rows, G - g), n_draws))
 
     from honestci.audit.stats.wild_kernel import bootstrap_sums
 
