@@ -198,9 +198,14 @@ def cluster_bootstrap_ci(
         sizes = np.bincount(cluster_index, minlength=G).astype(float)
         estimate = float(totals.sum() / sizes.sum())
 
+        # Equal cluster sizes (one row per cluster, as the win-rate table passes): every resample has
+        # G times as many rows, the same number its size sum gives (exact in floating point).
+        equal_sizes = bool(np.all(sizes == sizes[0]))
+
         def resampled(indices: np.ndarray) -> np.ndarray:
             # np.take, not totals[indices]: the same values, without fancy indexing's ~10x overhead.
-            return totals.take(indices).sum(axis=1) / sizes.take(indices).sum(axis=1)
+            resampled_sizes = sizes[0] * G if equal_sizes else sizes.take(indices).sum(axis=1)
+            return totals.take(indices).sum(axis=1) / resampled_sizes
 
         jackknife = (totals.sum() - totals) / (sizes.sum() - sizes)
     else:
