@@ -225,8 +225,8 @@ def vignette_rate_posteriors(scores, clusters, level: float = 0.95, trials_per_c
     Validated against: a direct integration over a (μ, σ, z) grid with the normal density in z
     (no η cells, no tabulation) in tests/test_bayes_grid.py, to 2e-3.
     """
-    mu, sigma, mass, wins, losses, _ = _grid_posterior(scores, clusters, trials_per_contest)
-    vignettes, _ = unique_inverse(clusters)
+    vignettes, codes = unique_inverse(clusters)  # the labels once; the grid groups by their codes
+    mu, sigma, mass, wins, losses, _ = _grid_posterior(scores, codes, trials_per_contest)
     _, eta, likelihood, _ = _tabulate_likelihoods(wins, losses)  # likelihood: (G, E)
     cells = mass > mass.max() * _CELL_FLOOR
     mu_cells = np.broadcast_to(mu[:, None], mass.shape)[cells]
