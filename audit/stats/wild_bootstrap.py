@@ -84,6 +84,8 @@ TIE_RELATIVE_TOLERANCE = 1e-9
 
 #: Sampled weight indices are drawn this many at a time (int64), then kept as int8.
 _DRAWN_PER_BLOCK = 2**19
+#: Floats in one G x chunk matrix of draws (2 MB: it stays in cache).
+_CHUNK_ELEMENTS = 2**18
 
 PValueType = Literal["symmetric", "equal-tailed"]
 WeightsName = Literal["webb", "rademacher"]
@@ -281,19 +283,24 @@ def _setup(
         for g in range(0, G, rows):
             index[g : g + rows] = generator.integers(0, len(values), size=(min(rows, G - g), n_draws))
 
-    from honestci.audit.stats.wild_kernel import bootstrap_sums
-
+    # Draws are columns (G x chunk), each G x chunk matrix small enough to stay in cache; einsum
+    # (no BLAS threads) sums over the clusters in order. The numerators and the sums P v come from
+    # one pass over the weights: the rows of F are C0, C1, P0 and P1.
+    F = np.vstack([C0, C1, P0, P1])
     out = {name: np.empty(n_draws) for name in ("numer0", "numer1", "denom0", "denom1", "denom2")}
-    bootstrap_sums(
-        index,
-        values,
-        C0,
-        C1,
-        np.ascontiguousarray(Q),
-        np.ascontiguousarray(P0),
-        np.ascontiguousarray(P1),
-        *out.values(),
-    )
+    chunk = max(1, _CHUNK_ELEMENTS // G)
+    for start in range(0, n_draws, chunk):
+        stop = min(start + chunk, n_draws)
+        W = values.take(index[:, start:stop])
+        sums = np.einsum("fg,gb->fb", F, W)
+        out["numer0"][start:stop], out["numer1"][start:stop] = sums[0], sums[1]
+        Z0 = W * C0[:, None]
+        Z0 -= np.einsum("gj,jb->gb", Q, sums[2 : 2 + k])
+        Z1 = W * C1[:, None]
+        Z1 -= np.einsum("gj,jb->gb", Q, sums[2 + k :])
+        out["denom0"][start:stop] = np.einsum("gb,gb->b", Z0, Z0)
+        out["denom1"][start:stop] = np.einsum("gb,gb->b", Z0, Z1)
+        out["denom2"][start:stop] = np.einsum("gb,gb->b", Z1, Z1)
     kept = values[index].T if keep_draws else None
 
     return _Setup(
