@@ -13,18 +13,11 @@ import platform
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from honestci import __version__
-from honestci.audit.checks.claimed import ClaimedFigureAudit, audit_claimed_figures, audit_claimed_table
-from honestci.audit.checks.composed import COMPOSED_METHOD, COMPOSED_POPULATION, ComposedCheck
 from honestci.audit.checks.context import AuditContext, BayesCheck, CheckFailed, ComparisonCheck
-from honestci.audit.checks.registry import run_checks
-from honestci.audit.data.claims import Claim, load_claim
-from honestci.audit.data.contests import ContestTable, build_claim_contests
-from honestci.audit.data.io import Study, load_study
 from honestci.audit.errors import ClaimError, Problem
-from honestci.audit.gates import evidence_given, gate_without_result, overall_verdict, run_gates
 from honestci.audit.policy import (
     DEFAULT_SEED,
     EXIT_BLOCKED,
@@ -35,9 +28,15 @@ from honestci.audit.policy import (
 )
 from honestci.audit.progress import ProgressLike, as_progress
 from honestci.audit.report_model import POSTERIOR_FILE, Report, json_safe
-from honestci.audit.stats.compare import paired_difference
 from honestci.audit.stats.intervals import IntervalResult, IntervalTable
-from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
+
+# The modules behind the audit's steps (pydantic, pandas, scipy behind them) are imported by the
+# functions that run the steps, so that the first progress line comes before ~2 s of imports.
+if TYPE_CHECKING:
+    from honestci.audit.checks.claimed import ClaimedFigureAudit
+    from honestci.audit.data.claims import Claim
+    from honestci.audit.data.contests import ContestTable
+    from honestci.audit.data.io import Study
 
 
 @dataclass(frozen=True)
@@ -85,12 +84,16 @@ class AuditResult:
 
     @property
     def verdict(self) -> Verdict:
+        from honestci.audit.gates import overall_verdict
+
         return overall_verdict(self.gates, self.required_gates)
 
     def blocking_gates(self, allow_inconclusive: bool | None = None) -> tuple[GateResult, ...]:
         """The required gates that block the release, in gate order: a WARN or FAIL, an
         INCONCLUSIVE (unless ``allow_inconclusive``, default: as the audit was run, and the gate
         ran), and a required gate with no result (as an INCONCLUSIVE that did not run)."""
+        from honestci.audit.gates import gate_without_result
+
         allow = self.allow_inconclusive if allow_inconclusive is None else allow_inconclusive
         passable = (Verdict.PASS, Verdict.INCONCLUSIVE) if allow else (Verdict.PASS,)
         by_name = {g.name: g for g in self.gates}
@@ -267,6 +270,8 @@ def _contests_on_vignettes(other: ContestTable, claim_contests: ContestTable) ->
 def _same_judging(claim: Claim, study: Study, contests: ContestTable, system: str) -> ContestTable:
     """The contests of ``system`` against the claim's opponent, judged as the claim's are (its
     judge, or its panel by the same rule)."""
+    from honestci.audit.data.contests import build_claim_contests
+
     return build_claim_contests(
         study,
         system,
@@ -282,6 +287,9 @@ def _claimed_rows(
     claim: Claim, study: Study, contests: ContestTable, level: float, seed: int
 ) -> dict[str, ClaimedFigureAudit]:
     """Audit each other row of the claimed table from its own contests (same opponent and judge or panel)."""
+    from honestci.audit.checks.claimed import audit_claimed_figures
+    from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
+
     spec, audits = claim.spec, {}
     for row in () if spec.claimed is None else spec.claimed.table:
         row_contests = _same_judging(claim, study, contests, row.system)
@@ -346,6 +354,7 @@ def _comparisons(
     progress: ProgressLike = None,
 ) -> tuple[ComparisonCheck, ...]:
     from honestci.audit.errors import InputError
+    from honestci.audit.stats.compare import paired_difference
 
     spec, checks = claim.spec, []
     if spec.claimed is None:
@@ -433,6 +442,14 @@ def audit_context(
     """
     progress = as_progress(progress)
     progress("loading claim and data")
+    from honestci.audit.checks.claimed import audit_claimed_figures, audit_claimed_table
+    from honestci.audit.checks.composed import COMPOSED_METHOD
+    from honestci.audit.checks.registry import run_checks
+    from honestci.audit.data.claims import load_claim
+    from honestci.audit.data.contests import build_claim_contests
+    from honestci.audit.data.io import load_study
+    from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
+
     claim = load_claim(claim_path, allow_outside=allow_outside_data, policy=policy)
     spec, thresholds, rules = claim.spec, claim.thresholds, claim.policy
     if spec.method is not None and spec.method not in ALL_METHODS:
@@ -524,6 +541,8 @@ def audit_context(
 
 def _composed_row(context: AuditContext) -> IntervalResult:
     """The composed check's interval as a row of the interval table, INCONCLUSIVE without one."""
+    from honestci.audit.checks.composed import COMPOSED_METHOD, COMPOSED_POPULATION, ComposedCheck
+
     check = context.checks.get("composed")
     if isinstance(check, ComposedCheck):
         return check.interval_row()
@@ -564,6 +583,8 @@ def run_audit(
     context = audit_context(
         claim_path, policy=policy, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=progress
     )
+    from honestci.audit.gates import evidence_given, run_gates
+
     claim, contests, intervals, bayes_result = context.claim, context.contests, context.intervals, context.bayes
     # audit_context always assembles both; only the training pipeline's preflight context lacks them.
     assert contests is not None and intervals is not None

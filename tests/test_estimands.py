@@ -95,6 +95,11 @@ def test_unique_inverse_is_np_unique():
     for values in (
         words[rng.integers(0, words.size, 5000)],
         rng.integers(-3, 40, 1000),
+        rng.integers(0, 5000, 1_000_000),  # codes: counted, not sorted
+        rng.integers(-128, 127, 300).astype(np.int8),  # the offset from the smallest does not overflow
+        np.array([2**64 - 1, 2**64 - 3, 2**64 - 1], dtype=np.uint64),  # beyond intp: sorted
+        np.array([7, 10**12, 7]),  # a range much wider than the count: sorted
+        rng.integers(0, 9, 20).astype(np.uint16),
         rng.normal(size=50).round(1),
         np.array(["b", "a"], dtype=object),
         np.array([3, 1, 3], dtype=object),  # not strings: np.unique's own order
@@ -102,6 +107,8 @@ def test_unique_inverse_is_np_unique():
         labels, codes = unique_inverse(values)
         expected_labels, expected_codes = np.unique(values, return_inverse=True)
         np.testing.assert_array_equal(labels, expected_labels)
+        assert labels.dtype == expected_labels.dtype
         np.testing.assert_array_equal(codes, expected_codes.ravel())
+        assert codes.dtype == np.intp
     with pytest.raises(TypeError):  # mixed types cannot be ordered, as with np.unique
         unique_inverse(np.array(["a", 1], dtype=object))

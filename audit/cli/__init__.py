@@ -136,23 +136,28 @@ def _run_and_report(
     import json
     import os
 
-    from honestci.audit.data.policy_file import load_policy
     from honestci.audit.pipeline import run_audit
-    from honestci.reports.ci import junit_xml, step_summary, verdict_line
-    from honestci.reports.render import write_outputs
-    from honestci.reports.writing import append_text, atomic_write_text
 
     if bayes:  # before any work, so a missing extra never reaches a verdict
         require_extra("bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="pass --no-bayes")
+    policy = None  # the built-in policy (run_audit's default), without importing the policy-file parser
+    if policy_file is not None:
+        from honestci.audit.data.policy_file import load_policy
+
+        policy = load_policy(policy_file)
     result = run_audit(
         claim,
-        policy=load_policy(policy_file),
+        policy=policy,
         bayes=bayes,
         seed=seed,
         allow_outside_data=allow_outside_data,
         allow_inconclusive=allow_inconclusive,
         progress=Progress(enabled=not quiet),  # --quiet silences every progress line and bar
     )
+    from honestci.reports.ci import junit_xml, step_summary, verdict_line
+    from honestci.reports.render import write_outputs
+    from honestci.reports.writing import append_text, atomic_write_text
+
     report = result.report()
     data = report.data
     paths = write_outputs(report, out_dir, posterior=result.posterior)

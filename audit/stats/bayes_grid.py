@@ -40,7 +40,7 @@ from scipy import stats
 from scipy.special import expit, log_expit, ndtr
 
 from honestci.audit.stats.bayes import contest_dispersion
-from honestci.audit.stats.estimands import standard_normal_nodes, vignette_means
+from honestci.audit.stats.estimands import standard_normal_nodes, unique_inverse, vignette_means
 
 #: μ's prior sd and σ's half-normal scale: the hierarchical model's defaults (bayes.py).
 MU_PRIOR_SD = 1.5
@@ -157,8 +157,8 @@ def _grid_posterior(scores, clusters, trials_per_contest: int = 2):
     below that the kernel is narrower than the grid and the vignettes are effectively pooled).
     """
     scores = np.asarray(scores, dtype=float)
-    _, codes = np.unique(np.asarray(clusters), return_inverse=True)
-    per_vignette = vignette_means(scores, clusters)
+    _, codes = unique_inverse(clusters)
+    per_vignette = vignette_means(scores, codes)
     estimate, _ = contest_dispersion(codes, scores, trials_per_contest)
     dispersion = max(1.0, estimate) if estimate is not None else 1.0
     trials = trials_per_contest * per_vignette.sizes / dispersion
@@ -225,8 +225,8 @@ def vignette_rate_posteriors(scores, clusters, level: float = 0.95, trials_per_c
     Validated against: a direct integration over a (μ, σ, z) grid with the normal density in z
     (no η cells, no tabulation) in tests/test_bayes_grid.py, to 2e-3.
     """
-    mu, sigma, mass, wins, losses, _ = _grid_posterior(scores, clusters, trials_per_contest)
-    vignettes = np.unique(np.asarray(clusters))
+    vignettes, codes = unique_inverse(clusters)  # the labels once; the grid groups by their codes
+    mu, sigma, mass, wins, losses, _ = _grid_posterior(scores, codes, trials_per_contest)
     _, eta, likelihood, _ = _tabulate_likelihoods(wins, losses)  # likelihood: (G, E)
     cells = mass > mass.max() * _CELL_FLOOR
     mu_cells = np.broadcast_to(mu[:, None], mass.shape)[cells]

@@ -27,6 +27,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.estimands import unique_inverse
 from honestci.audit.stats.random_state import resolve_rng
 
 __all__ = ["ClusterBootstrapResult", "cluster_bootstrap_ci"]
@@ -108,7 +109,7 @@ def _check_inputs(y, clusters, B, method, level) -> tuple[np.ndarray, np.ndarray
             "y contains NaN or infinite values.",
             fix="drop or impute missing rows before the audit, and report how many were dropped.",
         )
-    labels, cluster_index = np.unique(clusters, return_inverse=True)
+    labels, cluster_index = unique_inverse(clusters)
     if labels.size < 2:
         raise InputError(
             f"the cluster bootstrap needs at least 2 clusters; got {labels.size}.",
@@ -197,8 +198,14 @@ def cluster_bootstrap_ci(
         sizes = np.bincount(cluster_index, minlength=G).astype(float)
         estimate = float(totals.sum() / sizes.sum())
 
+        # Equal cluster sizes (one row per cluster, as the win-rate table passes): every resample has
+        # G times as many rows, the same number its size sum gives (exact in floating point).
+        equal_sizes = bool(np.all(sizes == sizes[0]))
+
         def resampled(indices: np.ndarray) -> np.ndarray:
-            return totals[indices].sum(axis=1) / sizes[indices].sum(axis=1)
+            # np.take, not totals[indices]: the same values, without fancy indexing's ~10x overhead.
+            resampled_sizes = sizes[0] * G if equal_sizes else sizes.take(indices).sum(axis=1)
+            return totals.take(indices).sum(axis=1) / resampled_sizes
 
         jackknife = (totals.sum() - totals) / (sizes.sum() - sizes)
     else:

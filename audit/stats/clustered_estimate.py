@@ -17,6 +17,7 @@ from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, Verdict
 from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
 from honestci.audit.stats.cluster_robust import ContrastResult, cluster_robust_ols
+from honestci.audit.stats.estimands import unique_inverse
 from honestci.audit.stats.intervals import reportable_bounds
 
 #: Bootstrap draws of every cluster-bootstrap interval in the calibration and position-bias checks.
@@ -132,7 +133,9 @@ def clustered_mean(
             f"{name}: {y.size} values but {groups.size} cluster labels.",
             fix="give one cluster label (vignette) per value",
         )
-    n, n_clusters = int(y.size), int(np.unique(groups).size) if y.size else 0
+    # Codes in sorted-label order: the fit and the bootstrap then group without sorting labels again.
+    labels, groups = unique_inverse(groups) if y.size else (groups, groups)
+    n, n_clusters = int(y.size), int(labels.size)
     if n == 0:
         return ClusteredEstimate.inconclusive(name, None, 0, 0, level, "no rows")
     estimate = float(y.mean())

@@ -72,10 +72,19 @@ def unique_inverse(values) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)`` of a 1-D array (labels sorted, each row's code).
 
     Labels that are all strings are hashed (``pandas.factorize``) and only the distinct ones
-    sorted, by the same comparison of Python strings: the same labels and codes, without sorting
-    a million labels (seconds each time); anything else goes to ``np.unique``.
+    sorted, by the same comparison of Python strings; integers within a range not much wider than
+    their count (codes, such as :func:`unique_inverse` returns) are counted (``np.bincount``): the
+    same labels and codes, without sorting a million labels (seconds for strings, 0.05 s for
+    integers, each time); anything else goes to ``np.unique``.
     """
     array = np.asarray(values)
+    if array.ndim == 1 and array.dtype.kind in "iu" and array.size:
+        low, high = int(array.min()), int(array.max())
+        if high - low <= 4 * array.size and high <= np.iinfo(np.intp).max:
+            offsets = array.astype(np.intp, copy=False) - low
+            present = np.bincount(offsets) > 0
+            labels = (np.flatnonzero(present) + low).astype(array.dtype)
+            return labels, (np.cumsum(present) - 1)[offsets]
     if array.ndim == 1 and array.dtype == object and array.size:
         import pandas as pd
 

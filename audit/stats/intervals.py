@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from honestci.audit.policy import Verdict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def reportable_bounds(verdict: Verdict, low: float | None, high: float | None) -> tuple[float, float] | None:
@@ -68,6 +70,8 @@ class IntervalTable:
     rows: tuple[IntervalResult, ...]
 
     def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.DataFrame([r.as_row() for r in self.rows])
 
     def get(self, method: str, population: str | None = None) -> IntervalResult:

@@ -54,6 +54,7 @@ from typing import Literal, cast
 import numpy as np
 
 from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.estimands import unique_inverse
 from honestci.audit.stats.random_state import resolve_rng
 
 __all__ = [
@@ -72,7 +73,7 @@ WEIGHT_VALUES: dict[str, np.ndarray] = {
     "webb": np.concatenate([-np.sqrt(np.array([3.0, 2.0, 1.0]) / 2), np.sqrt(np.array([1.0, 2.0, 3.0]) / 2)]),
 }
 
-#: Enumerating more draws than this is refused when ``B=None`` (memory: 40 bytes per draw).
+#: Enumerating more draws than this is refused when ``B=None`` (memory: 40 + G bytes per draw).
 MAX_ENUMERATED_DRAWS = 2**21
 
 #: |t*| within this relative distance of |t| counts as a tie, and ties count as ">=". A draw
@@ -81,9 +82,10 @@ MAX_ENUMERATED_DRAWS = 2**21
 #: sign of a rounding error would make the p-value a lottery.
 TIE_RELATIVE_TOLERANCE = 1e-9
 
-_DRAWS_PER_CHUNK = 2**16
-#: Floats in one G x chunk matrix of draws (about 32 MB).
-_CHUNK_ELEMENTS = 2**22
+#: Sampled weight indices are drawn this many at a time (int64), then kept as int8.
+_DRAWN_PER_BLOCK = 2**19
+#: Floats in one G x chunk matrix of draws (2 MB: it stays in cache).
+_CHUNK_ELEMENTS = 2**18
 
 PValueType = Literal["symmetric", "equal-tailed"]
 WeightsName = Literal["webb", "rademacher"]
@@ -161,7 +163,7 @@ def _check_inputs(X, y, clusters, coef) -> tuple[np.ndarray, np.ndarray, np.ndar
             "X or y contains NaN or infinite values.",
             fix="drop or impute missing rows before the audit, and report how many were dropped.",
         )
-    labels, cluster_index = np.unique(clusters, return_inverse=True)
+    labels, cluster_index = unique_inverse(clusters)
     if labels.size < 2:
         raise InputError(
             f"the wild cluster bootstrap needs at least 2 clusters; got {labels.size}.",
@@ -194,13 +196,12 @@ def _draw_count(weights: str, n_clusters: int) -> int:
     return len(WEIGHT_VALUES[weights]) ** n_clusters
 
 
-def _enumerated_draws(values: np.ndarray, n_clusters: int, start: int, stop: int) -> np.ndarray:
-    """Draws start..stop-1 of all len(values)^G as columns (G x draws), in itertools.product
-    order (cluster 0 varies slowest)."""
-    base = len(values)
-    index = np.arange(start, stop, dtype=np.int64)
+def _enumerated_index(base: int, n_clusters: int, n_draws: int) -> np.ndarray:
+    """Every one of the base^G draws as a column of weight indices (G x draws, int8), in
+    itertools.product order (cluster 0 varies slowest)."""
+    index = np.arange(n_draws, dtype=np.int64)
     powers = base ** np.arange(n_clusters - 1, -1, -1, dtype=np.int64)
-    return values[(index[None, :] // powers[:, None]) % base]
+    return ((index[None, :] // powers[:, None]) % base).astype(np.int8)
 
 
 def _setup(
@@ -266,39 +267,41 @@ def _setup(
             f"(more than {MAX_ENUMERATED_DRAWS:,}).",
             fix="pass a number of draws, e.g. B=9999 (sampled draws, Monte Carlo error ~ sqrt(p(1-p)/B)).",
         )
-    sampled_index = None
-    if not enumerated:
+    if enumerated:
+        index = _enumerated_index(len(values), G, n_draws)
+    else:
         if generator is None:
             raise InputError(
                 f"{n_draws:,} {weights} draws must be sampled (6^G or 2^G = {total:,} > B) but no rng was given.",
                 fix="pass rng=<int seed> (it is recorded in the result), or B=None to enumerate every draw.",
             )
-        # Same stream and layout as wildboottest's rng.choice(values, G*B).reshape(G, B), drawn one
-        # cluster's row at a time (the same numbers) and kept as int8 (G*B bytes, not 8*G*B).
-        sampled_index = np.empty((G, n_draws), dtype=np.int8)
-        for g in range(G):
-            sampled_index[g] = generator.integers(0, len(values), size=n_draws)
+        # Same stream and layout as wildboottest's rng.choice(values, G*B).reshape(G, B), drawn a
+        # few clusters' rows at a time (the same numbers; 4 MB of int64 each) and kept as int8
+        # (G*B bytes, not 8*G*B).
+        index = np.empty((G, n_draws), dtype=np.int8)
+        rows = max(1, _DRAWN_PER_BLOCK // n_draws)
+        for g in range(0, G, rows):
+            index[g : g + rows] = generator.integers(0, len(values), size=(min(rows, G - g), n_draws))
 
+    # Draws are columns (G x chunk), each G x chunk matrix small enough to stay in cache; einsum
+    # (no BLAS threads) sums over the clusters in order. The numerators and the sums P v come from
+    # one pass over the weights: the rows of F are C0, C1, P0 and P1.
+    F = np.vstack([C0, C1, P0, P1])
     out = {name: np.empty(n_draws) for name in ("numer0", "numer1", "denom0", "denom1", "denom2")}
-    kept = np.empty((n_draws, G)) if keep_draws else None
-    # Chunks of draws small enough that each G x chunk matrix stays near _CHUNK_ELEMENTS floats.
-    chunk = max(1, min(_DRAWS_PER_CHUNK, _CHUNK_ELEMENTS // G))
+    chunk = max(1, _CHUNK_ELEMENTS // G)
     for start in range(0, n_draws, chunk):
         stop = min(start + chunk, n_draws)
-        # Draws are columns (G x chunk): the G x G products then run along contiguous rows.
-        if sampled_index is None:
-            W = _enumerated_draws(values, G, start, stop)
-        else:
-            W = values[sampled_index[:, start:stop]]
-        Z0 = W * C0[:, None] - Q @ (P0 @ W)
-        Z1 = W * C1[:, None] - Q @ (P1 @ W)
-        out["numer0"][start:stop] = C0 @ W
-        out["numer1"][start:stop] = C1 @ W
+        W = values.take(index[:, start:stop])
+        sums = np.einsum("fg,gb->fb", F, W)
+        out["numer0"][start:stop], out["numer1"][start:stop] = sums[0], sums[1]
+        Z0 = W * C0[:, None]
+        Z0 -= np.einsum("gj,jb->gb", Q, sums[2 : 2 + k])
+        Z1 = W * C1[:, None]
+        Z1 -= np.einsum("gj,jb->gb", Q, sums[2 + k :])
         out["denom0"][start:stop] = np.einsum("gb,gb->b", Z0, Z0)
         out["denom1"][start:stop] = np.einsum("gb,gb->b", Z0, Z1)
         out["denom2"][start:stop] = np.einsum("gb,gb->b", Z1, Z1)
-        if kept is not None:
-            kept[start:stop] = W.T
+    kept = values[index].T if keep_draws else None
 
     return _Setup(
         estimate=estimate,

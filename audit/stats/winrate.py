@@ -17,7 +17,7 @@ contests) fit neither and are shown as the optimistic baseline (Wilson is what m
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import special, stats
@@ -26,7 +26,7 @@ from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict
 from honestci.audit.stats import cluster_robust, iid
 from honestci.audit.stats.design_effect import ClusteringSummary, clustering_summary
-from honestci.audit.stats.estimands import unique_inverse, vignette_means
+from honestci.audit.stats.estimands import VignetteMeans, unique_inverse, vignette_means
 from honestci.audit.stats.intervals import IntervalResult, IntervalTable
 
 IID_METHODS = {
@@ -164,13 +164,36 @@ def winrate_ci(
     one-sample t interval of the vignette means (scipy.stats.ttest_1samp) (tests/test_winrate.py).
     """
     scores, clusters = _check_inputs(scores, clusters)
+    _check_method(method, trials_per_contest)
+    contests = _Contests.of(scores, clusters)
+    return _refuse_degenerate(
+        _winrate_ci(contests, method, level, seed, thresholds, bootstrap_draws, trials_per_contest)
+    )
+
+
+def _check_method(method: str, trials_per_contest: int) -> None:
     if method not in ALL_METHODS:
         raise InputError(f"Unknown interval method {method!r}.", fix=f"use one of {list(ALL_METHODS)}")
     if trials_per_contest not in (1, 2):
         raise InputError(f"trials_per_contest is {trials_per_contest!r}.", fix="use 2 (both orders) or 1 (one order)")
-    return _refuse_degenerate(
-        _winrate_ci(scores, clusters, method, level, seed, thresholds, bootstrap_draws, trials_per_contest)
-    )
+
+
+@dataclass(frozen=True)
+class _Contests:
+    """Validated contest scores, their vignettes as codes in sorted-label order
+    (:func:`_sorted_codes`), and what every method reads from them, computed once."""
+
+    scores: np.ndarray
+    clusters: np.ndarray
+    info: ClusteringSummary
+    per_vignette: VignetteMeans
+
+    @classmethod
+    def of(cls, scores: np.ndarray, clusters: np.ndarray) -> _Contests:
+        """From checked inputs (:func:`_check_inputs`)."""
+        clusters = _sorted_codes(clusters)
+        info = _clustering(scores, clusters)  # refuses labels that cannot be ordered, before any method runs
+        return cls(scores, clusters, info, vignette_means(scores, clusters))
 
 
 def _refuse_degenerate(result: IntervalResult) -> IntervalResult:
@@ -196,9 +219,9 @@ def _refuse_degenerate(result: IntervalResult) -> IntervalResult:
 
 
 def _winrate_ci(
-    scores, clusters, method, level, seed, thresholds, bootstrap_draws, trials_per_contest
+    contests: _Contests, method, level, seed, thresholds, bootstrap_draws, trials_per_contest
 ) -> IntervalResult:
-    info = _clustering(scores, clusters)
+    scores, clusters, info, per_vignette = contests.scores, contests.clusters, contests.info, contests.per_vignette
     common = dict(
         level=level,
         n=info.n,
@@ -221,10 +244,9 @@ def _winrate_ci(
         )
 
     if method == "stratified":
-        return _stratified(scores, clusters, common, trials_per_contest)
+        return _stratified(scores, clusters, per_vignette, common, trials_per_contest)
 
     label = CLUSTER_METHODS[method]
-    per_vignette = vignette_means(scores, clusters)
     estimate = per_vignette.estimate
     no_interval = None
     if info.n_clusters < thresholds.min_clusters:
@@ -258,10 +280,9 @@ def _winrate_ci(
         )
 
 
-def _stratified(scores, clusters, common, trials_per_contest) -> IntervalResult:
-    _, codes = np.unique(clusters, return_inverse=True)
-    sizes = np.bincount(codes)
-    means = np.bincount(codes, weights=scores) / sizes
+def _stratified(scores, clusters, per_vignette, common, trials_per_contest) -> IntervalResult:
+    """``clusters`` are codes (:class:`_Contests`)."""
+    codes, sizes, means = clusters, per_vignette.sizes, per_vignette.means
     sq = np.bincount(codes, weights=(scores - means[codes]) ** 2)
     weights = np.full(sizes.size, 1.0 / sizes.size)  # equal vignette weight (estimands)
     estimate = float(np.sum(weights * means))
@@ -431,20 +452,14 @@ def winrate_table(
 ) -> IntervalTable:
     """Every requested interval of the win rate, side by side (see :func:`winrate_ci`).
 
-    The clusters are replaced by their codes in sorted-label order once (every method groups by
-    ``np.unique``, whose order the codes keep, so every figure is the same): sorting a million
-    string labels once, not once per method."""
-    clusters = _sorted_codes(clusters)
+    The inputs are checked, the clusters replaced by their codes in sorted-label order (every
+    method groups by sorted label, whose order the codes keep, so every figure is the same), and
+    the clustering summary and vignette means computed once for every method, not once per method."""
+    scores, clusters = _check_inputs(scores, clusters)
+    for method in methods:
+        _check_method(method, trials_per_contest)
+    contests = _Contests.of(scores, clusters)
     rows = tuple(
-        winrate_ci(
-            scores,
-            clusters,
-            method=m,
-            level=level,
-            seed=seed,
-            thresholds=thresholds,
-            trials_per_contest=trials_per_contest,
-        )
-        for m in methods
+        _refuse_degenerate(_winrate_ci(contests, m, level, seed, thresholds, None, trials_per_contest)) for m in methods
     )
     return IntervalTable(estimand="win rate", rows=rows)
