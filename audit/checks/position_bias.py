@@ -44,6 +44,7 @@ the fixture's exact truth (``fixtures/truth.py``) and seeded coverage simulation
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -410,7 +411,7 @@ def position_bias(
         y = np.concatenate([win_first, win_second]).astype(float)
         X = np.column_stack([np.ones(2 * n), np.r_[np.ones(n), np.zeros(n)]])
         per_order = np.concatenate([codes, codes])
-        options = dict(vcov="CR2", level=level, coef_names=("p_win_second", "order_effect"))
+        options: dict[str, Any] = dict(vcov="CR2", level=level, coef_names=("p_win_second", "order_effect"))
         # fitted on its 2G cells (vignette x order): the rows' fit, from sums over the rows
         cells = design_cells(X, per_order)
         try:

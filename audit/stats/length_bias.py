@@ -25,7 +25,10 @@ estimand of honestci is (:mod:`honestci.audit.stats.estimands`):
 Without z it is expit(θ̂). The judge's length effect is the change in that predicted win rate when
 the policy's answer is one sd longer than the opponent's (tanh term at tanh(1)) instead of equal.
 
-Inference: the GLM is fitted by IRLS; its cluster-robust covariance is the sandwich of the working
+Inference: the GLM is fitted by IRLS on the cells of equal (vignette, covariate row), whose
+contests share μ and w, so each step needs only a cell's count and outcome sum (the same fit as on
+the contests, in the time of the cells: :mod:`honestci.audit.stats.cells`); its cluster-robust
+covariance is the sandwich of the working
 weighted least-squares problem at convergence (X̃ = W^½X, ẽ = (y − μ)/W^½, W = μ(1 − μ)), so CR1S
 is statsmodels' ``GLM(..., cov_type="cluster")`` and CR2 is Bell–McCaffrey on the working model
 (clubSandwich's ``vcovCR`` of a ``glm``), with Satterthwaite df. The quasi-binomial dispersion
@@ -152,7 +155,10 @@ def fit_logistic_glm(
     V = (X'WX)⁻¹ [Σ_g X_g' A_g r_g r_g' A_g X_g] (X'WX)⁻¹ · c on the working scale, with score
     residuals X_g'(y_g − μ̂_g); ``vcov`` picks A_g and c as there (``"CR1S"`` is statsmodels'
     ``cov_type="cluster"``, ``"CR2"`` Bell–McCaffrey on the working model, as clubSandwich does for
-    a ``glm``).
+    a ``glm``). Rows of one cluster with the same covariates share μ̂ and W, so the IRLS steps, the
+    deviance and the sandwich are computed on those cells from their counts m_c and outcome sums
+    S_c (weighted least squares with weights m_c w_c on the cell means; the sandwich's B_g and s_g
+    are sums over cells: :mod:`honestci.audit.stats.cells`), the same fit as on the rows.
 
     Raises
     ------
