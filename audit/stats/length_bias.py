@@ -68,6 +68,7 @@ from honestci.audit.policy import THRESHOLDS, Verdict
 from honestci.audit.stats.cells import Cells, cluster_robust_ols_of_cells, design_cells
 from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import ClusteredEstimate
+from honestci.audit.stats.estimands import unique_inverse
 
 #: Style features (Chatbot Arena's style control, without its token length: length has its own term).
 STYLE_FEATURES = ("headers", "bold", "lists")
@@ -521,8 +522,9 @@ def length_bias_from_counts(
     converge raises :class:`honestci.audit.errors.EstimationError`.
     """
     y = np.asarray(scores, dtype=float)
-    # the vignettes hashed once: G counts them, and both GLMs group by their codes
-    groups, vignettes = pd.factorize(np.asarray(clusters).reshape(-1), use_na_sentinel=False)
+    # the vignettes coded once in sorted-label order (the order a fit on the labels keeps its
+    # clusters in): G counts them, and both GLMs group by their codes
+    vignettes, groups = unique_inverse(np.asarray(clusters).reshape(-1))
     n, n_clusters = len(y), len(vignettes)
     common: dict[str, Any] = dict(
         policy=policy, opponent=opponent, judge=judge, n=n, n_clusters=n_clusters, level=level
