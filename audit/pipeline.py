@@ -310,37 +310,50 @@ def _claimed_rows(
 def _per_vignette(scored, study: Study, level: float, trials_per_contest: int) -> tuple[dict, ...]:
     """Per-vignette win rate with a within-vignette t interval and, from two vignettes on, the
     partially pooled rate and interval of the gate's logit-normal model
-    (:func:`honestci.audit.stats.bayes_grid.vignette_rate_posteriors`) for the caterpillar plot."""
+    (:func:`honestci.audit.stats.bayes_grid.vignette_rate_posteriors`) for the caterpillar plot.
+
+    The vignettes are coded once in sorted-label order and every per-vignette sum is a bincount:
+    the same figures as grouping the contests, without a million-row groupby."""
     import numpy as np
     from scipy import stats
 
     from honestci.audit.stats.bayes_grid import vignette_rate_posteriors
+    from honestci.audit.stats.estimands import unique_inverse
 
     texts = dict(zip(study.vignettes.frame["vignette_id"], study.vignettes.frame["text"]))
+    values = scored.values
+    labels, codes = unique_inverse(scored.clusters)
     pooled = {}
-    frame = scored.frame
-    if frame["vignette_id"].nunique() >= 2:
-        fit = vignette_rate_posteriors(
-            frame["score"].to_numpy(float), frame["vignette_id"].to_numpy(), level, trials_per_contest
-        )
-        pooled = {str(v): (m, lo, hi) for v, m, lo, hi in zip(fit.vignettes, fit.mean, fit.low, fit.high)}
+    if labels.size >= 2:
+        # the codes keep the labels' sorted order, so the fit's vignettes are the codes 0 … G − 1
+        fit = vignette_rate_posteriors(values, codes, level, trials_per_contest)
+        pooled = {int(g): (m, lo, hi) for g, m, lo, hi in zip(fit.vignettes, fit.mean, fit.low, fit.high)}
+    sizes = np.bincount(codes, minlength=labels.size)
+    means = np.bincount(codes, weights=values, minlength=labels.size) / sizes
+    squares = np.bincount(codes, weights=(values - means[codes]) ** 2, minlength=labels.size)
+    several = sizes > 1
+    half = np.full(labels.size, np.nan)
+    half[several] = (
+        stats.t.ppf(0.5 + level / 2, sizes[several] - 1)
+        * np.sqrt(squares[several] / (sizes[several] - 1))
+        / np.sqrt(sizes[several])
+    )
+    # fmax/fmin: a single contest (no interval, NaN) spans [0, 1]
+    low, high = np.fmax(0.0, means - half), np.fmin(1.0, means + half)
     rows = []
-    for vignette, group in scored.frame.groupby("vignette_id", sort=True):
-        values = group["score"].to_numpy(float)
-        mean, n = float(values.mean()), len(values)
-        half = float(stats.t.ppf(0.5 + level / 2, n - 1) * values.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
+    for g, vignette in enumerate(labels):
         rows.append(
             {
                 "vignette_id": str(vignette),
                 "text": texts.get(vignette, ""),
-                "n": n,
-                "estimate": mean,
-                "ci_low": max(0.0, mean - half),
-                "ci_high": min(1.0, mean + half),
+                "n": int(sizes[g]),
+                "estimate": float(means[g]),
+                "ci_low": float(low[g]),
+                "ci_high": float(high[g]),
             }
         )
-        if str(vignette) in pooled:
-            rows[-1].update(zip(("pooled", "pooled_low", "pooled_high"), map(float, pooled[str(vignette)])))
+        if g in pooled:
+            rows[-1].update(zip(("pooled", "pooled_low", "pooled_high"), map(float, pooled[g])))
     return tuple(rows)
 
 

@@ -29,7 +29,7 @@ from honestci.audit.data.contests import ContestTable
 from honestci.audit.data.io import Study
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS
-from honestci.audit.stats.length_bias import LengthBiasResult, length_bias
+from honestci.audit.stats.length_bias import LengthBiasResult, length_bias_from_counts, style_counts
 
 
 def length_bias_from_contests(
@@ -41,27 +41,36 @@ def length_bias_from_contests(
     level: float = THRESHOLDS.confidence_level,
     min_clusters: int = THRESHOLDS.min_clusters,
 ) -> LengthBiasResult:
-    """:func:`honestci.audit.stats.length_bias.length_bias` on ``contests`` (scored by ``invalid``),
-    with the answers' texts from the ``responses`` table (response_id, text).
+    """:func:`honestci.audit.stats.length_bias.length_bias_from_counts` on ``contests`` (scored by
+    ``invalid``), with the answers' texts from the ``responses`` table (response_id, text), each
+    distinct answer's :func:`~honestci.audit.stats.length_bias.style_counts` counted once.
 
     ``kept``: covariates kept at their observed values, one row per scored contest (e.g.
     :func:`honestci.audit.stats.length_bias.instruction_difficulty` mapped to each contest's vignette).
     """
     scored = contests.scores("both_orders", invalid=invalid)
-    frame = scored.to_frame()
-    texts = responses.set_index("response_id")["text"]
-    judged = set(frame["policy_response"].unique()).union(frame["opponent_response"].unique())
-    missing = sorted(judged - set(texts.index))
+    # Each distinct answer counted once (a response meets many opponents), then gathered per contest.
+    factorized = [
+        pd.factorize(scored.frame[column], use_na_sentinel=False) for column in ("policy_response", "opponent_response")
+    ]
+    ids = pd.Index(responses["response_id"])
+    rows = [ids.get_indexer(judged) for _, judged in factorized]
+    missing = sorted({str(r) for (_, judged), at in zip(factorized, rows) for r in judged[at < 0]})
     if missing:
         raise InputError(
             f"{len(missing)} response(s) of the contests have no row in the responses table (e.g. {missing[0]}).",
             fix="give every judged response its text in the responses table",
         )
-    return length_bias(
+    texts = responses["text"]
+    sides = []
+    for (codes, _), at in zip(factorized, rows):
+        counts = style_counts(texts.iloc[at].fillna("").tolist())
+        sides.append(pd.DataFrame(counts.to_numpy()[codes], columns=counts.columns))
+    return length_bias_from_counts(
         scored.values,
         scored.clusters,
-        texts.reindex(frame["policy_response"]).fillna("").tolist(),
-        texts.reindex(frame["opponent_response"]).fillna("").tolist(),
+        sides[0],
+        sides[1],
         policy=contests.policy,
         opponent=contests.opponent,
         judge=contests.judge,

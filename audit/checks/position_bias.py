@@ -44,6 +44,7 @@ the fixture's exact truth (``fixtures/truth.py``) and seeded coverage simulation
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,6 +55,7 @@ from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.data.contests import BOTH_ORDERS, ONE_ORDER_FIXED, ONE_ORDER_RANDOMISED
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import DEFAULT_SEED, THRESHOLDS, Verdict
+from honestci.audit.stats.cells import cluster_robust_ols_of_cells, design_cells
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
@@ -61,6 +63,7 @@ from honestci.audit.stats.clustered_estimate import (
     clustered_mean,
     from_contrast,
 )
+from honestci.audit.stats.estimands import unique_inverse
 from honestci.audit.stats.random_state import resolve_rng
 
 PERMUTATION_DRAWS = 9999
@@ -220,12 +223,21 @@ def not_identifiable(
     )
 
 
-def _wins(outcomes) -> tuple[np.ndarray, np.ndarray]:
-    array = np.asarray(outcomes, dtype=str)
-    known = np.isin(array, ("win", "loss", "tie", "invalid"))
-    if not known.all():
-        raise InputError(f"unknown contest outcome {array[~known][0]!r}", fix="use win, loss, tie or invalid")
-    return array, array == "win"
+#: The outcomes of one presentation order, as :func:`_outcome_codes` numbers them.
+OUTCOMES = ("win", "loss", "tie", "invalid")
+WIN, LOSS, TIE, INVALID = range(len(OUTCOMES))
+
+
+def _outcome_codes(outcomes) -> np.ndarray:
+    """Each outcome's index in :data:`OUTCOMES`, the distinct values hashed once whatever the column
+    holds (objects, a categorical, pyarrow strings) instead of a million strings compared."""
+    column = outcomes if isinstance(outcomes, pd.Series) else pd.Series(np.asarray(outcomes, dtype=object).reshape(-1))
+    codes, labels = pd.factorize(column, use_na_sentinel=False)
+    numbers = np.array([OUTCOMES.index(str(v)) if str(v) in OUTCOMES else -1 for v in labels], dtype=np.intp)
+    if (numbers < 0).any():
+        unknown = str(labels[int(np.flatnonzero(numbers < 0)[0])])
+        raise InputError(f"unknown contest outcome {unknown!r}", fix="use win, loss, tie or invalid")
+    return numbers[codes]
 
 
 def sign_flip_test(differences, *, draws: int = PERMUTATION_DRAWS, rng: int | np.random.Generator = CHECK_SEED):
@@ -277,16 +289,14 @@ def exact_order_effect(difference, groups, level: float) -> ClusteredEstimate:
     References: Clopper & Pearson (1934), Biometrika 26:404-413. Validated against:
     scipy.stats.binomtest's exact interval at the same one-sided level (tests/test_position_bias.py).
     """
-    alpha = (1 - level) / (4 * len(np.unique(groups)))
-    lows, highs, estimates = [], [], []
-    for vignette in np.unique(groups):
-        d = np.asarray(difference)[np.asarray(groups) == vignette]
-        m, plus, minus = d.size, int((d > 0).sum()), int((d < 0).sum())
-        low_plus, high_plus = _clopper_pearson_one_sided(plus, m, alpha)
-        low_minus, high_minus = _clopper_pearson_one_sided(minus, m, alpha)
-        lows.append(low_plus - high_minus)
-        highs.append(high_plus - low_minus)
-        estimates.append((plus - minus) / m)
+    _, codes = unique_inverse(np.asarray(groups).reshape(-1))
+    d = np.asarray(difference, dtype=float).reshape(-1)
+    m = np.bincount(codes)
+    plus, minus = np.bincount(codes, weights=d > 0), np.bincount(codes, weights=d < 0)
+    alpha = (1 - level) / (4 * m.size)
+    low_plus, high_plus = _clopper_pearson_one_sided(plus, m, alpha)
+    low_minus, high_minus = _clopper_pearson_one_sided(minus, m, alpha)
+    lows, highs, estimates = low_plus - high_minus, high_plus - low_minus, (plus - minus) / m
     return ClusteredEstimate(
         "order effect (probability points)",
         float(np.mean(estimates)),
@@ -304,10 +314,12 @@ def exact_order_effect(difference, groups, level: float) -> ClusteredEstimate:
     )
 
 
-def _clopper_pearson_one_sided(k: int, m: int, alpha: float) -> tuple[float, float]:
-    """One-sided Clopper-Pearson bounds (each at error ``alpha``) of a binomial proportion."""
-    low = 0.0 if k == 0 else float(stats.beta.ppf(alpha, k, m - k + 1))
-    high = 1.0 if k == m else float(stats.beta.ppf(1 - alpha, k + 1, m - k))
+def _clopper_pearson_one_sided(k: np.ndarray, m: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """One-sided Clopper-Pearson bounds (each at error ``alpha``) of binomial proportions k/m."""
+    k, m = np.asarray(k, dtype=float), np.asarray(m, dtype=float)
+    # the beta quantiles' shapes are only valid off the edges, where the bound is 0 or 1 instead
+    low = np.where(k == 0, 0.0, stats.beta.ppf(alpha, np.maximum(k, 1.0), m - k + 1))
+    high = np.where(k == m, 1.0, stats.beta.ppf(1 - alpha, k + 1, np.maximum(m - k, 1.0)))
     return low, high
 
 
@@ -330,14 +342,13 @@ def position_bias(
 
     Contests with an invalid verdict in either order are left out (counted).
     """
-    first, win_first = _wins(outcome_policy_first)
-    second, win_second = _wins(outcome_policy_second)
+    first, second = _outcome_codes(outcome_policy_first), _outcome_codes(outcome_policy_second)
     groups = np.asarray(clusters).reshape(-1)
     if not (first.shape == second.shape == groups.shape):
         raise InputError(
             "both orders' outcomes and the clusters must have one entry per contest.", fix="pass aligned arrays"
         )
-    valid = (first != "invalid") & (second != "invalid")
+    valid = (first != INVALID) & (second != INVALID)
     if not valid.any():
         return not_identifiable(
             judge,
@@ -347,19 +358,19 @@ def position_bias(
             n_single_order=n_single_order,
             level=level,
         )
-    first, second, win_first, win_second, groups = (x[valid] for x in (first, second, win_first, win_second, groups))
+    # Vignettes as their codes in sorted-label order: every estimate below groups by np.unique,
+    # whose order the codes keep, so the figures are the same without sorting the labels again.
+    labels, codes = unique_inverse(groups)
+    first, second, codes = first[valid], second[valid], codes[valid]
+    win_first, win_second = first == WIN, second == WIN
     generator, seed = resolve_rng(rng)
     n = int(first.size)
     seeds = generator.integers(0, 2**31 - 1, size=3)
 
-    consistent = (
-        (first == "win") & (second == "win")
-        | (first == "loss") & (second == "loss")
-        | (first == "tie") & (second == "tie")
-    )
+    consistent = first == second  # both orders name the same response, or both say tie
     consistency = clustered_mean(
         consistent.astype(float),
-        groups,
+        codes,
         "consistency rate",
         level=level,
         rng=int(seeds[0]),
@@ -367,15 +378,15 @@ def position_bias(
         min_clusters=min_clusters,
     )
     # verdicts naming the response shown first: policy wins when first, or loses when second
-    named_first = (first == "win").astype(int) + (second == "loss").astype(int)
-    named_second = (first == "loss").astype(int) + (second == "win").astype(int)
+    named_first = win_first.astype(int) + (second == LOSS).astype(int)
+    named_second = (first == LOSS).astype(int) + win_second.astype(int)
     inconsistent = ~consistent
     first_preference = exact_first = None
     if inconsistent.any():
         prefers_first = (named_first > named_second)[inconsistent]
         first_preference = clustered_mean(
             prefers_first.astype(float),
-            groups[inconsistent],
+            codes[inconsistent],
             "first-position preference (inconsistent contests)",
             level=level,
             rng=int(seeds[1]),
@@ -388,7 +399,7 @@ def position_bias(
     p_first, p_second = float(win_first.mean()), float(win_second.mean())
     boot = clustered_mean(
         difference,
-        groups,
+        codes,
         "order effect",
         level=level,
         rng=int(seeds[2]),
@@ -399,14 +410,13 @@ def position_bias(
     if boot.reportable:
         y = np.concatenate([win_first, win_second]).astype(float)
         X = np.column_stack([np.ones(2 * n), np.r_[np.ones(n), np.zeros(n)]])
+        per_order = np.concatenate([codes, codes])
+        options: dict[str, Any] = dict(vcov="CR2", level=level, coef_names=("p_win_second", "order_effect"))
+        # fitted on its 2G cells (vignette x order): the rows' fit, from sums over the rows
+        cells = design_cells(X, per_order)
         try:
-            fit = cluster_robust_ols(
-                X,
-                y,
-                np.concatenate([groups, groups]),
-                vcov="CR2",
-                level=level,
-                coef_names=("p_win_second", "order_effect"),
+            fit = cluster_robust_ols_of_cells(
+                cells, cells.sums(y), lambda: cluster_robust_ols(X, y, per_order, **options), **options
             )
         except EstimationError:
             fit = None
@@ -425,7 +435,7 @@ def position_bias(
                     estimate=float(logit(p_first) - logit(p_second)),
                 )
     if order_effect is None and np.ptp(difference) == 0:
-        order_effect = exact_order_effect(difference, groups, level)
+        order_effect = exact_order_effect(difference, codes, level)
     if order_effect is None:
         order_effect = boot
     if logit_effect is None:
@@ -436,27 +446,28 @@ def position_bias(
         difference, draws=permutation_draws, rng=generator
     )
 
-    per_vignette = []
-    frame = pd.DataFrame(
-        {
-            "vignette_id": groups,
-            "consistent": consistent,
-            "difference": difference,
-            "inconsistent_first": np.where(inconsistent, named_first > named_second, np.nan),
-        }
-    )
-    for vignette, part in frame.groupby("vignette_id", sort=True):
-        per_vignette.append(
-            {
-                "vignette_id": str(vignette),
-                "n": int(len(part)),
-                "consistency": float(part["consistent"].mean()),
-                "order_effect": float(part["difference"].mean()),
-                "first_preference": (
-                    float(part["inconsistent_first"].mean()) if part["inconsistent_first"].notna().any() else None
-                ),
-            }
+    # per vignette (sorted by label): contests, the consistent share, the mean difference and,
+    # among the inconsistent contests, the share favouring the first position (None without any)
+    sizes, consistent_n, difference_sum, inconsistent_n, first_n = (
+        np.bincount(c, weights=w, minlength=labels.size)
+        for c, w in (
+            (codes, None),
+            (codes, consistent),
+            (codes, difference),
+            (codes[inconsistent], None),
+            (codes[inconsistent], (named_first > named_second)[inconsistent]),
         )
+    )
+    per_vignette = tuple(
+        {
+            "vignette_id": str(labels[g]),
+            "n": int(sizes[g]),
+            "consistency": float(consistent_n[g] / sizes[g]),
+            "order_effect": float(difference_sum[g] / sizes[g]),
+            "first_preference": float(first_n[g] / inconsistent_n[g]) if inconsistent_n[g] else None,
+        }
+        for g in np.flatnonzero(sizes)
+    )
     return PositionBiasResult(
         judge,
         policy,
@@ -477,7 +488,7 @@ def position_bias(
         permutation_p,
         permutation_draws,
         seed,
-        tuple(per_vignette),
+        per_vignette,
         level,
     )
 
@@ -512,8 +523,9 @@ def position_bias_between_contests(
     if not (v.shape == first.shape == groups.shape):
         raise InputError("values, policy_first and clusters must have one entry per contest", fix="pass aligned arrays")
     valid = np.isfinite(v)
-    v, first, groups = v[valid], first[valid], groups[valid]
-    n, n_clusters = int(v.size), int(np.unique(groups).size)
+    v, first = v[valid], first[valid]
+    labels, codes = unique_inverse(groups[valid])  # sorted labels, as np.unique gives them
+    n, n_clusters = int(v.size), int(labels.size)
     name = "order effect (probability points)"
     if first.all() or not first.any():
         return not_identifiable(
@@ -536,7 +548,7 @@ def position_bias_between_contests(
         reason = "a win probability of 0 or 1, or no variance"
         X = np.column_stack([np.ones(n), first.astype(float)])
         try:
-            fit = cluster_robust_ols(X, v, groups, vcov="CR2", level=level, coef_names=("p_win_second", "order_effect"))
+            fit = cluster_robust_ols(X, v, codes, vcov="CR2", level=level, coef_names=("p_win_second", "order_effect"))
         except EstimationError as error:
             fit, reason = None, str(error)
         if fit is not None:
@@ -552,21 +564,23 @@ def position_bias_between_contests(
         order_effect = ClusteredEstimate.inconclusive(name, estimate, n, n_clusters, level, reason)
     if logit_effect is None:
         logit_effect = ClusteredEstimate.inconclusive("order effect (logit scale)", None, n, n_clusters, level, reason)
-    frame = pd.DataFrame({"vignette_id": groups, "value": v, "first": first})
+    # per vignette: contests, and the mean value shown first minus shown second where both occur
+    sizes, first_n, first_sum, second_sum = (
+        np.bincount(codes, weights=w, minlength=n_clusters)
+        for w in (None, first, np.where(first, v, 0.0), np.where(first, 0.0, v))
+    )
+    second_n = sizes - first_n
     per_vignette = tuple(
         {
-            "vignette_id": str(vignette),
-            "n": int(len(part)),
+            "vignette_id": str(labels[g]),
+            "n": int(sizes[g]),
             "consistency": None,
-            # within one vignette the difference exists only when both positions occur
-            "order_effect": (
-                float(part.loc[part["first"], "value"].mean() - part.loc[~part["first"], "value"].mean())
-                if 0 < part["first"].sum() < len(part)
-                else None
-            ),
+            "order_effect": float(first_sum[g] / first_n[g] - second_sum[g] / second_n[g])
+            if first_n[g] and second_n[g]
+            else None,
             "first_preference": None,
         }
-        for vignette, part in frame.groupby("vignette_id", sort=True)
+        for g in range(n_clusters)
     )
     return PositionBiasResult(
         judge,
@@ -746,7 +760,8 @@ def position_bias_check(context: AuditContext) -> PositionBiasCheck | None:
     mine = panel[0] if panel else position_bias_from_contests(contests, **options)
     judgments = context.study.judgments.frame
     others = panel[1:]
-    for judge in sorted(set(judgments["judge"].astype(str).unique()) - {contests.judge, *contests.panel}):
+    judges = {str(judge) for judge in pd.unique(judgments["judge"])}  # the distinct ones, not 2M strings
+    for judge in sorted(judges - {contests.judge, *contests.panel}):
         try:
             others.append(position_bias_for_judge(context.study, contests.policy, contests.opponent, judge, **options))
         except InputError:

@@ -10,15 +10,19 @@ and the ``valid_verdicts`` gate fails.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.data.contests import ContestTable
 from honestci.audit.data.io import Study
 from honestci.audit.policy import THRESHOLDS, Thresholds
-from honestci.audit.stats.winrate import winrate_ci
+from honestci.audit.stats.estimands import unique_inverse
+from honestci.audit.stats.intervals import IntervalResult
+from honestci.audit.stats.winrate import ALL_METHODS, winrate_ci
 
 
 @dataclass(frozen=True)
@@ -74,31 +78,56 @@ def verdict_validity(
     scoring: str,
     seed: int,
     thresholds: Thresholds = THRESHOLDS,
+    computed: Mapping[str, IntervalResult] | None = None,
 ) -> VerdictValidity:
-    """Count the invalid verdicts of ``contests`` and bound their effect on the bar gate's CI-low."""
+    """Count the invalid verdicts of ``contests`` and bound their effect on the bar gate's CI-low.
+
+    ``computed``: the bar gate's interval (``method`` at ``level`` on these contests) already
+    computed under a scoring of the invalid verdicts, by that scoring (the audit's own interval,
+    under the policy's scoring); taken as it is instead of computed again.
+    """
+    computed = computed or {}
     frame = contests.frame
     first_invalid = int((frame["outcome_policy_first"] == "invalid").sum())
     second_invalid = int((frame["outcome_policy_second"] == "invalid").sum())
+    n_invalid = contests.n_invalid
     bounds: dict[str, float | None] = {"against_claim": None, "for_claim": None}
     points = dict(bounds)
-    if contests.n_invalid:
+    if n_invalid:
+        # Scored either way the invalid verdicts keep every contest, in one order: the vignettes are
+        # coded once, in sorted-label order (every interval groups by np.unique, whose order the
+        # codes keep: the same figures without sorting a million labels per interval).
+        clusters = unique_inverse(contests.scores("both_orders", invalid="against_claim").clusters)[1]
         for end in bounds:
             scored = contests.scores("both_orders", invalid=end)
-            row = winrate_ci(
-                scored.values,
-                scored.clusters,
-                method,
-                level,
-                seed=seed,
-                thresholds=thresholds,
-                trials_per_contest=contests.trials_per_contest,
+            row = (
+                computed[end]
+                if end in computed
+                else winrate_ci(
+                    scored.values,
+                    clusters,
+                    method,
+                    level,
+                    seed=seed,
+                    thresholds=thresholds,
+                    trials_per_contest=contests.trials_per_contest,
+                )
             )
             bounds[end] = None if row.bounds is None else row.bounds[0]
             points[end] = float(scored.values.mean())
     judgments = study.judgments.frame
+    # per judge (sorted, as a groupby gives them; judgments without a judge left out as it does)
+    codes, judges = pd.factorize(judgments["judge"], sort=True)
+    judged = codes >= 0
+    counts = np.bincount(codes[judged], minlength=len(judges))
+    invalid = np.bincount(
+        codes[judged],
+        weights=(judgments["verdict"] == "invalid").to_numpy(dtype=bool, na_value=False)[judged],
+        minlength=len(judges),
+    )
     by_judge = tuple(
-        {"judge": str(judge), "judgments": int(len(rows)), "invalid": int((rows["verdict"] == "invalid").sum())}
-        for judge, rows in judgments.groupby("judge", sort=True)
+        {"judge": str(judge), "judgments": int(count), "invalid": int(bad)}
+        for judge, count, bad in zip(judges, counts, invalid)
     )
     return VerdictValidity(
         contests.judge,
@@ -107,7 +136,7 @@ def verdict_validity(
         level,
         bar,
         int(len(frame)),
-        contests.n_invalid,
+        n_invalid,
         first_invalid,
         second_invalid,
         bounds["against_claim"],
@@ -123,6 +152,9 @@ def valid_verdicts_check(context: AuditContext) -> VerdictValidity | None:
     if context.contests is None:
         return None
     claim = context.claim
+    # the bar gate's own interval: computed with every other interval, under the policy's scoring
+    rows = () if context.intervals is None else context.intervals.rows
+    gate_row = next((r for r in rows if r.method == context.gate_method and r.method in ALL_METHODS), None)
     return verdict_validity(
         context.contests,
         context.study,
@@ -132,4 +164,5 @@ def valid_verdicts_check(context: AuditContext) -> VerdictValidity | None:
         scoring=claim.policy.invalid_verdicts,
         seed=context.seed,
         thresholds=claim.thresholds,
+        computed={} if gate_row is None else {claim.policy.invalid_verdicts: gate_row},
     )

@@ -25,7 +25,10 @@ estimand of honestci is (:mod:`honestci.audit.stats.estimands`):
 Without z it is expit(θ̂). The judge's length effect is the change in that predicted win rate when
 the policy's answer is one sd longer than the opponent's (tanh term at tanh(1)) instead of equal.
 
-Inference: the GLM is fitted by IRLS; its cluster-robust covariance is the sandwich of the working
+Inference: the GLM is fitted by IRLS on the cells of equal (vignette, covariate row), whose
+contests share μ and w, so each step needs only a cell's count and outcome sum (the same fit as on
+the contests, in the time of the cells: :mod:`honestci.audit.stats.cells`); its cluster-robust
+covariance is the sandwich of the working
 weighted least-squares problem at convergence (X̃ = W^½X, ẽ = (y − μ)/W^½, W = μ(1 − μ)), so CR1S
 is statsmodels' ``GLM(..., cov_type="cluster")`` and CR2 is Bell–McCaffrey on the working model
 (clubSandwich's ``vcovCR`` of a ``glm``), with Satterthwaite df. The quasi-binomial dispersion
@@ -53,7 +56,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -62,9 +65,10 @@ from scipy import special, stats
 
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.audit.stats.cells import Cells, cluster_robust_ols_of_cells, design_cells
 from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import ClusteredEstimate
-from honestci.audit.stats.design_effect import cluster_codes
+from honestci.audit.stats.estimands import unique_inverse
 
 #: Style features (Chatbot Arena's style control, without its token length: length has its own term).
 STYLE_FEATURES = ("headers", "bold", "lists")
@@ -80,25 +84,31 @@ def style_counts(texts: Sequence[str]) -> pd.DataFrame:
     ``headers`` (ATX headers ``#`` to ``######``), ``bold`` (``**…**`` or ``__…__`` spans) and
     ``lists`` (lines that open an unordered ``- * +`` or ordered ``1.``/``1)`` item)."""
     columns = ["length", "headers", "bold", "lists"]
-    counted: dict[Any, tuple[int, int, int, int]] = {}  # each distinct text counted once
-    rows = []
-    for text in texts:
-        counts = counted.get(text) if isinstance(text, str) else None
-        if counts is None:
-            plain = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
-            counts = (len(plain), len(_HEADER.findall(plain)), len(_BOLD.findall(plain)), len(_LIST.findall(plain)))
-            if isinstance(text, str):
-                counted[text] = counts
-        rows.append(counts)
-    if not rows:
+    values = np.asarray(texts, dtype=object).reshape(-1)
+    if not values.size:
         return pd.DataFrame([], columns=columns)
-    return pd.DataFrame(np.array(rows, dtype=np.int64), columns=columns)
+    # each distinct text counted once; a missing one (None, NaN: code -1) is empty, the last row
+    codes, distinct = pd.factorize(values)
+    counted = [
+        (
+            len(plain),
+            # a header needs a "#" and a bold span "**" or "__": their regexes only run where those occur
+            len(_HEADER.findall(plain)) if "#" in plain else 0,
+            len(_BOLD.findall(plain)) if "**" in plain or "__" in plain else 0,
+            len(_LIST.findall(plain)),
+        )
+        for plain in map(str, distinct)
+    ]
+    table = np.array([*counted, (0, 0, 0, 0)], dtype=np.int64)
+    return pd.DataFrame(table[codes], columns=columns)
 
 
-def difference_features(policy_texts: Sequence[str], opponent_texts: Sequence[str], style: bool) -> pd.DataFrame:
-    """The controlled columns of the GLM for each contest: ``tanh_length`` = tanh(Δℓ / sd(Δℓ)) and,
-    with ``style``, each style feature's normalised difference (a − b)/(a + b) over its sd (both
-    uncentred: 0 is "no difference"). A feature with no variation is dropped (it is not estimable).
+def difference_features(policy: pd.DataFrame, opponent: pd.DataFrame, style: bool) -> pd.DataFrame:
+    """The controlled columns of the GLM for each contest, from the :func:`style_counts` of the
+    policy's and the opponent's answers (one row per contest each): ``tanh_length`` =
+    tanh(Δℓ / sd(Δℓ)) and, with ``style``, each style feature's normalised difference (a − b)/(a + b)
+    over its sd (both uncentred: 0 is "no difference"). A feature with no variation is dropped (it
+    is not estimable).
 
     Raises
     ------
@@ -106,9 +116,9 @@ def difference_features(policy_texts: Sequence[str], opponent_texts: Sequence[st
         When the lengths do not vary (every answer pair equally long, e.g. texts missing): the
         length effect is not identifiable.
     """
-    a, b = style_counts(policy_texts), style_counts(opponent_texts)
+    a, b = policy, opponent
     if len(a) != len(b):
-        raise InputError("policy and opponent texts differ in number", fix="pass one text of each per contest")
+        raise InputError("policy and opponent answers differ in number", fix="pass one answer of each per contest")
     delta = (a["length"] - b["length"]).to_numpy(float)
     sd = float(np.std(delta, ddof=1)) if len(delta) > 1 else 0.0
     if not sd > 0:
@@ -146,7 +156,10 @@ def fit_logistic_glm(
     V = (X'WX)⁻¹ [Σ_g X_g' A_g r_g r_g' A_g X_g] (X'WX)⁻¹ · c on the working scale, with score
     residuals X_g'(y_g − μ̂_g); ``vcov`` picks A_g and c as there (``"CR1S"`` is statsmodels'
     ``cov_type="cluster"``, ``"CR2"`` Bell–McCaffrey on the working model, as clubSandwich does for
-    a ``glm``).
+    a ``glm``). Rows of one cluster with the same covariates share μ̂ and W, so the IRLS steps, the
+    deviance and the sandwich are computed on those cells from their counts m_c and outcome sums
+    S_c (weighted least squares with weights m_c w_c on the cell means; the sandwich's B_g and s_g
+    are sums over cells: :mod:`honestci.audit.stats.cells`), the same fit as on the rows.
 
     Raises
     ------
@@ -160,6 +173,12 @@ def fit_logistic_glm(
     statsmodels ``GLM(y, X, family=Binomial()).fit(cov_type="cluster", cov_kwds={"groups": g})``:
     coefficients and SEs agree to 1e-6 (``tests/test_length_bias.py``).
     """
+    y_arr, X_arr = _glm_inputs(y, X)
+    return _fit_logistic_cells(y_arr, X_arr, clusters, design_cells(X_arr, clusters), vcov, df, level, coef_names, tol)
+
+
+def _glm_inputs(y: Any, X: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``y`` and ``X`` as float arrays (X n x k), refused unless finite, aligned and y in [0, 1]."""
     y_arr = np.asarray(y, dtype=float).reshape(-1)
     X_arr = np.asarray(X, dtype=float)
     if X_arr.ndim == 1:
@@ -170,20 +189,41 @@ def fit_logistic_glm(
         raise InputError("The GLM's outcomes must be finite numbers in [0, 1].", fix="score contests in [0, 1]")
     if not np.all(np.isfinite(X_arr)):
         raise InputError("The GLM's design matrix has non-finite values.", fix="drop or fill them")
-    # Start from the least-squares fit on the logit of the shrunken outcomes (statsmodels' start).
-    mu = (y_arr + 0.5) / 2
-    beta = np.linalg.lstsq(X_arr, special.logit(mu), rcond=None)[0]
+    return y_arr, X_arr
+
+
+def _fit_logistic_cells(
+    y: np.ndarray,
+    X: np.ndarray,
+    clusters: Any,
+    cells: Cells,
+    vcov: str,
+    df: str,
+    level: float,
+    coef_names: Sequence[str] | None,
+    tol: float,
+) -> ClusterRobustFit:
+    """:func:`fit_logistic_glm` on the ``cells`` of (clusters, X): the rows of a cell share x and
+    hence μ and w, so each IRLS step, the deviance and the working problem need only each cell's
+    count m_c and outcome sum S_c (:mod:`honestci.audit.stats.cells`): the same fit as the rows'."""
+    counts, wins = cells.counts, cells.sums(y)
+    losses = cells.sums(1 - y)
+    # Start from the least-squares fit on the logit of the shrunken outcomes (statsmodels' start);
+    # weighted by m_c with each cell's mean logit, it is the least-squares fit on the rows.
+    root_counts = np.sqrt(counts)
+    start = cells.sums(special.logit((y + 0.5) / 2))
+    beta = np.linalg.lstsq(cells.X * root_counts[:, None], start / root_counts, rcond=None)[0]
     converged = False
     deviance = math.inf
     for _ in range(_MAX_IRLS):
-        eta = X_arr @ beta
+        eta = cells.X @ beta
         mu = special.expit(eta)
         w = np.clip(mu * (1 - mu), 1e-300, None)
-        z = eta + (y_arr - mu) / w
-        root = np.sqrt(w)
-        new = np.linalg.lstsq(X_arr * root[:, None], z * root, rcond=None)[0]
-        mu_new = special.expit(X_arr @ new)
-        new_deviance = float(-2 * np.sum(special.xlogy(y_arr, mu_new) + special.xlogy(1 - y_arr, 1 - mu_new)))
+        z = eta + (wins / counts - mu) / w  # the cell's mean working response
+        root = np.sqrt(counts * w)
+        new = np.linalg.lstsq(cells.X * root[:, None], z * root, rcond=None)[0]
+        mu_new = special.expit(cells.X @ new)
+        new_deviance = float(-2 * np.sum(special.xlogy(wins, mu_new) + special.xlogy(losses, 1 - mu_new)))
         step = float(np.max(np.abs(new - beta)))
         beta, previous, deviance = new, deviance, new_deviance
         if not np.all(np.isfinite(beta)) or np.max(np.abs(beta)) > 30:
@@ -196,8 +236,19 @@ def fit_logistic_glm(
             "The logistic GLM did not converge (its coefficients run off: the outcomes are separated by "
             "the features, e.g. the judge always prefers the longer answer); no honest interval exists."
         )
-    working_X, working_y = logistic_working_problem(y_arr, X_arr, beta)
-    return cluster_robust_ols(working_X, working_y, clusters, vcov=vcov, level=level, df=df, coef_names=coef_names)
+    # The working problem (logistic_working_problem) summed over each cell's rows: rows √w x_c and
+    # Σ_i (√w η + (y_i − μ)/√w) = m_c √w η + (S_c − m_c μ)/√w.
+    eta = cells.X @ beta
+    mu = special.expit(eta)
+    root = np.sqrt(mu * (1 - mu))
+    working = replace(cells, X=cells.X * root[:, None])
+    options: dict[str, Any] = dict(vcov=vcov, level=level, df=df, coef_names=coef_names)
+    return cluster_robust_ols_of_cells(
+        working,
+        counts * root * eta + (wins - counts * mu) / root,
+        lambda: cluster_robust_ols(*logistic_working_problem(y, X, beta), clusters, **options),
+        **options,
+    )
 
 
 def logistic_working_problem(y: np.ndarray, X: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -301,21 +352,25 @@ def controlled_winrate(
     ----------
     Dubois et al. (2024), arXiv:2404.04475, sec. 3 (the LC win rate as a counterfactual prediction).
     """
-    y = np.asarray(scores, dtype=float)
-    groups = np.asarray(clusters)
     if LENGTH_TERM not in features:
         raise InputError(f"features must include {LENGTH_TERM!r}", fix="build them with difference_features")
     kept = pd.DataFrame(index=features.index) if kept is None else kept
     names = ("intercept", *features.columns, *kept.columns)
-    X = np.column_stack([np.ones(len(y)), features.to_numpy(float), kept.to_numpy(float)])
-    fit = fit_logistic_glm(y, X, groups, vcov=vcov, level=level, coef_names=names)
-    # Equal vignette weights: each contest weighs 1/(G n_g).
-    codes = cluster_codes(groups)
-    n_clusters = int(codes.max()) + 1
-    weight = 1.0 / (n_clusters * np.bincount(codes)[codes])
-    raw = float(weight @ y)
+    y, X = _glm_inputs(
+        scores, np.column_stack([np.ones(len(features)), features.to_numpy(float), kept.to_numpy(float)])
+    )
+    # Every figure below is a sum over contests whose terms are equal within a cell (one vignette,
+    # one covariate row): summed over the cells instead, at a million contests.
+    cells = design_cells(X, clusters)
+    fit = _fit_logistic_cells(y, X, clusters, cells, vcov, "satterthwaite", level, names, 1e-12)
+    # Equal vignette weights: each contest weighs 1/(G n_g); ``weight`` is a cell's total.
+    vignette_of_cell = pd.factorize(cells.clusters, use_na_sentinel=False)[0]
+    n_clusters = int(vignette_of_cell.max()) + 1
+    contest_weight = 1.0 / (n_clusters * np.bincount(vignette_of_cell, weights=cells.counts)[vignette_of_cell])
+    weight = cells.counts * contest_weight
+    raw = float(contest_weight @ cells.sums(y))
     k_controlled = 1 + features.shape[1]
-    X0 = X.copy()
+    X0 = cells.X.copy()
     X0[:, 1:k_controlled] = 0.0
     X1 = X0.copy()
     X1[:, 1] = math.tanh(1.0)
@@ -434,6 +489,21 @@ def length_bias(
     clusters: Any,
     policy_texts: Sequence[str],
     opponent_texts: Sequence[str],
+    **options: Any,
+) -> LengthBiasResult:
+    """The judge's length (and style) preference and the controlled win rates of one contest set,
+    from each contest's two answer texts: :func:`length_bias_from_counts` on their
+    :func:`style_counts` (``options`` are its keywords)."""
+    return length_bias_from_counts(
+        scores, clusters, style_counts(policy_texts), style_counts(opponent_texts), **options
+    )
+
+
+def length_bias_from_counts(
+    scores: Any,
+    clusters: Any,
+    policy_counts: pd.DataFrame,
+    opponent_counts: pd.DataFrame,
     *,
     policy: str = "policy",
     opponent: str = "opponent",
@@ -442,7 +512,9 @@ def length_bias(
     level: float = 0.95,
     min_clusters: int = THRESHOLDS.min_clusters,
 ) -> LengthBiasResult:
-    """The judge's length (and style) preference and the controlled win rates of one contest set.
+    """The judge's length (and style) preference and the controlled win rates of one contest set,
+    from the :func:`style_counts` of each contest's policy and opponent answer (one row per contest
+    each; count each distinct answer once and gather the rows, as the audit does).
 
     Fits :func:`controlled_winrate` twice: on the length term alone (AlpacaEval 2.0) and on length
     plus the markdown style features (Chatbot Arena's style control). When the lengths do not vary
@@ -450,28 +522,26 @@ def length_bias(
     converge raises :class:`honestci.audit.errors.EstimationError`.
     """
     y = np.asarray(scores, dtype=float)
-    groups = np.asarray(clusters)
-    n = len(y)
-    n_clusters = len(np.unique(groups)) if n else 0
+    # the vignettes coded once in sorted-label order (the order a fit on the labels keeps its
+    # clusters in): G counts them, and both GLMs group by their codes
+    vignettes, groups = unique_inverse(np.asarray(clusters).reshape(-1))
+    n, n_clusters = len(y), len(vignettes)
     common: dict[str, Any] = dict(
         policy=policy, opponent=opponent, judge=judge, n=n, n_clusters=n_clusters, level=level
     )
-    lengths_a = style_counts(policy_texts)["length"]
-    lengths_b = style_counts(opponent_texts)["length"]
     try:
-        length_features = difference_features(policy_texts, opponent_texts, style=False)
+        features = difference_features(policy_counts, opponent_counts, style=True)
     except EstimationError as error:
         return LengthBiasResult(**common, length=None, style=None, note=str(error))
     length_model = controlled_winrate(
-        y, groups, length_features, kept=kept, name="length-controlled", level=level, min_clusters=min_clusters
+        y, groups, features[[LENGTH_TERM]], kept=kept, name="length-controlled", level=level, min_clusters=min_clusters
     )
-    style_features = difference_features(policy_texts, opponent_texts, style=True)
     style_model = None
-    if style_features.shape[1] > 1:
+    if features.shape[1] > 1:
         style_model = controlled_winrate(
             y,
             groups,
-            style_features,
+            features,
             kept=kept,
             name="length- and style-controlled",
             level=level,
@@ -481,8 +551,8 @@ def length_bias(
         **common,
         length=length_model,
         style=style_model,
-        mean_length_policy=float(lengths_a.mean()),
-        mean_length_opponent=float(lengths_b.mean()),
+        mean_length_policy=float(policy_counts["length"].mean()),
+        mean_length_opponent=float(opponent_counts["length"].mean()),
     )
 
 

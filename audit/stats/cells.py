@@ -1,0 +1,93 @@
+"""Rows of a regression grouped into cells (one cluster, one distinct covariate row), and the
+cluster-robust least-squares fit of the rows computed from their cells.
+
+A model whose covariates take few distinct values within each cluster (an intercept and an order
+indicator; a length term with a few values) has far fewer cells than rows. Every quantity
+:func:`honestci.audit.stats.cluster_robust.cluster_robust_ols` needs is a sum over rows: X'X, X'y
+and, per cluster g, the Gram matrix B_g = X_g'X_g and the score s_g = X_g'e_g (its CR2 and
+Satterthwaite df are computed from B_g and s_g alone). The m_c rows of cell c share x_c, so
+
+    Σ_{i∈c} x_i x_i' = m_c x_c x_c',    Σ_{i∈c} x_i y_i = x_c Σ_{i∈c} y_i,
+
+and one row √m_c x_c with outcome (Σ_{i∈c} y_i)/√m_c per cell gives every one of those sums:
+the same coefficients, covariance, SEs and df as the rows, from arrays the size of the cells.
+
+Validated against: :func:`cluster_robust_ols` on the rows (tests/test_cells.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols
+
+
+@dataclass(frozen=True, eq=False)
+class Cells:
+    """The cells of a design: ``index`` (each row's cell), and per cell its covariate row ``X``,
+    its cluster code ``clusters`` and its number of rows ``counts``."""
+
+    index: np.ndarray
+    X: np.ndarray
+    clusters: np.ndarray
+    counts: np.ndarray
+
+    def sums(self, values: Any) -> np.ndarray:
+        """The sum of ``values`` (one per row) over each cell's rows."""
+        return np.bincount(self.index, weights=np.asarray(values, dtype=float), minlength=self.counts.size)
+
+
+def design_cells(X: np.ndarray, clusters: Any) -> Cells:
+    """Group the rows of ``X`` (n x k) by cluster label (``clusters``, one per row) and covariate row.
+
+    Labels and each column's values are hashed (``pandas.factorize``), never sorted; rows share a
+    cell when every value is equal (0.0 and -0.0 alike: the same products and sums). Each cell's
+    ``clusters`` entry is its rows' label, so a fit on the cells checks the labels as one on the
+    rows would.
+    """
+    X = np.asarray(X, dtype=float)
+    labels = np.asarray(clusters).reshape(-1)
+    if X.ndim != 2 or labels.shape != X.shape[:1]:
+        raise InputError(
+            f"X has shape {X.shape} but there are {labels.size} cluster labels.",
+            fix="pass an n x k design and one cluster label per row",
+        )
+    key = pd.factorize(labels, use_na_sentinel=False)[0].astype(np.int64)
+    for column in X.T:
+        column_codes, distinct = pd.factorize(column)
+        if len(distinct) > 1:
+            # renumbered after each column, so the combined key stays below n (no overflow)
+            key = pd.factorize(key * len(distinct) + column_codes)[0]
+    index = pd.factorize(key)[0]
+    # factorize numbers the cells in order of first appearance: a cell's first row is where the
+    # running maximum of the index steps up
+    running = np.maximum.accumulate(index)
+    first = np.flatnonzero(np.diff(running, prepend=-1))
+    return Cells(index, X[first], labels[first], np.bincount(index))
+
+
+def cluster_robust_ols_of_cells(
+    cells: Cells, y_sums: np.ndarray, rows_fit: Callable[[], ClusterRobustFit], **options: Any
+) -> ClusterRobustFit:
+    """:func:`honestci.audit.stats.cluster_robust.cluster_robust_ols` of the rows from their cells
+    (module doc): ``cells`` of the design, ``y_sums`` the outcome summed over each cell's rows,
+    ``options`` those of ``cluster_robust_ols``; the fit's ``n`` counts rows.
+
+    ``rows_fit()`` fits the rows themselves where the cells cannot stand in for them: for CR1S,
+    whose small-sample factor (n − 1)/(n − k) counts rows; and where the cells' fit is refused (no
+    more cells than columns, or cell means fitted exactly: the rows may still vary within cells).
+    """
+    if options.get("vcov") == "CR1S":
+        return rows_fit()
+    root = np.sqrt(cells.counts)
+    try:
+        fit = cluster_robust_ols(cells.X * root[:, None], y_sums / root, cells.clusters, **options)
+    except (EstimationError, InputError):
+        return rows_fit()  # which raises what the rows raise, if anything
+    return replace(fit, n=int(cells.counts.sum()))
