@@ -144,6 +144,8 @@ def test_references_by_columns_match_row_by_row():
     assert loaders._references_resolve(tables) and loaders.check_references(tables) == []
     judgments = tables["judgments"]
     frame = judgments.frame.copy()
+    # a categorical column (the judgments' spec) takes a new value once it is a category
+    frame["response_first"] = frame["response_first"].cat.add_categories(["no-such-response"])
     frame.loc[3, "response_first"] = "no-such-response"
     broken = {**tables, "judgments": loaders.LoadedTable("judgments", "j", "", frame, judgments.lines)}
     assert not loaders._references_resolve(broken)
