@@ -32,7 +32,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from honestci.audit.data.io import LoadedTable, Study, check_references, index_positions, table_from_frame
+from honestci.audit.data.io import LoadedTable, Study, check_references, codes_of, index_positions, table_from_frame
 from honestci.audit.errors import InputError, Problem, SchemaError
 from honestci.audit.policy import PANEL_RULES as POLICY_PANEL_RULES
 
@@ -513,19 +513,16 @@ def build_contests(
         raise InputError(f"policy and opponent are both {policy!r}", fix="compare two different systems")
     r, j = responses.frame, judgments.frame
     # Responses by position in the responses table (ids are unique and every judged response
-    # exists: both are checked on loading), systems by code: no per-row Python below.
+    # exists: both are checked on loading), systems as a flag per response: no per-row Python below.
     response_ids = pd.Index(r["response_id"])
     first_pos = index_positions(response_ids, j["response_first"])
     second_pos = index_positions(response_ids, j["response_second"])
-    system_codes, system_labels = pd.factorize(r["system"])
-    policy_code, opponent_code = (
-        int(system_labels.get_loc(name)) if name in system_labels else -2 for name in (policy, opponent)
+    # whether each response is the policy's, the opponent's (the last entry: position -1, unknown)
+    is_policy, is_opponent = (
+        np.append((r["system"] == name).to_numpy(dtype=bool), False) for name in (policy, opponent)
     )
-    first_system = np.where(first_pos >= 0, system_codes[first_pos], -1)
-    second_system = np.where(second_pos >= 0, system_codes[second_pos], -1)
-    policy_first = (first_system == policy_code) & (second_system == opponent_code)
-    selected = policy_first | ((first_system == opponent_code) & (second_system == policy_code))
-    del first_system, second_system
+    policy_first = is_policy[first_pos] & is_opponent[second_pos]
+    selected = policy_first | (is_opponent[first_pos] & is_policy[second_pos])
     if not selected.any():
         system = dict(zip(r["response_id"], r["system"]))
         pairs = zip(j["response_first"].map(system), j["response_second"].map(system))
@@ -545,20 +542,8 @@ def build_contests(
             f"judge {judge!r} did not compare {policy!r} with {opponent!r}", fix=f"use one of: {', '.join(judges)}"
         )
     rows = np.flatnonzero(selected & (j["judge"] == judge).to_numpy())
-    pf = policy_first[rows]
-    outcome = _policy_outcomes(j["verdict"], rows, pf)
-    value = _CODE_VALUE[outcome]
-    if "preference_first" in j:
-        preference = j["preference_first"].to_numpy(dtype=float)[rows]
-        continuous = bool(np.isfinite(preference).any())
-        # the preference is for the response shown first: the policy's when it was
-        value = np.where(np.isfinite(preference), np.where(pf, preference, 1 - preference), value)
-    else:
-        continuous = False
-    policy_pos = np.where(pf, first_pos[rows], second_pos[rows])
-    opponent_pos = np.where(pf, second_pos[rows], first_pos[rows])
-    del first_pos, second_pos
-    contests = _pair_orders(len(r), policy_pos, opponent_pos, pf, outcome, value, judgments.lines[rows])
+    contests, continuous = _judged_orders(len(r), j, judgments.lines, rows, first_pos, second_pos, policy_first)
+    del first_pos, second_pos, policy_first, selected  # one per judgment: freed before the frame is built
     first_judged, second_judged = contests["line_policy_first"] >= 0, contests["line_policy_second"] >= 0
     both = first_judged & second_judged
     n_single, n_both = int((~both).sum()), int(both.sum())
@@ -628,14 +613,41 @@ def _policy_outcomes(verdicts: pd.Series, rows: np.ndarray, policy_first: np.nda
     """The policy's outcome code (:data:`OUTCOMES`) in each of ``rows`` of the judgments, from its
     verdict ("first", "second", "tie", "invalid") and whether the policy was shown first; each
     distinct verdict is read once."""
-    codes, labels = pd.factorize(verdicts.take(rows))
+    codes, labels = codes_of(verdicts)
+    codes = codes[rows]
     as_first = {"first": _WIN, "second": _LOSS, "tie": _TIE, "invalid": _INVALID}
-    unknown = [label for label in labels if label not in as_first]
-    if unknown:
-        _outcome_values(np.array(unknown[:1], dtype=object))  # raises, naming it
-    code = np.array([as_first[label] for label in labels], dtype=np.int8)[codes]
+    unknown = [label for code, label in enumerate(labels) if label not in as_first and (codes == code).any()]
+    if unknown or (codes < 0).any():
+        _outcome_values(np.array((unknown or [np.nan])[:1], dtype=object))  # raises, naming it
+    code = np.array([as_first.get(label, _INVALID) for label in labels], dtype=np.int8)[codes]
     swapped = np.array([_LOSS, _WIN, _TIE, _INVALID], dtype=np.int8)
     return np.where(policy_first, code, swapped[code])
+
+
+def _judged_orders(
+    n_responses: int,
+    judgments: pd.DataFrame,
+    lines: np.ndarray,
+    rows: np.ndarray,
+    first_pos: np.ndarray,
+    second_pos: np.ndarray,
+    policy_first: np.ndarray,
+) -> tuple[dict[str, np.ndarray], bool]:
+    """The contests (:func:`_pair_orders`) of the judgments' ``rows`` (one judge's, of the two
+    systems; ``first_pos``, ``second_pos``: each judgment's responses by position, and whether the
+    policy's was shown first) and whether any order carries a continuous preference."""
+    pf = policy_first[rows]
+    outcome = _policy_outcomes(judgments["verdict"], rows, pf)
+    value = _CODE_VALUE[outcome]
+    continuous = False
+    if "preference_first" in judgments:
+        preference = judgments["preference_first"].to_numpy(dtype=float)[rows]
+        continuous = bool(np.isfinite(preference).any())
+        # the preference is for the response shown first: the policy's when it was
+        value = np.where(np.isfinite(preference), np.where(pf, preference, 1 - preference), value)
+    policy_pos = np.where(pf, first_pos[rows], second_pos[rows])
+    opponent_pos = np.where(pf, second_pos[rows], first_pos[rows])
+    return _pair_orders(n_responses, policy_pos, opponent_pos, pf, outcome, value, lines[rows]), continuous
 
 
 def _pair_orders(
@@ -708,12 +720,12 @@ def _contest_frame(responses: pd.DataFrame, judge: str, contests: Mapping[str, n
         columns[f"outcome_{side}"] = outcomes.take(
             np.where(contests[f"outcome_{side}"] < 0, len(OUTCOMES), contests[f"outcome_{side}"])
         )
-    frame = pd.DataFrame({name: pd.Series(values, dtype="str") for name, values in columns.items()})
+    frame = pd.DataFrame({name: pd.Series(values, dtype="str") for name, values in columns.items()}, copy=False)
     for side in ("policy_first", "policy_second"):
-        frame[f"value_{side}"] = contests[f"value_{side}"].astype(float)
+        frame[f"value_{side}"] = contests[f"value_{side}"]
     for side in ("policy_first", "policy_second"):
         line = contests[f"line_{side}"]
-        frame[f"line_{side}"] = pd.arrays.IntegerArray(line.astype(np.int64), line < 0)
+        frame[f"line_{side}"] = pd.arrays.IntegerArray(line, line < 0)
     return frame
 
 

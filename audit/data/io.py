@@ -241,10 +241,38 @@ def _arrow_table(data: bytes, file: str):
         strings = [f.name for f in schema if str(f.type) in ("string", "large_string")]
         return pq.read_table(io.BytesIO(data), read_dictionary=strings)
     except Exception as error:  # pyarrow raises several types for a damaged file
-        raise InputError(
-            f"{file}: not a readable Parquet file ({error})",
-            fix="write the file again with pandas.DataFrame.to_parquet or pyarrow",
-        ) from error
+        raise _unreadable(file, error) from error
+
+
+class _ParquetColumns:
+    """A Parquet file's columns, each read when :func:`_validate_arrow` asks for it (string columns
+    as dictionaries, as :func:`_arrow_table` reads them), so that one column at a time is decoded."""
+
+    def __init__(self, data: bytes, file: str):
+        import pyarrow.parquet as pq
+
+        self.file = file
+        try:
+            schema = pq.read_schema(io.BytesIO(data))
+            strings = [f.name for f in schema if str(f.type) in ("string", "large_string")]
+            self.parquet = pq.ParquetFile(io.BytesIO(data), read_dictionary=strings)
+        except Exception as error:  # pyarrow raises several types for a damaged file
+            raise _unreadable(file, error) from error
+        self.num_rows = self.parquet.metadata.num_rows
+        self.column_names = list(self.parquet.schema_arrow.names)
+
+    def column(self, name: str):
+        try:
+            return self.parquet.read(columns=[name]).column(0)
+        except Exception as error:
+            raise _unreadable(self.file, error) from error
+
+
+def _unreadable(file: str, error: Exception) -> InputError:
+    return InputError(
+        f"{file}: not a readable Parquet file ({error})",
+        fix="write the file again with pandas.DataFrame.to_parquet or pyarrow",
+    )
 
 
 def _read_parquet(data: bytes, file: str, arrow=None) -> _Raw:
@@ -432,7 +460,8 @@ def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable
                 else pd.Series(values[c.name], dtype=_PANDAS_TYPES[c.type])
             )
             for c in spec.columns
-        }
+        },
+        copy=False,
     )
     extras = dict.fromkeys(name for _, record in raw.records for name in record if name not in values)
     for name in extras:
@@ -477,9 +506,10 @@ def _coded(dictionary, indices: np.ndarray) -> _Coded:
     new = np.ones(len(order), dtype=bool)
     if len(order) > 1:
         new[1:] = pc.not_equal(ordered[1:], ordered[:-1]).to_numpy(zero_copy_only=False)
-    recode = np.full(len(dictionary) + 1, -1, dtype=np.int32)
-    recode[order] = np.cumsum(new) - 1
     categories = ordered.filter(pa.array(new))
+    # codes in the narrowest integer type that holds them (-1 to len - 1): int8 for a verdict
+    recode = np.full(len(dictionary) + 1, -1, dtype=np.min_scalar_type(-max(len(categories), 1)))
+    recode[order] = np.cumsum(new) - 1
     index = (
         pd.Index(pd.array(categories, dtype="str"))
         if pa.types.is_large_string(categories.type)
@@ -521,22 +551,25 @@ def _has_duplicate(key: UniqueKey, coded: Mapping[str, _Coded]) -> bool:
         coded = {**coded, a: _Coded(coded[a].recoded(joint), joint), b: _Coded(coded[b].recoded(joint), joint)}
     parts = [coded[name].codes for name in key.columns]
     complete = np.logical_and.reduce([part >= 0 for part in parts])
-    parts = [part[complete].astype(np.int64) for part in parts]
+    if not complete.all():
+        parts = [part[complete] for part in parts]
     if key.unordered:
         i, j = (key.columns.index(name) for name in key.unordered)
         parts[i], parts[j] = np.minimum(parts[i], parts[j]), np.maximum(parts[i], parts[j])
     sizes = [coded[name].size for name in key.columns]
     if math.prod(sizes) >= 2**62:  # the combined code would overflow
         return bool(pd.DataFrame(dict(enumerate(parts))).duplicated().any())
-    combined = np.zeros(int(complete.sum()), dtype=np.int64)
-    for part, size in zip(parts, sizes):
-        combined = combined * size + part
+    combined = np.zeros(len(parts[0]), dtype=np.int64)
+    for part, size in zip(parts, sizes):  # in place: one array of the table's length
+        combined *= size
+        combined += part
     combined.sort()
     return combined.size > 1 and bool((combined[1:] == combined[:-1]).any())
 
 
 def _validate_arrow(arrow, spec: TableSpec, file: str, sha256: str) -> LoadedTable | None:
-    """The table :func:`_validate` would build from a Parquet file's records, by columns: or None
+    """The table :func:`_validate` would build from a Parquet file's records (``arrow``: a
+    pyarrow table, or :class:`_ParquetColumns`), by columns: or None
     when any cell, key or pair might hold a problem (the caller then runs :func:`_validate`, which
     names every problem with its row).
 
@@ -606,7 +639,8 @@ def _validate_arrow(arrow, spec: TableSpec, file: str, sha256: str) -> LoadedTab
                 else _arrow_to_pandas(encoded_columns[c.name][0].take(encoded_columns[c.name][1]), c.type)
             )
             for c in spec.columns
-        }
+        },
+        copy=False,
     )
     for name in header:
         if name not in frame:
@@ -723,9 +757,8 @@ def load_table(path: str | Path, table: str) -> LoadedTable:
                 f"{path}: not a readable gzip file ({error})", fix="compress it again with gzip"
             ) from error
     if extension == ".parquet":
-        arrow = _arrow_table(data, str(path))
-        fast = _validate_arrow(arrow, spec, str(path), sha256)
-        return fast if fast is not None else _validate(_read_parquet(data, str(path), arrow), spec, str(path), sha256)
+        fast = _validate_arrow(_ParquetColumns(data, str(path)), spec, str(path), sha256)
+        return fast if fast is not None else _validate(_read_parquet(data, str(path)), spec, str(path), sha256)
     return _validate(_READERS[extension](data, str(path)), spec, str(path), sha256)
 
 
@@ -849,12 +882,23 @@ def _references_resolve(tables: Mapping[str, LoadedTable]) -> bool:
     return True
 
 
+def codes_of(values: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """Each value's integer code (-1 where missing) and the distinct values the codes index: a
+    categorical's own codes and categories (no pass over the rows), else :func:`pandas.factorize`'s."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        return values.cat.codes.to_numpy(), values.cat.categories
+    codes, distinct = pd.factorize(values)
+    return codes, pd.Index(distinct)
+
+
 def index_positions(index: pd.Index, values: pd.Series) -> np.ndarray:
     """``index.get_indexer(values)``: each value's position in ``index`` (unique), -1 where it is
     not there or missing; each distinct value is looked up once (ids repeat, and a categorical
     column is looked up by its codes)."""
-    codes, distinct = pd.factorize(values)
-    return np.append(index.get_indexer(distinct), -1)[codes]
+    codes, distinct = codes_of(values)
+    # positions in the narrowest integer type that holds them (-1 to len(index) - 1)
+    lookup = np.append(index.get_indexer(distinct), -1).astype(np.min_scalar_type(-max(len(index), 1)))
+    return lookup[codes]
 
 
 def check_references(tables: Mapping[str, LoadedTable]) -> list[Problem]:
