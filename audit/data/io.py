@@ -275,6 +275,34 @@ def _unreadable(file: str, error: Exception) -> InputError:
     )
 
 
+def _arrow_jsonl(data: bytes, spec: TableSpec):
+    """JSON Lines read by pyarrow (C++, no Python object per row) for :func:`_validate_arrow`: or
+    None when pyarrow may read the file otherwise than :func:`_read_jsonl` (which then reads it and
+    names every problem). pyarrow refuses what that refuses (bad JSON or UTF-8, a key given twice,
+    a lone surrogate, a line that is not an object) but skips blank lines (whose rows and count
+    :func:`_read_jsonl` reports), reads a line holding two objects as two rows, ends lines at a lone
+    carriage return differently, and types extra columns by its own inference: each case is left
+    to the record reader."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if data.count(b"\r") != data.count(b"\r\n") or re.search(rb"\}[ \t]*\{", data):
+        return None
+    try:
+        # the spec's strings as strings: pyarrow would infer a timestamp from "2024-01-01"
+        strings = pa.schema([(c.name, pa.string()) for c in spec.columns if c.type == "str"])
+        arrow = pj.read_json(io.BytesIO(data), parse_options=pj.ParseOptions(explicit_schema=strings))
+        arrow.validate(full=True)  # its strings are valid UTF-8 (the reader does not check)
+    except Exception:  # pyarrow raises several types; the record reader names the problem
+        return None
+    lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+    extras = [f for f in arrow.schema if f.name not in spec.names]
+    plain = (pa.types.is_string, pa.types.is_integer, pa.types.is_boolean, pa.types.is_null)
+    if arrow.num_rows != lines or not all(any(test(f.type) for test in plain) for f in extras):
+        return None
+    return arrow
+
+
 def _read_parquet(data: bytes, file: str, arrow=None) -> _Raw:
     arrow = _arrow_table(data, file) if arrow is None else arrow
     return _Raw(records=list(enumerate(arrow.to_pylist(), start=1)), header=list(arrow.column_names))
@@ -759,6 +787,11 @@ def load_table(path: str | Path, table: str) -> LoadedTable:
     if extension == ".parquet":
         fast = _validate_arrow(_ParquetColumns(data, str(path)), spec, str(path), sha256)
         return fast if fast is not None else _validate(_read_parquet(data, str(path)), spec, str(path), sha256)
+    if extension in (".jsonl", ".jsonl.gz"):
+        arrow = _arrow_jsonl(data, spec)
+        fast = None if arrow is None else _validate_arrow(arrow, spec, str(path), sha256)
+        if fast is not None:
+            return fast
     return _validate(_READERS[extension](data, str(path)), spec, str(path), sha256)
 
 
