@@ -415,8 +415,8 @@ def _column_cells(column: Column, cells: list, from_text: bool, absent: bool) ->
             values = cells  # every cell is already its own validated value (strings, usually)
         else:
             values = list(map({value: coerced for value, (coerced, _) in outcome.items()}.__getitem__, cells))
-        bad = {value for value, (_, message) in outcome.items() if message}
-        return values, [(row, outcome[value][1]) for row, value in enumerate(cells) if value in bad] if bad else []
+        bad = {value: message for value, (_, message) in outcome.items() if message}
+        return values, [(row, bad[value]) for row, value in enumerate(cells) if value in bad] if bad else []
     values, problems = [], []
     for row, value in enumerate(cells):
         coerced, message = (None, missing) if value is _ABSENT else _cell(column, value, from_text)
