@@ -191,6 +191,10 @@ def test_jsonl_that_pyarrow_reads_otherwise_goes_to_the_record_reader():
         "a number as an id": b'{"vignette_id": 7, "text": "a"}\n',
         "an extra column of numbers": b'{"vignette_id": "v1", "text": "a", "x": 1}\n{"vignette_id": "v2", "text": "b", "x": 2.5}\n',
         "an extra nested column": b'{"vignette_id": "v1", "text": "a", "x": {"k": 1}}\n',
+        "deep nesting (pyarrow's parser would crash)": b'{"vignette_id": "v1", "text": "a", "x": '
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}\n",
     }
     for case, data in cases.items():
         assert loaders._arrow_jsonl(data, table_spec("vignettes")) is None, case

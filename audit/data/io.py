@@ -275,6 +275,11 @@ def _unreadable(file: str, error: Exception) -> InputError:
     )
 
 
+#: The most brackets a JSON line may open for pyarrow to read it (deeper nesting is refused by
+#: the record reader's parser anyway, at Python's recursion limit).
+_ARROW_JSON_OPENINGS = 500
+
+
 def _arrow_jsonl(data: bytes, spec: TableSpec):
     """JSON Lines read by pyarrow (C++, no Python object per row) for :func:`_validate_arrow`: or
     None when pyarrow may read the file otherwise than :func:`_read_jsonl` (which then reads it and
@@ -287,6 +292,10 @@ def _arrow_jsonl(data: bytes, spec: TableSpec):
     import pyarrow.json as pj
 
     if data.count(b"\r") != data.count(b"\r\n") or re.search(rb"\}[ \t]*\{", data):
+        return None
+    # pyarrow's parser recurses without a limit (100,000 nested lists crash the process); a line
+    # nests no deeper than it opens brackets
+    if max((line.count(b"[") + line.count(b"{") for line in io.BytesIO(data)), default=0) > _ARROW_JSON_OPENINGS:
         return None
     try:
         # the spec's strings as strings: pyarrow would infer a timestamp from "2024-01-01"
