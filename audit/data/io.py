@@ -286,8 +286,8 @@ def _arrow_jsonl(data: bytes, spec: TableSpec):
     names every problem). pyarrow refuses what that refuses (bad JSON or UTF-8, a key given twice,
     a lone surrogate, a line that is not an object) but skips blank lines (whose rows and count
     :func:`_read_jsonl` reports), reads a line holding two objects as two rows, ends lines at a lone
-    carriage return differently, and types extra columns by its own inference: each case is left
-    to the record reader."""
+    carriage return differently, types extra columns by its own inference and crashes on deep
+    nesting: each case is left to the record reader."""
     import pyarrow as pa
     import pyarrow.json as pj
 
