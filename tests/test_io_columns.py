@@ -144,6 +144,8 @@ def test_references_by_columns_match_row_by_row():
     assert loaders._references_resolve(tables) and loaders.check_references(tables) == []
     judgments = tables["judgments"]
     frame = judgments.frame.copy()
+    # a categorical column (the judgments' spec) takes a new value once it is a category
+    frame["response_first"] = frame["response_first"].cat.add_categories(["no-such-response"])
     frame.loc[3, "response_first"] = "no-such-response"
     broken = {**tables, "judgments": loaders.LoadedTable("judgments", "j", "", frame, judgments.lines)}
     assert not loaders._references_resolve(broken)
@@ -153,3 +155,65 @@ def test_references_by_columns_match_row_by_row():
     frame.loc[0, "vignette_id"] = "v2" if frame.loc[0, "vignette_id"] != "v2" else "v1"
     moved = {**tables, "responses": loaders.LoadedTable("responses", "r", "", frame, tables["responses"].lines)}
     assert not loaders._references_resolve(moved) and loaders.check_references(moved)
+
+
+# --- JSON Lines read by pyarrow (_arrow_jsonl) -----------------------------------------------
+
+
+def jsonl_paths(data: bytes, name: str):
+    """The table by pyarrow's reader and by columns (None where it is not taken), and by records."""
+    arrow = loaders._arrow_jsonl(data, table_spec(name))
+    fast = None if arrow is None else loaders._validate_arrow(arrow, table_spec(name), "t.jsonl", "sha")
+    try:
+        slow = loaders._validate(loaders._read_jsonl(data, "t.jsonl"), table_spec(name), "t.jsonl", "sha")
+    except loaders.SchemaError as error:
+        slow = error
+    return fast, slow
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_fixture_jsonl_loads_the_same_by_pyarrow(name):
+    fast, slow = jsonl_paths((DEFAULT_STUDY_DIR / f"{name}.jsonl").read_bytes(), name)
+    assert_same(fast, slow)
+
+
+def test_jsonl_that_pyarrow_reads_otherwise_goes_to_the_record_reader():
+    good = b'{"vignette_id": "v1", "text": "a"}\n{"vignette_id": "v2", "text": "b"}\n'
+    fast, slow = jsonl_paths(good, "vignettes")
+    assert_same(fast, slow)
+    cases = {
+        "a blank line (counted, and it shifts the line numbers)": good.replace(b"\n", b"\n  \n", 1),
+        "two objects on one line": good.replace(b"}\n{", b"} {"),
+        "a lone carriage return": good.replace(b"\n", b"\r", 1),
+        "a key given twice": b'{"vignette_id": "v1", "vignette_id": "v2", "text": "a"}\n',
+        "a lone surrogate": b'{"vignette_id": "v\\ud800", "text": "a"}\n',
+        "not UTF-8": b'{"vignette_id": "v\xe9", "text": "a"}\n',
+        "a number as an id": b'{"vignette_id": 7, "text": "a"}\n',
+        "an extra column of numbers": b'{"vignette_id": "v1", "text": "a", "x": 1}\n{"vignette_id": "v2", "text": "b", "x": 2.5}\n',
+        "an extra nested column": b'{"vignette_id": "v1", "text": "a", "x": {"k": 1}}\n',
+        "deep nesting (pyarrow's parser would crash)": b'{"vignette_id": "v1", "text": "a", "x": '
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}\n",
+    }
+    for case, data in cases.items():
+        assert loaders._arrow_jsonl(data, table_spec("vignettes")) is None, case
+    # what the record reader then makes of them (the blank line counted, the integer id as text)
+    fast, slow = jsonl_paths(cases["a blank line (counted, and it shifts the line numbers)"], "vignettes")
+    assert slow.dropped == {"blank line": 1} and slow.lines.tolist() == [1, 3]
+    fast, slow = jsonl_paths(cases["a number as an id"], "vignettes")
+    assert slow.frame["vignette_id"].tolist() == ["7"]
+    # a date-like id stays a string (pyarrow alone would infer a timestamp)
+    fast, slow = jsonl_paths(b'{"vignette_id": "2024-01-01", "text": "a"}\n', "vignettes")
+    assert_same(fast, slow)
+    assert fast.frame["vignette_id"].tolist() == ["2024-01-01"]
+
+
+def test_judgments_strings_are_categoricals_with_sorted_categories():
+    frame = loaders.load_table(DEFAULT_STUDY_DIR / "judgments.jsonl", "judgments").frame
+    for column in ("judge", "vignette_id", "response_first", "response_second", "verdict"):
+        values = frame[column]
+        assert isinstance(values.dtype, pd.CategoricalDtype) and not values.cat.ordered
+        assert list(values.cat.categories) == sorted(set(values))
+    # the other tables keep plain strings
+    assert loaders.load_table(DEFAULT_STUDY_DIR / "responses.jsonl", "responses").frame["response_id"].dtype == "str"

@@ -32,7 +32,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from honestci.audit.data.io import LoadedTable, Study, check_references, table_from_frame
+from honestci.audit.data.io import LoadedTable, Study, check_references, codes_of, index_positions, table_from_frame
 from honestci.audit.errors import InputError, Problem, SchemaError
 from honestci.audit.policy import PANEL_RULES as POLICY_PANEL_RULES
 
@@ -437,10 +437,16 @@ def _preference_problems(judgments: LoadedTable) -> list[Problem]:
     frame = judgments.frame
     if "preference_first" not in frame:
         return []
+    preferences = frame["preference_first"].to_numpy(dtype=float)
+    given = np.flatnonzero(~np.isnan(preferences))
+    verdicts = np.asarray(frame["verdict"].take(given), dtype=object)
+    favoured = np.where(preferences[given] > 0.5, "first", np.where(preferences[given] < 0.5, "second", "tie"))
+    # every row with a problem is suspect (an invalid verdict never equals a side); each is then named
+    suspect = given[~((preferences[given] >= 0) & (preferences[given] <= 1) & (verdicts == favoured))]
     problems = []
-    for line, verdict, preference in zip(judgments.lines, frame["verdict"], frame["preference_first"]):
-        if pd.isna(preference):
-            continue
+    for line, verdict, preference in zip(
+        judgments.lines[suspect].tolist(), frame["verdict"].take(suspect).tolist(), preferences[suspect].tolist()
+    ):
         if not 0 <= preference <= 1:
             message, fix = f"{preference!r} is outside [0, 1]", "give the probability that the first response is better"
         elif verdict == "invalid":
@@ -507,21 +513,16 @@ def build_contests(
         raise InputError(f"policy and opponent are both {policy!r}", fix="compare two different systems")
     r, j = responses.frame, judgments.frame
     # Responses by position in the responses table (ids are unique and every judged response
-    # exists: both are checked on loading), systems by code: no per-row Python below.
+    # exists: both are checked on loading), systems as a flag per response: no per-row Python below.
     response_ids = pd.Index(r["response_id"])
-    first_pos, second_pos = (
-        response_ids.get_indexer(j["response_first"]),
-        response_ids.get_indexer(j["response_second"]),
+    first_pos = index_positions(response_ids, j["response_first"])
+    second_pos = index_positions(response_ids, j["response_second"])
+    # whether each response is the policy's, the opponent's (the last entry: position -1, unknown)
+    is_policy, is_opponent = (
+        np.append((r["system"] == name).to_numpy(dtype=bool), False) for name in (policy, opponent)
     )
-    system_codes, system_labels = pd.factorize(r["system"])
-    policy_code, opponent_code = (
-        int(system_labels.get_loc(name)) if name in system_labels else -2 for name in (policy, opponent)
-    )
-    first_system = np.where(first_pos >= 0, system_codes[first_pos], -1)
-    second_system = np.where(second_pos >= 0, system_codes[second_pos], -1)
-    policy_first = (first_system == policy_code) & (second_system == opponent_code)
-    policy_second = (first_system == opponent_code) & (second_system == policy_code)
-    selected = policy_first | policy_second
+    policy_first = is_policy[first_pos] & is_opponent[second_pos]
+    selected = policy_first | (is_opponent[first_pos] & is_policy[second_pos])
     if not selected.any():
         system = dict(zip(r["response_id"], r["system"]))
         pairs = zip(j["response_first"].map(system), j["response_second"].map(system))
@@ -540,45 +541,30 @@ def build_contests(
         raise InputError(
             f"judge {judge!r} did not compare {policy!r} with {opponent!r}", fix=f"use one of: {', '.join(judges)}"
         )
-    rows = selected & (j["judge"] == judge).to_numpy()
-    pf = policy_first[rows]
-    verdict = j.loc[rows, "verdict"].to_numpy()
-    outcome = np.select(
-        [verdict == "first", verdict == "second"],
-        [np.where(pf, "win", "loss"), np.where(pf, "loss", "win")],
-        default=verdict,
-    )
-    value = _outcome_values(outcome)
-    preference = (
-        j.loc[rows, "preference_first"].to_numpy(dtype=float)
-        if "preference_first" in j
-        else np.full(int(rows.sum()), np.nan)
-    )
-    continuous = bool(np.isfinite(preference).any())
-    # the preference is for the response shown first: the policy's when it was
-    value = np.where(np.isfinite(preference), np.where(pf, preference, 1 - preference), value)
-    policy_pos = np.where(pf, first_pos[rows], second_pos[rows])
-    opponent_pos = np.where(pf, second_pos[rows], first_pos[rows])
-    contests = _pair_orders(r, policy_pos, opponent_pos, pf, outcome, value, judgments.lines[rows])
-    both = (contests["orders"] == "both").to_numpy()
+    rows = np.flatnonzero(selected & (j["judge"] == judge).to_numpy())
+    contests, continuous = _judged_orders(len(r), j, judgments.lines, rows, first_pos, second_pos, policy_first)
+    del first_pos, second_pos, policy_first, selected  # one per judgment: freed before the frame is built
+    first_judged, second_judged = contests["line_policy_first"] >= 0, contests["line_policy_second"] >= 0
+    both = first_judged & second_judged
     n_single, n_both = int((~both).sum()), int(both.sum())
-    shown_first = int((contests["orders"] == "left_only").sum())
+    shown_first = int((first_judged & ~second_judged).sum())
     dropped: dict[str, int] = {}
     if n_single and n_both:
         if not allow_single_order:
-            single = contests[~both].assign(
-                policy_response=r["response_id"].to_numpy(dtype=object)[contests.loc[~both, "policy_pos"]],
-                opponent_response=r["response_id"].to_numpy(dtype=object)[contests.loc[~both, "opponent_pos"]],
-                vignette_id=r["vignette_id"].to_numpy(dtype=object)[contests.loc[~both, "policy_pos"]],
+            single = pd.DataFrame({name: values[~both] for name, values in contests.items()}).assign(
+                policy_first_only=first_judged[~both],
+                policy_response=r["response_id"].to_numpy(dtype=object)[contests["policy_pos"][~both]],
+                opponent_response=r["response_id"].to_numpy(dtype=object)[contests["opponent_pos"][~both]],
+                vignette_id=r["vignette_id"].to_numpy(dtype=object)[contests["policy_pos"][~both]],
             )
             single = single.sort_values(["vignette_id", "policy_response", "opponent_response"], kind="stable")
             problems = [
                 Problem(
                     judgments.path,
-                    int(row.line_policy_first if row.orders == "left_only" else row.line_policy_second),
+                    int(row.line_policy_first if row.policy_first_only else row.line_policy_second),
                     "response_first",
                     f"judge {judge!r} judged policy response {row.policy_response!r} vs opponent response "
-                    f"{row.opponent_response!r} only with the {'policy' if row.orders == 'left_only' else 'opponent'} shown first",
+                    f"{row.opponent_response!r} only with the {'policy' if row.policy_first_only else 'opponent'} shown first",
                     "judge the missing order",
                 )
                 for row in single.itertuples()
@@ -592,7 +578,7 @@ def build_contests(
                 fix="judge the missing orders, or set `allow_single_order: true` in the claim to leave the "
                 "single-order contests out (they are counted and reported)",
             )
-        contests = contests[both]
+        contests = {name: values[both] for name, values in contests.items()}
         dropped = {"single_order": n_single}
         design = MIXED
         note = (
@@ -615,66 +601,132 @@ def build_contests(
             )
     else:
         design, note = BOTH_ORDERS, f"both orders judged in all {n_both} contests"
-    outcome_type = pd.StringDtype(na_value=np.nan)
-    policy_pos, opponent_pos = contests["policy_pos"].to_numpy(), contests["opponent_pos"].to_numpy()
-    policy_response = pd.Series(r["response_id"].array.take(policy_pos), dtype="str")
-    opponent_response = pd.Series(r["response_id"].array.take(opponent_pos), dtype="str")
-    frame = pd.DataFrame(
-        {
-            "contest_id": judge + ":" + policy_response + ":" + opponent_response,
-            "judge": pd.Series(judge, index=policy_response.index, dtype="str"),
-            # a judged response's vignette is its judgment's (checked on loading)
-            "vignette_id": pd.Series(r["vignette_id"].array.take(policy_pos), dtype="str"),
-            "run": pd.Series(r["run"].fillna(DEFAULT_RUN).array.take(policy_pos)).astype("str"),
-            "policy_response": policy_response,
-            "opponent_response": opponent_response,
-            "outcome_policy_first": pd.Series(contests["outcome_policy_first"].to_numpy(), dtype=outcome_type),
-            "outcome_policy_second": pd.Series(contests["outcome_policy_second"].to_numpy(), dtype=outcome_type),
-            "value_policy_first": contests["value_policy_first"].to_numpy(dtype=float),
-            "value_policy_second": contests["value_policy_second"].to_numpy(dtype=float),
-            "line_policy_first": pd.array(contests["line_policy_first"].to_numpy(dtype=float), dtype="Int64"),
-            "line_policy_second": pd.array(contests["line_policy_second"].to_numpy(dtype=float), dtype="Int64"),
-        }
-    )
-    return ContestTable(frame, policy, opponent, judge, dropped, design, note, continuous)
+    return ContestTable(_contest_frame(r, judge, contests), policy, opponent, judge, dropped, design, note, continuous)
+
+
+#: The per-order outcome codes (positions in :data:`OUTCOMES`) and their values for the policy.
+_WIN, _LOSS, _TIE, _INVALID = range(4)
+_CODE_VALUE = np.array([OUTCOME_VALUE[outcome] for outcome in OUTCOMES])
+
+
+def _policy_outcomes(verdicts: pd.Series, rows: np.ndarray, policy_first: np.ndarray) -> np.ndarray:
+    """The policy's outcome code (:data:`OUTCOMES`) in each of ``rows`` of the judgments, from its
+    verdict ("first", "second", "tie", "invalid") and whether the policy was shown first; each
+    distinct verdict is read once."""
+    codes, labels = codes_of(verdicts)
+    codes = codes[rows]
+    as_first = {"first": _WIN, "second": _LOSS, "tie": _TIE, "invalid": _INVALID}
+    unknown = [label for code, label in enumerate(labels) if label not in as_first and (codes == code).any()]
+    if unknown or (codes < 0).any():
+        _outcome_values(np.array((unknown or [np.nan])[:1], dtype=object))  # raises, naming it
+    code = np.array([as_first.get(label, _INVALID) for label in labels], dtype=np.int8)[codes]
+    swapped = np.array([_LOSS, _WIN, _TIE, _INVALID], dtype=np.int8)
+    return np.where(policy_first, code, swapped[code])
+
+
+def _judged_orders(
+    n_responses: int,
+    judgments: pd.DataFrame,
+    lines: np.ndarray,
+    rows: np.ndarray,
+    first_pos: np.ndarray,
+    second_pos: np.ndarray,
+    policy_first: np.ndarray,
+) -> tuple[dict[str, np.ndarray], bool]:
+    """The contests (:func:`_pair_orders`) of the judgments' ``rows`` (one judge's, of the two
+    systems; ``first_pos``, ``second_pos``: each judgment's responses by position, and whether the
+    policy's was shown first) and whether any order carries a continuous preference."""
+    pf = policy_first[rows]
+    outcome = _policy_outcomes(judgments["verdict"], rows, pf)
+    value = _CODE_VALUE[outcome]
+    continuous = False
+    if "preference_first" in judgments:
+        preference = judgments["preference_first"].to_numpy(dtype=float)[rows]
+        continuous = bool(np.isfinite(preference).any())
+        # the preference is for the response shown first: the policy's when it was
+        value = np.where(np.isfinite(preference), np.where(pf, preference, 1 - preference), value)
+    policy_pos = np.where(pf, first_pos[rows], second_pos[rows])
+    opponent_pos = np.where(pf, second_pos[rows], first_pos[rows])
+    return _pair_orders(n_responses, policy_pos, opponent_pos, pf, outcome, value, lines[rows]), continuous
 
 
 def _pair_orders(
-    responses: pd.DataFrame,
+    n_responses: int,
     policy_pos: np.ndarray,
     opponent_pos: np.ndarray,
     policy_first: np.ndarray,
     outcome: np.ndarray,
     value: np.ndarray,
     lines: np.ndarray,
-) -> pd.DataFrame:
-    """One row per contest (policy response, opponent response: their positions in ``responses``)
-    from its judged orders, in the order the judgments first mention the contests: policy_pos,
-    opponent_pos, outcome_/value_/line_policy_first and _policy_second (NaN where that order was
-    not judged) and ``orders`` ("both", "left_only": only policy first, "right_only")."""
-    key = policy_pos.astype(np.int64) * max(len(responses), 1) + opponent_pos
-    keys, contest = np.unique(key, return_inverse=True)
+) -> dict[str, np.ndarray]:
+    """One entry per contest (policy response, opponent response: their positions among the
+    ``n_responses`` responses) from its judged orders, in the order the judgments first mention
+    the contests: policy_pos, opponent_pos, and outcome_ (code, -1), value_ (NaN) and line_ (-1)
+    policy_first and _policy_second, each marking where that order was not judged."""
+    key = policy_pos.astype(np.int64) * max(n_responses, 1) + opponent_pos
+    contest, keys = pd.factorize(key)  # numbered in the order of first mention when lines increase
     columns: dict[str, np.ndarray] = {
-        "policy_pos": keys // max(len(responses), 1),
-        "opponent_pos": keys % max(len(responses), 1),
+        "policy_pos": keys // max(n_responses, 1),
+        "opponent_pos": keys % max(n_responses, 1),
     }
-    judged = {}
     for side, rows in (("policy_first", policy_first), ("policy_second", ~policy_first)):
-        index = np.full(keys.size, -1, dtype=np.int64)
         where = contest[rows]
         if np.bincount(where, minlength=keys.size).max(initial=0) > 1:  # the judgments' unique key forbids it
             raise InputError("a contest is judged twice in one order", fix="remove the duplicate judgment")
+        index = np.full(keys.size, -1, dtype=np.int64)
         index[where] = np.flatnonzero(rows)
-        has = judged[side] = index >= 0
-        outcomes = np.full(keys.size, np.nan, dtype=object)
-        outcomes[has] = outcome[index[has]]
-        columns[f"outcome_{side}"] = outcomes
-        columns[f"value_{side}"] = np.where(has, value[np.maximum(index, 0)], np.nan)
-        columns[f"line_{side}"] = np.where(has, lines[np.maximum(index, 0)].astype(float), np.nan)
-    first, second = judged["policy_first"], judged["policy_second"]
-    columns["orders"] = np.where(first & second, "both", np.where(first, "left_only", "right_only"))
-    order = np.argsort(np.fmin(columns["line_policy_first"], columns["line_policy_second"]), kind="stable")
-    return pd.DataFrame({name: values[order] for name, values in columns.items()})
+        has = index >= 0
+        columns[f"outcome_{side}"] = np.where(has, outcome[index], -1).astype(np.int8)
+        columns[f"value_{side}"] = np.where(has, value[index], np.nan)
+        columns[f"line_{side}"] = np.where(has, lines[index], -1)
+    first_line = np.where(
+        columns["line_policy_first"] >= 0, columns["line_policy_first"], columns["line_policy_second"]
+    )
+    if (np.diff(first_line) < 0).any():
+        first_line = np.where(
+            (columns["line_policy_second"] >= 0) & (columns["line_policy_second"] < first_line),
+            columns["line_policy_second"],
+            first_line,
+        )
+        order = np.argsort(first_line, kind="stable")
+        columns = {name: values[order] for name, values in columns.items()}
+    return columns
+
+
+def _contest_frame(responses: pd.DataFrame, judge: str, contests: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The frame of :class:`ContestTable` from the contests of :func:`_pair_orders` (strings
+    built by pyarrow from the responses' ids, without a Python object per contest)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def of_response(column: pd.Series, positions: np.ndarray):
+        return pa.array(column, type=pa.large_string()).take(positions)
+
+    policy_response = of_response(responses["response_id"], contests["policy_pos"])
+    opponent_response = of_response(responses["response_id"], contests["opponent_pos"])
+    outcomes = pa.array([*OUTCOMES, None], type=pa.large_string())
+    columns = {
+        "contest_id": pc.binary_join_element_wise(
+            pa.scalar(judge, pa.large_string()), policy_response, opponent_response, pa.scalar(":", pa.large_string())
+        ),
+        "judge": pa.repeat(pa.scalar(judge, pa.large_string()), len(policy_response)),
+        # a judged response's vignette is its judgment's (checked on loading)
+        "vignette_id": of_response(responses["vignette_id"], contests["policy_pos"]),
+        "run": of_response(responses["run"].fillna(DEFAULT_RUN), contests["policy_pos"]),
+        "policy_response": policy_response,
+        "opponent_response": opponent_response,
+    }
+    for side in ("policy_first", "policy_second"):
+        columns[f"outcome_{side}"] = outcomes.take(
+            np.where(contests[f"outcome_{side}"] < 0, len(OUTCOMES), contests[f"outcome_{side}"])
+        )
+    frame = pd.DataFrame({name: pd.Series(values, dtype="str") for name, values in columns.items()}, copy=False)
+    for side in ("policy_first", "policy_second"):
+        frame[f"value_{side}"] = contests[f"value_{side}"]
+    for side in ("policy_first", "policy_second"):
+        line = contests[f"line_{side}"]
+        frame[f"line_{side}"] = pd.arrays.IntegerArray(line, line < 0)
+    return frame
 
 
 def panel_label(judges) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from honestci.audit.data.schema import TYPE_WORDS, Column, TableSpec, table_spec
+from honestci.audit.data.schema import TYPE_WORDS, Column, TableSpec, UniqueKey, table_spec
 from honestci.audit.errors import InputError, Problem, SchemaError
 
 EXTENSIONS = (".jsonl", ".jsonl.gz", ".csv", ".parquet")
@@ -43,8 +43,10 @@ _SEE_DOCS = "see docs/data-formats.md"
 class LoadedTable:
     """One validated table.
 
-    ``frame`` has the spec's columns in order (strings as ``str``, integers as ``Int64``, numbers
-    as ``float64``; missing optional values are NA) followed by any extra columns as read.
+    ``frame`` has the spec's columns in order (strings as ``str``, or as categoricals with sorted
+    categories where the spec is :attr:`~honestci.audit.data.schema.TableSpec.categorical`;
+    integers as ``Int64``, numbers as ``float64``; missing optional values are NA) followed by any
+    extra columns as read.
     ``lines[i]`` is the source line (CSV/JSONL) or row (Parquet, frames) of ``frame`` row ``i``.
     ``dropped`` maps a reason to the number of rows left out on purpose (e.g. blank lines).
     """
@@ -239,10 +241,75 @@ def _arrow_table(data: bytes, file: str):
         strings = [f.name for f in schema if str(f.type) in ("string", "large_string")]
         return pq.read_table(io.BytesIO(data), read_dictionary=strings)
     except Exception as error:  # pyarrow raises several types for a damaged file
-        raise InputError(
-            f"{file}: not a readable Parquet file ({error})",
-            fix="write the file again with pandas.DataFrame.to_parquet or pyarrow",
-        ) from error
+        raise _unreadable(file, error) from error
+
+
+class _ParquetColumns:
+    """A Parquet file's columns, each read when :func:`_validate_arrow` asks for it (string columns
+    as dictionaries, as :func:`_arrow_table` reads them), so that one column at a time is decoded."""
+
+    def __init__(self, data: bytes, file: str):
+        import pyarrow.parquet as pq
+
+        self.file = file
+        try:
+            schema = pq.read_schema(io.BytesIO(data))
+            strings = [f.name for f in schema if str(f.type) in ("string", "large_string")]
+            self.parquet = pq.ParquetFile(io.BytesIO(data), read_dictionary=strings)
+        except Exception as error:  # pyarrow raises several types for a damaged file
+            raise _unreadable(file, error) from error
+        self.num_rows = self.parquet.metadata.num_rows
+        self.column_names = list(self.parquet.schema_arrow.names)
+
+    def column(self, name: str):
+        try:
+            return self.parquet.read(columns=[name]).column(0)
+        except Exception as error:
+            raise _unreadable(self.file, error) from error
+
+
+def _unreadable(file: str, error: Exception) -> InputError:
+    return InputError(
+        f"{file}: not a readable Parquet file ({error})",
+        fix="write the file again with pandas.DataFrame.to_parquet or pyarrow",
+    )
+
+
+#: The most brackets a JSON line may open for pyarrow to read it (deeper nesting is refused by
+#: the record reader's parser anyway, at Python's recursion limit).
+_ARROW_JSON_OPENINGS = 500
+
+
+def _arrow_jsonl(data: bytes, spec: TableSpec):
+    """JSON Lines read by pyarrow (C++, no Python object per row) for :func:`_validate_arrow`: or
+    None when pyarrow may read the file otherwise than :func:`_read_jsonl` (which then reads it and
+    names every problem). pyarrow refuses what that refuses (bad JSON or UTF-8, a key given twice,
+    a lone surrogate, a line that is not an object) but skips blank lines (whose rows and count
+    :func:`_read_jsonl` reports), reads a line holding two objects as two rows, ends lines at a lone
+    carriage return differently, types extra columns by its own inference and crashes on deep
+    nesting: each case is left to the record reader."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if data.count(b"\r") != data.count(b"\r\n") or re.search(rb"\}[ \t]*\{", data):
+        return None
+    # pyarrow's parser recurses without a limit (100,000 nested lists crash the process); a line
+    # nests no deeper than it opens brackets
+    if max((line.count(b"[") + line.count(b"{") for line in io.BytesIO(data)), default=0) > _ARROW_JSON_OPENINGS:
+        return None
+    try:
+        # the spec's strings as strings: pyarrow would infer a timestamp from "2024-01-01"
+        strings = pa.schema([(c.name, pa.string()) for c in spec.columns if c.type == "str"])
+        arrow = pj.read_json(io.BytesIO(data), parse_options=pj.ParseOptions(explicit_schema=strings))
+        arrow.validate(full=True)  # its strings are valid UTF-8 (the reader does not check)
+    except Exception:  # pyarrow raises several types; the record reader names the problem
+        return None
+    lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+    extras = [f for f in arrow.schema if f.name not in spec.names]
+    plain = (pa.types.is_string, pa.types.is_integer, pa.types.is_boolean, pa.types.is_null)
+    if arrow.num_rows != lines or not all(any(test(f.type) for test in plain) for f in extras):
+        return None
+    return arrow
 
 
 def _read_parquet(data: bytes, file: str, arrow=None) -> _Raw:
@@ -330,6 +397,44 @@ def _cell(column: Column, value: Any, from_text: bool) -> tuple[Any, str | None]
     return coerced, message
 
 
+#: A record's field that is not there (distinct from a null value).
+_ABSENT = object()
+
+
+def _column_cells(column: Column, cells: list, from_text: bool, absent: bool) -> tuple[list, list[tuple[int, str]]]:
+    """One column's validated values (``cells``: the records' values, :data:`_ABSENT` where a
+    record lacks the field; ``absent``: the whole column is missing, already reported) and the
+    (row, message) of every cell with a problem.
+
+    :func:`_cell` depends on the value alone, so it runs once per distinct value (ids and verdicts
+    repeat down a column); cells that are unhashable, or equal across types that it tells apart
+    (1, 1.0 and True; 0.0 and -0.0), are checked one by one.
+    """
+    missing = "required field is missing" if column.required and not absent else None
+    try:
+        distinct = set(cells)
+    except TypeError:  # a list or object in the column
+        distinct = None
+    numeric = set(map(type, distinct or ())) & {int, float, bool}
+    if distinct is not None and len(numeric) <= 1 and not (float in numeric and 0.0 in distinct):
+        outcome = {
+            value: (None, missing) if value is _ABSENT else _cell(column, value, from_text) for value in distinct
+        }
+        if all(coerced is value for value, (coerced, _) in outcome.items()):
+            values = cells  # every cell is already its own validated value (strings, usually)
+        else:
+            values = list(map({value: coerced for value, (coerced, _) in outcome.items()}.__getitem__, cells))
+        bad = {value: message for value, (_, message) in outcome.items() if message}
+        return values, [(row, bad[value]) for row, value in enumerate(cells) if value in bad] if bad else []
+    values, problems = [], []
+    for row, value in enumerate(cells):
+        coerced, message = (None, missing) if value is _ABSENT else _cell(column, value, from_text)
+        values.append(coerced)
+        if message:
+            problems.append((row, message))
+    return values, problems
+
+
 def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable:
     problems = list(raw.problems)
     absent: set[str] = set()
@@ -346,20 +451,35 @@ def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable
                         f"add the column: {column.doc}",
                     )
                 )
-    values: dict[str, list[Any]] = {name: [] for name in spec.names}
-    for line, record in raw.records:
-        for column in spec.columns:
-            if column.name in record:
-                value, message = _cell(column, record[column.name], raw.from_text)
-            else:
-                value, message = None, None
-                if column.required and column.name not in absent:
-                    message = "required field is missing"
-            if message:
-                problems.append(Problem(file, line, column.name, message, _fix_for(column)))
-            values[column.name].append(value)
+    values: dict[str, list[Any]] = {}
+    cell_problems: list[tuple[int, int, Problem]] = []
+    for position, column in enumerate(spec.columns):
+        cells = [record.get(column.name, _ABSENT) for _, record in raw.records]
+        values[column.name], found = _column_cells(column, cells, raw.from_text, column.name in absent)
+        cell_problems += [
+            (row, position, Problem(file, raw.records[row][0], column.name, message, _fix_for(column)))
+            for row, message in found
+        ]
+    # row by row, each row's columns in order
+    problems += [problem for _, _, problem in sorted(cell_problems, key=lambda found: found[:2])]
     lines = np.array([line for line, _ in raw.records], dtype=np.int64)
-    problems += _distinct_problems(spec, values, lines, file) + _unique_problems(spec, values, lines, file)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    types = {c.name: c.type for c in spec.columns}
+
+    def encoded(name: str) -> tuple[Any, Any]:
+        array = pc.dictionary_encode(pa.array(values[name], type=_ARROW_TYPES[types[name]]))
+        return array.dictionary, array.indices
+
+    coded = _Codes(encoded)
+
+    for a, b in spec.distinct:
+        if _equal_rows(coded[a], coded[b]).any():
+            problems += _distinct_problems(a, b, values, lines, file)
+    for key in spec.unique:
+        if _has_duplicate(key, coded):
+            problems += _unique_problems(key, values, lines, file)
     if not raw.records and not raw.problems:
         problems.append(Problem(file, None, None, "has no rows", f"write at least one {spec.name} row; {_SEE_DOCS}"))
     if problems:
@@ -369,7 +489,17 @@ def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable
             problems,
             fix=f"correct the rows listed above ({_SEE_DOCS})",
         )
-    frame = pd.DataFrame({c.name: pd.Series(values[c.name], dtype=_PANDAS_TYPES[c.type]) for c in spec.columns})
+    frame = pd.DataFrame(
+        {
+            c.name: (
+                _categorical(coded[c.name])
+                if spec.categorical and c.type == "str"
+                else pd.Series(values[c.name], dtype=_PANDAS_TYPES[c.type])
+            )
+            for c in spec.columns
+        },
+        copy=False,
+    )
     extras = dict.fromkeys(name for _, record in raw.records for name in record if name not in values)
     for name in extras:
         frame[name] = pd.Series([record.get(name) for _, record in raw.records], dtype=object)
@@ -379,31 +509,128 @@ def _validate(raw: _Raw, spec: TableSpec, file: str, sha256: str) -> LoadedTable
 _PANDAS_TYPES = {"str": "str", "int": "Int64", "float": "float64"}
 
 
+_ARROW_TYPES = {"str": "large_string", "int": "int64", "float": "float64"}
+
+
+@dataclass(frozen=True)
+class _Coded:
+    """A column as integer codes: ``categories`` are its distinct values, sorted, and ``codes[i]``
+    the position of row i's value among them (-1 where missing)."""
+
+    codes: np.ndarray
+    categories: pd.Index
+
+    @property
+    def size(self) -> int:
+        return max(len(self.categories), 1)
+
+    def recoded(self, categories: pd.Index) -> np.ndarray:
+        """The codes among ``categories`` (-1 where the value is missing or not one of them)."""
+        return np.append(categories.get_indexer(self.categories), -1)[self.codes]
+
+
+def _coded(dictionary, indices: np.ndarray) -> _Coded:
+    """The codes of a dictionary-encoded column: ``dictionary`` (pyarrow) holds validated values
+    (null for a missing one; a value may repeat when coercion merged two), ``indices`` each row's
+    entry (-1 for a null). Sorted by pyarrow: no Python object per value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    order = pc.array_sort_indices(dictionary, null_placement="at_end").to_numpy()[
+        : len(dictionary) - dictionary.null_count
+    ]
+    ordered = dictionary.take(order)
+    new = np.ones(len(order), dtype=bool)
+    if len(order) > 1:
+        new[1:] = pc.not_equal(ordered[1:], ordered[:-1]).to_numpy(zero_copy_only=False)
+    categories = ordered.filter(pa.array(new))
+    # codes in the narrowest integer type that holds them (-1 to len - 1): int8 for a verdict
+    recode = np.full(len(dictionary) + 1, -1, dtype=np.min_scalar_type(-max(len(categories), 1)))
+    recode[order] = np.cumsum(new) - 1
+    index = (
+        pd.Index(pd.array(categories, dtype="str"))
+        if pa.types.is_large_string(categories.type)
+        else pd.Index(categories.to_numpy())
+    )
+    return _Coded(recode[indices], index)
+
+
+class _Codes(dict):
+    """Each column's :class:`_Coded`, made when first asked for from ``encoded(name)``: the
+    column's validated distinct values and each row's index among them (pyarrow; null: missing)."""
+
+    def __init__(self, encoded):
+        super().__init__()
+        self.encoded = encoded
+
+    def __missing__(self, name: str) -> _Coded:
+        dictionary, indices = self.encoded(name)
+        self[name] = coded = _coded(dictionary, indices.fill_null(-1).to_numpy(zero_copy_only=False))
+        return coded
+
+
+def _categorical(coded: _Coded) -> pd.Series:
+    """A string column held as a pandas categorical (:attr:`TableSpec.categorical`)."""
+    return pd.Series(pd.Categorical.from_codes(coded.codes, dtype=pd.CategoricalDtype(coded.categories)))
+
+
+def _equal_rows(a: _Coded, b: _Coded) -> np.ndarray:
+    """Whether each row holds the same (present) value in columns a and b."""
+    return (a.codes >= 0) & (a.codes == b.recoded(a.categories))
+
+
+def _has_duplicate(key: UniqueKey, coded: Mapping[str, _Coded]) -> bool:
+    """Whether two rows with every column of ``key`` present share the key's values."""
+    coded = {name: coded[name] for name in key.columns}
+    if key.unordered:  # the unordered pair's two columns coded among the values of both
+        a, b = key.unordered
+        joint = coded[a].categories.union(coded[b].categories)
+        coded = {**coded, a: _Coded(coded[a].recoded(joint), joint), b: _Coded(coded[b].recoded(joint), joint)}
+    parts = [coded[name].codes for name in key.columns]
+    complete = np.logical_and.reduce([part >= 0 for part in parts])
+    if not complete.all():
+        parts = [part[complete] for part in parts]
+    if key.unordered:
+        i, j = (key.columns.index(name) for name in key.unordered)
+        parts[i], parts[j] = np.minimum(parts[i], parts[j]), np.maximum(parts[i], parts[j])
+    sizes = [coded[name].size for name in key.columns]
+    if math.prod(sizes) >= 2**62:  # the combined code would overflow
+        return bool(pd.DataFrame(dict(enumerate(parts))).duplicated().any())
+    combined = np.zeros(len(parts[0]), dtype=np.int64)
+    for part, size in zip(parts, sizes):  # in place: one array of the table's length
+        combined *= size
+        combined += part
+    combined.sort()
+    return combined.size > 1 and bool((combined[1:] == combined[:-1]).any())
+
+
 def _validate_arrow(arrow, spec: TableSpec, file: str, sha256: str) -> LoadedTable | None:
-    """The table :func:`_validate` would build from a Parquet file's records, by columns: or None
+    """The table :func:`_validate` would build from a Parquet file's records (``arrow``: a
+    pyarrow table, or :class:`_ParquetColumns`), by columns: or None
     when any cell, key or pair might hold a problem (the caller then runs :func:`_validate`, which
     names every problem with its row).
 
     Each column is dictionary-encoded and :func:`_cell` (the per-cell rule of :func:`_validate`)
     runs once per distinct value, so the checks are the same functions on the same values; the
-    distinct-pair and unique-key checks run on integer codes. Columns of a type other than string,
-    integer, floating point, boolean or null take the per-record path.
+    distinct-pair and unique-key checks, and the frame, are built from integer codes, without a
+    Python object per row. Columns of a type other than string, integer, floating point, boolean
+    or null take the per-record path.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    arrow_types = {"str": pa.large_string(), "int": pa.int64(), "float": pa.float64()}
     n = arrow.num_rows
     header = list(arrow.column_names)
     if n == 0 or len(set(header)) != len(header):
         return None
-    arrays: dict[str, Any] = {}
-    codes: dict[str, tuple[np.ndarray, int]] = {}
+    # each column as its validated distinct values and each row's index among them (null: missing)
+    encoded_columns: dict[str, tuple[Any, Any]] = {}
     for column in spec.columns:
+        arrow_type = pa.type_for_alias(_ARROW_TYPES[column.type])
         if column.name not in header:
             if column.required:
                 return None
-            arrays[column.name] = pa.nulls(n, arrow_types[column.type])
+            encoded_columns[column.name] = (pa.array([], type=arrow_type), pa.nulls(n, pa.int32()))
             continue
         chunked = arrow.column(column.name)
         array = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
@@ -433,63 +660,29 @@ def _validate_arrow(arrow, spec: TableSpec, file: str, sha256: str) -> LoadedTab
                 if message is not None:
                     return None
                 coerced.append(cell)
-        if encoded.null_count and column.required:
-            return None
-        dictionary = pa.array(coerced, type=arrow_types[column.type])
-        arrays[column.name] = (
-            dictionary
-            if len(dictionary) == n and encoded.null_count == 0 and _identity(encoded)
-            else dictionary.take(encoded.indices)
-        )
-        # a code per value: the same value has the same code (a missing value: -1, never compared)
-        missing_value = np.array([c is None for c in coerced], dtype=bool)
-        index = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-        if missing_value.any():
-            index = np.where(index >= 0, np.where(missing_value[np.maximum(index, 0)], -1, index), -1)
-        codes[column.name] = (index, max(len(coerced), 1))
+        encoded_columns[column.name] = (pa.array(coerced, type=arrow_type), encoded.indices)
+    coded = _Codes(encoded_columns.__getitem__)
     for a, b in spec.distinct:
-        if a in codes and b in codes:
-            same = pc.fill_null(pc.equal(arrays[a], arrays[b]), False)
-            if pc.any(same).as_py():
-                return None
-    for key in spec.unique:
-        if any(name not in codes for name in key.columns):
-            continue  # an absent optional column: every value None, no key to compare
-        parts = [codes[name][0] for name in key.columns]
-        complete = np.logical_and.reduce([p >= 0 for p in parts])
-        if key.unordered:
-            frame = pd.DataFrame({name: arrays[name].to_pandas() for name in key.columns})[complete]
-            a, b = key.unordered
-            lo = np.minimum(frame[a].to_numpy(dtype=object), frame[b].to_numpy(dtype=object))
-            hi = np.maximum(frame[a].to_numpy(dtype=object), frame[b].to_numpy(dtype=object))
-            frame[a], frame[b] = lo, hi
-            if frame.duplicated().any():
-                return None
-            continue
-        sizes = [codes[name][1] for name in key.columns]
-        if math.prod(sizes) >= 2**62:
-            frame = pd.DataFrame({name: arrays[name].to_pandas() for name in key.columns})[complete]
-            if frame.duplicated().any():
-                return None
-            continue
-        combined = np.zeros(int(complete.sum()), dtype=np.int64)
-        for part, size in zip(parts, sizes):
-            combined = combined * size + part[complete]
-        combined.sort()
-        if combined.size > 1 and bool((combined[1:] == combined[:-1]).any()):
+        if _equal_rows(coded[a], coded[b]).any():
             return None
-    frame = pd.DataFrame({c.name: _arrow_to_pandas(arrays[c.name], c.type) for c in spec.columns})
+    for key in spec.unique:
+        if _has_duplicate(key, coded):
+            return None
+    frame = pd.DataFrame(
+        {
+            c.name: (
+                _categorical(coded[c.name])
+                if spec.categorical and c.type == "str"
+                else _arrow_to_pandas(encoded_columns[c.name][0].take(encoded_columns[c.name][1]), c.type)
+            )
+            for c in spec.columns
+        },
+        copy=False,
+    )
     for name in header:
         if name not in frame:
             frame[name] = pd.Series(arrow.column(name).to_pylist(), dtype=object)
     return LoadedTable(spec.name, file, sha256, frame, np.arange(1, n + 1, dtype=np.int64), {})
-
-
-def _identity(encoded) -> bool:
-    """Whether a dictionary encoding's indices are 0, 1, ..., n - 1 (every value distinct, in order)."""
-    import pyarrow.compute as pc
-
-    return bool(pc.all(pc.equal(encoded.indices, np.arange(len(encoded), dtype=np.int32))).as_py())
 
 
 def _plain_strings(column: Column, values: list) -> list | None:
@@ -513,53 +706,43 @@ def _plain_strings(column: Column, values: list) -> list | None:
 def _arrow_to_pandas(array, kind: str) -> pd.Series:
     """One validated column as :func:`_validate` types it (str, Int64, float64)."""
     if kind == "str":
-        return pd.Series(array.to_pandas(), dtype="str")
+        return pd.Series(array, dtype="str")
     if kind == "int":
         return pd.Series(pd.array(array.to_pandas(types_mapper={array.type: pd.Int64Dtype()}.get), dtype="Int64"))
     return pd.Series(array.to_numpy(zero_copy_only=False), dtype="float64")
 
 
-def _distinct_problems(spec: TableSpec, values: dict[str, list], lines: np.ndarray, file: str) -> list[Problem]:
-    problems = []
-    for a, b in spec.distinct:
-        for line, x, y in zip(lines, values[a], values[b]):
-            if x is not None and x == y:
-                problems.append(
-                    Problem(
-                        file,
-                        int(line),
-                        b,
-                        f"equals {a} ({_short(x)})",
-                        f"{a} and {b} must name two different responses",
-                    )
-                )
-    return problems
+def _distinct_problems(a: str, b: str, values: dict[str, list], lines: np.ndarray, file: str) -> list[Problem]:
+    return [
+        Problem(file, int(line), b, f"equals {a} ({_short(x)})", f"{a} and {b} must name two different responses")
+        for line, x, y in zip(lines, values[a], values[b])
+        if x is not None and x == y
+    ]
 
 
-def _unique_problems(spec: TableSpec, values: dict[str, list], lines: np.ndarray, file: str) -> list[Problem]:
+def _unique_problems(key: UniqueKey, values: dict[str, list], lines: np.ndarray, file: str) -> list[Problem]:
     problems = []
-    for key in spec.unique:
-        seen: dict[tuple, list[int]] = defaultdict(list)
-        for row, line in enumerate(lines):
-            parts = {name: values[name][row] for name in key.columns}
-            if None in parts.values():
-                continue  # already reported as missing
-            if key.unordered:
-                a, b = key.unordered
-                parts[a], parts[b] = sorted((parts[a], parts[b]))
-            seen[tuple(parts.values())].append(int(line))
-        for key_values, key_lines in seen.items():
-            if len(key_lines) > 1:
-                shown = ", ".join(f"{name}={value!r}" for name, value in zip(key.columns, key_values))
-                problems.append(
-                    Problem(
-                        file,
-                        key_lines[1],
-                        ", ".join(key.columns),
-                        f"{shown} occurs {len(key_lines)} times, on lines {', '.join(map(str, key_lines))}",
-                        "keep one row per key and remove the others",
-                    )
+    seen: dict[tuple, list[int]] = defaultdict(list)
+    for row, line in enumerate(lines):
+        parts = {name: values[name][row] for name in key.columns}
+        if None in parts.values():
+            continue  # already reported as missing
+        if key.unordered:
+            a, b = key.unordered
+            parts[a], parts[b] = sorted((parts[a], parts[b]))
+        seen[tuple(parts.values())].append(int(line))
+    for key_values, key_lines in seen.items():
+        if len(key_lines) > 1:
+            shown = ", ".join(f"{name}={value!r}" for name, value in zip(key.columns, key_values))
+            problems.append(
+                Problem(
+                    file,
+                    key_lines[1],
+                    ", ".join(key.columns),
+                    f"{shown} occurs {len(key_lines)} times, on lines {', '.join(map(str, key_lines))}",
+                    "keep one row per key and remove the others",
                 )
+            )
     return problems
 
 
@@ -611,9 +794,13 @@ def load_table(path: str | Path, table: str) -> LoadedTable:
                 f"{path}: not a readable gzip file ({error})", fix="compress it again with gzip"
             ) from error
     if extension == ".parquet":
-        arrow = _arrow_table(data, str(path))
-        fast = _validate_arrow(arrow, spec, str(path), sha256)
-        return fast if fast is not None else _validate(_read_parquet(data, str(path), arrow), spec, str(path), sha256)
+        fast = _validate_arrow(_ParquetColumns(data, str(path)), spec, str(path), sha256)
+        return fast if fast is not None else _validate(_read_parquet(data, str(path)), spec, str(path), sha256)
+    if extension in (".jsonl", ".jsonl.gz"):
+        arrow = _arrow_jsonl(data, spec)
+        fast = None if arrow is None else _validate_arrow(arrow, spec, str(path), sha256)
+        if fast is not None:
+            return fast
     return _validate(_READERS[extension](data, str(path)), spec, str(path), sha256)
 
 
@@ -709,7 +896,9 @@ def _references_resolve(tables: Mapping[str, LoadedTable]) -> bool:
     response_index = pd.Index(responses.frame["response_id"]) if responses else None
     if (known is not None and not known.is_unique) or (response_index is not None and not response_index.is_unique):
         return False
-    vignette_of = responses.frame["vignette_id"].to_numpy(dtype=object) if responses else None
+    # vignettes as codes among the responses' vignettes: a row's vignette matches its response's
+    # iff the codes are equal (a vignette no response answers is -1, which no response's code is)
+    vignette_codes, answered = pd.factorize(responses.frame["vignette_id"]) if responses else (None, None)
     checks = (
         ("responses", ()),
         ("judgments", ("response_first", "response_second")),
@@ -722,17 +911,36 @@ def _references_resolve(tables: Mapping[str, LoadedTable]) -> bool:
             continue
         if known is not None and name != "human_ratings" and not table.frame["vignette_id"].isin(known).all():
             return False
-        if response_index is None or vignette_of is None:
+        if response_index is None or vignette_codes is None:
             continue
+        same_vignette = name != "human_ratings"  # ratings name a response, not a vignette
+        row_vignette = index_positions(pd.Index(answered), table.frame["vignette_id"]) if same_vignette else None
         for column in columns:
-            position = response_index.get_indexer(table.frame[column])
+            position = index_positions(response_index, table.frame[column])
             if (position < 0).any():
                 return False
-            if name != "human_ratings" and not bool(
-                (vignette_of[position] == table.frame["vignette_id"].to_numpy(dtype=object)).all()
-            ):
+            if same_vignette and not bool((vignette_codes[position] == row_vignette).all()):
                 return False
     return True
+
+
+def codes_of(values: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """Each value's integer code (-1 where missing) and the distinct values the codes index: a
+    categorical's own codes and categories (no pass over the rows), else :func:`pandas.factorize`'s."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        return values.cat.codes.to_numpy(), values.cat.categories
+    codes, distinct = pd.factorize(values)
+    return codes, pd.Index(distinct)
+
+
+def index_positions(index: pd.Index, values: pd.Series) -> np.ndarray:
+    """``index.get_indexer(values)``: each value's position in ``index`` (unique), -1 where it is
+    not there or missing; each distinct value is looked up once (ids repeat, and a categorical
+    column is looked up by its codes)."""
+    codes, distinct = codes_of(values)
+    # positions in the narrowest integer type that holds them (-1 to len(index) - 1)
+    lookup = np.append(index.get_indexer(distinct), -1).astype(np.min_scalar_type(-max(len(index), 1)))
+    return lookup[codes]
 
 
 def check_references(tables: Mapping[str, LoadedTable]) -> list[Problem]:

@@ -45,12 +45,19 @@ class UniqueKey:
 @dataclass(frozen=True)
 class TableSpec:
     """The schema of one table: its columns in order, uniqueness keys, and pairs of columns
-    whose values must differ on every row."""
+    whose values must differ on every row.
+
+    ``categorical``: its string columns are held as pandas categoricals (sorted categories), for
+    a table whose values repeat across many rows (a judgments table holds two rows per contest,
+    each naming responses, a judge, a verdict and a prompt hash that other rows name too): codes
+    take 1-4 bytes a row where a string takes its length plus 8.
+    """
 
     name: str
     columns: tuple[Column, ...]
     unique: tuple[UniqueKey, ...] = ()
     distinct: tuple[tuple[str, str], ...] = ()
+    categorical: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -132,6 +139,7 @@ TABLES: dict[str, TableSpec] = {
             ),
             unique=(UniqueKey(("judge", "response_first", "response_second")),),
             distinct=(("response_first", "response_second"),),
+            categorical=True,
         ),
         TableSpec(
             "corpus",
