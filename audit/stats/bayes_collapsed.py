@@ -58,7 +58,7 @@ PROPOSAL_DF = 30.0
 ENVELOPE_SPACING = math.sqrt(2.0)
 #: Newton iterations for a vignette's mode at most, the tolerance of the last step, and the largest
 #: step (logit units; a capped Newton step on a concave function cannot overshoot far).
-_NEWTON_MAX, _NEWTON_TOL, _NEWTON_STEP_MAX = 60, 1e-7, 2.0
+_NEWTON_MAX, _NEWTON_TOL, _NEWTON_STEP_MAX = 60, 1e-6, 2.0
 #: Step of the central differences of the marginal's gradient and Hessian; Newton's iterations for
 #: its mode at most, their largest step and the tolerance of the last one (theta's units).
 _HESSIAN_STEP = 1e-3
@@ -261,19 +261,30 @@ def _attempt_effect(
     _cell_offsets(s, mu, beta, run_effect, judge_effect, order, run_index, judge_index, lo, hi, kappa)
     k_v, n_v, w_v = kappa[: hi - lo], n[lo:hi], w[lo:hi]
     inv_var = 1.0 / (sigma[s] * sigma[s])
-    mode, g1, curv = _mode(init[v], k_v, n_v, w_v, inv_var)
+    # One Newton step from the mode at the marginal's mode: the envelope needs tangents around
+    # the mode, not at it (any tangents of a concave function bound it from above).
+    grad, curv = _h_derivatives(init[v], k_v, n_v, w_v, inv_var)
+    centre = init[v] - grad / curv
     d = ENVELOPE_SPACING / math.sqrt(-curv)
-    t0, t2 = mode - d, mode + d
-    top = h1 = _h(mode, k_v, n_v, w_v, inv_var)
+    t0, t2 = centre - d, centre + d
+    h1, g1 = _h_and_slope(centre, k_v, n_v, w_v, inv_var)
     h0, g0 = _h_and_slope(t0, k_v, n_v, w_v, inv_var)
     h2, g2 = _h_and_slope(t2, k_v, n_v, w_v, inv_var)
-    h0, h1, h2 = h0 - top, h1 - top, h2 - top
+    if not (g0 > 0.0 > g2):  # the step missed the mode by more than d: converge first
+        centre, _, curv = _mode(init[v], k_v, n_v, w_v, inv_var)
+        d = ENVELOPE_SPACING / math.sqrt(-curv)
+        t0, t2 = centre - d, centre + d
+        h1, g1 = _h_and_slope(centre, k_v, n_v, w_v, inv_var)
+        h0, g0 = _h_and_slope(t0, k_v, n_v, w_v, inv_var)
+        h2, g2 = _h_and_slope(t2, k_v, n_v, w_v, inv_var)
+    top = h1
+    h0, h1, h2 = h0 - top, 0.0, h2 - top
     # Where consecutive tangents cross, and the envelope's value there.
-    z0 = (h1 - h0 - mode * g1 + t0 * g0) / (g0 - g1)
-    z1 = (h2 - h1 - t2 * g2 + mode * g1) / (g1 - g2)
+    z0 = (h1 - h0 - centre * g1 + t0 * g0) / (g0 - g1)
+    z1 = (h2 - h1 - t2 * g2 + centre * g1) / (g1 - g2)
     e0 = h0 + g0 * (z0 - t0)
-    e1 = h1 + g1 * (z1 - mode)
-    start_mid = h1 + g1 * (z0 - mode)
+    e1 = h1 + g1 * (z1 - centre)
+    start_mid = h1 + g1 * (z0 - centre)
     area_left = math.exp(e0) / g0
     area_mid = _exp_segment_area(start_mid, g1, z1 - z0)
     area_right = -math.exp(e1) / g2
@@ -292,8 +303,16 @@ def _attempt_effect(
     else:
         x = z1 + math.log(position) / g2
         envelope = e1 + g2 * (x - z1)
-    value = _h(x, k_v, n_v, w_v, inv_var)
-    if math.log(uniforms[i, 2]) <= value - top - envelope:
+    log_test = math.log(uniforms[i, 2])
+    # Squeeze: the chords between the tangent points lie below the concave h, so a point under
+    # them is accepted without evaluating h there.
+    if t0 <= x <= t2:
+        chord = h0 + (h1 - h0) * (x - t0) / d if x <= centre else h1 + (h2 - h1) * (x - centre) / d
+        if log_test <= chord - envelope:
+            out[s, v] = x
+            accepted[i] = True
+            return
+    if log_test <= _h(x, k_v, n_v, w_v, inv_var) - top - envelope:
         out[s, v] = x
         accepted[i] = True
 
@@ -515,7 +534,7 @@ def sample_collapsed(
     # Every proposal is independent of the chain, so all are drawn and evaluated in one batch.
     length = tune + draws
     proposals, log_q = _student_t(rng, mode, covariance, chains * length)
-    log_target = posterior.log_density(proposals)
+    log_target = posterior.log_density(proposals, warm_start=False)  # Newton keeps starting at the mode's
     log_ratio = (log_target - log_q).reshape(chains, length)
     proposals = proposals.reshape(chains, length, -1)
     log_uniform = np.log(rng.uniform(size=(chains, length)))
