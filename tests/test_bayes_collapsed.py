@@ -69,10 +69,9 @@ def test_vignette_effects_follow_their_exact_conditional():
     posterior = _posterior(vignettes=3, per_vignette=4)
     theta = np.array([0.3, math.log(0.9), -0.1])
     draws = 20_000
-    mu, sigma, beta, run_effect, judge_effect = posterior.unpack(np.tile(theta, (draws, 1)))
-    effects, attempts = bc._vignette_effects(
-        posterior, mu, sigma, beta, run_effect, judge_effect, np.random.default_rng(5)
-    )
+    unpacked = posterior.unpack(np.tile(theta, (draws, 1)))
+    effects, attempts = bc._vignette_effects(posterior, unpacked, np.random.default_rng(5))
+    mu, sigma, _, run_effect, _ = unpacked
     assert 1.0 < attempts < 1.25  # the three-tangent envelope accepts ~89% for a normal conditional
     cells = slice(posterior.start[1], posterior.start[2])
     kappa = mu[0] + run_effect[0, posterior.run_index[cells]]

@@ -129,24 +129,28 @@ def _mode(start, kappa, n, w, inv_var):
 
 
 @njit_cached(fastmath=False)
-def _cell_offsets(s, mu, beta, run_effect, judge_effect, order, run_index, judge_index, lo, hi, out):
+def _cell_offsets(s, theta, data, lo, hi, out):
     """kappa_c = mu + beta o_c + a_r + b_j of cells lo..hi of draw s, into out[0 : hi - lo]."""
+    mu, _, beta, run_effect, judge_effect = theta
+    _, order, run_index, judge_index, _, _ = data
     for c in range(lo, hi):
         out[c - lo] = mu[s] + beta[s] * order[c] + run_effect[s, run_index[c]] + judge_effect[s, judge_index[c]]
 
 
 @njit_cached(parallel=True, fastmath=False)
-def _log_marginals(
-    mu, sigma, beta, run_effect, judge_effect, start, order, run_index, judge_index, n, w, nodes, log_weights, init
-):
+def _log_marginals(theta, data, nodes, log_weights, init):
     """sum_v log ∫ exp(h_v) du for every draw s of the hyperparameters (adaptive Gauss–Hermite),
-    and every vignette's mode (Newton from ``init``)."""
+    and every vignette's mode (Newton from ``init``). ``theta`` holds the draws' (mu, sigma, beta,
+    run_effect, judge_effect), ``data`` the cells sorted by vignette (start, order, run_index,
+    judge_index, n, w; vignette v's cells are start[v] .. start[v + 1])."""
+    mu, sigma = theta[0], theta[1]
+    start, order, n, w = data[0], data[1], data[4], data[5]
     n_draws, n_vignettes = mu.size, start.size - 1
     out = np.empty(n_draws)
     modes = np.empty((n_draws, n_vignettes))
     for s in numba.prange(n_draws):
         kappa = np.empty(order.size)
-        _cell_offsets(s, mu, beta, run_effect, judge_effect, order, run_index, judge_index, 0, order.size, kappa)
+        _cell_offsets(s, theta, data, 0, order.size, kappa)
         inv_var = 1.0 / (sigma[s] * sigma[s])
         terms = np.empty(nodes.size)
         total = 0.0
@@ -180,85 +184,30 @@ def _exp_segment_area(h0, g, width):
 
 
 @njit_cached(parallel=True, fastmath=False)
-def _draw_effects(
-    mu,
-    sigma,
-    beta,
-    run_effect,
-    judge_effect,
-    start,
-    order,
-    run_index,
-    judge_index,
-    n,
-    w,
-    init,
-    pending_draw,
-    pending_vignette,
-    uniforms,
-    out,
-    accepted,
-):
+def _draw_effects(theta, data, init, pending_draw, pending_vignette, uniforms, out, accepted):
     """One rejection attempt for each pending (draw, vignette), with the three uniforms
     ``uniforms[i]``; an accepted one writes ``out[draw, vignette]`` and ``accepted[i] = True``.
 
     The envelope is the minimum of h's tangents at the mode m and at m -+ d (d =
     ENVELOPE_SPACING conditional SDs): above the concave h everywhere, exponential on each of its
     three pieces (left of z0, z0..z1, right of z1)."""
+    start = data[0]
     max_cells = int(np.max(start[1:] - start[:-1]))
     chunk = 4096
     for first in numba.prange((pending_draw.size + chunk - 1) // chunk):
         kappa = np.empty(max_cells)
         for i in range(first * chunk, min((first + 1) * chunk, pending_draw.size)):
-            _attempt_effect(
-                i,
-                mu,
-                sigma,
-                beta,
-                run_effect,
-                judge_effect,
-                start,
-                order,
-                run_index,
-                judge_index,
-                n,
-                w,
-                init,
-                pending_draw,
-                pending_vignette,
-                uniforms,
-                out,
-                accepted,
-                kappa,
-            )
+            _attempt_effect(i, theta, data, init, pending_draw, pending_vignette, uniforms, out, accepted, kappa)
 
 
 @njit_cached(fastmath=False)
-def _attempt_effect(
-    i,
-    mu,
-    sigma,
-    beta,
-    run_effect,
-    judge_effect,
-    start,
-    order,
-    run_index,
-    judge_index,
-    n,
-    w,
-    init,
-    pending_draw,
-    pending_vignette,
-    uniforms,
-    out,
-    accepted,
-    kappa,
-):
+def _attempt_effect(i, theta, data, init, pending_draw, pending_vignette, uniforms, out, accepted, kappa):
     """The rejection attempt of pending pair i (:func:`_draw_effects`), ``kappa`` a scratch array."""
+    sigma = theta[1]
+    start, n, w = data[0], data[4], data[5]
     s, v = pending_draw[i], pending_vignette[i]
     lo, hi = start[v], start[v + 1]
-    _cell_offsets(s, mu, beta, run_effect, judge_effect, order, run_index, judge_index, lo, hi, kappa)
+    _cell_offsets(s, theta, data, lo, hi, kappa)
     k_v, n_v, w_v = kappa[: hi - lo], n[lo:hi], w[lo:hi]
     inv_var = 1.0 / (sigma[s] * sigma[s])
     # One Newton step from the mode at the marginal's mode: the envelope needs tangents around
@@ -374,6 +323,7 @@ class CollapsedPosterior:
         self.judge_index = np.ascontiguousarray(cells.judge_index[order], dtype=np.int64)
         self.n = np.ascontiguousarray(cells.n[order], dtype=float)
         self.w = np.ascontiguousarray(cells.wins[order], dtype=float)
+        self.data = (self.start, self.order, self.run_index, self.judge_index, self.n, self.w)
         self.runs, self.judges = cells.n_runs, cells.n_judges
         self.run_basis, self.judge_basis = sum_zero_basis(self.runs), sum_zero_basis(self.judges)
         self.prior_nu, self.prior_scale, self.mu_sd = prior_nu, prior_scale, mu_sd
@@ -423,23 +373,7 @@ class CollapsedPosterior:
 
     def log_density(self, theta: np.ndarray, warm_start: bool = True) -> np.ndarray:
         """log p(theta | y) up to a constant, for each row of (S, dim) theta."""
-        mu, sigma, beta, run_effect, judge_effect = self.unpack(theta)
-        likelihood, modes = _log_marginals(
-            mu,
-            sigma,
-            beta,
-            run_effect,
-            judge_effect,
-            self.start,
-            self.order,
-            self.run_index,
-            self.judge_index,
-            self.n,
-            self.w,
-            self.nodes,
-            self.log_weights,
-            self.init,
-        )
+        likelihood, modes = _log_marginals(self.unpack(theta), self.data, self.nodes, self.log_weights, self.init)
         if warm_start:
             # Newton then starts next to every vignette's next mode (the result does not depend on it).
             self.init = np.ascontiguousarray(modes[-1])
@@ -550,8 +484,9 @@ def sample_collapsed(
     kept = np.take_along_axis(proposals, chosen[:, tune:, None], axis=1).reshape(chains * draws, -1)
     if meter is not None:
         meter(chains * length)
-    mu, sigma, beta, run_effect, judge_effect = posterior.unpack(kept)
-    u, attempts = _vignette_effects(posterior, mu, sigma, beta, run_effect, judge_effect, rng)
+    theta = posterior.unpack(kept)
+    u, attempts = _vignette_effects(posterior, theta, rng)
+    mu, sigma, beta, run_effect, judge_effect = theta
     if not posterior.with_beta:
         beta = rng.standard_normal(beta.size)
     shape = (chains, draws)
@@ -570,12 +505,10 @@ def sample_collapsed(
     )
 
 
-def _vignette_effects(
-    posterior: CollapsedPosterior, mu, sigma, beta, run_effect, judge_effect, rng
-) -> tuple[np.ndarray, float]:
-    """(S, V) vignette effects, each from its exact conditional given the draw's theta, and the
-    mean number of rejection attempts per effect."""
-    n_draws, n_vignettes = mu.size, posterior.start.size - 1
+def _vignette_effects(posterior: CollapsedPosterior, theta, rng) -> tuple[np.ndarray, float]:
+    """(S, V) vignette effects, each from its exact conditional given its draw of ``theta``
+    (``CollapsedPosterior.unpack``'s tuple), and the mean number of rejection attempts per effect."""
+    n_draws, n_vignettes = theta[0].size, posterior.start.size - 1
     out = np.empty((n_draws, n_vignettes))
     pending_draw = np.repeat(np.arange(n_draws, dtype=np.int64), n_vignettes)
     pending_vignette = np.tile(np.arange(n_vignettes, dtype=np.int64), n_draws)
@@ -584,24 +517,6 @@ def _vignette_effects(
         attempts += pending_draw.size
         uniforms = rng.uniform(size=(pending_draw.size, 3))
         accepted = np.zeros(pending_draw.size, dtype=bool)
-        _draw_effects(
-            mu,
-            sigma,
-            beta,
-            run_effect,
-            judge_effect,
-            posterior.start,
-            posterior.order,
-            posterior.run_index,
-            posterior.judge_index,
-            posterior.n,
-            posterior.w,
-            posterior.init,
-            pending_draw,
-            pending_vignette,
-            uniforms,
-            out,
-            accepted,
-        )
+        _draw_effects(theta, posterior.data, posterior.init, pending_draw, pending_vignette, uniforms, out, accepted)
         pending_draw, pending_vignette = pending_draw[~accepted], pending_vignette[~accepted]
     return out, attempts / (n_draws * n_vignettes)

@@ -120,38 +120,40 @@ def _valid(values: np.ndarray, min_chains: int) -> np.ndarray:
     return ok & (values.shape[1] >= min_chains) & (values.shape[2] >= MIN_DRAWS)
 
 
+def _per_variable(draws: np.ndarray, min_chains: int, compute) -> np.ndarray:
+    """``compute`` on the (V, chains, draws) values of the valid variables; NaN for the others
+    (NaN draws, fewer than ``min_chains`` chains or :data:`MIN_DRAWS` draws)."""
+    values = _as_variables(draws)
+    out = np.full(values.shape[0], np.nan)
+    ok = _valid(values, min_chains)
+    if ok.any():
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[ok] = compute(values[ok])
+    return out
+
+
+def _rhat_of_valid(values: np.ndarray) -> np.ndarray:
+    split = _split(values)
+    folded = np.abs(split - np.median(split.reshape(split.shape[0], -1), axis=1)[:, None, None])
+    return np.maximum(_rhat(_z_scale(split)), _rhat(_z_scale(folded)))
+
+
+def _ess_tail_of_valid(values: np.ndarray) -> np.ndarray:
+    quantiles = np.quantile(values.reshape(values.shape[0], -1), [0.05, 0.95], axis=1)  # type 7, as ArviZ's
+    return np.minimum(*(_ess(_split((values <= q[:, None, None]).astype(float))) for q in quantiles))
+
+
 def rhat_rank(draws: np.ndarray) -> np.ndarray:
     """Rank-normalised split R-hat of every variable of (chains, draws, ...) draws, flattened
     (NaN where a variable has NaN draws, fewer than 2 chains or 4 draws)."""
-    values = _as_variables(draws)
-    out = np.full(values.shape[0], np.nan)
-    ok = _valid(values, 2)
-    if ok.any():
-        split = _split(values[ok])
-        folded = np.abs(split - np.median(split.reshape(split.shape[0], -1), axis=1)[:, None, None])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[ok] = np.maximum(_rhat(_z_scale(split)), _rhat(_z_scale(folded)))
-    return out
+    return _per_variable(draws, 2, _rhat_of_valid)
 
 
 def ess_bulk(draws: np.ndarray) -> np.ndarray:
     """Bulk ESS (on rank-normalised split chains) of every variable, flattened."""
-    values = _as_variables(draws)
-    out = np.full(values.shape[0], np.nan)
-    ok = _valid(values, 1)
-    if ok.any():
-        out[ok] = _ess(_z_scale(_split(values[ok])))
-    return out
+    return _per_variable(draws, 1, lambda values: _ess(_z_scale(_split(values))))
 
 
 def ess_tail(draws: np.ndarray) -> np.ndarray:
     """Tail ESS, the smaller of the ESS of I(x <= q_0.05) and I(x <= q_0.95), of every variable."""
-    values = _as_variables(draws)
-    out = np.full(values.shape[0], np.nan)
-    ok = _valid(values, 1)
-    if ok.any():
-        chosen = values[ok]
-        flat = chosen.reshape(chosen.shape[0], -1)
-        quantiles = np.quantile(flat, [0.05, 0.95], axis=1)  # type 7, as ArviZ's mquantiles(1, 1)
-        out[ok] = np.minimum(*(_ess(_split((chosen <= q[:, None, None]).astype(float))) for q in quantiles))
-    return out
+    return _per_variable(draws, 1, _ess_tail_of_valid)
