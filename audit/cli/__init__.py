@@ -143,7 +143,9 @@ def _run_and_report(
     from honestci.reports.writing import append_text, atomic_write_text
 
     if bayes:  # before any work, so a missing extra never reaches a verdict
-        require_extra("bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="pass --no-bayes")
+        require_extra(
+            "bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="pass --no-bayes", import_them=False
+        )
     result = run_audit(
         claim,
         policy=load_policy(policy_file),
