@@ -180,23 +180,38 @@ def _gate_and_bar(axis, gate: dict | None, bar: float, vertical: bool) -> None:
     line(bar, color=BAR_COLOUR, linestyle="--", linewidth=1.5, label=f"bar {bar:.3f}")
 
 
+#: Steps of equal posterior mass in the posterior plot's density (5% each).
+POSTERIOR_PLOT_BINS = 20
+
+
 def posterior_plot(quantiles: list[float], bar: float, population: str) -> str:
-    """The posterior of the claim's win rate (from its quantiles) against the bar: ArviZ's
-    ``plot_posterior`` with the bar as its reference value (the shares below and above it) when
-    ArviZ is installed, a histogram otherwise."""
+    """The posterior of the claim's win rate against the bar, from its quantiles q_0, q_0.01, ...,
+    q_1: the density as :data:`POSTERIOR_PLOT_BINS` steps of equal mass between quantiles, the
+    median and the equal-tailed 95% interval marked, and the posterior mass on each side of the bar."""
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(7, 2.8))
     values = np.asarray(quantiles, dtype=float)
-    try:
-        import arviz as az
-    except ImportError:
-        axis.hist(values, bins=30, density=True, color="tab:blue", alpha=0.7)
-        axis.axvline(bar, color=BAR_COLOUR, linestyle="--", label=f"bar {bar:.3f}")
-        axis.legend(fontsize=8)
-    else:
-        az.plot_posterior(
-            values, ax=axis, ref_val=bar, hdi_prob=0.95, point_estimate="median", ref_val_color=BAR_COLOUR, textsize=9
-        )
+    probabilities = np.linspace(0.0, 1.0, values.size)
+    # Equal quantiles (a point mass, or rounding) merge: the step to the next value carries the
+    # probability of all of them.
+    step = max(1, (values.size - 1) // POSTERIOR_PLOT_BINS)
+    grid_values, grid_probabilities = values[::step], probabilities[::step]
+    distinct, first = np.unique(grid_values, return_index=True)
+    through = grid_probabilities[np.r_[first[1:] - 1, grid_values.size - 1]]
+    if distinct.size >= 2:
+        axis.stairs(np.diff(through) / np.diff(distinct), distinct, fill=True, color="tab:blue", alpha=0.35)
+    low, median, high = np.interp([0.025, 0.5, 0.975], probabilities, values)
+    axis.axvline(median, color="tab:blue", linewidth=1.5, label=f"median {median:.3f}")
+    axis.axvspan(low, high, color="tab:blue", alpha=0.08, label=f"95% interval [{low:.3f}, {high:.3f}]")
+    below = float(np.interp(bar, values, probabilities)) if values[0] < bar else 0.0
+    axis.axvline(
+        bar,
+        color=BAR_COLOUR,
+        linestyle="--",
+        linewidth=1.5,
+        label=f"bar {bar:.3f}: {below:.1%} below, {1 - below:.1%} above",
+    )
+    axis.legend(fontsize=8, loc="upper left")
     axis.set_title(
         f"Posterior of the win rate, {population.replace('_', ' ')}, against the bar {bar:.3f}", loc="left", fontsize=10
     )
@@ -296,23 +311,36 @@ RANK_PLOT_VARIABLES = (
 )
 
 
-def rank_plot(posterior: Any) -> str:
-    """ArviZ rank plots of ``mu`` and ``sigma`` (Vehtari et al. 2021, "Rank-normalization, folding,
-    and localization", Bayesian Analysis 16(2)): each chain's histogram of its draws' ranks among
-    all chains; chains that mix draw flat, alike histograms around the dashed uniform line.
-    ``posterior`` is the fit's arviz.InferenceData."""
-    plt = _pyplot()
-    import arviz as az
+#: Bins of each chain's rank histogram.
+RANK_PLOT_BINS = 20
 
+
+def rank_plot(posterior: Any) -> str:
+    """Rank plots of ``mu`` and ``sigma`` (Vehtari et al. 2021, "Rank-normalization, folding,
+    and localization", Bayesian Analysis 16(2)): each chain's histogram of its draws' ranks among
+    all chains (:data:`RANK_PLOT_BINS` bins), one row per chain; chains that mix draw flat, alike
+    histograms around the dashed line of the count a uniform rank gives. ``posterior`` is the
+    fit's InferenceData (or :class:`~honestci.audit.stats.posterior_groups.PosteriorGroups`)."""
+    from scipy.stats import rankdata
+
+    plt = _pyplot()
     figure, axes = plt.subplots(1, len(RANK_PLOT_VARIABLES), figsize=(8, 2.9))
-    names = [name for name, _ in RANK_PLOT_VARIABLES]
-    az.plot_rank(posterior, var_names=names, ax=axes, kind="bars")
-    for axis, (_, title) in zip(axes, RANK_PLOT_VARIABLES):
+    chains = posterior.posterior.sizes["chain"]
+    for axis, (name, title) in zip(axes, RANK_PLOT_VARIABLES):
+        draws = np.asarray(posterior.posterior[name].values, dtype=float)
+        ranks = rankdata(draws.ravel(), method="average").reshape(draws.shape)
+        edges = np.linspace(0.5, draws.size + 0.5, RANK_PLOT_BINS + 1)
+        expected = draws.shape[1] / RANK_PLOT_BINS
+        for chain in range(chains):
+            counts, _ = np.histogram(ranks[chain], bins=edges)
+            base = chain * 2.0 * expected
+            axis.bar(edges[:-1], counts, width=np.diff(edges), bottom=base, align="edge", color=f"C{chain}", alpha=0.8)
+            axis.axhline(base + expected, color="0.3", linestyle="--", linewidth=0.8)
+        axis.set_yticks([chain * 2.0 * expected + expected for chain in range(chains)], [str(c) for c in range(chains)])
         axis.set_title(title, fontsize=9)
         axis.set_xlabel("rank of the draw among all chains", fontsize=8)
         axis.set_ylabel("chain", fontsize=8)
         axis.tick_params(labelsize=7)
-    chains = posterior.posterior.sizes["chain"]
     figure.suptitle(f"Rank plots: chain mixing ({chains} chains)", x=0.02, ha="left", fontsize=10)
     figure.tight_layout()
     return _svg(figure)

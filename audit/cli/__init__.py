@@ -139,7 +139,9 @@ def _run_and_report(
     from honestci.audit.pipeline import run_audit
 
     if bayes:  # before any work, so a missing extra never reaches a verdict
-        require_extra("bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="pass --no-bayes")
+        require_extra(
+            "bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="pass --no-bayes", import_them=False
+        )
     policy = None  # the built-in policy (run_audit's default), without importing the policy-file parser
     if policy_file is not None:
         from honestci.audit.data.policy_file import load_policy

@@ -14,7 +14,7 @@ from honestci.audit.errors import InputError
 from honestci.audit.policy import DEFAULT_SEED, EXIT_BAD_INPUT, EXIT_BLOCKED, EXIT_PASS, Verdict
 
 #: What the Bayesian fit imports from the bayes extra (audit/stats/bayes*.py import them lazily).
-BAYES_MODULES = ("pymc", "arviz", "nutpie")
+BAYES_MODULES = ("pymc", "arviz", "nutpie", "xarray", "h5netcdf")
 
 #: The one ``--seed`` option of every command that draws random numbers: same name, type, default
 #: (the policy's seed, so a rerun reproduces its output) and help everywhere.

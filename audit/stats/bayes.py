@@ -109,6 +109,17 @@ NORMAL_GRID_HALF_WIDTH = 8.5
 TARGET_ACCEPT = 0.95
 #: Posterior quantiles of each win rate kept in the result (for the report's posterior plot).
 POSTERIOR_QUANTILES = 101
+#: Vignettes from which ``sampler="auto"`` uses the collapsed sampler
+#: (:mod:`honestci.audit.stats.bayes_collapsed`) instead of NUTS: NUTS's cost grows with one
+#: coordinate per vignette (about 6 minutes at 5,000), while the hyperparameters' marginal posterior
+#: that the collapsed sampler draws from is close to normal by then (its proposals were accepted
+#: 95% of the time at 5,000 vignettes; tests/test_bayes_collapsed.py compares the two at 300).
+COLLAPSED_MIN_VIGNETTES = 1000
+#: Draws and warm-up per chain when not given: NUTS's, and the collapsed sampler's (an independence
+#: sampler whose proposals were accepted 95% of the time gives an ESS near its draws: 4 x 150 draws
+#: gave bulk ESS 540-640 and tail ESS 400+ for the hyperparameters at 5,000 vignettes).
+NUTS_DRAWS, NUTS_TUNE = 1000, 1000
+COLLAPSED_DRAWS, COLLAPSED_TUNE = 250, 25
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,6 +285,22 @@ def _labels_and_index(values: Any, name: str, n: int) -> tuple[tuple[str, ...], 
     return tuple(str(x) for x in labels), index.astype(np.int64)
 
 
+def unique_rows(*columns: tuple[np.ndarray, int]) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)`` for integer codes given
+    with their number of levels, through one mixed-radix int64 key (the same lexicographic order;
+    a 1-D sort instead of a sort of rows, ~30x faster at a million rows)."""
+    key = np.zeros(columns[0][0].size, dtype=np.int64)
+    for codes, levels in columns:
+        key = key * levels + codes
+    distinct, inverse = np.unique(key, return_inverse=True)
+    rows = np.empty((distinct.size, len(columns)), dtype=np.int64)
+    for position in range(len(columns) - 1, -1, -1):
+        levels = columns[position][1]
+        rows[:, position] = distinct % levels
+        distinct = distinct // levels
+    return rows, inverse.ravel()
+
+
 def aggregate_cells(
     vignette: Sequence | np.ndarray,
     order: Sequence | np.ndarray,
@@ -345,9 +372,12 @@ def aggregate_cells(
     run_labels, run_index = _labels_and_index(run, "run", n)
     judge_labels, judge_index = _labels_and_index(judge, "judge", n)
     order_index = (order_array > 0).astype(np.int64)
-    keys = np.stack([vignette_index, order_index, run_index, judge_index], axis=1)
-    cell_keys, cell_of_row = np.unique(keys, axis=0, return_inverse=True)
-    cell_of_row = cell_of_row.ravel()
+    cell_keys, cell_of_row = unique_rows(
+        (vignette_index, len(vignette_labels)),
+        (order_index, 2),
+        (run_index, len(run_labels)),
+        (judge_index, len(judge_labels)),
+    )
     counts = np.bincount(cell_of_row, minlength=len(cell_keys)).astype(np.int64)
     wins = np.bincount(cell_of_row, weights=outcome_array, minlength=len(cell_keys))
     return WinRateCells(
@@ -443,9 +473,9 @@ def aggregate_contest_cells(
         )
     run_labels, run_index = _labels_and_index(run, "run", n)
     judge_labels, judge_index = _labels_and_index(judge, "judge", n)
-    keys = np.stack([vignette_index, run_index, judge_index], axis=1)
-    cell_keys, cell_of_contest = np.unique(keys, axis=0, return_inverse=True)
-    cell_of_contest = cell_of_contest.ravel()
+    cell_keys, cell_of_contest = unique_rows(
+        (vignette_index, len(vignette_labels)), (run_index, len(run_labels)), (judge_index, len(judge_labels))
+    )
     contests = np.bincount(cell_of_contest, minlength=len(cell_keys)).astype(np.int64)
     wins = trials_per_contest * np.bincount(cell_of_contest, weights=score_array, minlength=len(cell_keys))
     estimate, _ = contest_dispersion(cell_of_contest, score_array, trials_per_contest)
@@ -525,6 +555,9 @@ def _quiet_imports() -> None:
         warnings.simplefilter("ignore", FutureWarning)
         import arviz  # noqa: F401
 
+
+#: The ``sampler`` choices of the fits (:func:`fit_winrate_hierarchical`).
+SAMPLERS = ("auto", "nutpie", "pymc", "collapsed")
 
 #: Seconds between two reads of nutpie's trace in a log (the meter throttles the lines it writes).
 _NUTPIE_POLL_S = 1.0
@@ -680,8 +713,8 @@ def sample_posterior(
     """
     _quiet_imports()
     progress = as_progress(progress)
-    if sampler not in ("auto", "nutpie", "pymc"):
-        raise InputError(f"Unknown sampler {sampler!r}.", fix="Use 'auto', 'nutpie' or 'pymc'.")
+    if sampler not in SAMPLERS:
+        raise InputError(f"Unknown sampler {sampler!r}.", fix=f"Use one of {SAMPLERS}.")
     if sampler == "pymc":
         return _sample_pymc(build_model, chains, draws, tune, seed, progress, label), "pymc", ""
     if sampler == "nutpie":
@@ -745,37 +778,31 @@ class SamplerDiagnostics:
 def diagnose_sampler(
     idata, var_names: list[str], chains: int, draws: int, tune: int, thresholds: Thresholds
 ) -> SamplerDiagnostics:
-    import arviz as az
+    """R-hat (rank-normalised, split), bulk and tail ESS of ``var_names`` and the divergences,
+    against the thresholds (:mod:`honestci.audit.stats.mcmc_diagnostics`: ArviZ's algorithms)."""
+    from honestci.audit.stats.mcmc_diagnostics import ess_bulk, ess_tail, rhat_rank
 
-    posterior = idata.posterior[var_names]
-    numba_was_on = az.Numba.numba_flag
-    # ArviZ's numba kernels are compiled in every new process (~0.2-1 s); on 4 x 1000 draws its
-    # NumPy path is as fast and gives the same numbers (measured), so switch them off here.
-    az.Numba.disable_numba()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # constant chains in tiny runs
-            rhat = az.rhat(posterior, method="rank")
-            ess_bulk = az.ess(posterior, method="bulk")
-            ess_tail = az.ess(posterior, method="tail")
-    finally:
-        if numba_was_on:
-            az.Numba.enable_numba()
+    values = {name: np.asarray(idata.posterior[name].values, dtype=float) for name in var_names}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # constant chains in tiny runs
+        rhat = {name: rhat_rank(draws_) for name, draws_ in values.items()}
+        ess_bulk_values = {name: ess_bulk(draws_) for name, draws_ in values.items()}
+        ess_tail_values = {name: ess_tail(draws_) for name, draws_ in values.items()}
 
     def extreme(dataset, pick_max: bool) -> tuple[float, str]:
         best_value, best_name = (-math.inf if pick_max else math.inf), ""
         for name in var_names:
-            values = np.asarray(dataset[name].values, dtype=float).ravel()
-            if np.any(~np.isfinite(values)):  # undefined diagnostics count as failing
+            found = np.asarray(dataset[name], dtype=float).ravel()
+            if np.any(~np.isfinite(found)):  # undefined diagnostics count as failing
                 return (math.inf if pick_max else 0.0), name
-            value = values.max() if pick_max else values.min()
+            value = found.max() if pick_max else found.min()
             if (value > best_value) if pick_max else (value < best_value):
                 best_value, best_name = float(value), name
         return best_value, best_name
 
     rhat_max, worst_name = extreme(rhat, True)
-    ess_bulk_min, _ = extreme(ess_bulk, False)
-    ess_tail_min, _ = extreme(ess_tail, False)
+    ess_bulk_min, _ = extreme(ess_bulk_values, False)
+    ess_tail_min, _ = extreme(ess_tail_values, False)
     divergences = int(np.asarray(idata.sample_stats["diverging"].values).sum())
     problems = []
     if not rhat_max <= thresholds.rhat_max:
@@ -870,25 +897,54 @@ def winrate_estimand_draws(
     the trapezoidal rule on a z-grid (vectorised over draws). Validated against scipy.integrate.quad.
     """
     mu = np.asarray(mu, float)
-    half_beta = np.asarray(beta, float)[:, None, None] / 2.0
+    beta, sigma, u = np.asarray(beta, float), np.asarray(sigma, float), np.asarray(u, float)
     if offsets is None:
         offsets = np.zeros((mu.size, 1))
-    eta_these = mu[:, None, None] + np.asarray(u, float)[:, :, None] + offsets[:, None, :]
-    first, second = expit(eta_these + half_beta), expit(eta_these - half_beta)
     nodes, weights = normal_quadrature()
-    eta_new = mu[:, None, None] + np.asarray(sigma, float)[:, None, None] * nodes[None, :, None] + offsets[:, None, :]
-    first_new, second_new = expit(eta_new + half_beta), expit(eta_new - half_beta)
-    return {
-        "winrate_these": ((first + second) / 2.0).mean(axis=(1, 2)),
-        "winrate_new": np.einsum("skc,k->s", (first_new + second_new) / 2.0, weights) / offsets.shape[1],
-        "order_effect_these": (first - second).mean(axis=(1, 2)),
-        "order_effect_new": np.einsum("skc,k->s", first_new - second_new, weights) / offsets.shape[1],
-    }
+    out = {name: np.empty(mu.size) for name in ESTIMANDS}
+    # In blocks of draws: (draws, vignettes, offsets) arrays of a million contests stay small.
+    step = max(1, _ESTIMAND_BLOCK_VALUES // max(1, u.shape[1] * offsets.shape[1]))
+    for start in range(0, mu.size, step):
+        block = slice(start, start + step)
+        half_beta = beta[block, None, None] / 2.0
+        eta_these = mu[block, None, None] + u[block, :, None] + offsets[block, None, :]
+        eta_new = mu[block, None, None] + sigma[block, None, None] * nodes[None, :, None] + offsets[block, None, :]
+        for kind, eta in (("these", eta_these), ("new", eta_new)):
+            if np.all(half_beta == 0.0):  # contest cells: both orders' rates are the same numbers
+                first = second = expit(eta)
+            else:
+                first, second = expit(eta + half_beta), expit(eta - half_beta)
+            if kind == "these":
+                out["winrate_these"][block] = ((first + second) / 2.0).mean(axis=(1, 2))
+                out["order_effect_these"][block] = (first - second).mean(axis=(1, 2))
+            else:
+                out["winrate_new"][block] = np.einsum("skc,k->s", (first + second) / 2.0, weights) / offsets.shape[1]
+                out["order_effect_new"][block] = np.einsum("skc,k->s", first - second, weights) / offsets.shape[1]
+    return out
 
 
-def stacked_draws(idata, name: str) -> np.ndarray:
-    """Draws of ``name`` as (S, ...) with chains stacked."""
-    values = np.asarray(idata.posterior[name].values, dtype=float)
+#: The estimands :func:`winrate_estimand_draws` returns.
+ESTIMANDS = ("winrate_these", "winrate_new", "order_effect_these", "order_effect_new")
+#: Values per block of draws in :func:`winrate_estimand_draws`.
+_ESTIMAND_BLOCK_VALUES = 2_000_000
+
+
+#: Largest (draws x cells) of the per-cell predictive arrays (linear predictor, replicates,
+#: pointwise log-likelihood): beyond it each chain's draws are thinned evenly for them
+#: (:func:`predictive_thinning`). The fixture's fits stay whole (4,000 x 60); a million contests on
+#: 5,000 vignettes (1,000 x 10,000) keep every third draw.
+PREDICTIVE_MAX_VALUES = 4_000_000
+
+
+def predictive_thinning(idata, cells: WinRateCells) -> int:
+    """Every how many draws of each chain the per-cell predictive arrays keep (1: all)."""
+    total = idata.posterior.sizes["chain"] * idata.posterior.sizes["draw"] * cells.n.size
+    return max(1, math.ceil(total / PREDICTIVE_MAX_VALUES))
+
+
+def stacked_draws(idata, name: str, thin: int = 1) -> np.ndarray:
+    """Draws of ``name`` as (S, ...) with chains stacked (every ``thin``-th draw of each chain)."""
+    values = np.asarray(idata.posterior[name].values[:, ::thin], dtype=float)
     return values.reshape((values.shape[0] * values.shape[1],) + values.shape[2:])
 
 
@@ -1019,39 +1075,85 @@ def posterior_predictive_check(
 ) -> PosteriorPredictiveCheck:
     """Replicate every cell from its posterior p and compare win shares per (vignette, run, judge)."""
     eta = cell_linear_predictor(cells, mu, beta, u, run_effect, judge_effect)
-    return _check_replicates(cells, replicate_cell_wins(cells, eta, rng), level, alpha)
+    return _check_replicates(cells, replicate_cell_wins(cells, eta, rng), level, alpha, eta)
+
+
+#: Replicates at or beyond the observed share (in the smaller tail) up to which a one-cell group's
+#: tail is computed exactly (:func:`_check_replicates`). Beyond it the estimate is at least 3/S and
+#: so is the tail but for a chance of order (S x tail)^3 / 6: no Bonferroni level below 1/S (the
+#: only case where the replicates could mislead) is then crossed by Monte Carlo error.
+PPC_EXACT_TAIL_COUNT = 2
+
+
+def _binomial_tail(eta: np.ndarray, trials: np.ndarray, observed: np.ndarray, upper: bool, tolerance: float):
+    """Per column, the mean over the draws (rows of ``eta``) of P(X / T >= observed) (``upper``)
+    or P(X / T <= observed), X ~ Bin(T, expit(eta)): X >= ceil(T (obs - tol)), X <= floor(T (obs + tol))."""
+    from scipy.special import bdtr, bdtrc
+
+    p = expit(eta)
+    if upper:
+        return bdtrc(np.ceil(trials * (observed - tolerance)).astype(np.int64) - 1, trials.astype(np.int64), p).mean(
+            axis=0
+        )
+    return bdtr(np.floor(trials * (observed + tolerance)).astype(np.int64), trials.astype(np.int64), p).mean(axis=0)
 
 
 def _check_replicates(
-    cells: WinRateCells, replicated_wins: np.ndarray, level: float, alpha: float
+    cells: WinRateCells, replicated_wins: np.ndarray, level: float, alpha: float, eta: np.ndarray | None = None
 ) -> PosteriorPredictiveCheck:
-    """The check of :func:`posterior_predictive_check` on given (S, cells) replicated wins."""
-    groups, group_of_cell = np.unique(
-        np.stack([cells.vignette_index, cells.run_index, cells.judge_index], axis=1), axis=0, return_inverse=True
+    """The check of :func:`posterior_predictive_check` on given (S, cells) replicated wins.
+
+    A tail probability is the share of replicates at or beyond the observed share, which cannot
+    resolve tails below ~1/S: none of S replicates beyond the observed share gives p = 0, a flag
+    against any Bonferroni level, for a tail of 1e-3 as for one of 1e-9. With thousands of groups
+    the level alpha / groups is far below 1/S, so for a group of one cell (every group of contest
+    cells), given the draws' ``eta``, the smaller tail is computed exactly wherever at most
+    :data:`PPC_EXACT_TAIL_COUNT` replicates lie beyond it: the mean over the draws of the binomial
+    tail, e.g. P(rep >= obs) =
+    mean_s P(Bin(T, p_s) >= T obs) with T the cell's whole trials (``scipy.special.bdtrc``).
+    """
+    from scipy import sparse
+
+    runs, judges = cells.n_runs, cells.n_judges
+    keys = (cells.vignette_index * runs + cells.run_index) * judges + cells.judge_index
+    group_keys, group_of_cell = np.unique(keys, return_inverse=True)
+    n_groups = group_keys.size
+    membership = sparse.csr_matrix(
+        (np.ones(cells.n.size), (np.arange(cells.n.size), group_of_cell)), shape=(cells.n.size, n_groups)
     )
-    group_of_cell = group_of_cell.ravel()
-    membership = np.zeros((cells.n.size, len(groups)))
-    membership[np.arange(cells.n.size), group_of_cell] = 1.0
-    n_group = cells.n @ membership
-    replicated_share = (replicated_wins @ membership) / n_group
-    observed_share = (cells.wins @ membership) / n_group
+    n_group = membership.T @ cells.n
+    replicated_share = np.asarray((membership.T @ replicated_wins.T).T) / n_group
+    observed_share = (membership.T @ cells.wins) / n_group
     tolerance = 1e-12
-    upper_tail = np.mean(replicated_share >= observed_share - tolerance, axis=0)
-    lower_tail = np.mean(replicated_share <= observed_share + tolerance, axis=0)
+    upper_count = np.sum(replicated_share >= observed_share - tolerance, axis=0)
+    lower_count = np.sum(replicated_share <= observed_share + tolerance, axis=0)
+    upper_tail, lower_tail = upper_count / replicated_share.shape[0], lower_count / replicated_share.shape[0]
+    one_cell = np.bincount(group_of_cell, minlength=n_groups) == 1
+    if eta is not None:
+        cell_of_group = np.zeros(n_groups, dtype=np.int64)
+        cell_of_group[group_of_cell] = np.arange(cells.n.size)
+        trials = np.maximum(1.0, np.rint(cells.n[cell_of_group]))
+        for counts, tails, upper in ((upper_count, upper_tail, True), (lower_count, lower_tail, False)):
+            exact = np.flatnonzero(one_cell & (counts <= PPC_EXACT_TAIL_COUNT))
+            if exact.size:
+                tails[exact] = _binomial_tail(
+                    eta[:, cell_of_group[exact]], trials[exact], observed_share[exact], upper, tolerance
+                )
     p_value = np.minimum(1.0, 2.0 * np.minimum(upper_tail, lower_tail))
     tail = (1.0 - level) / 2.0
+    vignette, run, judge = group_keys // (runs * judges), (group_keys // judges) % runs, group_keys % judges
     return PosteriorPredictiveCheck(
-        vignette=tuple(cells.vignette_labels[g] for g in groups[:, 0]),
-        n=np.rint(cells.units_per_cell @ membership).astype(np.int64),
+        vignette=tuple(cells.vignette_labels[g] for g in vignette),
+        n=np.rint(membership.T @ cells.units_per_cell).astype(np.int64),
         observed_share=observed_share,
         predicted_mean=replicated_share.mean(axis=0),
         predicted_lower=np.quantile(replicated_share, tail, axis=0),
         predicted_upper=np.quantile(replicated_share, 1.0 - tail, axis=0),
         p_value=p_value,
-        flagged=p_value < alpha / len(groups),
+        flagged=p_value < alpha / n_groups,
         alpha=alpha,
-        run=tuple(cells.run_labels[g] for g in groups[:, 1]),
-        judge=tuple(cells.judge_labels[g] for g in groups[:, 2]),
+        run=tuple(cells.run_labels[g] for g in run),
+        judge=tuple(cells.judge_labels[g] for g in judge),
     )
 
 
@@ -1237,19 +1339,73 @@ def _density_model(cells: WinRateCells, prior: SigmaPrior, centred: bool):
     return nutpie_model(cells, prior.student_t_nu, prior.scale, centred)
 
 
+def uses_collapsed_sampler(sampler: str, cells: WinRateCells) -> bool:
+    """Whether ``sampler`` samples ``cells`` by the collapsed sampler (``auto`` from
+    :data:`COLLAPSED_MIN_VIGNETTES` vignettes)."""
+    return sampler == "collapsed" or (sampler == "auto" and cells.n_vignettes >= COLLAPSED_MIN_VIGNETTES)
+
+
+def _sample_collapsed(cells: WinRateCells, prior: SigmaPrior, chains, draws, tune, seed, progress, label):
+    """The collapsed sampler's draws as :class:`~honestci.audit.stats.posterior_groups.PosteriorGroups`
+    (posterior, sample_stats), and its note for the result's message."""
+    import xarray as xr
+
+    from honestci.audit.stats.bayes_collapsed import sample_collapsed
+    from honestci.audit.stats.posterior_groups import PosteriorGroups
+
+    progress = as_progress(progress)
+    meter = progress.meter(chains * (tune + draws), f"{label} with the collapsed sampler", "draws")
+    result = sample_collapsed(cells, prior.student_t_nu, prior.scale, chains, draws, tune, seed, meter.update)
+    meter.close(acceptance=f"{result.acceptance_rate:.3f}")
+    coords = {"chain": np.arange(chains), "draw": np.arange(draws), "vignette": list(cells.vignette_labels)}
+    variables: dict[str, Any] = {
+        "mu": (("chain", "draw"), result.mu),
+        "beta": (("chain", "draw"), result.beta),
+        "sigma": (("chain", "draw"), result.sigma),
+        "u": (("chain", "draw", "vignette"), result.u),
+    }
+    if result.run_effect is not None:
+        coords["run"] = list(cells.run_labels)
+        variables["run_effect"] = (("chain", "draw", "run"), result.run_effect)
+    if result.judge_effect is not None:
+        coords["judge"] = list(cells.judge_labels)
+        variables["judge_effect"] = (("chain", "draw", "judge"), result.judge_effect)
+    sample_stats = {
+        "accepted": (("chain", "draw"), result.accepted),
+        "diverging": (("chain", "draw"), np.zeros_like(result.accepted)),
+    }
+    attrs = {"sampler": "collapsed (independence Metropolis-Hastings on the marginal posterior)"}
+    groups = PosteriorGroups(
+        posterior=xr.Dataset(variables, coords=coords, attrs=attrs),
+        sample_stats=xr.Dataset(sample_stats, coords={"chain": coords["chain"], "draw": coords["draw"]}),
+    )
+    note = (
+        f"collapsed sampler: vignette effects integrated out by adaptive quadrature, hyperparameters by "
+        f"independence Metropolis-Hastings ({result.acceptance_rate:.0%} of proposals accepted), vignette "
+        f"effects from their exact conditionals ({result.effect_attempts:.2f} rejection attempts each)"
+    )
+    return groups, note
+
+
 def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, seed, progress, thresholds) -> _Fit:
     centred = parameterization == "centred"
-    idata, sampler_used, note = sample_posterior(
-        lambda: _build_hierarchical_model(cells, prior, centred),
-        lambda: _density_model(cells, prior, centred),
-        sampler,
-        chains,
-        draws,
-        tune,
-        seed,
-        progress,
-        f"bayes fit ({prior.label}, {parameterization})",
-    )
+    label = f"bayes fit ({prior.label}, {parameterization})"
+    collapsed = uses_collapsed_sampler(sampler, cells)
+    if collapsed:
+        idata, note = _sample_collapsed(cells, prior, chains, draws, tune, seed, progress, f"bayes fit ({prior.label})")
+        sampler_used = "collapsed"
+    else:
+        idata, sampler_used, note = sample_posterior(
+            lambda: _build_hierarchical_model(cells, prior, centred),
+            lambda: _density_model(cells, prior, centred),
+            sampler,
+            chains,
+            draws,
+            tune,
+            seed,
+            progress,
+            label,
+        )
     beta = stacked_draws(idata, "beta")
     contest = cells.unit == "contest"
     # Contest cells have order 0: beta is its prior there and no estimand contains it.
@@ -1266,7 +1422,9 @@ def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, see
     n_draws = idata.posterior.sizes["draw"]
     for name, values in estimands.items():
         idata.posterior[name] = (("chain", "draw"), values.reshape(n_chains, n_draws))
-    var_names = ["mu", "beta", "sigma", "u"]
+    # The collapsed sampler draws each u_v exactly from p(u_v | theta, y) at every kept theta, so the
+    # u chains mix exactly as theta's do: their diagnostics are theta's (read below) plus noise.
+    var_names = ["mu", "beta", "sigma"] + ([] if collapsed else ["u"])
     var_names += ["run_effect"] if cells.n_runs > 1 else []
     var_names += ["judge_effect"] if cells.n_judges > 1 else []
     var_names += list(estimands)
@@ -1283,7 +1441,7 @@ OBSERVATION_UNIT = {
 }
 
 
-def _complete_idata(idata, cells: WinRateCells, eta: np.ndarray, replicated_wins: np.ndarray) -> None:
+def _complete_idata(idata, cells: WinRateCells, eta: np.ndarray, replicated_wins: np.ndarray, thin: int = 1) -> None:
     """Make ``idata`` a complete InferenceData of the fit, in place.
 
     posterior without the sampler's transformed value variables (``sigma_log__``: names ending in
@@ -1291,18 +1449,25 @@ def _complete_idata(idata, cells: WinRateCells, eta: np.ndarray, replicated_wins
     posterior_predictive and log_likelihood of the variable ``wins`` per cell (so ``az.loo`` and
     ``az.plot_ppc`` work; one observation is a cell, :data:`OBSERVATION_UNIT`); constant_data: the
     cells with their labels (replacing the unlabelled model data PyMC's sampler stores there).
+    The per-cell groups hold every ``thin``-th draw of each chain (:func:`predictive_thinning`),
+    their ``draw`` coordinate the posterior's draw numbers.
     """
     import xarray as xr
 
     internal = [name for name in idata.posterior.data_vars if str(name).endswith("__")]
     posterior = idata.posterior.drop_vars(internal)
-    shape = (idata.posterior.sizes["chain"], idata.posterior.sizes["draw"], cells.n.size)
-    coords = {"chain": posterior["chain"].values, "draw": posterior["draw"].values}
+    kept_draws = posterior["draw"].values[::thin]
+    shape = (idata.posterior.sizes["chain"], kept_draws.size, cells.n.size)
+    coords = {"chain": posterior["chain"].values, "draw": kept_draws}
     dims = ("chain", "draw", "cell")
     for group in ("posterior", "constant_data", "observed_data", "posterior_predictive", "log_likelihood"):
         if group in idata.groups():
             del idata[group]
-    attrs = {"observation": OBSERVATION_UNIT[cells.unit], "dispersion_phi": float(cells.dispersion)}
+    attrs = {
+        "observation": OBSERVATION_UNIT[cells.unit],
+        "dispersion_phi": float(cells.dispersion),
+        "thinned_to_every_nth_draw": thin,
+    }
     idata.add_groups(
         posterior=posterior,
         posterior_predictive=xr.Dataset({"wins": (dims, replicated_wins.reshape(shape))}, coords=coords, attrs=attrs),
@@ -1334,8 +1499,8 @@ def fit_winrate_hierarchical(
     parameterization: str = "auto",
     sampler: str = "auto",
     chains: int = 4,
-    draws: int = 1000,
-    tune: int = 1000,
+    draws: int | None = None,
+    tune: int | None = None,
     seed: int | np.random.Generator = 0,
     level: float | None = None,
     population: str | None = None,
@@ -1381,10 +1546,19 @@ def fit_winrate_hierarchical(
         ``"auto"`` (nutpie on the hand-derived compiled density of :mod:`honestci.audit.stats.bayes_density`;
         PyMC NUTS on the PyMC model when nutpie or numba is not installed, or, with a
         :class:`DensityMismatchWarning` and a note in ``message``, when the PyMC model no longer
-        matches the density's recorded fingerprint), ``"nutpie"`` (the density, raising
-        :class:`DensityMismatchError` where ``auto`` would fall back) or ``"pymc"``.
+        matches the density's recorded fingerprint; from :data:`COLLAPSED_MIN_VIGNETTES`
+        vignettes the collapsed sampler), ``"nutpie"`` (the density, raising
+        :class:`DensityMismatchError` where ``auto`` would fall back), ``"pymc"``, or
+        ``"collapsed"`` (:mod:`honestci.audit.stats.bayes_collapsed`: the vignette effects
+        integrated out by quadrature for the hyperparameters' independence Metropolis-Hastings
+        chains, then drawn from their exact conditionals; the result's ``idata`` is then a
+        :class:`~honestci.audit.stats.posterior_groups.PosteriorGroups`, and R-hat and ESS are read
+        on the hyperparameters and estimands, which the vignette effects' chains inherit).
     chains, draws, tune, seed
-        NUTS settings; ``seed`` is an int or a Generator (an int is drawn from it and recorded).
+        Sampler settings; ``draws`` and ``tune`` per chain default to :data:`NUTS_DRAWS` and
+        :data:`NUTS_TUNE` for NUTS, :data:`COLLAPSED_DRAWS` and :data:`COLLAPSED_TUNE` for the
+        collapsed sampler (whose ``tune`` draws are discarded, no adaptation); ``seed`` is an int or
+        a Generator (an int is drawn from it and recorded).
     level, population
         Interval level and gated population; default ``thresholds.confidence_level`` and
         ``thresholds.default_population``.
@@ -1451,8 +1625,8 @@ def _fit_hierarchical_cells(
     parameterization: str,
     sampler: str,
     chains: int,
-    draws: int,
-    tune: int,
+    draws: int | None,
+    tune: int | None,
     seed: int | np.random.Generator,
     level: float | None,
     population: str | None,
@@ -1472,7 +1646,9 @@ def _fit_hierarchical_cells(
         raise InputError(f"Unknown population {population!r}.", fix=f"Use one of {POPULATIONS}.")
     if bar is not None and not 0.0 < bar < 1.0:
         raise InputError(f"bar {bar} is not a win rate in (0, 1).", fix="Give the bar as a proportion.")
-    _check_sampling_sizes(chains, draws, tune, level)
+    if sampler not in SAMPLERS:
+        raise InputError(f"Unknown sampler {sampler!r}.", fix=f"Use one of {SAMPLERS}.")
+    _check_sampling_sizes(chains, 1 if draws is None else draws, 0 if tune is None else tune, level)
     main_prior = _resolve_prior(prior)
     alternative_priors = [_resolve_prior(p) for p in sensitivity_priors] if prior_sensitivity else []
     if prior_sensitivity and not alternative_priors:
@@ -1481,8 +1657,14 @@ def _fit_hierarchical_cells(
             fix="Pass sensitivity_priors, e.g. ('halfnormal0.5', 'halfcauchy1').",
         )
     cells = make_cells()
-    automatic = parameterization == "auto"
-    parameterization = _resolve_parameterization(parameterization, cells)
+    collapsed = uses_collapsed_sampler(sampler, cells)
+    if draws is None:
+        draws = COLLAPSED_DRAWS if collapsed else NUTS_DRAWS
+    if tune is None:
+        tune = COLLAPSED_TUNE if collapsed else NUTS_TUNE
+    automatic = parameterization == "auto" and not collapsed
+    # The collapsed sampler integrates the vignette effects out: it has no centring to choose.
+    parameterization = "integrated" if collapsed else _resolve_parameterization(parameterization, cells)
     seed_int = resolve_seed(seed)
 
     fit = _fit_cells(cells, main_prior, parameterization, sampler, chains, draws, tune, seed_int, progress, thresholds)
@@ -1506,13 +1688,14 @@ def _fit_hierarchical_cells(
     messages = [note for note in (fit.sampler_note, parameterization_note) if note]
     verdicts: list[Verdict] = []
     # One set of replicates feeds both the check and the saved posterior_predictive group.
+    thin = predictive_thinning(idata, cells)
     eta = cell_linear_predictor(
         cells,
-        stacked_draws(idata, "mu"),
-        stacked_draws(idata, "beta"),
-        stacked_draws(idata, "u"),
-        stacked_draws(idata, "run_effect") if cells.n_runs > 1 else None,
-        stacked_draws(idata, "judge_effect") if cells.n_judges > 1 else None,
+        stacked_draws(idata, "mu", thin),
+        stacked_draws(idata, "beta", thin),
+        stacked_draws(idata, "u", thin),
+        stacked_draws(idata, "run_effect", thin) if cells.n_runs > 1 else None,
+        stacked_draws(idata, "judge_effect", thin) if cells.n_judges > 1 else None,
     )
     replicated_wins = replicate_cell_wins(cells, eta, np.random.default_rng(seed_int))
     if fit.diagnostics.converged:
@@ -1528,7 +1711,7 @@ def _fit_hierarchical_cells(
                 summaries[name] = summarise_draws(fit.estimand_draws[name], level)
             summaries["order_effect_logit"] = summarise_draws(stacked_draws(idata, "beta"), level)
         summaries["sigma"] = summarise_draws(stacked_draws(idata, "sigma"), level)
-        ppc = _check_replicates(cells, replicated_wins, level, ppc_alpha)
+        ppc = _check_replicates(cells, replicated_wins, level, ppc_alpha, eta)
         if ppc.any_flagged:
             # A model that does not reproduce its own data gives no win rate to read: withheld.
             flagged = ppc.flagged_groups
@@ -1592,7 +1775,7 @@ def _fit_hierarchical_cells(
                 verdicts.append(Verdict.WARN)
                 messages.append(issue)
 
-    _complete_idata(idata, cells, eta, replicated_wins)
+    _complete_idata(idata, cells, eta, replicated_wins, thin)
     saved_path = None
     if idata_path is not None:
         saved_path = str(Path(idata_path))
@@ -1696,8 +1879,8 @@ def fit_contest_scores_hierarchical(
     parameterization: str = "auto",
     sampler: str = "auto",
     chains: int = 4,
-    draws: int = 1000,
-    tune: int = 1000,
+    draws: int | None = None,
+    tune: int | None = None,
     seed: int | np.random.Generator = 0,
     level: float | None = None,
     population: str | None = None,
