@@ -59,6 +59,8 @@ ENVELOPE_SPACING = math.sqrt(2.0)
 #: Newton iterations for a vignette's mode at most, the tolerance of the last step, and the largest
 #: step (logit units; a capped Newton step on a concave function cannot overshoot far).
 _NEWTON_MAX, _NEWTON_TOL, _NEWTON_STEP_MAX = 60, 1e-6, 2.0
+#: Vignette effects drawn per block (:func:`_vignette_effects`): ~12 MB of uniforms at a time.
+_EFFECT_BLOCK = 500_000
 #: Step of the central differences of the marginal's gradient and Hessian; Newton's iterations for
 #: its mode at most, their largest step and the tolerance of the last one (theta's units).
 _HESSIAN_STEP = 1e-3
@@ -507,16 +509,23 @@ def sample_collapsed(
 
 def _vignette_effects(posterior: CollapsedPosterior, theta, rng) -> tuple[np.ndarray, float]:
     """(S, V) vignette effects, each from its exact conditional given its draw of ``theta``
-    (``CollapsedPosterior.unpack``'s tuple), and the mean number of rejection attempts per effect."""
+    (``CollapsedPosterior.unpack``'s tuple), and the mean number of rejection attempts per effect.
+    Draws are taken in blocks of about :data:`_EFFECT_BLOCK` effects, which bounds the memory of
+    the uniforms and the pending pairs (a block's rejected pairs are retried until all are drawn)."""
     n_draws, n_vignettes = theta[0].size, posterior.start.size - 1
     out = np.empty((n_draws, n_vignettes))
-    pending_draw = np.repeat(np.arange(n_draws, dtype=np.int64), n_vignettes)
-    pending_vignette = np.tile(np.arange(n_vignettes, dtype=np.int64), n_draws)
     attempts = 0
-    while pending_draw.size:
-        attempts += pending_draw.size
-        uniforms = rng.uniform(size=(pending_draw.size, 3))
-        accepted = np.zeros(pending_draw.size, dtype=bool)
-        _draw_effects(theta, posterior.data, posterior.init, pending_draw, pending_vignette, uniforms, out, accepted)
-        pending_draw, pending_vignette = pending_draw[~accepted], pending_vignette[~accepted]
+    step = max(1, _EFFECT_BLOCK // n_vignettes)
+    for first in range(0, n_draws, step):
+        block = np.arange(first, min(first + step, n_draws), dtype=np.int64)
+        pending_draw = np.repeat(block, n_vignettes)
+        pending_vignette = np.tile(np.arange(n_vignettes, dtype=np.int64), block.size)
+        while pending_draw.size:
+            attempts += pending_draw.size
+            uniforms = rng.uniform(size=(pending_draw.size, 3))
+            accepted = np.zeros(pending_draw.size, dtype=bool)
+            _draw_effects(
+                theta, posterior.data, posterior.init, pending_draw, pending_vignette, uniforms, out, accepted
+            )
+            pending_draw, pending_vignette = pending_draw[~accepted], pending_vignette[~accepted]
     return out, attempts / (n_draws * n_vignettes)
