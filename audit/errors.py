@@ -6,7 +6,7 @@ traceback; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 from dataclasses import dataclass
 
 
@@ -98,8 +98,6 @@ def require_extra(extra: str, *modules: str, needed_by: str, instead: str = "", 
     ~8 s to import, which a fit by the collapsed sampler never does); a broken install then fails
     where the work imports it, still before anything is written.
     """
-    import importlib.util
-
     for module in modules:
         try:
             if import_them:

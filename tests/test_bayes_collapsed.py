@@ -160,7 +160,7 @@ def test_predictive_arrays_are_thinned_at_scale():
     old = bayes.PREDICTIVE_MAX_VALUES
     bayes.PREDICTIVE_MAX_VALUES = 100_000  # 4 x 250 draws x 400 cells = 400,000: every 4th draw
     try:
-        fit = fit_contest_scores_hierarchical(labels, score, run, sampler="collapsed", seed=3)
+        fit = fit_contest_scores_hierarchical(labels, score, run, sampler="collapsed", seed=3, draws=250)
     finally:
         bayes.PREDICTIVE_MAX_VALUES = old
     assert fit.idata.posterior.sizes["draw"] == 250

@@ -934,7 +934,7 @@ _ESTIMAND_BLOCK_VALUES = 2_000_000
 #: Largest (draws x cells) of the per-cell predictive arrays (linear predictor, replicates,
 #: pointwise log-likelihood): beyond it each chain's draws are thinned evenly for them
 #: (:func:`predictive_thinning`). The fixture's fits stay whole (4,000 x 60); a million contests on
-#: 5,000 vignettes (1,000 x 10,000) keep every third draw.
+#: 5,000 vignettes (1,600 draws x 10,000 cells) keep every 4th draw.
 PREDICTIVE_MAX_VALUES = 4_000_000
 
 

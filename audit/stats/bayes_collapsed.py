@@ -340,7 +340,7 @@ class CollapsedPosterior:
         # Newton's start for the mode: moments of the vignettes' empirical logits.
         wins, trials = np.bincount(self.vignette, self.w), np.bincount(self.vignette, self.n)
         logits = np.log((wins + 0.5) / (trials - wins + 0.5))
-        noise = np.mean(1.0 / (wins + 0.5) + 1.0 / (trials - wins + 0.5))
+        noise = float(np.mean(1.0 / (wins + 0.5) + 1.0 / (trials - wins + 0.5)))
         self._start = (float(logits.mean()), 0.5 * math.log(max(float(logits.var()) - noise, 0.01)))
 
     def unpack(self, theta: np.ndarray):
