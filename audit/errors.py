@@ -6,6 +6,7 @@ traceback; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from dataclasses import dataclass
 
