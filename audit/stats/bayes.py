@@ -558,8 +558,10 @@ def _quiet_imports() -> None:
         import arviz  # noqa: F401
 
 
-#: The ``sampler`` choices of the fits (:func:`fit_winrate_hierarchical`).
-SAMPLERS = ("auto", "nutpie", "pymc", "collapsed")
+#: The samplers of :func:`sample_posterior` (NUTS), and the ``sampler`` choices of the fits
+#: (:func:`fit_winrate_hierarchical`), which add the collapsed sampler.
+NUTS_SAMPLERS = ("auto", "nutpie", "pymc")
+SAMPLERS = (*NUTS_SAMPLERS, "collapsed")
 
 #: Seconds between two reads of nutpie's trace in a log (the meter throttles the lines it writes).
 _NUTPIE_POLL_S = 1.0
@@ -715,8 +717,8 @@ def sample_posterior(
     """
     _quiet_imports()
     progress = as_progress(progress)
-    if sampler not in SAMPLERS:
-        raise InputError(f"Unknown sampler {sampler!r}.", fix=f"Use one of {SAMPLERS}.")
+    if sampler not in NUTS_SAMPLERS:
+        raise InputError(f"Unknown sampler {sampler!r}.", fix=f"Use one of {NUTS_SAMPLERS}.")
     if sampler == "pymc":
         return _sample_pymc(build_model, chains, draws, tune, seed, progress, label), "pymc", ""
     if sampler == "nutpie":
@@ -911,18 +913,22 @@ def winrate_estimand_draws(
         half_beta = beta[block, None, None] / 2.0
         eta_these = mu[block, None, None] + u[block, :, None] + offsets[block, None, :]
         eta_new = mu[block, None, None] + sigma[block, None, None] * nodes[None, :, None] + offsets[block, None, :]
-        for kind, eta in (("these", eta_these), ("new", eta_new)):
-            if np.all(half_beta == 0.0):  # contest cells: both orders' rates are the same numbers
-                first = second = expit(eta)
-            else:
-                first, second = expit(eta + half_beta), expit(eta - half_beta)
-            if kind == "these":
-                out["winrate_these"][block] = ((first + second) / 2.0).mean(axis=(1, 2))
-                out["order_effect_these"][block] = (first - second).mean(axis=(1, 2))
-            else:
-                out["winrate_new"][block] = np.einsum("skc,k->s", (first + second) / 2.0, weights) / offsets.shape[1]
-                out["order_effect_new"][block] = np.einsum("skc,k->s", first - second, weights) / offsets.shape[1]
+        rate, order_effect = _order_averaged(eta_these, half_beta)
+        out["winrate_these"][block] = rate.mean(axis=(1, 2))
+        out["order_effect_these"][block] = order_effect.mean(axis=(1, 2))
+        rate, order_effect = _order_averaged(eta_new, half_beta)
+        out["winrate_new"][block] = np.einsum("skc,k->s", rate, weights) / offsets.shape[1]
+        out["order_effect_new"][block] = np.einsum("skc,k->s", order_effect, weights) / offsets.shape[1]
     return out
+
+
+def _order_averaged(eta: np.ndarray, half_beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[expit(eta + beta/2) + expit(eta - beta/2)] / 2 and their difference (the order effect)."""
+    if np.all(half_beta == 0.0):  # contest cells: both orders' rates are the same numbers
+        first = second = expit(eta)
+    else:
+        first, second = expit(eta + half_beta), expit(eta - half_beta)
+    return (first + second) / 2.0, first - second
 
 
 #: The estimands :func:`winrate_estimand_draws` returns.
@@ -1116,10 +1122,10 @@ def _check_replicates(
     """
     from scipy import sparse
 
-    runs, judges = cells.n_runs, cells.n_judges
-    keys = (cells.vignette_index * runs + cells.run_index) * judges + cells.judge_index
-    group_keys, group_of_cell = np.unique(keys, return_inverse=True)
-    n_groups = group_keys.size
+    groups, group_of_cell = unique_rows(
+        (cells.vignette_index, cells.n_vignettes), (cells.run_index, cells.n_runs), (cells.judge_index, cells.n_judges)
+    )
+    n_groups = len(groups)
     membership = sparse.csr_matrix(
         (np.ones(cells.n.size), (np.arange(cells.n.size), group_of_cell)), shape=(cells.n.size, n_groups)
     )
@@ -1143,9 +1149,8 @@ def _check_replicates(
                 )
     p_value = np.minimum(1.0, 2.0 * np.minimum(upper_tail, lower_tail))
     tail = (1.0 - level) / 2.0
-    vignette, run, judge = group_keys // (runs * judges), (group_keys // judges) % runs, group_keys % judges
     return PosteriorPredictiveCheck(
-        vignette=tuple(cells.vignette_labels[g] for g in vignette),
+        vignette=tuple(cells.vignette_labels[g] for g in groups[:, 0]),
         n=np.rint(membership.T @ cells.units_per_cell).astype(np.int64),
         observed_share=observed_share,
         predicted_mean=replicated_share.mean(axis=0),
@@ -1154,8 +1159,8 @@ def _check_replicates(
         p_value=p_value,
         flagged=p_value < alpha / n_groups,
         alpha=alpha,
-        run=tuple(cells.run_labels[g] for g in run),
-        judge=tuple(cells.judge_labels[g] for g in judge),
+        run=tuple(cells.run_labels[g] for g in groups[:, 1]),
+        judge=tuple(cells.judge_labels[g] for g in groups[:, 2]),
     )
 
 

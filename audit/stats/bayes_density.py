@@ -71,6 +71,9 @@ from typing import Any
 import numpy as np
 
 from honestci.audit.stats.bayes import DensityMismatchError
+from honestci.audit.stats.logistic_kernels import expit as _expit
+from honestci.audit.stats.logistic_kernels import log1pexp as _log1pexp
+from honestci.audit.stats.logistic_kernels import log1pexp_and_expit as _log1pexp_and_expit
 from honestci.audit.stats.numba_cache import guvectorize_cached, njit_cached
 
 
@@ -187,32 +190,6 @@ POOLED = Derivation(
 _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_MU_PRIOR_SD = math.log(1.5)  # mu ~ N(0, 1.5) in both PyMC models
 _LOG_HALF_NORMAL_CONSTANT = 0.5 * math.log(2.0 / math.pi)
-
-
-@njit_cached()
-def _log1pexp(x: float) -> float:
-    if x > 0.0:
-        return x + math.log1p(math.exp(-x))
-    return math.log1p(math.exp(x))
-
-
-@njit_cached()
-def _expit(x: float) -> float:
-    if x >= 0.0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
-
-
-@njit_cached()
-def _log1pexp_and_expit(x: float) -> tuple[float, float]:
-    """``(_log1pexp(x), _expit(x))`` from one ``exp``: the same branches and operations, so the
-    same values to the last bit (both take exp(-|x|); at x = 0, e / (1 + e) = 1 / (1 + 1))."""
-    if x > 0.0:
-        e = math.exp(-x)
-        return x + math.log1p(e), 1.0 / (1.0 + e)
-    e = math.exp(x)
-    return math.log1p(e), e / (1.0 + e)
 
 
 #: Header of the packed data buffer (float64), followed by six blocks of n_cells values:
