@@ -612,11 +612,11 @@ def _contest_table(vignette, scores, run):
 
 
 def test_the_audit_fits_contest_scores_and_a_failed_ppc_reads_inconclusive():
-    """The audit's Bayesian step (pipeline._fit_bayes) fits the policy-scored contest scores, runs
+    """The audit's Bayesian step (pipeline._fit_bayes_model, then _bayes_rows) fits the policy-scored contest scores, runs
     the PPC, and on the misfitting data withholds the figure in its interval rows, its report
     summary and the sampler_converged gate."""
     from honestci.audit.gates import gate_sampler_converged
-    from honestci.audit.pipeline import _bayes_summary, _fit_bayes
+    from honestci.audit.pipeline import _bayes_rows, _bayes_summary, _fit_bayes_model
     from honestci.audit.stats.intervals import IntervalResult
 
     vignette, scores, run = misfitting_contests(np.random.default_rng(8))
@@ -637,7 +637,8 @@ def test_the_audit_fits_contest_scores_and_a_failed_ppc_reads_inconclusive():
         design_effect=1.0,
         n_effective=float(len(scores)),
     )
-    check = _fit_bayes(table, bar=0.4, level=0.95, seed=4, reference=reference, invalid="against_claim")
+    fit = _fit_bayes_model(table, bar=0.4, level=0.95, seed=4, invalid="against_claim")
+    check = _bayes_rows(fit, reference, level=0.95, seed=4)
     result = check.result
     assert result.unit == "contest" and result.n_contests == len(scores) and result.n_runs == 2
     assert result.converged and result.ppc.any_flagged and result.withheld

@@ -124,7 +124,7 @@ def _cell_offsets(s, theta, data, lo, hi, out):
         out[c - lo] = mu[s] + beta[s] * order[c] + run_effect[s, run_index[c]] + judge_effect[s, judge_index[c]]
 
 
-@njit_cached(parallel=True, fastmath=False)
+@njit_cached(parallel=True, nogil=True, fastmath=False)
 def _log_marginals(theta, data, nodes, log_weights, init):
     """sum_v log ∫ exp(h_v) du for every draw s of the hyperparameters (adaptive Gauss–Hermite),
     and every vignette's mode (Newton from ``init``). ``theta`` holds the draws' (mu, sigma, beta,
@@ -170,7 +170,7 @@ def _exp_segment_area(h0, g, width):
     return math.exp(h0) * math.expm1(g * width) / g
 
 
-@njit_cached(parallel=True, fastmath=False)
+@njit_cached(parallel=True, nogil=True, fastmath=False)
 def _draw_effects(theta, data, init, pending_draw, pending_vignette, uniforms, out, accepted):
     """One rejection attempt for each pending (draw, vignette), with the three uniforms
     ``uniforms[i]``; an accepted one writes ``out[draw, vignette]`` and ``accepted[i] = True``.

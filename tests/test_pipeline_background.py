@@ -1,0 +1,82 @@
+"""The audit's Bayesian fit on a background thread (audit/pipeline.py): it runs beside the interval
+table and the checks, nicer than the main thread, and neither side's error is lost or leaves the
+other running."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from honestci.audit import pipeline
+from honestci.audit.errors import InputError
+
+CLAIM = Path(__file__).resolve().parents[1] / "fixtures" / "study" / "claim.yaml"
+
+
+def test_the_background_function_runs_on_another_thread_and_returns_its_value():
+    future = pipeline._start_in_background(lambda a, b: (a + b, threading.get_ident()), 2, 3)
+    value, ident = future.result(timeout=30)
+    assert value == 5 and ident != threading.get_ident()
+
+
+def test_a_background_error_is_raised_by_result():
+    def fail():
+        raise InputError("no fit")
+
+    with pytest.raises(InputError, match="no fit"):
+        pipeline._start_in_background(fail).result(timeout=30)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="niceness per thread is Linux's")
+def test_the_background_thread_is_nicer_than_the_caller():
+    def own_niceness():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    mine = own_niceness()
+    theirs = pipeline._start_in_background(own_niceness).result(timeout=30)
+    assert theirs == min(mine + pipeline.BACKGROUND_NICENESS, 19)
+
+
+def _slow_fit(finished: list[str]):
+    def fit(*args, **kwargs):
+        time.sleep(0.5)
+        finished.append("fit")
+        raise RuntimeError("the fit was not expected to be read")
+
+    return fit
+
+
+def test_an_error_in_the_checks_is_raised_after_the_fit_has_finished(monkeypatch):
+    """A check's error propagates, but only once the background fit is done: no thread is left
+    running, and the fit's own error (here a second one) does not mask the first."""
+    finished: list[str] = []
+    monkeypatch.setattr(pipeline, "_fit_bayes_model", _slow_fit(finished))
+
+    def broken_checks(context):
+        raise InputError("a check refused its input")
+
+    monkeypatch.setattr("honestci.audit.checks.registry.run_checks", broken_checks)
+    with pytest.raises(InputError, match="a check refused its input"):
+        pipeline.audit_context(CLAIM, bayes=True)
+    assert finished == ["fit"]
+
+
+def test_an_error_in_the_fit_is_raised_by_the_audit(monkeypatch):
+    finished: list[str] = []
+    monkeypatch.setattr(pipeline, "_fit_bayes_model", _slow_fit(finished))
+    with pytest.raises(RuntimeError, match="the fit was not expected to be read"):
+        pipeline.audit_context(CLAIM, bayes=True)
+    assert finished == ["fit"]
+
+
+def test_no_background_thread_without_the_bayesian_fit(monkeypatch):
+    started: list[object] = []
+    monkeypatch.setattr(pipeline, "_start_in_background", lambda *args: started.append(args))
+    context = pipeline.audit_context(CLAIM, bayes=False)
+    assert started == [] and context.bayes is None
+    assert all(row.method != "bayes_hierarchical" for row in context.intervals.rows)
