@@ -497,6 +497,17 @@ def audit_context(
     scored = contests.scores("both_orders", invalid=rules.invalid_verdicts)
     level = thresholds.confidence_level
 
+    def interval_table(at_level: float) -> IntervalTable:
+        return winrate_table(
+            scored.values,
+            scored.clusters,
+            methods=ALL_METHODS,
+            level=at_level,
+            seed=seed,
+            thresholds=thresholds,
+            trials_per_contest=contests.trials_per_contest,
+        )
+
     # The Bayesian fit reads only the contests: it runs on a thread of its own beside the
     # interval table and the checks (its sampler's kernels release the GIL), and is joined
     # before anything that reads it (the claimed figures, the comparisons, the gates).
@@ -508,17 +519,7 @@ def audit_context(
         )
     try:
         progress("computing every interval")
-        rows = list(
-            winrate_table(
-                scored.values,
-                scored.clusters,
-                methods=ALL_METHODS,
-                level=level,
-                seed=seed,
-                thresholds=thresholds,
-                trials_per_contest=contests.trials_per_contest,
-            ).rows
-        )
+        rows = list(interval_table(level).rows)
         # No check reads the Bayesian rows, the claimed-figure audit or the comparisons.
         context = AuditContext(
             claim,
@@ -550,15 +551,7 @@ def audit_context(
         stated_level = spec.claimed.level
         as_stated = intervals
         if stated_level != level:
-            as_stated = winrate_table(
-                scored.values,
-                scored.clusters,
-                methods=ALL_METHODS,
-                level=stated_level,
-                seed=seed,
-                thresholds=thresholds,
-                trials_per_contest=contests.trials_per_contest,
-            )
+            as_stated = interval_table(stated_level)
         claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons", "table"}), as_stated)
         if spec.claimed.table:
             progress("recomputing the other rows of the claimed table")
