@@ -7,13 +7,10 @@ gates (see :mod:`honestci.audit.gates`) → report files.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
-import os
 import platform
 import subprocess
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -33,6 +30,7 @@ from honestci.audit.policy import (
 )
 from honestci.audit.progress import ProgressLike, as_progress
 from honestci.audit.report_model import POSTERIOR_FILE, Report, json_safe
+from honestci.audit.stats.core_share import CoreShare, sharing_cores
 from honestci.audit.stats.intervals import IntervalResult, IntervalTable
 
 # The modules behind the audit's steps (pydantic, pandas, scipy behind them) are imported by the
@@ -509,8 +507,8 @@ def audit_context(
         )
 
     # The Bayesian fit reads only the contests: it runs on a thread of its own beside the
-    # interval table and the checks (its sampler's kernels release the GIL), and is joined
-    # before anything that reads it (the claimed figures, the comparisons, the gates).
+    # interval table and the checks (its sampler's kernels release the GIL and leave the main
+    # thread a core), and is joined before what reads it (claimed figures, comparisons, gates).
     bayes_fit = None
     if bayes:
         progress("fitting the Bayesian hierarchical model (beside the intervals and the checks)")
@@ -540,9 +538,9 @@ def audit_context(
             bayes_result = _bayes_rows(bayes_fit.result(), rows[0], level, seed)
             rows.extend(bayes_result.interval_rows)
     finally:
-        if bayes_fit is not None and not bayes_fit.done():
+        if bayes_fit is not None and not bayes_fit.future.done():
             progress("waiting for the Bayesian fit to finish")
-            bayes_fit.exception()  # an error elsewhere is raised once the fit's thread is done
+            bayes_fit.finish()  # an error here is raised once the fit's thread is done
     intervals = IntervalTable("win rate", tuple(rows))
 
     claimed_audit = None
@@ -572,26 +570,36 @@ def audit_context(
     return context
 
 
-#: How much nicer than the audit's main thread the background fit's thread runs (Linux sets
-#: niceness per thread, and the numba workers that thread starts inherit it): while both run, the
-#: main thread (the audit's critical path) keeps a core; once it waits, the fit has every core.
-BACKGROUND_NICENESS = 10
+@dataclass(frozen=True)
+class BackgroundWork:
+    """Work on a thread of its own (:func:`_start_in_background`), with the cores it may use."""
+
+    future: Future
+    share: CoreShare
+
+    def result(self) -> Any:
+        """Wait for the work, giving it every core meanwhile; its value, or its error raised."""
+        self.share.foreground_waits()
+        return self.future.result()
+
+    def finish(self) -> None:
+        """Wait for the work to end, keeping any error of its own for :meth:`result`."""
+        self.share.foreground_waits()
+        self.future.exception()
 
 
-def _start_in_background(function: Callable[..., Any], *args: Any) -> Future:
-    """``function(*args)`` on a thread of its own, :data:`BACKGROUND_NICENESS` nicer where the
-    platform sets niceness per thread; the future's ``result()`` returns or raises."""
+def _start_in_background(function: Callable[..., Any], *args: Any) -> BackgroundWork:
+    """``function(*args)`` on a thread of its own, its parallel kernels one core short while the
+    caller works (:mod:`honestci.audit.stats.core_share`)."""
+    share = CoreShare()
 
-    def niced() -> Any:
-        # Elsewhere (macOS, Windows) the call fails or is missing: the thread then runs at the same priority.
-        with contextlib.suppress(OSError, AttributeError):
-            thread = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + BACKGROUND_NICENESS)
-        return function(*args)
+    def sharing() -> Any:
+        with sharing_cores(share):
+            return function(*args)
 
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="honestci-bayes")
     try:
-        return executor.submit(niced)
+        return BackgroundWork(executor.submit(sharing), share)
     finally:
         executor.shutdown(wait=False)
 

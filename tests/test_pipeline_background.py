@@ -1,26 +1,26 @@
 """The audit's Bayesian fit on a background thread (audit/pipeline.py): it runs beside the interval
-table and the checks, nicer than the main thread, and neither side's error is lost or leaves the
-other running."""
+table and the checks, its kernels a core short until the main thread waits for it, and neither
+side's error is lost or leaves the other running."""
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 from pathlib import Path
 
+import numba
 import pytest
 
 from honestci.audit import pipeline
 from honestci.audit.errors import InputError
+from honestci.audit.stats.core_share import CoreShare, kernel_threads
 
 CLAIM = Path(__file__).resolve().parents[1] / "fixtures" / "study" / "claim.yaml"
 
 
 def test_the_background_function_runs_on_another_thread_and_returns_its_value():
-    future = pipeline._start_in_background(lambda a, b: (a + b, threading.get_ident()), 2, 3)
-    value, ident = future.result(timeout=30)
+    work = pipeline._start_in_background(lambda a, b: (a + b, threading.get_ident()), 2, 3)
+    value, ident = work.result()
     assert value == 5 and ident != threading.get_ident()
 
 
@@ -29,17 +29,35 @@ def test_a_background_error_is_raised_by_result():
         raise InputError("no fit")
 
     with pytest.raises(InputError, match="no fit"):
-        pipeline._start_in_background(fail).result(timeout=30)
+        pipeline._start_in_background(fail).result()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="niceness per thread is Linux's")
-def test_the_background_thread_is_nicer_than_the_caller():
-    def own_niceness():
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+def test_a_core_share_gives_all_but_one_core_until_the_foreground_waits():
+    share = CoreShare()
+    assert [share.threads(n) for n in (1, 2, 16)] == [1, 1, 15]
+    share.foreground_waits()
+    assert [share.threads(n) for n in (1, 2, 16)] == [1, 2, 16]
 
-    mine = own_niceness()
-    theirs = pipeline._start_in_background(own_niceness).result(timeout=30)
-    assert theirs == min(mine + pipeline.BACKGROUND_NICENESS, 19)
+
+def test_background_kernels_leave_the_caller_a_core_until_it_waits():
+    """Inside the background work numba gets one thread fewer than it has until the caller waits
+    (BackgroundWork.result); elsewhere it keeps its full count."""
+    available = numba.config.NUMBA_NUM_THREADS
+    first_launch = threading.Event()
+    seen: list[int] = []
+
+    def kernels():
+        seen.append(kernel_threads())
+        first_launch.set()
+        while kernel_threads() != available:  # until the caller waits
+            time.sleep(0.01)
+        return numba.get_num_threads()
+
+    work = pipeline._start_in_background(kernels)
+    assert first_launch.wait(timeout=30)
+    assert work.result() == available
+    assert seen == [max(1, available - 1)]
+    assert kernel_threads() == available  # the caller, outside any share
 
 
 def _slow_fit(finished: list[str]):

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from honestci.audit.stats.core_share import kernel_threads
 from honestci.audit.stats.logistic_kernels import expit, log1pexp, log1pexp_and_expit
 from honestci.audit.stats.numba_cache import njit_cached
 
@@ -59,6 +60,9 @@ ENVELOPE_SPACING = math.sqrt(2.0)
 #: Newton iterations for a vignette's mode at most, the tolerance of the last step, and the largest
 #: step (logit units; a capped Newton step on a concave function cannot overshoot far).
 _NEWTON_MAX, _NEWTON_TOL, _NEWTON_STEP_MAX = 60, 1e-6, 2.0
+#: Proposals whose log density one kernel launch evaluates (:func:`sample_collapsed`): the
+#: thread count (:mod:`honestci.audit.stats.core_share`) can change between launches.
+_PROPOSAL_BLOCK = 128
 #: Vignette effects drawn per block (:func:`_vignette_effects`): ~12 MB of uniforms at a time.
 _EFFECT_BLOCK = 500_000
 #: Step of the central differences of the marginal's gradient and Hessian; Newton's iterations for
@@ -342,6 +346,7 @@ class CollapsedPosterior:
 
     def log_density(self, theta: np.ndarray, warm_start: bool = True) -> np.ndarray:
         """log p(theta | y) up to a constant, for each row of (S, dim) theta."""
+        kernel_threads()
         likelihood, modes = _log_marginals(self.unpack(theta), self.data, self.nodes, self.log_weights, self.init)
         if warm_start:
             # Newton then starts next to every vignette's next mode (the result does not depend on it).
@@ -436,7 +441,13 @@ def sample_collapsed(
     # Every proposal is independent of the chain, so all are drawn and evaluated in one batch.
     length = tune + draws
     proposals, log_q = _student_t(rng, mode, covariance, chains * length)
-    log_target = posterior.log_density(proposals, warm_start=False)  # Newton keeps starting at the mode's
+    # Newton keeps starting at the mode's vignette modes; blocks let the thread count change between them.
+    log_target = np.concatenate(
+        [
+            posterior.log_density(proposals[first : first + _PROPOSAL_BLOCK], warm_start=False)
+            for first in range(0, proposals.shape[0], _PROPOSAL_BLOCK)
+        ]
+    )
     log_ratio = (log_target - log_q).reshape(chains, length)
     proposals = proposals.reshape(chains, length, -1)
     log_uniform = np.log(rng.uniform(size=(chains, length)))
@@ -490,6 +501,7 @@ def _vignette_effects(posterior: CollapsedPosterior, theta, rng) -> tuple[np.nda
             attempts += pending_draw.size
             uniforms = rng.uniform(size=(pending_draw.size, 3))
             accepted = np.zeros(pending_draw.size, dtype=bool)
+            kernel_threads()
             _draw_effects(
                 theta, posterior.data, posterior.init, pending_draw, pending_vignette, uniforms, out, accepted
             )
