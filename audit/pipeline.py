@@ -30,7 +30,7 @@ from honestci.audit.policy import (
 )
 from honestci.audit.progress import ProgressLike, as_progress
 from honestci.audit.report_model import POSTERIOR_FILE, Report, json_safe
-from honestci.audit.stats.core_share import CoreShare, sharing_cores
+from honestci.audit.stats.core_share import CoreShare, sharing_cores, single_threaded_blas
 from honestci.audit.stats.intervals import IntervalResult, IntervalTable
 
 # The modules behind the audit's steps (pydantic, pandas, scipy behind them) are imported by the
@@ -467,107 +467,109 @@ def audit_context(
     from honestci.audit.data.io import load_study
     from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
 
-    claim = load_claim(claim_path, allow_outside=allow_outside_data, policy=policy)
-    spec, thresholds, rules = claim.spec, claim.thresholds, claim.policy
-    if spec.method is not None and spec.method not in ALL_METHODS:
-        raise ClaimError(
-            f"Claim file {claim.path} names an unknown interval method.",
-            [Problem(str(claim.path), None, "method", f"{spec.method!r} is not one of {list(ALL_METHODS)}")],
-            fix="name one of the methods listed, or drop `method:` (the policy picks the gate's interval)",
-        )
-    study = load_study(claim.data_paths)
-    progress("assembling contests (design detected from the judgments)")
-    contests = build_claim_contests(
-        study,
-        spec.policy,
-        spec.opponent,
-        judge=spec.judge,
-        panel=spec.panel,
-        panel_rule=spec.panel_rule,
-        allow_single_order=spec.allow_single_order,
-    )
-    if spec.pool is not None:
-        contests = _contests_in_pool(contests, study, spec.pool)
-    family_contests = None
-    if spec.vignette_families is not None:
-        family_contests = contests
-        contests = _contests_in_families(contests, study, spec.vignette_families, claim.path)
-    scored = contests.scores("both_orders", invalid=rules.invalid_verdicts)
-    level = thresholds.confidence_level
-
-    def interval_table(at_level: float) -> IntervalTable:
-        return winrate_table(
-            scored.values,
-            scored.clusters,
-            methods=ALL_METHODS,
-            level=at_level,
-            seed=seed,
-            thresholds=thresholds,
-            trials_per_contest=contests.trials_per_contest,
-        )
-
-    # The Bayesian fit reads only the contests: it runs on a thread of its own beside the
-    # interval table and the checks (its sampler's kernels release the GIL and leave the main
-    # thread a core), and is joined before what reads it (claimed figures, comparisons, gates).
-    bayes_fit = None
-    if bayes:
-        progress("fitting the Bayesian hierarchical model (beside the intervals and the checks)")
-        bayes_fit = _start_in_background(
-            _fit_bayes_model, contests, spec.bar, level, seed, rules.invalid_verdicts, progress
-        )
-    try:
-        progress("computing every interval")
-        rows = list(interval_table(level).rows)
-        # No check reads the Bayesian rows, the claimed-figure audit or the comparisons.
-        context = AuditContext(
-            claim,
-            study,
-            contests,
-            IntervalTable("win rate", tuple(rows)),
-            rules.gate_method(spec.population),
-            None,
-            None,
-            (),
-            seed=seed,
-            family_contests=family_contests,
-        )
-        progress("running the checks")
-        context.checks.update(run_checks(context))
-        bayes_result = None
-        if bayes_fit is not None:
-            bayes_result = _bayes_rows(bayes_fit.result(), rows[0], level, seed)
-            rows.extend(bayes_result.interval_rows)
-    finally:
-        if bayes_fit is not None and not bayes_fit.future.done():
-            progress("waiting for the Bayesian fit to finish")
-            bayes_fit.finish()  # an error here is raised once the fit's thread is done
-    intervals = IntervalTable("win rate", tuple(rows))
-
-    claimed_audit = None
-    if spec.claimed is not None:
-        # The card's figures are reproduced at the card's level; the gate keeps the policy's.
-        stated_level = spec.claimed.level
-        as_stated = intervals
-        if stated_level != level:
-            as_stated = interval_table(stated_level)
-        claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons", "table"}), as_stated)
-        if spec.claimed.table:
-            progress("recomputing the other rows of the claimed table")
-            claimed_audit = audit_claimed_table(
-                claimed_audit, _claimed_rows(claim, study, contests, stated_level, seed)
+    # After the imports above, which load every BLAS library the audit calls.
+    with single_threaded_blas():
+        claim = load_claim(claim_path, allow_outside=allow_outside_data, policy=policy)
+        spec, thresholds, rules = claim.spec, claim.thresholds, claim.policy
+        if spec.method is not None and spec.method not in ALL_METHODS:
+            raise ClaimError(
+                f"Claim file {claim.path} names an unknown interval method.",
+                [Problem(str(claim.path), None, "method", f"{spec.method!r} is not one of {list(ALL_METHODS)}")],
+                fix="name one of the methods listed, or drop `method:` (the policy picks the gate's interval)",
             )
-    context = replace(
-        context,
-        intervals=intervals,
-        bayes=bayes_result,
-        claimed_audit=claimed_audit,
-        comparisons=_comparisons(claim, study, contests, level, bayes, seed, progress),
-    )
-    if context.gate_method == COMPOSED_METHOD:  # the policy gates on the composed interval
-        context = replace(
-            context, intervals=IntervalTable(intervals.estimand, (*intervals.rows, _composed_row(context)))
+        study = load_study(claim.data_paths)
+        progress("assembling contests (design detected from the judgments)")
+        contests = build_claim_contests(
+            study,
+            spec.policy,
+            spec.opponent,
+            judge=spec.judge,
+            panel=spec.panel,
+            panel_rule=spec.panel_rule,
+            allow_single_order=spec.allow_single_order,
         )
-    return context
+        if spec.pool is not None:
+            contests = _contests_in_pool(contests, study, spec.pool)
+        family_contests = None
+        if spec.vignette_families is not None:
+            family_contests = contests
+            contests = _contests_in_families(contests, study, spec.vignette_families, claim.path)
+        scored = contests.scores("both_orders", invalid=rules.invalid_verdicts)
+        level = thresholds.confidence_level
+
+        def interval_table(at_level: float) -> IntervalTable:
+            return winrate_table(
+                scored.values,
+                scored.clusters,
+                methods=ALL_METHODS,
+                level=at_level,
+                seed=seed,
+                thresholds=thresholds,
+                trials_per_contest=contests.trials_per_contest,
+            )
+
+        # The Bayesian fit reads only the contests: it runs on a thread of its own beside the
+        # interval table and the checks (its sampler's kernels release the GIL and leave the main
+        # thread a core), and is joined before what reads it (claimed figures, comparisons, gates).
+        bayes_fit = None
+        if bayes:
+            progress("fitting the Bayesian hierarchical model (beside the intervals and the checks)")
+            bayes_fit = _start_in_background(
+                _fit_bayes_model, contests, spec.bar, level, seed, rules.invalid_verdicts, progress
+            )
+        try:
+            progress("computing every interval")
+            rows = list(interval_table(level).rows)
+            # No check reads the Bayesian rows, the claimed-figure audit or the comparisons.
+            context = AuditContext(
+                claim,
+                study,
+                contests,
+                IntervalTable("win rate", tuple(rows)),
+                rules.gate_method(spec.population),
+                None,
+                None,
+                (),
+                seed=seed,
+                family_contests=family_contests,
+            )
+            progress("running the checks")
+            context.checks.update(run_checks(context))
+            bayes_result = None
+            if bayes_fit is not None:
+                bayes_result = _bayes_rows(bayes_fit.result(), rows[0], level, seed)
+                rows.extend(bayes_result.interval_rows)
+        finally:
+            if bayes_fit is not None and not bayes_fit.future.done():
+                progress("waiting for the Bayesian fit to finish")
+                bayes_fit.finish()  # an error here is raised once the fit's thread is done
+        intervals = IntervalTable("win rate", tuple(rows))
+
+        claimed_audit = None
+        if spec.claimed is not None:
+            # The card's figures are reproduced at the card's level; the gate keeps the policy's.
+            stated_level = spec.claimed.level
+            as_stated = intervals
+            if stated_level != level:
+                as_stated = interval_table(stated_level)
+            claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons", "table"}), as_stated)
+            if spec.claimed.table:
+                progress("recomputing the other rows of the claimed table")
+                claimed_audit = audit_claimed_table(
+                    claimed_audit, _claimed_rows(claim, study, contests, stated_level, seed)
+                )
+        context = replace(
+            context,
+            intervals=intervals,
+            bayes=bayes_result,
+            claimed_audit=claimed_audit,
+            comparisons=_comparisons(claim, study, contests, level, bayes, seed, progress),
+        )
+        if context.gate_method == COMPOSED_METHOD:  # the policy gates on the composed interval
+            context = replace(
+                context, intervals=IntervalTable(intervals.estimand, (*intervals.rows, _composed_row(context)))
+            )
+        return context
 
 
 @dataclass(frozen=True)

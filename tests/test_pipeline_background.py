@@ -4,6 +4,7 @@ side's error is lost or leaves the other running."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -98,3 +99,33 @@ def test_no_background_thread_without_the_bayesian_fit(monkeypatch):
     context = pipeline.audit_context(CLAIM, bayes=False)
     assert started == [] and context.bayes is None
     assert all(row.method != "bayes_hierarchical" for row in context.intervals.rows)
+
+
+def test_the_checks_run_with_single_threaded_blas(monkeypatch):
+    """BLAS workers busy-wait after each call on the core the background fit needs: the audit
+    limits every BLAS library it loaded to one thread, and lifts the limit when it is done."""
+    from threadpoolctl import threadpool_info
+
+    from honestci.audit.checks import registry
+
+    seen: list[list[int]] = []
+    real_checks = registry.run_checks
+
+    def checks_recording_blas(context):
+        seen.append([lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"])
+        return real_checks(context)
+
+    monkeypatch.setattr(registry, "run_checks", checks_recording_blas)
+    before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    pipeline.audit_context(CLAIM, bayes=False)
+    assert seen and seen[0] and set(seen[0]) == {1}
+    assert [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"] == before
+
+
+def test_a_kernel_launch_asks_openmp_workers_to_sleep_unless_told_otherwise(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    kernel_threads()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    kernel_threads()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"

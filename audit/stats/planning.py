@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -48,6 +48,7 @@ from scipy.special import expit
 
 from honestci.audit.errors import InputError
 from honestci.audit.policy import GATE_METHOD_FOR_POPULATION, THRESHOLDS, Thresholds, clears_bar
+from honestci.audit.stats.core_share import single_threaded_blas
 from honestci.audit.stats.coverage_study import simulate_scores
 from honestci.audit.stats.estimands import location_for_rate, standard_normal_nodes, tie_share, vignette_means
 from honestci.audit.stats.winrate import winrate_ci
@@ -239,21 +240,9 @@ class SimulatedPower:
         return round(self.power * self.reps)
 
 
-def _single_threaded():
-    """BLAS limited to one thread: a fit's products are small, and a multithreaded OpenBLAS spends
-    up to 10x the CPU on them (measured: 0.37 against 0.04 CPU-s a fit at G = 13, m = 10); the
-    plan's parallelism is its processes. threadpoolctl comes with the bayes extra; without it the
-    library's default stands."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - the bayes extra brings it
-        return nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
-
-
 def _init_worker() -> None:
     global _WORKER_LIMITS
-    _WORKER_LIMITS = _single_threaded()
+    _WORKER_LIMITS = single_threaded_blas()
 
 
 _WORKER_LIMITS = None
@@ -291,7 +280,7 @@ class _Simulator:
         if self._pool is not None:
             passed = self._pool.map(_passes, jobs, chunksize=max(1, len(jobs) // 32))
         else:
-            with _single_threaded():
+            with single_threaded_blas():
                 passed = [_passes(job) for job in jobs]
         out, at = [], 0
         for g, stream, reps in batches:
