@@ -469,6 +469,8 @@ def audit_context(
 
     # After the imports above, which load every BLAS library the audit calls.
     with single_threaded_blas():
+        if bayes:  # while the main thread reads the data (no GIL held), not once the fit starts
+            _start_in_background(_import_bayes_modules)
         claim = load_claim(claim_path, allow_outside=allow_outside_data, policy=policy)
         spec, thresholds, rules = claim.spec, claim.thresholds, claim.policy
         if spec.method is not None and spec.method not in ALL_METHODS:
@@ -570,6 +572,18 @@ def audit_context(
                 context, intervals=IntervalTable(intervals.estimand, (*intervals.rows, _composed_row(context)))
             )
         return context
+
+
+def _import_bayes_modules() -> None:
+    """Import what the Bayesian fit imports: its sampler (numba) and xarray, which imports dask
+    at its first array. An error here is left for the fit to raise with its own message."""
+    import numpy as np
+    import xarray as xr
+
+    import honestci.audit.stats.bayes
+    import honestci.audit.stats.bayes_collapsed  # noqa: F401
+
+    xr.Dataset({"imports": ("x", np.zeros(1))})
 
 
 @dataclass(frozen=True)
