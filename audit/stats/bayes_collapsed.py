@@ -61,7 +61,7 @@ ENVELOPE_SPACING = math.sqrt(2.0)
 #: step (logit units; a capped Newton step on a concave function cannot overshoot far).
 _NEWTON_MAX, _NEWTON_TOL, _NEWTON_STEP_MAX = 60, 1e-6, 2.0
 #: Proposals whose log density one kernel launch evaluates (:func:`sample_collapsed`): the
-#: thread count (:mod:`honestci.audit.stats.core_share`) can change between launches.
+#: thread count (:mod:`honestci.audit.stats.core_share`) can change, and the meter moves, between launches.
 _PROPOSAL_BLOCK = 128
 #: Vignette effects drawn per block (:func:`_vignette_effects`): ~12 MB of uniforms at a time.
 _EFFECT_BLOCK = 500_000
@@ -441,13 +441,14 @@ def sample_collapsed(
     # Every proposal is independent of the chain, so all are drawn and evaluated in one batch.
     length = tune + draws
     proposals, log_q = _student_t(rng, mode, covariance, chains * length)
-    # Newton keeps starting at the mode's vignette modes; blocks let the thread count change between them.
-    log_target = np.concatenate(
-        [
-            posterior.log_density(proposals[first : first + _PROPOSAL_BLOCK], warm_start=False)
-            for first in range(0, proposals.shape[0], _PROPOSAL_BLOCK)
-        ]
-    )
+    # In blocks: numba's thread count (core_share) can change between them, and the meter moves.
+    # Newton keeps starting at the mode's vignette modes.
+    log_target = np.empty(proposals.shape[0])
+    for first in range(0, proposals.shape[0], _PROPOSAL_BLOCK):
+        block = slice(first, first + _PROPOSAL_BLOCK)
+        log_target[block] = posterior.log_density(proposals[block], warm_start=False)
+        if meter is not None:
+            meter(min(first + _PROPOSAL_BLOCK, proposals.shape[0]))
     log_ratio = (log_target - log_q).reshape(chains, length)
     proposals = proposals.reshape(chains, length, -1)
     log_uniform = np.log(rng.uniform(size=(chains, length)))
@@ -461,8 +462,6 @@ def sample_collapsed(
                 current, accepted[c, i] = i, True
             chosen[c, i] = current
     kept = np.take_along_axis(proposals, chosen[:, tune:, None], axis=1).reshape(chains * draws, -1)
-    if meter is not None:
-        meter(chains * length)
     theta = posterior.unpack(kept)
     u, attempts = _vignette_effects(posterior, theta, rng)
     mu, sigma, beta, run_effect, judge_effect = theta
