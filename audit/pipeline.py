@@ -446,10 +446,15 @@ def audit_context(
     seed: int = DEFAULT_SEED,
     allow_outside_data: bool = False,
     progress: ProgressLike = None,
+    while_fitting: Callable[[AuditContext], None] | None = None,
 ) -> AuditContext:
     """Everything the gates of one claim read: the claim and its data, every win-rate interval
     (with the Bayesian fit unless ``bayes`` is False), the claimed-figure audit, the comparisons
     and the result of every check of :data:`honestci.audit.checks.registry.CHECKS`.
+
+    ``while_fitting`` (optional) is called with the context once the checks have run, before the
+    Bayesian fit (which runs on a thread of its own) is waited for: its work overlaps the fit's.
+    Its context holds the checks and the intervals but for the Bayesian rows.
 
     ``policy`` (the built-in one when None) decides: the level and the interval of the bar gate,
     the thresholds, the required gates and how invalid verdicts score; the claim may only tighten
@@ -537,6 +542,8 @@ def audit_context(
             )
             progress("running the checks")
             context.checks.update(run_checks(context))
+            if while_fitting is not None:
+                while_fitting(context)
             bayes_result = None
             if bayes_fit is not None:
                 bayes_result = _bayes_rows(bayes_fit.result(), rows[0], level, seed)
@@ -661,8 +668,25 @@ def run_audit(
 
     Raises :class:`honestci.audit.errors.InputError` on bad input.
     """
+    per_vignette: list[tuple[dict, ...]] = []
+
+    def per_vignette_table(context: AuditContext) -> None:
+        assert context.contests is not None  # audit_context assembles them
+        scored = context.contests.scores("both_orders", invalid=context.claim.policy.invalid_verdicts)
+        per_vignette.append(
+            _per_vignette(
+                scored, context.study, context.claim.thresholds.confidence_level, context.contests.trials_per_contest
+            )
+        )
+
     context = audit_context(
-        claim_path, policy=policy, bayes=bayes, seed=seed, allow_outside_data=allow_outside_data, progress=progress
+        claim_path,
+        policy=policy,
+        bayes=bayes,
+        seed=seed,
+        allow_outside_data=allow_outside_data,
+        progress=progress,
+        while_fitting=per_vignette_table,  # the report's per-vignette table, beside the Bayesian fit
     )
     from honestci.audit.gates import evidence_given, run_gates
 
@@ -698,9 +722,7 @@ def run_audit(
         claimed_audit=context.claimed_audit,
         comparisons=context.comparisons,
         bayes_summary=None if bayes_result is None else _bayes_summary(bayes_result),
-        per_vignette=_per_vignette(
-            scored, context.study, claim.thresholds.confidence_level, contests.trials_per_contest
-        ),
+        per_vignette=per_vignette[0],
         sections=tuple(result.report_section().to_dict() for result in context.checks.values() if result is not None),
         provenance=_provenance(claim, context.study, seed),
         audit_policy={

@@ -129,3 +129,26 @@ def test_a_kernel_launch_asks_openmp_workers_to_sleep_unless_told_otherwise(monk
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     kernel_threads()
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_while_fitting_runs_after_the_checks_and_beside_the_fit(monkeypatch):
+    """run_audit builds its per-vignette table there: the context holds every check, and the fit
+    is still running (it is waited for afterwards)."""
+    events: list[str] = []
+    real_fit = pipeline._fit_bayes_model
+
+    def slow_fit(*args):
+        time.sleep(1.0)
+        result = real_fit(*args)
+        events.append("fit done")
+        return result
+
+    def while_fitting(context):
+        assert "valid_verdicts" in context.checks and context.bayes is None
+        events.append("while fitting")
+
+    monkeypatch.setattr(pipeline, "_fit_bayes_model", slow_fit)
+    context = pipeline.audit_context(CLAIM, bayes=True, while_fitting=while_fitting)
+    assert events == ["while fitting", "fit done"]
+    assert context.bayes is not None
+    assert [row.method for row in context.intervals.rows][-2:] == ["bayes_hierarchical"] * 2
