@@ -151,13 +151,15 @@ def _document_text(data: dict[str, Any]) -> str:
 
 
 def json_safe(value):
-    """JSON-compatible copy: NaN/inf become null (JSON has no NaN), other objects their str."""
+    """JSON-compatible copy: NaN/inf become null (JSON has no NaN), NumPy scalars Python numbers,
+    other objects their str."""
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        # float(): a NumPy float64 (a float subclass) as a Python float, which orjson writes
+        return float(value) if math.isfinite(value) else None
     if value is None or isinstance(value, (str, int, bool)):
         return value
     if hasattr(value, "item"):  # numpy scalars

@@ -59,3 +59,16 @@ def test_document_text_refuses_non_finite_floats(bad):
     # as json.dumps(allow_nan=False): orjson would write null
     with pytest.raises(ValueError):
         _document_text({"value": [bad]})
+
+
+def test_json_safe_gives_python_numbers_that_orjson_writes():
+    import numpy as np
+    import orjson
+
+    from honestci.audit.report_model import json_safe
+
+    data = json_safe({"x": np.float64(2.5e-06), "n": np.int64(3), "nan": np.float64("nan"), "t": (np.float64(0.1),)})
+    assert data == {"x": 2.5e-06, "n": 3, "nan": None, "t": [0.1]}
+    assert all(type(v) is float for v in (data["x"], data["t"][0]))
+    orjson.dumps(data)  # no NumPy scalar left: the document takes orjson's path
+    assert _document_text(data) == _stdlib(data)
