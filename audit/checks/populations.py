@@ -136,21 +136,22 @@ def populations_check(context: AuditContext) -> PopulationsCheck | None:
     scores = scored.values
     labels, codes = unique_inverse(scored.clusters)
     families_of_labels = np.array([str(family_of.get(v, NO_FAMILY)) for v in labels])
-    families = families_of_labels[codes]
     # the vignettes as their codes in sorted-label order: every method below groups by np.unique,
     # whose order the codes keep (the same figures, without sorting a million labels each time)
     clusters = codes
-    names = sorted(set(families.tolist()))
+    names = sorted(set(families_of_labels.tolist()))  # every vignette has contests
     if len(names) < 2:
         return None
+    # each contest's family as its index in ``names``: a million integers compared per family, not strings
+    family_of_contest = np.searchsorted(names, families_of_labels)[codes]
     level = claim.thresholds.confidence_level
     claimed = claim.spec.vignette_families
     # Every gap splits the same vignettes: their rates are computed once (the vignettes as their
     # codes, as transfer_gap would label them), and each split is a mask over them.
     rates, vignette_codes = vignette_means(scores, clusters).means, np.arange(labels.size)
     rows = []
-    for name in names:
-        inside = families == name
+    for index, name in enumerate(names):
+        inside = family_of_contest == index
         in_family = families_of_labels == name
         interval = winrate_ci(
             scores[inside],
