@@ -150,9 +150,18 @@ def _document_text(data: dict[str, Any]) -> str:
     return _UNESCAPED.sub(_ascii_escape, _python_floats(text.decode()))
 
 
+#: The types JSON holds as they are, matched exactly by :func:`json_safe` (subclasses take its checks below).
+_JSON_SCALARS = frozenset({str, int, bool, type(None)})
+
+
 def json_safe(value):
     """JSON-compatible copy: NaN/inf become null (JSON has no NaN), NumPy scalars Python numbers,
     other objects their str."""
+    # the plain scalars by exact type first: a report holds about a million of them
+    if type(value) is float:
+        return value if math.isfinite(value) else None
+    if type(value) in _JSON_SCALARS:
+        return value
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
