@@ -72,3 +72,20 @@ def test_json_safe_gives_python_numbers_that_orjson_writes():
     assert all(type(v) is float for v in (data["x"], data["t"][0]))
     orjson.dumps(data)  # no NumPy scalar left: the document takes orjson's path
     assert _document_text(data) == _stdlib(data)
+
+
+def test_json_safe_treats_subclasses_as_their_base_types():
+    import enum
+    from collections import OrderedDict
+
+    from honestci.audit.report_model import json_safe
+
+    class Level(enum.IntEnum):
+        HIGH = 2
+
+    class Name(str):
+        pass
+
+    data = json_safe(OrderedDict(a=[True, Level.HIGH, Name("x"), math.inf, -0.0, None, {1: (2,)}]))
+    assert data == {"a": [True, 2, "x", None, -0.0, None, {"1": [2]}]}
+    assert _document_text(data) == _stdlib(data)
