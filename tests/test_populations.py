@@ -16,7 +16,8 @@ from honestci.audit.data.claims import load_claim
 from honestci.audit.errors import ClaimError, EstimationError, InputError
 from honestci.audit.pipeline import audit_context
 from honestci.audit.stats.coverage_study import simulate_scores
-from honestci.audit.stats.populations import transfer_gap
+from honestci.audit.stats.estimands import unique_inverse, vignette_means
+from honestci.audit.stats.populations import transfer_gap, vignette_transfer_gap
 from honestci.audit.stats.winrate import winrate_ci
 from honestci.fixtures.simulate import CLAIM_JUDGE, DEFAULT_STUDY_DIR, OFFDIST_DIR
 
@@ -52,6 +53,20 @@ def test_transfer_gap_is_welch_on_vignette_means_with_imbens_kolesar_df():
     assert (gap.ci_low, gap.ci_high) == pytest.approx((gap.estimate - half, gap.estimate + half), rel=1e-10)
     assert gap.rate_in == pytest.approx(a.mean()) and gap.rate_fresh == pytest.approx(b.mean())
     assert list(gap.to_frame().columns)[:5] == ["in", "fresh", "rate_in", "rate_fresh", "gap"]
+
+
+def test_vignette_transfer_gap_is_transfer_gap_from_the_vignette_means():
+    # the populations check computes the vignette means once and splits them by family
+    scores, clusters, fresh = _two_groups(np.random.default_rng(23), [5, 7, 6, 5, 8, 4], [6, 5, 7, 3])
+    labels, codes = unique_inverse(clusters)
+    fresh_vignettes = np.bincount(codes, weights=fresh) > 0
+    for vignettes in (labels, np.arange(labels.size)):
+        gap = vignette_transfer_gap(vignette_means(scores, codes).means, vignettes, fresh_vignettes, level=0.9)
+        assert gap == transfer_gap(scores, clusters, fresh, level=0.9)  # every field, exactly
+    with pytest.raises(InputError, match="one length"):
+        vignette_transfer_gap(np.zeros(3), np.arange(4), np.zeros(4, dtype=bool))
+    with pytest.raises(EstimationError, match="two or more vignettes"):
+        vignette_transfer_gap(np.zeros(3), np.arange(3), np.array([True, False, False]))
 
 
 def test_transfer_gap_refuses_overlapping_groups_and_single_vignette_groups():

@@ -25,9 +25,9 @@ import numpy as np
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError
-from honestci.audit.stats.estimands import unique_inverse
+from honestci.audit.stats.estimands import unique_inverse, vignette_means
 from honestci.audit.stats.intervals import IntervalResult
-from honestci.audit.stats.populations import TransferGap, transfer_gap
+from honestci.audit.stats.populations import TransferGap, vignette_transfer_gap
 from honestci.audit.stats.winrate import winrate_ci
 
 #: Family label of vignettes whose ``family`` is missing.
@@ -117,9 +117,9 @@ class PopulationsCheck:
         )
 
 
-def _gap(scores, clusters, inside, level: float, label_in: str, label_fresh: str) -> TransferGap | None:
+def _gap(rates, vignettes, fresh, level: float, label_in: str, label_fresh: str) -> TransferGap | None:
     try:
-        return transfer_gap(scores, clusters, inside, level, label_in=label_in, label_fresh=label_fresh)
+        return vignette_transfer_gap(rates, vignettes, fresh, level, label_in=label_in, label_fresh=label_fresh)
     except EstimationError:
         return None
 
@@ -136,18 +136,23 @@ def populations_check(context: AuditContext) -> PopulationsCheck | None:
     scores = scored.values
     labels, codes = unique_inverse(scored.clusters)
     families_of_labels = np.array([str(family_of.get(v, NO_FAMILY)) for v in labels])
-    families = families_of_labels[codes]
     # the vignettes as their codes in sorted-label order: every method below groups by np.unique,
     # whose order the codes keep (the same figures, without sorting a million labels each time)
     clusters = codes
-    names = sorted(set(families.tolist()))
+    names = sorted(set(families_of_labels.tolist()))  # every vignette has contests
     if len(names) < 2:
         return None
+    # each contest's family as its index in ``names``: a million integers compared per family, not strings
+    family_of_contest = np.searchsorted(names, families_of_labels)[codes]
     level = claim.thresholds.confidence_level
     claimed = claim.spec.vignette_families
+    # Every gap splits the same vignettes: their rates are computed once (the vignettes as their
+    # codes, as transfer_gap would label them), and each split is a mask over them.
+    rates, vignette_codes = vignette_means(scores, clusters).means, np.arange(labels.size)
     rows = []
-    for name in names:
-        inside = families == name
+    for index, name in enumerate(names):
+        inside = family_of_contest == index
+        in_family = families_of_labels == name
         interval = winrate_ci(
             scores[inside],
             clusters[inside],
@@ -160,18 +165,18 @@ def populations_check(context: AuditContext) -> PopulationsCheck | None:
         rows.append(
             FamilyRow(
                 family=name,
-                n_vignettes=int(np.unique(clusters[inside]).size),
+                n_vignettes=int(in_family.sum()),
                 n_contests=int(inside.sum()),
                 interval=interval,
-                gap=_gap(scores, clusters, inside, level, "other vignettes", name),
+                gap=_gap(rates, vignette_codes, in_family, level, "other vignettes", name),
                 in_claim=claimed is None or name in claimed,
             )
         )
     transfer = None
     if claimed is not None:
-        inside = np.isin(families, claimed)
-        if not inside.all():
-            transfer = _gap(scores, clusters, inside, level, "other vignettes", ", ".join(claimed))
+        in_claim = np.isin(families_of_labels, claimed)
+        if not in_claim.all():
+            transfer = _gap(rates, vignette_codes, in_claim, level, "other vignettes", ", ".join(claimed))
     return PopulationsCheck(
         population=claim.spec.population,
         gate_method=context.gate_method,

@@ -105,11 +105,12 @@ def simulate(out_dir: Path, seed: int | None) -> None:
         click.echo(str(path))
 
 
-def _echo_summary(report) -> None:
-    """The head of the report (honestci.reports.summary), first on the console as in report.md."""
+def _echo_summary(data: dict) -> None:
+    """The head of the report (honestci.reports.summary; ``data``: the report model,
+    ``Report.data``), first on the console as in report.md."""
     from honestci.reports.summary import summarize
 
-    summary = summarize(report.data)
+    summary = summarize(data)
     lines = summary.lines()
     click.secho(lines[0], fg="green" if summary.exit_code == 0 else "red", bold=True)
     for line in lines[1:]:
@@ -181,7 +182,7 @@ def _run_and_report(
         click.echo(json.dumps(machine, indent=2))
         return result
     if not quiet:
-        _echo_summary(report)
+        _echo_summary(data)  # summarize only reads it
         rules = result.audit_policy
         click.echo(
             f"policy: {rules['name']} (sha256 {rules['sha256'][:12]}), level {rules['confidence_level']:g}, "

@@ -58,13 +58,15 @@ def design_cells(X: np.ndarray, clusters: Any) -> Cells:
             f"X has shape {X.shape} but there are {labels.size} cluster labels.",
             fix="pass an n x k design and one cluster label per row",
         )
-    key = pd.factorize(labels, use_na_sentinel=False)[0].astype(np.int64)
+    index = pd.factorize(labels, use_na_sentinel=False)[0]
     for column in X.T:
+        if np.all(column == column[:1]):  # one value (an intercept): it splits no cell, nothing to hash
+            continue
         column_codes, distinct = pd.factorize(column)
         if len(distinct) > 1:
-            # renumbered after each column, so the combined key stays below n (no overflow)
-            key = pd.factorize(key * len(distinct) + column_codes)[0]
-    index = pd.factorize(key)[0]
+            # renumbered after each column, so the combined key stays below n (no overflow); the
+            # numbers stay in order of first appearance, as the cells' are
+            index = pd.factorize(index * len(distinct) + column_codes)[0]
     # factorize numbers the cells in order of first appearance: a cell's first row is where the
     # running maximum of the index steps up
     running = np.maximum.accumulate(index)

@@ -119,7 +119,35 @@ def transfer_gap(
             "A vignette is in both groups of the transfer gap.",
             fix="give every vignette one family; the groups must be disjoint",
         )
-    is_fresh = share == 1
+    return vignette_transfer_gap(means.means, labels, share == 1, level, label_in=label_in, label_fresh=label_fresh)
+
+
+def vignette_transfer_gap(
+    rates,
+    vignettes,
+    fresh,
+    level: float = 0.95,
+    *,
+    label_in: str = "in-distribution",
+    label_fresh: str = "fresh",
+) -> TransferGap:
+    """:func:`transfer_gap` from one entry per vignette: its mean score (``rates``, as
+    :func:`~honestci.audit.stats.estimands.vignette_means` gives them), its label and whether it is
+    fresh. Splitting one set of vignettes in several ways (one family against the rest, for each
+    family) then groups its contests once.
+
+    Raises
+    ------
+    EstimationError
+        When a group has fewer than two vignettes (no spread between vignettes to estimate).
+    """
+    rates, vignettes = np.asarray(rates, dtype=float), np.asarray(vignettes)
+    is_fresh = np.asarray(fresh, dtype=bool)
+    if not (rates.shape == vignettes.shape == is_fresh.shape) or rates.ndim != 1:
+        raise InputError(
+            "rates, vignettes and the fresh indicator must be 1-D arrays of one length.",
+            fix="pass one value per vignette in each",
+        )
     n_fresh, n_in = int(is_fresh.sum()), int((~is_fresh).sum())
     if min(n_fresh, n_in) < 2:
         raise EstimationError(
@@ -127,8 +155,8 @@ def transfer_gap(
             f"{label_in!r} and {n_fresh} in {label_fresh!r}: no spread between vignettes can be estimated."
         )
     # Intercept = θ_in; the indicator's coefficient = θ_fresh − θ_in.
-    X = np.column_stack([np.ones(labels.size), is_fresh.astype(float)])
-    fit = cluster_robust_ols(X, means.means, labels, vcov="CR2", level=level, df="satterthwaite")
+    X = np.column_stack([np.ones(vignettes.size), is_fresh.astype(float)])
+    fit = cluster_robust_ols(X, rates, vignettes, vcov="CR2", level=level, df="satterthwaite")
     return TransferGap(
         estimate=float(-fit.coef[1]),
         se=float(fit.se[1]),
@@ -136,8 +164,8 @@ def transfer_gap(
         ci_low=float(-fit.ci_high[1]),
         ci_high=float(-fit.ci_low[1]),
         level=level,
-        rate_in=float(means.means[~is_fresh].mean()),
-        rate_fresh=float(means.means[is_fresh].mean()),
+        rate_in=float(rates[~is_fresh].mean()),
+        rate_fresh=float(rates[is_fresh].mean()),
         n_vignettes_in=n_in,
         n_vignettes_fresh=n_fresh,
         label_in=label_in,
