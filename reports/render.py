@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +36,28 @@ def write_report(report: Report, out_dir: str | Path, posterior: Any | None = No
     Every format is rendered and staged before any file is replaced, so a renderer that fails or a
     full disk leaves the previous report whole rather than a new verdict beside an old report.
     """
-    out = Path(out_dir)
-    paths = {"json": out / "verdict.json", "md": out / "report.md", "html": out / "report.html"}
-    atomic_write_texts({path: render(report, fmt, posterior) for fmt, path in paths.items()})
-    return paths
+    texts = _rendered(report, out_dir, posterior)
+    atomic_write_texts(texts)
+    return {fmt: path for fmt, path in zip(_REPORT_FILES, texts)}
+
+
+#: The report files of :func:`write_report`, by format.
+_REPORT_FILES = {"json": "verdict.json", "md": "report.md", "html": "report.html"}
+
+
+def _rendered(report: Report, out_dir: str | Path, posterior: Any | None) -> dict[Path, str]:
+    """Each report file's path in ``out_dir`` and its text."""
+    return {Path(out_dir) / name: render(report, fmt, posterior) for fmt, name in _REPORT_FILES.items()}
 
 
 def write_outputs(report: Report, out_dir: str | Path, posterior: Any | None = None) -> dict[str, Path]:
     """Write the reports into ``out_dir`` (:func:`write_report`) and, when given, the posterior
     (an ArviZ InferenceData) as ``posterior.nc``.
 
-    The posterior is staged first and moved into place only after the reports are written, so a
-    failure leaves no new posterior beside an old report.
+    The posterior is written to a staged file on a thread of its own while the reports render
+    (its HDF5 writes, and the NumPy work of a group built for writing, release the GIL); the
+    reports replace the previous ones only once it is written, and the posterior moves into place
+    last, so a failure leaves no new posterior beside an old report.
     """
     with out_dir_lock(out_dir):
         if posterior is None:
@@ -54,8 +65,11 @@ def write_outputs(report: Report, out_dir: str | Path, posterior: Any | None = N
         final = Path(out_dir) / POSTERIOR_FILE
         staged = final.with_name(f".{POSTERIOR_FILE}.partial")
         try:
-            posterior.to_netcdf(str(staged))
-            paths = write_report(report, out_dir, posterior)
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="honestci-posterior") as writer:
+                written = writer.submit(posterior.to_netcdf, str(staged))
+                texts = _rendered(report, out_dir, posterior)
+                written.result()
+            atomic_write_texts(texts)
             os.replace(staged, final)
         except OSError as exc:
             raise InputError(
@@ -64,4 +78,5 @@ def write_outputs(report: Report, out_dir: str | Path, posterior: Any | None = N
             ) from None
         finally:
             staged.unlink(missing_ok=True)
+        paths = {fmt: path for fmt, path in zip(_REPORT_FILES, texts)}
         return paths | {"posterior": final}

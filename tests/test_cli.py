@@ -195,7 +195,20 @@ def test_posterior_is_written_only_together_with_the_reports(tmp_path, monkeypat
     def full_disk(*_):
         raise OSError("No space left on device")
 
-    monkeypatch.setattr("honestci.reports.render.write_report", full_disk)
+    # The posterior fails while the reports render beside it: the previous outputs stay whole.
+    before = {p.name: p.read_bytes() for p in (tmp_path / "ok").iterdir()}
+
+    class _FailingPosterior:
+        def to_netcdf(self, path):
+            Path(path).write_bytes(b"part of a posterior")
+            raise OSError("No space left on device")
+
+    other = run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False, seed=7).report()
+    with pytest.raises(InputError, match="No space left on device"):
+        write_outputs(other, tmp_path / "ok", posterior=_FailingPosterior())
+    assert {p.name: p.read_bytes() for p in (tmp_path / "ok").iterdir()} == before
+
+    monkeypatch.setattr("honestci.reports.render.atomic_write_texts", full_disk)
     with pytest.raises(InputError, match="No space left on device"):
         write_outputs(report, tmp_path / "failed", posterior=_StubPosterior())
     assert list((tmp_path / "failed").iterdir()) == []
