@@ -1,6 +1,6 @@
 """``python -m honestci`` runs the command line."""
 
-from honestci.audit.cli import main
+from honestci.audit.cli import run
 
 if __name__ == "__main__":
-    main()
+    run()

@@ -114,3 +114,47 @@ def test_the_library_functions_behind_the_commands_default_to_the_same_seed():
     )
     assert {inspect.signature(f).parameters["seed"].default for f in functions} == {DEFAULT_SEED}
     assert calibration.CHECK_SEED == position_bias.CHECK_SEED == DEFAULT_SEED
+
+
+class _Exited(Exception):
+    def __init__(self, code):
+        self.code = code
+
+
+@pytest.mark.parametrize(
+    "outcome, code, stderr",
+    [(None, 0, ""), (0, 0, ""), (1, 1, ""), (2, 2, ""), ("a message", 1, "a message\n")],
+)
+def test_the_program_exits_with_its_commands_code_after_the_exit_handlers(monkeypatch, capsys, outcome, code, stderr):
+    """run() (the console script) skips the interpreter's teardown but not the atexit handlers,
+    and exits with the code the command gave (None: 0; a message: printed, then 1)."""
+    import honestci.audit.cli as cli
+
+    handlers: list[str] = []
+
+    def command():
+        if outcome is not None:
+            sys.exit(outcome)
+
+    def exit_now(value):
+        raise _Exited(value)
+
+    monkeypatch.setattr(cli, "main", command)
+    monkeypatch.setattr(cli.os, "_exit", exit_now)
+    # the real handlers of this test process must not run here (they would shut its thread pools)
+    monkeypatch.setattr(cli.atexit, "_run_exitfuncs", lambda: handlers.append("ran"))
+    with pytest.raises(_Exited) as exited:
+        cli.run()
+    assert exited.value.code == code and handlers == ["ran"]
+    assert capsys.readouterr().err == stderr
+
+
+def test_python_m_honestci_runs_the_program_and_keeps_its_output():
+    result = subprocess.run(
+        [sys.executable, "-m", "honestci", "audit", "no-such-claim.yaml", "--out", "unused"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "no-such-claim.yaml" in result.stderr
+    assert result.stderr.rstrip().endswith("pass the path of a claim file")

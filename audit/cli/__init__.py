@@ -7,6 +7,9 @@ of other modules only when used (:data:`LAZY_COMMANDS`), so ``honestci --help`` 
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -78,6 +81,30 @@ LAZY_COMMANDS = {
 def main() -> None:
     """honestci: audit LLM-judge win-rate claims with intervals that respect how the data were
     collected, and block a release whose honest CI-low misses its bar."""
+
+
+def run() -> None:
+    """The ``honestci`` program (console script and ``python -m honestci``): :func:`main`, then
+    the exit-time handlers, and an exit without the interpreter's teardown of its modules.
+
+    After an audit of a million contests that teardown (pandas, SciPy, numba's threads, xarray,
+    matplotlib) took 0.4-0.6 s past the last output, with every file already written and closed;
+    the ``atexit`` handlers still run, and both streams are flushed. Tests call :func:`main`.
+    """
+    try:
+        main()
+        code: int = 0
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            code = stop.code or 0
+        else:  # sys.exit("message"): the message goes to standard error, as Python would print it
+            print(stop.code, file=sys.stderr)
+            code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing left to write
+            stream.flush()
+    os._exit(code)
 
 
 @main.command()
