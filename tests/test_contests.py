@@ -76,6 +76,36 @@ def test_contests_pair_both_orders_from_the_policys_side(tmp_path):
     assert frame["contest_id"].is_unique and contests.n_invalid == 0 and dict(contests.dropped) == {}
 
 
+def test_contest_strings_are_categoricals_of_the_values_present(tmp_path):
+    # a million contests name a few thousand responses and vignettes: codes, not one string per row
+    contests = build_contests(study(tmp_path), "P", "O")
+    expected = {
+        "judge": ["J"],
+        "vignette_id": ["v1", "v2", "v3"],
+        "run": ["run-1", "run-2"],
+        "policy_response": ["p1", "p2", "p3"],
+        "opponent_response": ["o1", "o2", "o3"],  # q3 (system Q) is no contest's
+        "outcome_policy_first": ["invalid", "loss", "tie", "win"],
+        "outcome_policy_second": ["invalid", "loss", "tie", "win"],
+    }
+    for frame in (contests.frame, contests.scores().frame):
+        for name, categories in expected.items():
+            if name in frame:
+                assert frame[name].cat.categories.tolist() == categories, name
+                # object categories: to_numpy() points at them instead of making a string per row
+                rows = frame[name].to_numpy()
+                assert rows[0] is frame[name].cat.categories[frame[name].cat.codes[0]]
+        assert frame["contest_id"].dtype == "str"
+    assert contests.scores().frame.columns.tolist() == [
+        "contest_id",
+        "vignette_id",
+        "run",
+        "score",
+        "policy_response",
+        "opponent_response",
+    ]
+
+
 def test_scores_by_hand(tmp_path):
     contests = build_contests(study(tmp_path), "P", "O")
     # both_orders: win+win = 1, win+loss = 1/2 (order-inconsistent), loss+tie = 1/2

@@ -217,9 +217,11 @@ class ContestTable:
     ``invalid``; missing where that order was not judged), value_policy_first,
     value_policy_second (the order's value for the policy: 1, ½, 0 or its continuous preference;
     NaN when invalid or not judged), line_policy_first, line_policy_second (missing where not
-    judged). ``dropped`` counts contests left out on purpose (``single_order``). ``design`` names
-    the judging design (:data:`DESIGNS`) and ``design_note`` says what it implies; ``continuous``
-    is True when any judged order carries a continuous preference.
+    judged). Its string columns but contest_id are categoricals with sorted categories: the values
+    present, or the four outcomes (:func:`_contest_frame`). ``dropped`` counts contests left out
+    on purpose (``single_order``). ``design`` names the judging design (:data:`DESIGNS`) and
+    ``design_note`` says what it implies; ``continuous`` is True when any judged order carries a
+    continuous preference.
 
     A panel's table (:func:`build_panel_contests`) holds one row per judge and contest; ``panel``
     names its judges, ``panel_rule`` the rule that :meth:`scores` applies, and ``judge`` is the
@@ -316,12 +318,13 @@ class ContestTable:
         invalid_contests = self._invalid_contests()
         if self.panel:
             return self._panel_scores(scores, effective, invalid)
-        keep = ~invalid_contests if invalid == "exclude" else np.ones(len(self.frame), dtype=bool)
-        frame = self.frame.loc[keep, ["contest_id", "vignette_id", "run"]].reset_index(drop=True)
-        frame["score"] = scores[keep]
-        frame[["policy_response", "opponent_response"]] = self.frame.loc[
-            keep, ["policy_response", "opponent_response"]
-        ].to_numpy()
+        columns = ["contest_id", "vignette_id", "run", "policy_response", "opponent_response"]
+        if invalid == "exclude" and invalid_contests.any():
+            keep = ~invalid_contests
+            frame, scores = self.frame.loc[keep, columns].reset_index(drop=True), scores[keep]
+        else:  # every contest: the table's columns, shared until either frame is written to
+            frame = self.frame[columns].reset_index(drop=True)
+        frame.insert(3, "score", scores)
         return ContestScores(
             effective, self.policy, self.opponent, self.judge, frame, int(invalid_contests.sum()), invalid=invalid
         )
@@ -369,7 +372,10 @@ class ContestTable:
         keep = ~contests["invalid"].to_numpy(bool) if invalid == "exclude" else np.ones(len(contests), dtype=bool)
         frame = pd.DataFrame(
             {
-                "contest_id": "panel:" + contests["policy_response"] + ":" + contests["opponent_response"],
+                "contest_id": "panel:"
+                + contests["policy_response"].astype(str)
+                + ":"
+                + contests["opponent_response"].astype(str),
                 "vignette_id": contests["vignette_id"],
                 "run": contests["run"],
                 "score": panel_score(matrix, str(self.panel_rule)),
@@ -694,39 +700,64 @@ def _pair_orders(
 
 
 def _contest_frame(responses: pd.DataFrame, judge: str, contests: Mapping[str, np.ndarray]) -> pd.DataFrame:
-    """The frame of :class:`ContestTable` from the contests of :func:`_pair_orders` (strings
-    built by pyarrow from the responses' ids, without a Python object per contest)."""
+    """The frame of :class:`ContestTable` from the contests of :func:`_pair_orders`: every string
+    column but contest_id a categorical (:func:`_categorical_of`; the outcomes' categories all
+    four: a million contests name a few thousand vignettes and responses, and a code takes 1 to 4
+    bytes where a string takes tens), contest_id built by pyarrow without a Python object per
+    contest."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    def of_response(column: pd.Series, positions: np.ndarray):
-        return pa.array(column, type=pa.large_string()).take(positions)
+    policy_response = _categorical_of(responses["response_id"], contests["policy_pos"])
+    opponent_response = _categorical_of(responses["response_id"], contests["opponent_pos"])
 
-    policy_response = of_response(responses["response_id"], contests["policy_pos"])
-    opponent_response = of_response(responses["response_id"], contests["opponent_pos"])
-    outcomes = pa.array([*OUTCOMES, None], type=pa.large_string())
+    def strings(values: pd.Categorical):
+        return pa.array(values.categories, type=pa.large_string()).take(values.codes)
+
+    separator = pa.scalar(":", pa.large_string())
+    contest_id = pc.binary_join_element_wise(
+        pa.scalar(judge, pa.large_string()), strings(policy_response), strings(opponent_response), separator
+    )
     columns = {
-        "contest_id": pc.binary_join_element_wise(
-            pa.scalar(judge, pa.large_string()), policy_response, opponent_response, pa.scalar(":", pa.large_string())
-        ),
-        "judge": pa.repeat(pa.scalar(judge, pa.large_string()), len(policy_response)),
+        "contest_id": pd.Series(contest_id, dtype="str"),
+        "judge": pd.Categorical.from_codes(np.zeros(len(contest_id), dtype=np.int8), categories=_objects([judge])),
         # a judged response's vignette is its judgment's (checked on loading)
-        "vignette_id": of_response(responses["vignette_id"], contests["policy_pos"]),
-        "run": of_response(responses["run"].fillna(DEFAULT_RUN), contests["policy_pos"]),
+        "vignette_id": _categorical_of(responses["vignette_id"], contests["policy_pos"]),
+        "run": _categorical_of(responses["run"].fillna(DEFAULT_RUN), contests["policy_pos"]),
         "policy_response": policy_response,
         "opponent_response": opponent_response,
     }
+    # the outcomes' codes (positions in OUTCOMES, -1 where not judged) among the sorted outcomes
+    outcomes = sorted(OUTCOMES)
+    recode = np.array([*(outcomes.index(outcome) for outcome in OUTCOMES), -1], dtype=np.int8)
     for side in ("policy_first", "policy_second"):
-        columns[f"outcome_{side}"] = outcomes.take(
-            np.where(contests[f"outcome_{side}"] < 0, len(OUTCOMES), contests[f"outcome_{side}"])
+        columns[f"outcome_{side}"] = pd.Categorical.from_codes(
+            recode[contests[f"outcome_{side}"]], categories=_objects(outcomes)
         )
-    frame = pd.DataFrame({name: pd.Series(values, dtype="str") for name, values in columns.items()}, copy=False)
+    frame = pd.DataFrame(columns, copy=False)
     for side in ("policy_first", "policy_second"):
         frame[f"value_{side}"] = contests[f"value_{side}"]
     for side in ("policy_first", "policy_second"):
         line = contests[f"line_{side}"]
         frame[f"line_{side}"] = pd.arrays.IntegerArray(line, line < 0)
     return frame
+
+
+def _categorical_of(column: pd.Series, positions: np.ndarray) -> pd.Categorical:
+    """``column``'s values at ``positions`` (no value missing) as a categorical whose categories
+    are the values present, sorted (so that sorting and grouping by it order as by the strings)."""
+    categorical = pd.Categorical(column)
+    codes = categorical.codes[positions]
+    present = np.bincount(codes, minlength=len(categorical.categories)) > 0
+    recode = (np.cumsum(present) - 1).astype(codes.dtype)
+    return pd.Categorical.from_codes(recode[codes], categories=_objects(categorical.categories[present]))
+
+
+def _objects(categories) -> pd.Index:
+    """Categories held as Python objects: the categorical's ``to_numpy()`` (which consumers call
+    on a million rows) then points at them, where categories of the ``str`` dtype make one new
+    string per row (~60 MB at a million contests)."""
+    return pd.Index(categories, dtype=object)
 
 
 def panel_label(judges) -> str:
