@@ -321,6 +321,21 @@ def test_study_records_every_input_hash(tmp_path):
     assert study.human_pairs is None
 
 
+def test_loading_a_study_hands_pyarrows_unused_memory_back(tmp_path, monkeypatch):
+    # the pool keeps what the tables' arrow arrays freed, which numpy cannot reuse
+    import pyarrow as pa
+
+    released = []
+
+    class Pool:
+        def release_unused(self):
+            released.append(True)
+
+    monkeypatch.setattr(pa, "default_memory_pool", Pool)
+    load_study(study_files(tmp_path))
+    assert released == [True]
+
+
 def test_study_needs_its_core_tables(tmp_path):
     paths = study_files(tmp_path)
     del paths["judgments"]

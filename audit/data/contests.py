@@ -32,7 +32,15 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from honestci.audit.data.io import LoadedTable, Study, check_references, codes_of, index_positions, table_from_frame
+from honestci.audit.data.io import (
+    LoadedTable,
+    Study,
+    check_references,
+    codes_of,
+    index_positions,
+    release_arrow_memory,
+    table_from_frame,
+)
 from honestci.audit.errors import InputError, Problem, SchemaError
 from honestci.audit.policy import PANEL_RULES as POLICY_PANEL_RULES
 
@@ -740,6 +748,7 @@ def _contest_frame(responses: pd.DataFrame, judge: str, contests: Mapping[str, n
     for side in ("policy_first", "policy_second"):
         line = contests[f"line_{side}"]
         frame[f"line_{side}"] = pd.arrays.IntegerArray(line, line < 0)
+    release_arrow_memory()  # the response ids' strings joined into contest_id
     return frame
 
 

@@ -16,6 +16,7 @@ import io
 import json
 import math
 import re
+import sys
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -885,7 +886,17 @@ def load_study(paths: Mapping[str, str | Path]) -> Study:
             problems,
             fix="make every id refer to a row that exists, in the right vignette",
         )
+    release_arrow_memory()
     return Study(**tables)
+
+
+def release_arrow_memory() -> None:
+    """Hand back to the system the memory pyarrow's allocator keeps for reuse after its arrays
+    are freed. Its pool (mimalloc or jemalloc) keeps what reading and validating the tables freed
+    for later pyarrow allocations, which are few once the tables are built, and numpy's allocator
+    cannot reuse it: ~55 MB resident for the rest of an audit of a million contests."""
+    if "pyarrow" in sys.modules:  # nothing to release where pyarrow never ran
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
 
 
 def _references_resolve(tables: Mapping[str, LoadedTable]) -> bool:
