@@ -1067,7 +1067,14 @@ def cell_log_likelihood(cells: WinRateCells, eta: np.ndarray) -> np.ndarray:
 
     n, w = cells.n[None, :].astype(float), cells.wins[None, :]
     log_choose = gammaln(n + 1.0) - gammaln(w + 1.0) - gammaln(n - w + 1.0)
-    return log_choose + w * eta - n * np.logaddexp(0.0, eta)
+    # log_choose + w eta - n log(1 + e^eta) in place: two (S, cells) arrays where the expression
+    # makes three (each step the expression's own operation, so the same values to the bit)
+    loglik = np.multiply(w, eta)
+    np.add(log_choose, loglik, out=loglik)
+    softplus = np.logaddexp(0.0, eta)
+    softplus *= n
+    loglik -= softplus
+    return loglik
 
 
 def posterior_predictive_check(
@@ -1130,7 +1137,8 @@ def _check_replicates(
         (np.ones(cells.n.size), (np.arange(cells.n.size), group_of_cell)), shape=(cells.n.size, n_groups)
     )
     n_group = membership.T @ cells.n
-    replicated_share = np.asarray((membership.T @ replicated_wins.T).T) / n_group
+    replicated_share = np.asarray((membership.T @ replicated_wins.T).T)
+    replicated_share /= n_group  # in place: an (S, groups) array less
     observed_share = (membership.T @ cells.wins) / n_group
     tolerance = 1e-12
     upper_count = np.sum(replicated_share >= observed_share - tolerance, axis=0)
