@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import special
 
@@ -79,6 +80,27 @@ def test_cells_group_equal_rows_of_one_cluster_only():
     cells = design_cells(X, np.array(["a", "a", "b", "a"]))
     assert cells.index.tolist() == [0, 0, 1, 2] and cells.counts.tolist() == [2, 1, 1]
     assert cells.clusters.tolist() == ["a", "b", "a"] and cells.sums([1, 2, 3, 4]).tolist() == [3.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("n_clusters, per", [(40, 60), (3, 2), (1, 9)])
+def test_integer_labels_give_the_cells_hashed_labels_give(n_clusters, per):
+    # integer codes of a small range are numbered from a table of first rows, not hashed: the same cells
+    rng = np.random.default_rng(n_clusters)
+    codes = rng.permutation(np.repeat(np.arange(n_clusters), per))
+    X = np.column_stack([np.ones(codes.size), rng.integers(0, 2, codes.size), rng.choice([0.5, np.nan], codes.size)])
+    dense, hashed = design_cells(X, codes), design_cells(X, codes.astype(str))
+    assert dense.index.tolist() == hashed.index.tolist() and dense.counts.tolist() == hashed.counts.tolist()
+    assert dense.clusters.astype(str).tolist() == hashed.clusters.tolist()
+    np.testing.assert_array_equal(dense.X, hashed.X)
+
+
+def test_first_appearance_codes_are_factorize_codes():
+    from honestci.audit.stats.cells import _first_appearance_codes
+
+    rng = np.random.default_rng(7)
+    for size in (1, 5, 1000):
+        key = rng.integers(0, size, 4000)
+        assert _first_appearance_codes(key, size).tolist() == pd.factorize(key)[0].tolist()
 
 
 @pytest.mark.parametrize("vcov", ["CR2", "CR1S"])

@@ -46,7 +46,10 @@ class Cells:
 def design_cells(X: np.ndarray, clusters: Any) -> Cells:
     """Group the rows of ``X`` (n x k) by cluster label (``clusters``, one per row) and covariate row.
 
-    Labels and each column's values are hashed (``pandas.factorize``), never sorted; rows share a
+    Labels and each column's values are hashed (``pandas.factorize``), never sorted, and so are
+    the combined keys, save integer ones of a small range (integer labels, such as codes, among
+    them), numbered from a table of their first rows (:func:`_first_appearance_codes`: the same
+    numbers in far less memory); rows share a
     cell when every value is equal (0.0 and -0.0 alike: the same products and sums). Each cell's
     ``clusters`` entry is its rows' label, so a fit on the cells checks the labels as one on the
     rows would.
@@ -58,7 +61,11 @@ def design_cells(X: np.ndarray, clusters: Any) -> Cells:
             f"X has shape {X.shape} but there are {labels.size} cluster labels.",
             fix="pass an n x k design and one cluster label per row",
         )
-    index = pd.factorize(labels, use_na_sentinel=False)[0]
+    if labels.dtype.kind in "iu" and labels.size and labels.min() >= 0 and labels.max() < _dense_size(labels.size):
+        index = _first_appearance_codes(labels, int(labels.max()) + 1)
+    else:
+        index = pd.factorize(labels, use_na_sentinel=False)[0]
+    n_cells = int(index.max(initial=-1)) + 1
     for column in X.T:
         if np.all(column == column[:1]):  # one value (an intercept): it splits no cell, nothing to hash
             continue
@@ -66,12 +73,38 @@ def design_cells(X: np.ndarray, clusters: Any) -> Cells:
         if len(distinct) > 1:
             # renumbered after each column, so the combined key stays below n (no overflow); the
             # numbers stay in order of first appearance, as the cells' are
-            index = pd.factorize(index * len(distinct) + column_codes)[0]
+            combined = index * len(distinct) + column_codes
+            size = n_cells * len(distinct) + 1  # codes are -1 (NaN) to len - 1: shifted by one
+            if size < _dense_size(combined.size):
+                index = _first_appearance_codes(combined + 1, size)
+            else:
+                index = pd.factorize(combined)[0]
+            n_cells = int(index.max(initial=-1)) + 1
     # factorize numbers the cells in order of first appearance: a cell's first row is where the
     # running maximum of the index steps up
     running = np.maximum.accumulate(index)
     first = np.flatnonzero(np.diff(running, prepend=-1))
     return Cells(index, X[first], labels[first], np.bincount(index))
+
+
+def _dense_size(n: int) -> int:
+    """The largest range of integer keys :func:`_first_appearance_codes` numbers, for ``n`` keys:
+    beyond a quarter of them its table and sort cost more than a hash table."""
+    return max(1, n // 4)
+
+
+def _first_appearance_codes(key: np.ndarray, size: int) -> np.ndarray:
+    """``pandas.factorize(key)[0]`` for integer keys in [0, ``size``): each key numbered in the
+    order of its first appearance, from each key's first row (a table of ``size`` entries) rather
+    than a hash table sized by the rows (~50 MB at two million rows)."""
+    n = key.size
+    row_type = np.int32 if n < 2**31 else np.int64
+    first = np.full(size, n, dtype=row_type)
+    np.minimum.at(first, key, np.arange(n, dtype=row_type))
+    present = np.flatnonzero(first < n)
+    code = np.empty(size, dtype=np.intp)
+    code[present[np.argsort(first[present])]] = np.arange(present.size)
+    return code[key]
 
 
 def cluster_robust_ols_of_cells(
