@@ -168,6 +168,37 @@ def test_predictive_arrays_are_thinned_at_scale():
     np.testing.assert_array_equal(fit.idata.log_likelihood["draw"].values, np.arange(0, 250, 4))
 
 
+def test_saved_predictive_group_holds_the_replicates_the_check_read():
+    # the per-cell groups are built when read (deferred): the same seeded replicates as the check's
+    labels, score, run = _contests(9, 80, 5, runs=2)
+    fit = fit_contest_scores_hierarchical(labels, score, run, sampler="collapsed", seed=5, level=0.95)
+    wins = fit.idata.posterior_predictive["wins"].values
+    replicated = wins.reshape(-1, wins.shape[-1])
+    check = _check_replicates(aggregate_contest_cells(labels, score, run), replicated, 0.95, 0.05)
+    np.testing.assert_array_equal(check.predicted_mean, fit.ppc.predicted_mean)
+    assert fit.idata.posterior_predictive is fit.idata["posterior_predictive"]  # built once, then kept
+
+
+def test_deferred_groups_are_built_when_read_or_written(tmp_path):
+    xr = pytest.importorskip("xarray")
+    from honestci.audit.stats.posterior_groups import PosteriorGroups
+
+    built = []
+
+    def wins():
+        built.append(True)
+        return xr.Dataset({"wins": ("cell", np.arange(3.0))})
+
+    groups = PosteriorGroups(posterior=xr.Dataset({"mu": ("draw", np.zeros(2))}), log_likelihood=wins)
+    groups.to_netcdf(str(tmp_path / "a.nc"))  # built for the file only
+    assert built == [True] and callable(groups._groups["log_likelihood"])
+    assert groups.log_likelihood["wins"].values.tolist() == [0.0, 1.0, 2.0]  # built and kept
+    groups.to_netcdf(str(tmp_path / "b.nc"))
+    assert built == [True, True] and groups.log_likelihood is groups["log_likelihood"]
+    read = xr.open_dataset(tmp_path / "a.nc", group="log_likelihood", engine="h5netcdf")
+    assert read["wins"].values.tolist() == [0.0, 1.0, 2.0]
+
+
 @pytest.mark.slow
 def test_collapsed_posterior_matches_nutpie_on_300_vignettes():
     # Outside reference: nutpie's NUTS on the same cells (4 x 1000 + 1000). Each summary within

@@ -1456,7 +1456,7 @@ OBSERVATION_UNIT = {
 }
 
 
-def _complete_idata(idata, cells: WinRateCells, eta: np.ndarray, replicated_wins: np.ndarray, thin: int = 1) -> None:
+def _complete_idata(idata, cells: WinRateCells, thin: int, seed: int) -> None:
     """Make ``idata`` a complete InferenceData of the fit, in place.
 
     posterior without the sampler's transformed value variables (``sigma_log__``: names ending in
@@ -1465,9 +1465,14 @@ def _complete_idata(idata, cells: WinRateCells, eta: np.ndarray, replicated_wins
     ``az.plot_ppc`` work; one observation is a cell, :data:`OBSERVATION_UNIT`); constant_data: the
     cells with their labels (replacing the unlabelled model data PyMC's sampler stores there).
     The per-cell groups hold every ``thin``-th draw of each chain (:func:`predictive_thinning`),
-    their ``draw`` coordinate the posterior's draw numbers.
+    their ``draw`` coordinate the posterior's draw numbers, and the replicates of
+    :func:`_predictive_draws` with ``seed`` (those the fit's check read). In a
+    :class:`~honestci.audit.stats.posterior_groups.PosteriorGroups` they are deferred, built when
+    read or written: ~64 MB less held from the fit to the file at a million contests.
     """
     import xarray as xr
+
+    from honestci.audit.stats.posterior_groups import PosteriorGroups
 
     internal = [name for name in idata.posterior.data_vars if str(name).endswith("__")]
     posterior = idata.posterior.drop_vars(internal)
@@ -1483,12 +1488,21 @@ def _complete_idata(idata, cells: WinRateCells, eta: np.ndarray, replicated_wins
         "dispersion_phi": float(cells.dispersion),
         "thinned_to_every_nth_draw": thin,
     }
+    idata.add_groups(posterior=posterior)
+
+    def per_cell(values: np.ndarray):
+        return xr.Dataset({"wins": (dims, values.reshape(shape))}, coords=coords, attrs=attrs)
+
+    def posterior_predictive():
+        return per_cell(_predictive_draws(idata, cells, thin, seed)[1])
+
+    def log_likelihood():
+        return per_cell(cell_log_likelihood(cells, _kept_linear_predictor(idata, cells, thin)))
+
+    deferred = isinstance(idata, PosteriorGroups)
     idata.add_groups(
-        posterior=posterior,
-        posterior_predictive=xr.Dataset({"wins": (dims, replicated_wins.reshape(shape))}, coords=coords, attrs=attrs),
-        log_likelihood=xr.Dataset(
-            {"wins": (dims, cell_log_likelihood(cells, eta).reshape(shape))}, coords=coords, attrs=attrs
-        ),
+        posterior_predictive=posterior_predictive if deferred else posterior_predictive(),
+        log_likelihood=log_likelihood if deferred else log_likelihood(),
         observed_data=xr.Dataset({"wins": ("cell", cells.wins)}, attrs=attrs),
         constant_data=xr.Dataset(
             {
@@ -1501,6 +1515,25 @@ def _complete_idata(idata, cells: WinRateCells, eta: np.ndarray, replicated_wins
             }
         ),
     )
+
+
+def _kept_linear_predictor(idata, cells: WinRateCells, thin: int) -> np.ndarray:
+    """(S, cells) :func:`cell_linear_predictor` of every ``thin``-th draw of each chain."""
+    return cell_linear_predictor(
+        cells,
+        stacked_draws(idata, "mu", thin),
+        stacked_draws(idata, "beta", thin),
+        stacked_draws(idata, "u", thin),
+        stacked_draws(idata, "run_effect", thin) if cells.n_runs > 1 else None,
+        stacked_draws(idata, "judge_effect", thin) if cells.n_judges > 1 else None,
+    )
+
+
+def _predictive_draws(idata, cells: WinRateCells, thin: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_kept_linear_predictor` and the wins replicated from it by a generator seeded with
+    ``seed``: the same arrays at every call (the fit's check reads them, then the saved groups)."""
+    eta = _kept_linear_predictor(idata, cells, thin)
+    return eta, replicate_cell_wins(cells, eta, np.random.default_rng(seed))
 
 
 def fit_winrate_hierarchical(
@@ -1704,15 +1737,7 @@ def _fit_hierarchical_cells(
     verdicts: list[Verdict] = []
     # One set of replicates feeds both the check and the saved posterior_predictive group.
     thin = predictive_thinning(idata, cells)
-    eta = cell_linear_predictor(
-        cells,
-        stacked_draws(idata, "mu", thin),
-        stacked_draws(idata, "beta", thin),
-        stacked_draws(idata, "u", thin),
-        stacked_draws(idata, "run_effect", thin) if cells.n_runs > 1 else None,
-        stacked_draws(idata, "judge_effect", thin) if cells.n_judges > 1 else None,
-    )
-    replicated_wins = replicate_cell_wins(cells, eta, np.random.default_rng(seed_int))
+    eta, replicated_wins = _predictive_draws(idata, cells, thin, seed_int)
     if fit.diagnostics.converged:
         for name in ("winrate_these", "winrate_new"):
             summaries[name] = summarise_draws(fit.estimand_draws[name], level, bar)
@@ -1775,6 +1800,8 @@ def _fit_hierarchical_cells(
             + " (run longer chains or check the data)"
         )
 
+    # freed before any refit: the saved groups build their own (the same) when read or written
+    del eta, replicated_wins
     sensitivity = None
     if prior_sensitivity:
         rows = [_sensitivity_row(main_prior, fit, level, bar)]
@@ -1790,7 +1817,7 @@ def _fit_hierarchical_cells(
                 verdicts.append(Verdict.WARN)
                 messages.append(issue)
 
-    _complete_idata(idata, cells, eta, replicated_wins, thin)
+    _complete_idata(idata, cells, thin, seed_int)
     saved_path = None
     if idata_path is not None:
         saved_path = str(Path(idata_path))

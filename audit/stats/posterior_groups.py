@@ -16,19 +16,26 @@ from typing import Any
 
 
 class PosteriorGroups:
-    """Named xarray Datasets in InferenceData's layout (module doc)."""
+    """Named xarray Datasets in InferenceData's layout (module doc).
+
+    A group may be given *deferred*, as a function of no arguments that returns its Dataset: it
+    is built when first read (and kept) or when written (and not kept), so that a fit's large
+    per-cell groups take no memory between the fit and the file.
+    """
 
     def __init__(self, **groups: Any) -> None:
         self._groups: dict[str, Any] = dict(groups)
 
     def __getattr__(self, name: str) -> Any:
-        groups = self.__dict__.get("_groups", {})
-        if name in groups:
-            return groups[name]
+        if name in self.__dict__.get("_groups", {}):
+            return self[name]
         raise AttributeError(name)
 
     def __getitem__(self, name: str) -> Any:
-        return self._groups[name]
+        group = self._groups[name]
+        if callable(group):  # deferred: built once, on first reading
+            group = self._groups[name] = group()
+        return group
 
     def __delitem__(self, name: str) -> None:
         del self._groups[name]
@@ -44,13 +51,16 @@ class PosteriorGroups:
         return list(self._groups)
 
     def add_groups(self, **groups: Any) -> None:
-        """Add (or replace) groups."""
+        """Add (or replace) groups: Datasets, or functions that build them (deferred)."""
         self._groups.update(groups)
 
     def to_netcdf(self, path: str) -> str:
-        """Write every group as a netCDF4 group of one file (the InferenceData layout)."""
-        for position, (name, dataset) in enumerate(self._groups.items()):
+        """Write every group as a netCDF4 group of one file (the InferenceData layout); a deferred
+        group not yet read is built for writing only (its memory is freed once written)."""
+        for position, (name, group) in enumerate(self._groups.items()):
+            dataset = group() if callable(group) else group
             dataset.to_netcdf(path, mode="w" if position == 0 else "a", group=name, engine="h5netcdf")
+            del dataset  # before the next group is built
         return path
 
     def __repr__(self) -> str:
