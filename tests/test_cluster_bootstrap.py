@@ -48,6 +48,19 @@ def test_vectorised_mean_equals_resampling_rows_of_whole_clusters(method):
         assert vectorised.bias_correction == pytest.approx(by_rows.bias_correction, abs=1e-12)
 
 
+@pytest.mark.parametrize("equal_sizes", [True, False])
+def test_sums_taken_by_blocks_of_draws_are_the_whole_matrix_sums(monkeypatch, equal_sizes):
+    # each draw's resampled sum is its own row's: blocks of 7 draws give the same values to the bit
+    from honestci.audit.stats import cluster_bootstrap
+
+    rng = np.random.default_rng(4)
+    clusters = np.repeat(np.arange(40), 3 if equal_sizes else rng.integers(1, 6, 40))
+    y = rng.normal(size=clusters.size)
+    whole = cluster_bootstrap_ci(y, clusters, B=999, method="bca", rng=2)
+    monkeypatch.setattr(cluster_bootstrap, "_SUMS_PER_BLOCK", 7 * 40)
+    assert cluster_bootstrap_ci(y, clusters, B=999, method="bca", rng=2) == whole
+
+
 def test_bca_acceleration_is_the_cluster_jackknife_skewness():
     """a = sum d^3 / (6 (sum d^2)^1.5), d_g = mean_h(theta_(h)) - theta_(g) (Efron & Tibshirani eq. 14.15)."""
     y = np.array([0.0, 0.5, 1.0, 1.0, 0.5, 1.0, 1.0, 0.0, 0.5, 1.0, 1.0, 1.0])

@@ -32,8 +32,11 @@ from honestci.audit.stats.random_state import resolve_rng
 
 __all__ = ["ClusterBootstrapResult", "cluster_bootstrap_ci"]
 
-#: Cluster-index matrices are drawn in blocks of at most this many entries (B x G int64).
+#: Cluster-index matrices are drawn in blocks of at most this many entries (B x G; int32 below
+#: 2^31 clusters, the same numbers as int64 draws: numpy draws both from 32-bit words).
 _INDICES_PER_CHUNK = 2**22
+#: The mean's resampled cluster sums are taken this many entries at a time (a block of float64).
+_SUMS_PER_BLOCK = 2**19
 
 #: Bootstrap values this close (relative to |estimate| + bootstrap SD) to the estimate are ties.
 TIE_RELATIVE_TOLERANCE = 1e-10
@@ -202,10 +205,16 @@ def cluster_bootstrap_ci(
         # G times as many rows, the same number its size sum gives (exact in floating point).
         equal_sizes = bool(np.all(sizes == sizes[0]))
 
-        def resampled(indices: np.ndarray) -> np.ndarray:
+        def resampled_block(indices: np.ndarray) -> np.ndarray:
             # np.take, not totals[indices]: the same values, without fancy indexing's ~10x overhead.
             resampled_sizes = sizes[0] * G if equal_sizes else sizes.take(indices).sum(axis=1)
             return totals.take(indices).sum(axis=1) / resampled_sizes
+
+        def resampled(indices: np.ndarray) -> np.ndarray:
+            # by blocks of draws (each draw's sum is its own row's: the same values), so that the
+            # taken sums are a few MB rather than another matrix the size of the indices
+            rows = max(1, _SUMS_PER_BLOCK // G)
+            return np.concatenate([resampled_block(indices[i : i + rows]) for i in range(0, len(indices), rows)])
 
         jackknife = (totals.sum() - totals) / (sizes.sum() - sizes)
     else:
@@ -222,9 +231,10 @@ def cluster_bootstrap_ci(
         )
 
     draws_per_chunk = max(1, _INDICES_PER_CHUNK // G)
+    index_type = np.int32 if G < 2**31 else np.int64
     theta_star = np.concatenate(
         [
-            resampled(generator.integers(0, G, size=(min(draws_per_chunk, B - start), G)))
+            resampled(generator.integers(0, G, size=(min(draws_per_chunk, B - start), G), dtype=index_type))
             for start in range(0, B, draws_per_chunk)
         ]
     )
