@@ -1157,13 +1157,16 @@ def _check_replicates(
                 )
     p_value = np.minimum(1.0, 2.0 * np.minimum(upper_tail, lower_tail))
     tail = (1.0 - level) / 2.0
+    predicted_mean = replicated_share.mean(axis=0)
+    # both quantiles from one partition of the shares themselves (their last use): no copy of them
+    lower, upper = np.quantile(replicated_share, [tail, 1.0 - tail], axis=0, overwrite_input=True)
     return PosteriorPredictiveCheck(
         vignette=tuple(cells.vignette_labels[g] for g in groups[:, 0]),
         n=np.rint(membership.T @ cells.units_per_cell).astype(np.int64),
         observed_share=observed_share,
-        predicted_mean=replicated_share.mean(axis=0),
-        predicted_lower=np.quantile(replicated_share, tail, axis=0),
-        predicted_upper=np.quantile(replicated_share, 1.0 - tail, axis=0),
+        predicted_mean=predicted_mean,
+        predicted_lower=lower,
+        predicted_upper=upper,
         p_value=p_value,
         flagged=p_value < alpha / n_groups,
         alpha=alpha,
