@@ -654,7 +654,9 @@ def _judged_orders(
     outcome = _policy_outcomes(judgments["verdict"], rows, pf)
     value = _CODE_VALUE[outcome]
     continuous = False
-    if "preference_first" in judgments:
+    # a column without a preference (the file's column absent, or empty) leaves the values as they
+    # are: not read per row (three arrays of the judgments' length at a million contests)
+    if "preference_first" in judgments and np.isfinite(judgments["preference_first"].to_numpy(dtype=float)).any():
         preference = judgments["preference_first"].to_numpy(dtype=float)[rows]
         continuous = bool(np.isfinite(preference).any())
         # the preference is for the response shown first: the policy's when it was
