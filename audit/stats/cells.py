@@ -72,18 +72,19 @@ def design_cells(X: np.ndarray, clusters: Any) -> Cells:
         column_codes, distinct = pd.factorize(column)
         if len(distinct) > 1:
             # renumbered after each column, so the combined key stays below n (no overflow); the
-            # numbers stay in order of first appearance, as the cells' are
-            combined = index * len(distinct) + column_codes
+            # numbers stay in order of first appearance, as the cells' are. In place: one array
+            # of the rows' length at a time.
+            combined = index * len(distinct)
+            combined += column_codes
             size = n_cells * len(distinct) + 1  # codes are -1 (NaN) to len - 1: shifted by one
             if size < _dense_size(combined.size):
-                index = _first_appearance_codes(combined + 1, size)
+                combined += 1
+                index = _first_appearance_codes(combined, size)
             else:
                 index = pd.factorize(combined)[0]
+            del combined
             n_cells = int(index.max(initial=-1)) + 1
-    # factorize numbers the cells in order of first appearance: a cell's first row is where the
-    # running maximum of the index steps up
-    running = np.maximum.accumulate(index)
-    first = np.flatnonzero(np.diff(running, prepend=-1))
+    first = _first_rows(index, n_cells)  # increasing: the cells are numbered as they first appear
     return Cells(index, X[first], labels[first], np.bincount(index))
 
 
@@ -93,15 +94,22 @@ def _dense_size(n: int) -> int:
     return max(1, n // 4)
 
 
-def _first_appearance_codes(key: np.ndarray, size: int) -> np.ndarray:
-    """``pandas.factorize(key)[0]`` for integer keys in [0, ``size``): each key numbered in the
-    order of its first appearance, from each key's first row (a table of ``size`` entries) rather
-    than a hash table sized by the rows (~50 MB at two million rows)."""
+def _first_rows(key: np.ndarray, size: int) -> np.ndarray:
+    """The first row of each integer key in [0, ``size``) (the number of rows for a key absent),
+    by a table of ``size`` entries."""
     n = key.size
     row_type = np.int32 if n < 2**31 else np.int64
     first = np.full(size, n, dtype=row_type)
     np.minimum.at(first, key, np.arange(n, dtype=row_type))
-    present = np.flatnonzero(first < n)
+    return first
+
+
+def _first_appearance_codes(key: np.ndarray, size: int) -> np.ndarray:
+    """``pandas.factorize(key)[0]`` for integer keys in [0, ``size``): each key numbered in the
+    order of its first appearance, from each key's first row (:func:`_first_rows`) rather than a
+    hash table sized by the rows (~50 MB at two million rows)."""
+    first = _first_rows(key, size)
+    present = np.flatnonzero(first < key.size)
     code = np.empty(size, dtype=np.intp)
     code[present[np.argsort(first[present])]] = np.arange(present.size)
     return code[key]
