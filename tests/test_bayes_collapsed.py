@@ -168,6 +168,25 @@ def test_predictive_arrays_are_thinned_at_scale():
     np.testing.assert_array_equal(fit.idata.log_likelihood["draw"].values, np.arange(0, 250, 4))
 
 
+def test_one_cell_groups_share_their_cells_replicates():
+    # every group of contest cells is one cell: its replicated share is that cell's wins over its n,
+    # gathered (not summed by the sparse membership product), in the product's (groups, S) layout
+    labels, score, run = _contests(11, 50, 4, runs=2)
+    cells = aggregate_contest_cells(labels, score, run)
+    rng = np.random.default_rng(2)
+    replicated = replicate_cell_wins(cells, rng.normal(0.4, 0.3, (300, cells.n.size)), rng)
+    check = _check_replicates(cells, replicated, 0.9, 0.05)
+    cell_of = {
+        (cells.vignette_labels[v], cells.run_labels[r]): c
+        for c, (v, r) in enumerate(zip(cells.vignette_index, cells.run_index))
+    }
+    cell = np.array([cell_of[key] for key in zip(check.vignette, check.run)])
+    share = (replicated.T[cell] / cells.n[cell][:, None]).T
+    np.testing.assert_array_equal(check.predicted_mean, share.mean(axis=0))
+    np.testing.assert_array_equal(check.predicted_lower, np.quantile(share, 0.05, axis=0))
+    np.testing.assert_array_equal(check.observed_share, cells.wins[cell] / cells.n[cell])
+
+
 def test_saved_predictive_group_holds_the_replicates_the_check_read():
     # the per-cell groups are built when read (deferred): the same seeded replicates as the check's
     labels, score, run = _contests(9, 80, 5, runs=2)

@@ -1137,17 +1137,22 @@ def _check_replicates(
         (np.ones(cells.n.size), (np.arange(cells.n.size), group_of_cell)), shape=(cells.n.size, n_groups)
     )
     n_group = membership.T @ cells.n
-    replicated_share = np.asarray((membership.T @ replicated_wins.T).T)
+    one_cell = np.bincount(group_of_cell, minlength=n_groups) == 1
+    cell_of_group = np.zeros(n_groups, dtype=np.int64)
+    cell_of_group[group_of_cell] = np.arange(cells.n.size)
+    if one_cell.all():
+        # each group's replicates are its cell's (the product's 0 + 1 w): gathered, without the
+        # copy of the replicates the sparse product makes, in its (groups, S) layout
+        replicated_share = replicated_wins.T[cell_of_group].T
+    else:
+        replicated_share = np.asarray((membership.T @ replicated_wins.T).T)
     replicated_share /= n_group  # in place: an (S, groups) array less
     observed_share = (membership.T @ cells.wins) / n_group
     tolerance = 1e-12
     upper_count = np.sum(replicated_share >= observed_share - tolerance, axis=0)
     lower_count = np.sum(replicated_share <= observed_share + tolerance, axis=0)
     upper_tail, lower_tail = upper_count / replicated_share.shape[0], lower_count / replicated_share.shape[0]
-    one_cell = np.bincount(group_of_cell, minlength=n_groups) == 1
     if eta is not None:
-        cell_of_group = np.zeros(n_groups, dtype=np.int64)
-        cell_of_group[group_of_cell] = np.arange(cells.n.size)
         trials = np.maximum(1.0, np.rint(cells.n[cell_of_group]))
         for counts, tails, upper in ((upper_count, upper_tail, True), (lower_count, lower_tail, False)):
             exact = np.flatnonzero(one_cell & (counts <= PPC_EXACT_TAIL_COUNT))
