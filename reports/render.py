@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +29,28 @@ def render(report: Report, fmt: str, posterior: Any | None = None) -> str:
     if fmt == "json":
         return report.document + "\n"
     raise ValueError(f"unknown format {fmt!r}; use one of {FORMATS}")
+
+
+def load_renderers(posterior: bool = False) -> None:
+    """Import what rendering and writing the reports import: the renderers with matplotlib's
+    pyplot and, with ``posterior``, the netCDF writer of posterior.nc (xarray's h5netcdf backend,
+    and the dask scheduler lookup it makes on a first write, here of a tiny in-memory file).
+
+    The audit command calls it while the Bayesian fit runs and the main thread would otherwise
+    wait (``run_audit(while_fitting=...)``): at a million contests these imports took ~0.5 s
+    between the fit's end and the first report file."""
+    import matplotlib.pyplot  # noqa: F401
+
+    import honestci.reports.html
+    import honestci.reports.markdown  # noqa: F401
+
+    if posterior:
+        import numpy as np
+        import xarray as xr
+
+        # Only a warm-up: should it fail, writing posterior.nc raises the error with its own message.
+        with contextlib.suppress(Exception):
+            xr.Dataset({"x": ("x", np.zeros(1))}).to_netcdf(io.BytesIO(), engine="h5netcdf")
 
 
 def write_report(report: Report, out_dir: str | Path, posterior: Any | None = None) -> dict[str, Path]:

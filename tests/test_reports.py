@@ -394,3 +394,25 @@ def test_many_vignettes_draw_a_fixed_size_caterpillar():
     assert len(many) < 400_000 and abs(len(many) - len(few)) < 0.2 * len(few)  # 1,000 draw like 200
     height = float(many.split('height="')[1].split("pt")[0])
     assert height < 400  # points: a fixed-height figure, not 0.3 inch per vignette
+
+
+def test_load_renderers_imports_what_writing_the_reports_imports():
+    """Run in a fresh interpreter: after load_renderers(posterior=True), matplotlib's pyplot, the
+    renderers and xarray's h5netcdf backend are loaded, and a failing warm-up write is not an error."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from honestci.reports.render import load_renderers\n"
+        "load_renderers(posterior=True)\n"
+        "loaded = {'matplotlib.pyplot', 'honestci.reports.html', 'honestci.reports.markdown', 'h5netcdf'}\n"
+        "assert loaded <= set(sys.modules), loaded - set(sys.modules)\n"
+        "import xarray\n"
+        "def broken(*args, **kwargs):\n"
+        "    raise OSError('no netCDF writer here')\n"
+        "xarray.Dataset.to_netcdf = broken\n"
+        "load_renderers(posterior=True)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr

@@ -165,6 +165,7 @@ def _run_and_report(
     import os
 
     from honestci.audit.pipeline import run_audit
+    from honestci.reports.render import load_renderers, write_outputs
 
     if bayes:  # before any work, so a missing extra never reaches a verdict
         require_extra(
@@ -183,9 +184,9 @@ def _run_and_report(
         allow_outside_data=allow_outside_data,
         allow_inconclusive=allow_inconclusive,
         progress=Progress(enabled=not quiet),  # --quiet silences every progress line and bar
+        while_fitting=lambda: load_renderers(posterior=bayes),
     )
     from honestci.reports.ci import junit_xml, step_summary, verdict_line
-    from honestci.reports.render import write_outputs
     from honestci.reports.writing import append_text, atomic_write_text
 
     report = result.report()
