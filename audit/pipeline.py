@@ -453,8 +453,9 @@ def audit_context(
     and the result of every check of :data:`honestci.audit.checks.registry.CHECKS`.
 
     ``while_fitting`` (optional) is called with the context once the checks have run, before the
-    Bayesian fit (which runs on a thread of its own) is waited for: its work overlaps the fit's.
-    Its context holds the checks and the intervals but for the Bayesian rows.
+    Bayesian fit (which runs on a thread of its own) is waited for: its work overlaps the fit's,
+    which has every core from then on (the fit, not this work, decides when the audit ends). Its
+    context holds the checks and the intervals but for the Bayesian rows.
 
     ``policy`` (the built-in one when None) decides: the level and the interval of the bar gate,
     the thresholds, the required gates and how invalid verdicts score; the claim may only tighten
@@ -464,27 +465,29 @@ def audit_context(
     """
     progress = as_progress(progress)
     progress("loading claim and data")
-    from honestci.audit.checks.claimed import audit_claimed_figures, audit_claimed_table
-    from honestci.audit.checks.composed import COMPOSED_METHOD
-    from honestci.audit.checks.registry import run_checks
     from honestci.audit.data.claims import load_claim
     from honestci.audit.data.contests import build_claim_contests
     from honestci.audit.data.io import load_study
+
+    # The modules of the intervals, the checks (SciPy behind them) and the Bayesian fit load on a
+    # thread of their own while this one reads the data (reading holds the GIL little of the time).
+    _start_in_background(_import_audit_modules, bayes)
+    claim = load_claim(claim_path, allow_outside=allow_outside_data, policy=policy)
+    spec, thresholds, rules = claim.spec, claim.thresholds, claim.policy
+    study = load_study(claim.data_paths)
+    from honestci.audit.checks.claimed import audit_claimed_figures, audit_claimed_table
+    from honestci.audit.checks.composed import COMPOSED_METHOD
+    from honestci.audit.checks.registry import run_checks
     from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
 
+    if spec.method is not None and spec.method not in ALL_METHODS:
+        raise ClaimError(
+            f"Claim file {claim.path} names an unknown interval method.",
+            [Problem(str(claim.path), None, "method", f"{spec.method!r} is not one of {list(ALL_METHODS)}")],
+            fix="name one of the methods listed, or drop `method:` (the policy picks the gate's interval)",
+        )
     # After the imports above, which load every BLAS library the audit calls.
     with single_threaded_blas():
-        if bayes:  # while the main thread reads the data (no GIL held), not once the fit starts
-            _start_in_background(_import_bayes_modules)
-        claim = load_claim(claim_path, allow_outside=allow_outside_data, policy=policy)
-        spec, thresholds, rules = claim.spec, claim.thresholds, claim.policy
-        if spec.method is not None and spec.method not in ALL_METHODS:
-            raise ClaimError(
-                f"Claim file {claim.path} names an unknown interval method.",
-                [Problem(str(claim.path), None, "method", f"{spec.method!r} is not one of {list(ALL_METHODS)}")],
-                fix="name one of the methods listed, or drop `method:` (the policy picks the gate's interval)",
-            )
-        study = load_study(claim.data_paths)
         progress("assembling contests (design detected from the judgments)")
         contests = build_claim_contests(
             study,
@@ -542,6 +545,8 @@ def audit_context(
             )
             progress("running the checks")
             context.checks.update(run_checks(context))
+            if bayes_fit is not None:  # the fit, not what is left here, is on the critical path
+                bayes_fit.share.foreground_waits()
             if while_fitting is not None:
                 while_fitting(context)
             bayes_result = None
@@ -581,9 +586,17 @@ def audit_context(
         return context
 
 
-def _import_bayes_modules() -> None:
-    """Import what the Bayesian fit imports: its sampler (numba) and xarray, which imports dask
-    at its first array. An error here is left for the fit to raise with its own message."""
+def _import_audit_modules(bayes: bool) -> None:
+    """Import the modules of the interval table and the checks and, with ``bayes``, what the
+    Bayesian fit imports: its sampler (numba) and xarray, which imports dask at its first array.
+    An error here is left for the step that needs the module to raise with its own message."""
+    import honestci.audit.checks.claimed
+    import honestci.audit.checks.composed
+    import honestci.audit.checks.registry
+    import honestci.audit.stats.winrate
+
+    if not bayes:
+        return
     import numpy as np
     import xarray as xr
 
@@ -663,8 +676,12 @@ def run_audit(
     allow_outside_data: bool = False,
     allow_inconclusive: bool = False,
     progress: ProgressLike = None,
+    while_fitting: Callable[[], None] | None = None,
 ) -> AuditResult:
     """Run the audit of one claim: :func:`audit_context`, then every gate.
+
+    ``while_fitting`` (optional) runs once the checks and the per-vignette table are done, while
+    the Bayesian fit may still run (the command line imports the renderers there).
 
     Raises :class:`honestci.audit.errors.InputError` on bad input.
     """
@@ -678,6 +695,8 @@ def run_audit(
                 scored, context.study, context.claim.thresholds.confidence_level, context.contests.trials_per_contest
             )
         )
+        if while_fitting is not None:
+            while_fitting()
 
     context = audit_context(
         claim_path,

@@ -93,11 +93,11 @@ def test_an_error_in_the_fit_is_raised_by_the_audit(monkeypatch):
     assert finished == ["fit"]
 
 
-def test_no_background_thread_without_the_bayesian_fit(monkeypatch):
-    started: list[object] = []
+def test_without_the_bayesian_fit_only_the_modules_load_in_the_background(monkeypatch):
+    started: list[tuple] = []
     monkeypatch.setattr(pipeline, "_start_in_background", lambda *args: started.append(args))
     context = pipeline.audit_context(CLAIM, bayes=False)
-    assert started == [] and context.bayes is None
+    assert started == [(pipeline._import_audit_modules, False)] and context.bayes is None
     assert all(row.method != "bayes_hierarchical" for row in context.intervals.rows)
 
 
