@@ -75,6 +75,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -915,19 +916,23 @@ def winrate_estimand_draws(
         eta_new = mu[block, None, None] + sigma[block, None, None] * nodes[None, :, None] + offsets[block, None, :]
         rate, order_effect = _order_averaged(eta_these, half_beta)
         out["winrate_these"][block] = rate.mean(axis=(1, 2))
-        out["order_effect_these"][block] = order_effect.mean(axis=(1, 2))
+        out["order_effect_these"][block] = 0.0 if order_effect is None else order_effect.mean(axis=(1, 2))
         rate, order_effect = _order_averaged(eta_new, half_beta)
         out["winrate_new"][block] = np.einsum("skc,k->s", rate, weights) / offsets.shape[1]
-        out["order_effect_new"][block] = np.einsum("skc,k->s", order_effect, weights) / offsets.shape[1]
+        out["order_effect_new"][block] = (
+            0.0 if order_effect is None else np.einsum("skc,k->s", order_effect, weights) / offsets.shape[1]
+        )
     return out
 
 
-def _order_averaged(eta: np.ndarray, half_beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """[expit(eta + beta/2) + expit(eta - beta/2)] / 2 and their difference (the order effect)."""
-    if np.all(half_beta == 0.0):  # contest cells: both orders' rates are the same numbers
-        first = second = expit(eta)
-    else:
-        first, second = expit(eta + half_beta), expit(eta - half_beta)
+def _order_averaged(eta: np.ndarray, half_beta: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """[expit(eta + beta/2) + expit(eta - beta/2)] / 2 and their difference (the order effect).
+
+    With beta 0 (contest cells) both orders' rates are the same numbers: the average is expit(eta)
+    itself ((e + e) / 2 is e exactly) and the order effect is 0 (None: nothing is computed)."""
+    if np.all(half_beta == 0.0):
+        return expit(eta), None
+    first, second = expit(eta + half_beta), expit(eta - half_beta)
     return (first + second) / 2.0, first - second
 
 
@@ -1354,6 +1359,9 @@ class _Fit:
     estimand_draws: dict[str, np.ndarray]
     sampler: str
     sampler_note: str
+    #: The posterior predictive draws (:func:`_predictive_draws`), computed on a thread of their own
+    #: beside the estimands and diagnostics when :func:`_fit_cells` is given their seed.
+    predictive: Future | None = None
 
 
 def _density_model(cells: WinRateCells, prior: SigmaPrior, centred: bool):
@@ -1410,7 +1418,9 @@ def _sample_collapsed(cells: WinRateCells, prior: SigmaPrior, chains, draws, tun
     return groups, note
 
 
-def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, seed, progress, thresholds) -> _Fit:
+def _fit_cells(
+    cells, prior, parameterization, sampler, chains, draws, tune, seed, progress, thresholds, predictive_seed=None
+) -> _Fit:
     centred = parameterization == "centred"
     label = f"bayes fit ({prior.label}, {parameterization})"
     collapsed = uses_collapsed_sampler(sampler, cells)
@@ -1429,6 +1439,14 @@ def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, see
             progress,
             label,
         )
+    predictive = None
+    if predictive_seed is not None:
+        # The draws are read here, before the estimands are added to the posterior: the thread then
+        # works on arrays alone (NumPy releases the GIL in its binomial draws and arithmetic).
+        kept = _kept_draws(idata, cells, predictive_thinning(idata, cells))
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="honestci-predictive")
+        predictive = pool.submit(_predictive_from_draws, cells, kept, predictive_seed)
+        pool.shutdown(wait=False)  # the thread ends with its one task; the caller reads the future
     beta = stacked_draws(idata, "beta")
     contest = cells.unit == "contest"
     # Contest cells have order 0: beta is its prior there and no estimand contains it.
@@ -1452,7 +1470,7 @@ def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, see
     var_names += ["judge_effect"] if cells.n_judges > 1 else []
     var_names += list(estimands)
     diagnostics = diagnose_sampler(idata, var_names, chains, draws, tune, thresholds)
-    return _Fit(idata, diagnostics, estimands, sampler_used, note)
+    return _Fit(idata, diagnostics, estimands, sampler_used, note, predictive)
 
 
 #: What one observation of the saved InferenceData is, per kind of cell (its observed_data attrs).
@@ -1525,10 +1543,10 @@ def _complete_idata(idata, cells: WinRateCells, thin: int, seed: int) -> None:
     )
 
 
-def _kept_linear_predictor(idata, cells: WinRateCells, thin: int) -> np.ndarray:
-    """(S, cells) :func:`cell_linear_predictor` of every ``thin``-th draw of each chain."""
-    return cell_linear_predictor(
-        cells,
+def _kept_draws(idata, cells: WinRateCells, thin: int) -> tuple:
+    """mu, beta, u, run_effect and judge_effect (None without several runs or judges) of every
+    ``thin``-th draw of each chain, stacked: :func:`cell_linear_predictor`'s draws."""
+    return (
         stacked_draws(idata, "mu", thin),
         stacked_draws(idata, "beta", thin),
         stacked_draws(idata, "u", thin),
@@ -1537,11 +1555,22 @@ def _kept_linear_predictor(idata, cells: WinRateCells, thin: int) -> np.ndarray:
     )
 
 
+def _kept_linear_predictor(idata, cells: WinRateCells, thin: int) -> np.ndarray:
+    """(S, cells) :func:`cell_linear_predictor` of every ``thin``-th draw of each chain."""
+    return cell_linear_predictor(cells, *_kept_draws(idata, cells, thin))
+
+
+def _predictive_from_draws(cells: WinRateCells, draws: tuple, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The linear predictor of :func:`_kept_draws`'s ``draws`` and the wins replicated from it by a
+    generator seeded with ``seed``."""
+    eta = cell_linear_predictor(cells, *draws)
+    return eta, replicate_cell_wins(cells, eta, np.random.default_rng(seed))
+
+
 def _predictive_draws(idata, cells: WinRateCells, thin: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_kept_linear_predictor` and the wins replicated from it by a generator seeded with
     ``seed``: the same arrays at every call (the fit's check reads them, then the saved groups)."""
-    eta = _kept_linear_predictor(idata, cells, thin)
-    return eta, replicate_cell_wins(cells, eta, np.random.default_rng(seed))
+    return _predictive_from_draws(cells, _kept_draws(idata, cells, thin), seed)
 
 
 def fit_winrate_hierarchical(
@@ -1723,13 +1752,17 @@ def _fit_hierarchical_cells(
     parameterization = "integrated" if collapsed else _resolve_parameterization(parameterization, cells)
     seed_int = resolve_seed(seed)
 
-    fit = _fit_cells(cells, main_prior, parameterization, sampler, chains, draws, tune, seed_int, progress, thresholds)
+    fit = _fit_cells(
+        cells, main_prior, parameterization, sampler, chains, draws, tune, seed_int, progress, thresholds, seed_int
+    )
     parameterization_note = ""
     if automatic and fit.diagnostics.divergences > thresholds.divergences_max:
         # Divergences flag a funnel the chosen form cannot cross (e.g. centred with sigma near 0):
         # the other form is the standard remedy, so "auto" tries it once.
         other = "non_centred" if parameterization == "centred" else "centred"
-        refit = _fit_cells(cells, main_prior, other, sampler, chains, draws, tune, seed_int, progress, thresholds)
+        refit = _fit_cells(
+            cells, main_prior, other, sampler, chains, draws, tune, seed_int, progress, thresholds, seed_int
+        )
         parameterization_note = (
             f"{parameterization} form had {fit.diagnostics.divergences} divergence(s); refitted {other}"
         )
@@ -1745,7 +1778,8 @@ def _fit_hierarchical_cells(
     verdicts: list[Verdict] = []
     # One set of replicates feeds both the check and the saved posterior_predictive group.
     thin = predictive_thinning(idata, cells)
-    eta, replicated_wins = _predictive_draws(idata, cells, thin, seed_int)
+    assert fit.predictive is not None  # the main fit's _fit_cells was given the seed
+    eta, replicated_wins = fit.predictive.result()
     if fit.diagnostics.converged:
         for name in ("winrate_these", "winrate_new"):
             summaries[name] = summarise_draws(fit.estimand_draws[name], level, bar)
