@@ -14,8 +14,9 @@ N(0, 0.8), a run effect, a first-position bias, ties and 0.5% invalid outputs.
 Then runs ``honestci audit CLAIM --out DIR`` ``--repeats`` times, each a fresh process, and records
 its wall time, CPU time (user + sys of the process tree, from ``RUSAGE_CHILDREN``), peak resident
 memory (the largest ``ru_maxrss`` among the children: the audit is one process), the 1-minute
-load average before and after, and the wall time of each stage from the audit's progress log
-(each progress line is time-stamped by this driver as it arrives on standard error).
+load average before and after, and when each milestone of the audit's progress log arrives (each
+progress line is time-stamped by this driver as it arrives on standard error; the Bayesian fit
+runs on a thread of its own, so its lines interleave with the main thread's).
 """
 
 from __future__ import annotations
@@ -164,6 +165,18 @@ def one_audit(claim: Path, out: Path, profile: Path | None = None, extra: tuple[
     }
 
 
+def _milestone(line: str) -> str | None:
+    """A progress line as a milestone: the main thread's steps ("… step") and the start and end of
+    the Bayesian fit's sampler (its meter's first and last lines); None for the meter's others."""
+    if line.startswith("…"):
+        return line
+    if " 0/" in line:
+        return "the fit's sampler starts (background thread)"
+    if " done:" in line:
+        return "the fit's sampler is done, its vignette effects drawn (background thread)"
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
@@ -198,10 +211,18 @@ def main() -> None:
         f"wall min {min(walls):.2f} / median {statistics.median(walls):.2f} s; CPU min {min(cpus):.2f} / median "
         f"{statistics.median(cpus):.2f} s; peak RSS max {max(peaks):.0f} MB"
     )
-    print("stages (median wall s over runs):")
-    for k, stage in enumerate(runs[0]["stages"]):
-        values = [r["stages"][k]["wall_s"] for r in runs if len(r["stages"]) > k]
-        print(f"  {statistics.median(values):7.2f}  {stage['stage']}")
+    # The Bayesian fit runs on a thread of its own beside the intervals and the checks, so the
+    # progress lines are milestones of two timelines, not consecutive stages.
+    print("milestones (median seconds from the start over runs):")
+    starts: dict[str, list[float]] = {}
+    for run in runs:
+        for stage in run["stages"]:
+            label = _milestone(stage["stage"])
+            if label is not None:
+                starts.setdefault(label, []).append(stage["start_s"])
+    for label, values in sorted(starts.items(), key=lambda item: statistics.median(item[1])):
+        print(f"  {statistics.median(values):7.2f}  {label}")
+    print(f"  {statistics.median(walls):7.2f}  end of the process")
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1))
 
