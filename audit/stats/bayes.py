@@ -75,7 +75,6 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -1359,9 +1358,6 @@ class _Fit:
     estimand_draws: dict[str, np.ndarray]
     sampler: str
     sampler_note: str
-    #: The posterior predictive draws (:func:`_predictive_draws`), computed on a thread of their own
-    #: beside the estimands and diagnostics when :func:`_fit_cells` is given their seed.
-    predictive: Future | None = None
 
 
 def _density_model(cells: WinRateCells, prior: SigmaPrior, centred: bool):
@@ -1418,9 +1414,7 @@ def _sample_collapsed(cells: WinRateCells, prior: SigmaPrior, chains, draws, tun
     return groups, note
 
 
-def _fit_cells(
-    cells, prior, parameterization, sampler, chains, draws, tune, seed, progress, thresholds, predictive_seed=None
-) -> _Fit:
+def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, seed, progress, thresholds) -> _Fit:
     centred = parameterization == "centred"
     label = f"bayes fit ({prior.label}, {parameterization})"
     collapsed = uses_collapsed_sampler(sampler, cells)
@@ -1439,14 +1433,6 @@ def _fit_cells(
             progress,
             label,
         )
-    predictive = None
-    if predictive_seed is not None:
-        # The draws are read here, before the estimands are added to the posterior: the thread then
-        # works on arrays alone (NumPy releases the GIL in its binomial draws and arithmetic).
-        kept = _kept_draws(idata, cells, predictive_thinning(idata, cells))
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="honestci-predictive")
-        predictive = pool.submit(_predictive_from_draws, cells, kept, predictive_seed)
-        pool.shutdown(wait=False)  # the thread ends with its one task; the caller reads the future
     beta = stacked_draws(idata, "beta")
     contest = cells.unit == "contest"
     # Contest cells have order 0: beta is its prior there and no estimand contains it.
@@ -1470,7 +1456,7 @@ def _fit_cells(
     var_names += ["judge_effect"] if cells.n_judges > 1 else []
     var_names += list(estimands)
     diagnostics = diagnose_sampler(idata, var_names, chains, draws, tune, thresholds)
-    return _Fit(idata, diagnostics, estimands, sampler_used, note, predictive)
+    return _Fit(idata, diagnostics, estimands, sampler_used, note)
 
 
 #: What one observation of the saved InferenceData is, per kind of cell (its observed_data attrs).
@@ -1543,10 +1529,10 @@ def _complete_idata(idata, cells: WinRateCells, thin: int, seed: int) -> None:
     )
 
 
-def _kept_draws(idata, cells: WinRateCells, thin: int) -> tuple:
-    """mu, beta, u, run_effect and judge_effect (None without several runs or judges) of every
-    ``thin``-th draw of each chain, stacked: :func:`cell_linear_predictor`'s draws."""
-    return (
+def _kept_linear_predictor(idata, cells: WinRateCells, thin: int) -> np.ndarray:
+    """(S, cells) :func:`cell_linear_predictor` of every ``thin``-th draw of each chain."""
+    return cell_linear_predictor(
+        cells,
         stacked_draws(idata, "mu", thin),
         stacked_draws(idata, "beta", thin),
         stacked_draws(idata, "u", thin),
@@ -1555,22 +1541,11 @@ def _kept_draws(idata, cells: WinRateCells, thin: int) -> tuple:
     )
 
 
-def _kept_linear_predictor(idata, cells: WinRateCells, thin: int) -> np.ndarray:
-    """(S, cells) :func:`cell_linear_predictor` of every ``thin``-th draw of each chain."""
-    return cell_linear_predictor(cells, *_kept_draws(idata, cells, thin))
-
-
-def _predictive_from_draws(cells: WinRateCells, draws: tuple, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The linear predictor of :func:`_kept_draws`'s ``draws`` and the wins replicated from it by a
-    generator seeded with ``seed``."""
-    eta = cell_linear_predictor(cells, *draws)
-    return eta, replicate_cell_wins(cells, eta, np.random.default_rng(seed))
-
-
 def _predictive_draws(idata, cells: WinRateCells, thin: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_kept_linear_predictor` and the wins replicated from it by a generator seeded with
     ``seed``: the same arrays at every call (the fit's check reads them, then the saved groups)."""
-    return _predictive_from_draws(cells, _kept_draws(idata, cells, thin), seed)
+    eta = _kept_linear_predictor(idata, cells, thin)
+    return eta, replicate_cell_wins(cells, eta, np.random.default_rng(seed))
 
 
 def fit_winrate_hierarchical(
@@ -1752,17 +1727,13 @@ def _fit_hierarchical_cells(
     parameterization = "integrated" if collapsed else _resolve_parameterization(parameterization, cells)
     seed_int = resolve_seed(seed)
 
-    fit = _fit_cells(
-        cells, main_prior, parameterization, sampler, chains, draws, tune, seed_int, progress, thresholds, seed_int
-    )
+    fit = _fit_cells(cells, main_prior, parameterization, sampler, chains, draws, tune, seed_int, progress, thresholds)
     parameterization_note = ""
     if automatic and fit.diagnostics.divergences > thresholds.divergences_max:
         # Divergences flag a funnel the chosen form cannot cross (e.g. centred with sigma near 0):
         # the other form is the standard remedy, so "auto" tries it once.
         other = "non_centred" if parameterization == "centred" else "centred"
-        refit = _fit_cells(
-            cells, main_prior, other, sampler, chains, draws, tune, seed_int, progress, thresholds, seed_int
-        )
+        refit = _fit_cells(cells, main_prior, other, sampler, chains, draws, tune, seed_int, progress, thresholds)
         parameterization_note = (
             f"{parameterization} form had {fit.diagnostics.divergences} divergence(s); refitted {other}"
         )
@@ -1778,8 +1749,7 @@ def _fit_hierarchical_cells(
     verdicts: list[Verdict] = []
     # One set of replicates feeds both the check and the saved posterior_predictive group.
     thin = predictive_thinning(idata, cells)
-    assert fit.predictive is not None  # the main fit's _fit_cells was given the seed
-    eta, replicated_wins = fit.predictive.result()
+    eta, replicated_wins = _predictive_draws(idata, cells, thin, seed_int)
     if fit.diagnostics.converged:
         for name in ("winrate_these", "winrate_new"):
             summaries[name] = summarise_draws(fit.estimand_draws[name], level, bar)
