@@ -633,7 +633,7 @@ def _start_in_background(function: Callable[..., Any], *args: Any) -> Background
         with sharing_cores(share):
             return function(*args)
 
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="honestci-bayes")
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="honestci-background")
     try:
         return BackgroundWork(executor.submit(sharing), share)
     finally:

@@ -60,18 +60,20 @@ def write_report(report: Report, out_dir: str | Path, posterior: Any | None = No
     Every format is rendered and staged before any file is replaced, so a renderer that fails or a
     full disk leaves the previous report whole rather than a new verdict beside an old report.
     """
-    texts = _rendered(report, out_dir, posterior)
-    atomic_write_texts(texts)
-    return {fmt: path for fmt, path in zip(_REPORT_FILES, texts)}
+    paths = _report_paths(out_dir)
+    atomic_write_texts(_rendered(report, paths, posterior))
+    return paths
 
 
-#: The report files of :func:`write_report`, by format.
-_REPORT_FILES = {"json": "verdict.json", "md": "report.md", "html": "report.html"}
+def _report_paths(out_dir: str | Path) -> dict[str, Path]:
+    """The report files of :func:`write_report` in ``out_dir``, by format."""
+    out = Path(out_dir)
+    return {"json": out / "verdict.json", "md": out / "report.md", "html": out / "report.html"}
 
 
-def _rendered(report: Report, out_dir: str | Path, posterior: Any | None) -> dict[Path, str]:
-    """Each report file's path in ``out_dir`` and its text."""
-    return {Path(out_dir) / name: render(report, fmt, posterior) for fmt, name in _REPORT_FILES.items()}
+def _rendered(report: Report, paths: dict[str, Path], posterior: Any | None) -> dict[Path, str]:
+    """Each report file's path (``paths``, by format) and its text."""
+    return {path: render(report, fmt, posterior) for fmt, path in paths.items()}
 
 
 def write_outputs(report: Report, out_dir: str | Path, posterior: Any | None = None) -> dict[str, Path]:
@@ -89,9 +91,10 @@ def write_outputs(report: Report, out_dir: str | Path, posterior: Any | None = N
         final = Path(out_dir) / POSTERIOR_FILE
         staged = final.with_name(f".{POSTERIOR_FILE}.partial")
         try:
+            paths = _report_paths(out_dir)
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="honestci-posterior") as writer:
                 written = writer.submit(posterior.to_netcdf, str(staged))
-                texts = _rendered(report, out_dir, posterior)
+                texts = _rendered(report, paths, posterior)
                 written.result()
             atomic_write_texts(texts)
             os.replace(staged, final)
@@ -102,5 +105,4 @@ def write_outputs(report: Report, out_dir: str | Path, posterior: Any | None = N
             ) from None
         finally:
             staged.unlink(missing_ok=True)
-        paths = {fmt: path for fmt, path in zip(_REPORT_FILES, texts)}
         return paths | {"posterior": final}

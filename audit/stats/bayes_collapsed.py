@@ -46,9 +46,9 @@ from honestci.audit.stats.logistic_kernels import expit, log1pexp, log1pexp_and_
 from honestci.audit.stats.numba_cache import njit_cached
 
 #: Gauss–Hermite nodes per vignette integral (adaptive: centred at the mode, scaled by the
-#: curvature). What matters is how the error varies over theta: within two posterior SDs of the mode on the 1M-contest study its range was 1.8e-4
-#: with 5 nodes against 9, 2.1e-6 with 7 and 3.3e-7 with 9 against 31 (a posterior density ratio off
-#: by 0.02% at most).
+#: curvature). What matters is how the error varies over theta: within two posterior SDs of the
+#: mode on the 1M-contest study its range was 1.8e-4 with 5 nodes against 9, 2.1e-6 with 7 and
+#: 3.3e-7 with 9 against 31 (a posterior density ratio off by 0.02% at most).
 QUADRATURE_NODES = 5
 #: Degrees of freedom of the independence proposal: tails heavier than the normal approximation's
 #: (the importance ratio stays bounded where the posterior's tails are heavier) with a body close
@@ -60,8 +60,8 @@ ENVELOPE_SPACING = math.sqrt(2.0)
 #: Newton iterations for a vignette's mode at most, the tolerance of the last step, and the largest
 #: step (logit units; a capped Newton step on a concave function cannot overshoot far).
 _NEWTON_MAX, _NEWTON_TOL, _NEWTON_STEP_MAX = 60, 1e-6, 2.0
-#: Proposals whose log density one kernel launch evaluates (:func:`sample_collapsed`): the
-#: thread count (:mod:`honestci.audit.stats.core_share`) can change, and the meter moves, between launches.
+#: Proposals whose log density one kernel launch evaluates (:func:`sample_collapsed`): the thread
+#: count (:mod:`honestci.audit.stats.core_share`) can change, and the meter moves, between launches.
 _PROPOSAL_BLOCK = 128
 #: Vignette effects drawn per block (:func:`_vignette_effects`): ~12 MB of uniforms at a time.
 _EFFECT_BLOCK = 500_000
@@ -438,7 +438,7 @@ def sample_collapsed(
     rng = np.random.default_rng(seed)
     posterior = CollapsedPosterior(cells, prior_nu, prior_scale)
     mode, covariance = posterior.find_mode()
-    # Every proposal is independent of the chain, so all are drawn and evaluated in one batch.
+    # Every proposal is independent of the chain, so all are drawn at once and evaluated in blocks.
     length = tune + draws
     proposals, log_q = _student_t(rng, mode, covariance, chains * length)
     # In blocks: numba's thread count (core_share) can change between them, and the meter moves.

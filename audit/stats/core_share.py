@@ -78,5 +78,6 @@ def single_threaded_blas() -> threadpool_limits:
     the BLAS libraries loaded so far. The audit's and the planner's products are small (a few
     columns), and a multithreaded OpenBLAS's workers busy-wait after each call: up to 10x the CPU
     (planning: 0.37 against 0.04 CPU-s a fit at G = 13, m = 10) and, in the audit, about 1.3 CPU-s
-    of 2.6 spent by the checks of a million contests on the core the Bayesian fit runs on."""
+    of spinning beside the 2.6 the checks' own thread used at a million contests, on the core the
+    Bayesian fit runs on."""
     return threadpool_limits(limits=1, user_api="blas")
