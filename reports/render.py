@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -76,25 +77,28 @@ def _rendered(report: Report, paths: dict[str, Path], posterior: Any | None) -> 
     return {path: render(report, fmt, posterior) for fmt, path in paths.items()}
 
 
-def write_outputs(report: Report, out_dir: str | Path, posterior: Any | None = None) -> dict[str, Path]:
+def write_outputs(
+    report: Report | Callable[[], Report], out_dir: str | Path, posterior: Any | None = None
+) -> dict[str, Path]:
     """Write the reports into ``out_dir`` (:func:`write_report`) and, when given, the posterior
     (an ArviZ InferenceData) as ``posterior.nc``.
 
-    The posterior is written to a staged file on a thread of its own while the reports render
-    (its HDF5 writes, and the NumPy work of a group built for writing, release the GIL); the
-    reports replace the previous ones only once it is written, and the posterior moves into place
-    last, so a failure leaves no new posterior beside an old report.
+    The posterior is written to a staged file on a thread of its own while the report model is
+    built (``report`` may be the function that builds it) and the reports render (its HDF5
+    writes, and the NumPy work of a group built for writing, release the GIL); the reports
+    replace the previous ones only once it is written, and the posterior moves into place last,
+    so a failure leaves no new posterior beside an old report.
     """
     with out_dir_lock(out_dir):
         if posterior is None:
-            return write_report(report, out_dir)
+            return write_report(report() if callable(report) else report, out_dir)
         final = Path(out_dir) / POSTERIOR_FILE
         staged = final.with_name(f".{POSTERIOR_FILE}.partial")
         try:
             paths = _report_paths(out_dir)
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="honestci-posterior") as writer:
                 written = writer.submit(posterior.to_netcdf, str(staged))
-                texts = _rendered(report, paths, posterior)
+                texts = _rendered(report() if callable(report) else report, paths, posterior)
                 written.result()
             atomic_write_texts(texts)
             os.replace(staged, final)

@@ -649,3 +649,38 @@ def test_the_audit_fits_contest_scores_and_a_failed_ppc_reads_inconclusive():
     assert not any(key.startswith("posterior_quantiles") for key in summary)
     gate = gate_sampler_converged(check)
     assert gate.verdict == Verdict.INCONCLUSIVE and "withheld" in gate.message
+
+
+def test_cell_linear_predictor_is_the_models_sum_to_the_bit():
+    # Built in place term by term; the reference is the model's expression mu + u_v + beta o + a_r + b_j
+    # as NumPy evaluates it left to right, on random shapes and scales (whole-array equality of bits).
+    from types import SimpleNamespace
+
+    from honestci.audit.stats.bayes import cell_linear_predictor, replicate_cell_wins
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        S, V, R, J, C = (int(rng.integers(1, k)) for k in (40, 30, 4, 4, 200))
+        cells = SimpleNamespace(
+            vignette_index=rng.integers(0, V, C),
+            run_index=rng.integers(0, R, C),
+            judge_index=rng.integers(0, J, C),
+            order=rng.choice([-0.5, 0.0, 0.5], C),
+            n=rng.uniform(1.0, 50.0, C),
+        )
+        mu, beta = rng.normal(size=S), rng.normal(size=S)
+        u = rng.normal(size=(S, V)) * rng.choice([1e-8, 1.0, 1e8])
+        run = rng.normal(size=(S, R)) if R > 1 else None
+        judge = rng.normal(size=(S, J)) if J > 1 else None
+        expected = mu[:, None] + u[:, cells.vignette_index] + beta[:, None] * cells.order[None, :]
+        if run is not None:
+            expected = expected + run[:, cells.run_index]
+        if judge is not None:
+            expected = expected + judge[:, cells.judge_index]
+        eta = cell_linear_predictor(cells, mu, beta, u, run, judge)
+        assert np.array_equal(eta.view(np.int64), expected.view(np.int64))
+        # the replicates: Binomial(round(n), expit(eta)) rescaled to n, the same numbers in place
+        trials = np.maximum(1.0, np.rint(cells.n))
+        plain = np.random.default_rng(9).binomial(trials.astype(np.int64)[None, :], expit(eta))
+        plain = plain * (cells.n / trials)[None, :]
+        np.testing.assert_array_equal(replicate_cell_wins(cells, eta, np.random.default_rng(9)), plain)

@@ -214,6 +214,37 @@ def test_posterior_is_written_only_together_with_the_reports(tmp_path, monkeypat
     assert list((tmp_path / "failed").iterdir()) == []
 
 
+def test_the_report_model_is_built_while_the_posterior_is_written(tmp_path):
+    """write_outputs takes the function that builds the report and calls it once, after the
+    posterior has started to be written: the two overlap (the CLI builds the report model there)."""
+    import threading
+
+    from honestci.audit.pipeline import run_audit
+    from honestci.reports.render import write_outputs
+
+    result = run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False)
+    writing = threading.Event()
+    built: list[int] = []
+
+    class _SlowPosterior:
+        def to_netcdf(self, path):
+            writing.set()
+            Path(path).write_bytes(b"posterior")
+
+    def build_report():
+        assert writing.wait(timeout=30)  # the posterior is being written already
+        built.append(1)
+        return result.report()
+
+    paths = write_outputs(build_report, tmp_path / "out", posterior=_SlowPosterior())
+    assert built == [1] and paths["posterior"].read_bytes() == b"posterior"
+    assert paths["json"].read_text() == result.report().document + "\n"
+    # without a posterior the function is called, once, all the same
+    built.clear()
+    write_outputs(lambda: built.append(1) or result.report(), tmp_path / "plain")
+    assert built == [1] and (tmp_path / "plain" / "report.md").exists()
+
+
 @pytest.mark.parametrize(
     "claim, gate, reason",
     [

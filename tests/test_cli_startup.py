@@ -149,6 +149,24 @@ def test_the_program_exits_with_its_commands_code_after_the_exit_handlers(monkey
     assert capsys.readouterr().err == stderr
 
 
+def test_the_program_exits_as_python_does_under_a_profiler(tmp_path):
+    """Under ``python -m cProfile`` the program leaves through the interpreter's own exit, which
+    is when the profiler writes its file (the bench's --profile reads it). cProfile itself ends
+    with status 0 whatever the program's (it catches the SystemExit)."""
+    profile = tmp_path / "audit.prof"
+    program = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "honestci"]
+    result = subprocess.run(
+        [*program, "audit", "no-such-claim.yaml", "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "no-such-claim.yaml" in result.stderr
+    import pstats
+
+    assert pstats.Stats(str(profile)).total_calls > 0
+
+
 def test_python_m_honestci_runs_the_program_and_keeps_its_output():
     result = subprocess.run(
         [sys.executable, "-m", "honestci", "audit", "no-such-claim.yaml", "--out", "unused"],

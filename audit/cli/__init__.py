@@ -89,7 +89,9 @@ def run() -> None:
 
     After an audit of a million contests that teardown (pandas, SciPy, numba's threads, xarray,
     matplotlib) took 0.4-0.6 s past the last output, with every file already written and closed;
-    the ``atexit`` handlers still run, and both streams are flushed. Tests call :func:`main`.
+    the ``atexit`` handlers still run, and both streams are flushed. Under a profiler or a tracer
+    (``python -m cProfile``, coverage), which write their data as the interpreter exits, it exits
+    as Python does. Tests call :func:`main`.
     """
     try:
         main()
@@ -100,6 +102,8 @@ def run() -> None:
         else:  # sys.exit("message"): the message goes to standard error, as Python would print it
             print(stop.code, file=sys.stderr)
             code = 1
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing left to write
@@ -161,6 +165,7 @@ def _run_and_report(
     """Run the audit, write its reports (and ``junit``, and the GitHub step summary when
     ``$GITHUB_STEP_SUMMARY`` is set) and print it: the full account, only the verdict line
     (``quiet``), or the machine-readable verdict on standard output (``as_json``)."""
+    import functools
     import json
     import os
 
@@ -189,9 +194,10 @@ def _run_and_report(
     from honestci.reports.ci import junit_xml, step_summary, verdict_line
     from honestci.reports.writing import append_text, atomic_write_text
 
-    report = result.report()
-    data = report.data
+    # built once, while posterior.nc is written (write_outputs)
+    report = functools.cache(result.report)
     paths = write_outputs(report, out_dir, posterior=result.posterior)
+    data = report().data
     if junit is not None:
         paths["junit"] = atomic_write_text(junit, junit_xml(data))
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -1039,11 +1039,15 @@ def cell_linear_predictor(
     judge_effect: np.ndarray | None,
 ) -> np.ndarray:
     """(S, cells) logit p of every cell per draw: mu + u_v + beta o + a_r + b_j."""
-    eta = mu[:, None] + u[:, cells.vignette_index] + beta[:, None] * cells.order[None, :]
-    if run_effect is not None:
-        eta = eta + run_effect[:, cells.run_index]
-    if judge_effect is not None:
-        eta = eta + judge_effect[:, cells.judge_index]
+    # In place, term by term in the expression's order (the same sums to the bit): two (S, cells)
+    # arrays where the expression makes five, each new one touched page by page.
+    eta = np.take(u, cells.vignette_index, axis=1)
+    np.add(mu[:, None], eta, out=eta)
+    term = np.multiply(beta[:, None], cells.order[None, :])
+    eta += term
+    for effect, index in ((run_effect, cells.run_index), (judge_effect, cells.judge_index)):
+        if effect is not None:
+            eta += np.take(effect, index, axis=1, out=term)
     return eta
 
 
@@ -1051,7 +1055,10 @@ def replicate_cell_wins(cells: WinRateCells, eta: np.ndarray, rng: np.random.Gen
     """(S, cells) posterior predictive wins: Binomial(round(n), expit(eta)) per draw, rescaled to
     the cell's ``n`` (contest cells carry n / phi trials, which need not be whole)."""
     trials = np.maximum(1.0, np.rint(cells.n))
-    return rng.binomial(trials.astype(np.int64)[None, :], expit(eta)) * (cells.n / trials)[None, :]
+    probability = expit(eta)
+    wins = rng.binomial(trials.astype(np.int64)[None, :], probability)
+    # rescaled into the probabilities' array (the same float64 product): an (S, cells) array less
+    return np.multiply(wins, (cells.n / trials)[None, :], out=probability)
 
 
 def cell_log_likelihood(cells: WinRateCells, eta: np.ndarray) -> np.ndarray:
@@ -1449,8 +1456,9 @@ def _fit_cells(cells, prior, parameterization, sampler, chains, draws, tune, see
     n_draws = idata.posterior.sizes["draw"]
     for name, values in estimands.items():
         idata.posterior[name] = (("chain", "draw"), values.reshape(n_chains, n_draws))
-    # The collapsed sampler draws each u_v exactly from p(u_v | theta, y) at every kept theta, so the
-    # u chains mix exactly as theta's do: their diagnostics are theta's (read below) plus noise.
+    # The collapsed sampler draws each u_v exactly from p(u_v | theta, y) with every theta it
+    # proposes, and a chain moves to both or neither: the u chains mix exactly as theta's do, so
+    # their diagnostics are theta's (read below) plus noise.
     var_names = ["mu", "beta", "sigma"] + ([] if collapsed else ["u"])
     var_names += ["run_effect"] if cells.n_runs > 1 else []
     var_names += ["judge_effect"] if cells.n_judges > 1 else []
@@ -1468,7 +1476,9 @@ OBSERVATION_UNIT = {
 }
 
 
-def _complete_idata(idata, cells: WinRateCells, thin: int, seed: int) -> None:
+def _complete_idata(
+    idata, cells: WinRateCells, thin: int, seed: int, predictive: tuple[np.ndarray, np.ndarray] | None = None
+) -> None:
     """Make ``idata`` a complete InferenceData of the fit, in place.
 
     posterior without the sampler's transformed value variables (``sigma_log__``: names ending in
@@ -1480,7 +1490,8 @@ def _complete_idata(idata, cells: WinRateCells, thin: int, seed: int) -> None:
     their ``draw`` coordinate the posterior's draw numbers, and the replicates of
     :func:`_predictive_draws` with ``seed`` (those the fit's check read). In a
     :class:`~honestci.audit.stats.posterior_groups.PosteriorGroups` they are deferred, built when
-    read or written: ~64 MB less held from the fit to the file at a million contests.
+    read or written, from ``predictive`` (that function's linear predictor and replicates, already
+    computed: each is let go once its group is built) or else anew.
     """
     import xarray as xr
 
@@ -1505,11 +1516,16 @@ def _complete_idata(idata, cells: WinRateCells, thin: int, seed: int) -> None:
     def per_cell(values: np.ndarray):
         return xr.Dataset({"wins": (dims, values.reshape(shape))}, coords=coords, attrs=attrs)
 
+    # Each deferred group takes its array out of here when built, so it is freed once written.
+    computed = dict(zip(("eta", "replicates"), predictive or ()))
+
     def posterior_predictive():
-        return per_cell(_predictive_draws(idata, cells, thin, seed)[1])
+        replicates = computed.pop("replicates", None)
+        return per_cell(_predictive_draws(idata, cells, thin, seed)[1] if replicates is None else replicates)
 
     def log_likelihood():
-        return per_cell(cell_log_likelihood(cells, _kept_linear_predictor(idata, cells, thin)))
+        eta = computed.pop("eta", None)
+        return per_cell(cell_log_likelihood(cells, _kept_linear_predictor(idata, cells, thin) if eta is None else eta))
 
     deferred = isinstance(idata, PosteriorGroups)
     idata.add_groups(
@@ -1812,7 +1828,10 @@ def _fit_hierarchical_cells(
             + " (run longer chains or check the data)"
         )
 
-    # freed before any refit: the saved groups build their own (the same) when read or written
+    # Kept for the saved groups (the file is written right after an audit's fit: building them
+    # again took ~0.9 CPU-s at a million contests), but freed before any refit: the groups then
+    # build their own (the same arrays) when read or written.
+    predictive = None if prior_sensitivity else (eta, replicated_wins)
     del eta, replicated_wins
     sensitivity = None
     if prior_sensitivity:
@@ -1829,7 +1848,8 @@ def _fit_hierarchical_cells(
                 verdicts.append(Verdict.WARN)
                 messages.append(issue)
 
-    _complete_idata(idata, cells, thin, seed_int)
+    _complete_idata(idata, cells, thin, seed_int, predictive)
+    del predictive
     saved_path = None
     if idata_path is not None:
         saved_path = str(Path(idata_path))
