@@ -63,15 +63,33 @@ def test_vignette_integrals_match_scipy_quad():
     assert posterior.log_density(theta)[0] - posterior.log_prior(theta)[0] == pytest.approx(total, abs=1e-9)
 
 
-def test_vignette_effects_follow_their_exact_conditional():
-    # Outside reference: the conditional CDF by scipy.integrate.quad; 20,000 rejection draws of
-    # one vignette's effect at a fixed theta, Kolmogorov-Smirnov against it.
+def _effects_beside_the_integrals(posterior, thetas):
+    _, effects, attempts = posterior.log_density_and_effects(thetas, np.random.default_rng(5))
+    return effects, attempts
+
+
+def _effects_by_rejection_alone(posterior, thetas):
+    unpacked = posterior.unpack(thetas)
+    effects = np.full((thetas.shape[0], posterior.start.size - 1), np.nan)
+    pending_draw, pending_vignette = np.nonzero(np.isnan(effects))
+    attempts = bc._draw_pending(posterior, unpacked, np.random.default_rng(5), effects, pending_draw, pending_vignette)
+    return effects, attempts / effects.size
+
+
+@pytest.mark.parametrize("draw", [_effects_beside_the_integrals, _effects_by_rejection_alone])
+def test_vignette_effects_follow_their_exact_conditional(draw):
+    # Outside reference: the conditional CDF by scipy.integrate.quad; 20,000 draws of one
+    # vignette's effect at a fixed theta, Kolmogorov-Smirnov against it. Both ways of drawing:
+    # a first attempt beside the vignette's integral (tangents at its middle nodes), and the
+    # attempts of the effects that one leaves undrawn (tangents around a Newton step).
     posterior = _posterior(vignettes=3, per_vignette=4)
     theta = np.array([0.3, math.log(0.9), -0.1])
     draws = 20_000
-    unpacked = posterior.unpack(np.tile(theta, (draws, 1)))
-    effects, attempts = bc._vignette_effects(posterior, unpacked, np.random.default_rng(5))
+    thetas = np.tile(theta, (draws, 1))
+    effects, attempts = draw(posterior, thetas)
+    unpacked = posterior.unpack(thetas)
     mu, sigma, _, run_effect, _ = unpacked
+    assert np.isfinite(effects).all()
     assert 1.0 < attempts < 1.25  # the three-tangent envelope accepts ~89% for a normal conditional
     cells = slice(posterior.start[1], posterior.start[2])
     kappa = mu[0] + run_effect[0, posterior.run_index[cells]]
@@ -196,6 +214,25 @@ def test_saved_predictive_group_holds_the_replicates_the_check_read():
     check = _check_replicates(aggregate_contest_cells(labels, score, run), replicated, 0.95, 0.05)
     np.testing.assert_array_equal(check.predicted_mean, fit.ppc.predicted_mean)
     assert fit.idata.posterior_predictive is fit.idata["posterior_predictive"]  # built once, then kept
+
+
+def test_written_groups_are_the_checks_arrays_whether_kept_or_built_again(tmp_path):
+    # The fit keeps its check's linear predictor and replicates for the file's first writing (each
+    # let go once written); a second writing, or a fit that refits for prior sensitivity (which
+    # keeps nothing), builds them again from the seed: the same arrays to the bit.
+    xr = pytest.importorskip("xarray")
+    labels, score, run = _contests(9, 80, 5, runs=2)
+    fit = fit_contest_scores_hierarchical(labels, score, run, sampler="collapsed", seed=5, level=0.95)
+    refit = fit_contest_scores_hierarchical(
+        labels, score, run, sampler="collapsed", seed=5, level=0.95, prior_sensitivity=True
+    )
+    files = [tmp_path / "first.nc", tmp_path / "again.nc", tmp_path / "refit.nc"]
+    for idata, path in zip((fit.idata, fit.idata, refit.idata), files):
+        idata.to_netcdf(str(path))
+    for group in ("posterior_predictive", "log_likelihood"):
+        first, again, other = (xr.open_dataset(path, group=group, engine="h5netcdf")["wins"].values for path in files)
+        assert np.array_equal(first, again) and np.array_equal(first, other), group
+    np.testing.assert_array_equal(refit.ppc.p_value, fit.ppc.p_value)
 
 
 def test_deferred_groups_are_built_when_read_or_written(tmp_path):

@@ -23,11 +23,15 @@ is an independence Metropolis–Hastings chain per chain (Tierney 1994, Annals o
 whose proposal is a multivariate Student-t (:data:`PROPOSAL_DF` degrees of freedom) at the
 marginal posterior's mode with the inverse Hessian as its scale: with thousands of vignettes that
 posterior is close to normal (Bernstein–von Mises), most proposals are accepted, and the chains'
-R-hat and ESS are read by the same gate as NUTS's. Each kept draw of theta is then completed by
-every vignette effect drawn from its exact conditional ``p(u_v | theta, y) ∝ exp(h_v(u))``,
+R-hat and ESS are read by the same gate as NUTS's. Each proposal of theta comes with every
+vignette effect drawn from its exact conditional ``p(u_v | theta, y) ∝ exp(h_v(u))``,
 log-concave, by rejection from a piecewise-exponential envelope of three tangents (Gilks & Wild
-1992, Applied Statistics 41: adaptive rejection sampling without the adaptation), so the joint
-draws (theta, u) are draws of the same posterior NUTS samples.
+1992, Applied Statistics 41: adaptive rejection sampling without the adaptation), and a chain
+moves to the pair (theta, u) or stays: an independence sampler on the joint posterior whose
+proposal draws u from its conditional has theta's marginal acceptance ratio, so the joint draws
+(theta, u) are draws of the same posterior NUTS samples. The first attempt at each effect takes
+its tangents at the integral's three middle nodes (:func:`_log_marginals`), the retries around a
+Newton step (:func:`_draw_effects`).
 
 Validated against: the quadrature against scipy.integrate.quad per vignette, and the whole
 posterior against nutpie's NUTS on the same cells (tests/test_bayes_collapsed.py).
@@ -63,7 +67,7 @@ _NEWTON_MAX, _NEWTON_TOL, _NEWTON_STEP_MAX = 60, 1e-6, 2.0
 #: Proposals whose log density one kernel launch evaluates (:func:`sample_collapsed`): the thread
 #: count (:mod:`honestci.audit.stats.core_share`) can change, and the meter moves, between launches.
 _PROPOSAL_BLOCK = 128
-#: Vignette effects drawn per block (:func:`_vignette_effects`): ~12 MB of uniforms at a time.
+#: Pending vignette effects drawn per block (:func:`_draw_pending`): ~12 MB of uniforms at a time.
 _EFFECT_BLOCK = 500_000
 #: Step of the central differences of the marginal's gradient and Hessian; Newton's iterations for
 #: its mode at most, their largest step and the tolerance of the last one (theta's units).
@@ -129,21 +133,31 @@ def _cell_offsets(s, theta, data, lo, hi, out):
 
 
 @njit_cached(parallel=True, nogil=True, fastmath=False)
-def _log_marginals(theta, data, nodes, log_weights, init):
+def _log_marginals(theta, data, nodes, log_weights, init, uniforms, effects, drawn):
     """sum_v log ∫ exp(h_v) du for every draw s of the hyperparameters (adaptive Gauss–Hermite),
     and every vignette's mode (Newton from ``init``). ``theta`` holds the draws' (mu, sigma, beta,
     run_effect, judge_effect), ``data`` the cells sorted by vignette (start, order, run_index,
-    judge_index, n, w; vignette v's cells are start[v] .. start[v + 1])."""
+    judge_index, n, w; vignette v's cells are start[v] .. start[v + 1]).
+
+    With ``uniforms`` (S x V x 3; an empty array: none), also one rejection attempt at each
+    vignette's effect u_v given draw s (:func:`_attempt_from_tangents`), its envelope's tangents
+    at the three middle nodes, whose h the quadrature evaluates anyway: an accepted one is written
+    to ``effects[s, v]`` with ``drawn[s, v] = True``."""
     mu, sigma = theta[0], theta[1]
     start, order, n, w = data[0], data[1], data[4], data[5]
     n_draws, n_vignettes = mu.size, start.size - 1
     out = np.empty(n_draws)
     modes = np.empty((n_draws, n_vignettes))
+    middle = nodes.size // 2  # the node at 0; the tangents are at it and its two neighbours
+    draw = uniforms.shape[0] > 0
     for s in numba.prange(n_draws):
         kappa = np.empty(order.size)
         _cell_offsets(s, theta, data, 0, order.size, kappa)
         inv_var = 1.0 / (sigma[s] * sigma[s])
         terms = np.empty(nodes.size)
+        points = np.empty(3)
+        values = np.empty(3)
+        slopes = np.empty(3)
         total = 0.0
         for v in range(n_vignettes):
             lo, hi = start[v], start[v + 1]
@@ -153,13 +167,22 @@ def _log_marginals(theta, data, nodes, log_weights, init):
             scale = math.sqrt(2.0 / -curv)
             best = -np.inf
             for k in range(nodes.size):
-                value = _h(mode + scale * nodes[k], k_v, n_v, w_v, inv_var)
+                point = mode + scale * nodes[k]
+                tangent = k - middle + 1
+                if draw and 0 <= tangent <= 2:  # the same h(point), and its slope
+                    value, slope = _h_and_slope(point, k_v, n_v, w_v, inv_var)
+                    points[tangent], values[tangent], slopes[tangent] = point, value, slope
+                else:
+                    value = _h(point, k_v, n_v, w_v, inv_var)
                 terms[k] = log_weights[k] + nodes[k] * nodes[k] + value
                 best = max(best, terms[k])
             acc = 0.0
             for k in range(nodes.size):
                 acc += math.exp(terms[k] - best)
             total += best + math.log(acc) + math.log(scale) - math.log(sigma[s]) - _LOG_SQRT_2PI
+            if draw:
+                x, accepted = _attempt_from_tangents(points, values, slopes, uniforms[s, v], k_v, n_v, w_v, inv_var)
+                effects[s, v], drawn[s, v] = x, accepted
         out[s] = total
     return out, modes
 
@@ -178,22 +201,46 @@ def _exp_segment_area(h0, g, width):
 def _draw_effects(theta, data, init, pending_draw, pending_vignette, uniforms, out, accepted):
     """One rejection attempt for each pending (draw, vignette), with the three uniforms
     ``uniforms[i]``; an accepted one writes ``out[draw, vignette]`` and ``accepted[i] = True``.
-
-    The envelope is the minimum of h's tangents at the mode m and at m -+ d (d =
-    ENVELOPE_SPACING conditional SDs): above the concave h everywhere, exponential on each of its
-    three pieces (left of z0, z0..z1, right of z1)."""
+    The envelope's tangents are at the conditional's mode m and at m -+ d (d = ENVELOPE_SPACING
+    conditional SDs), the mode from one Newton step off ``init`` (:func:`_attempt_from_tangents`)."""
     start = data[0]
     max_cells = int(np.max(start[1:] - start[:-1]))
     chunk = 4096
     for first in numba.prange((pending_draw.size + chunk - 1) // chunk):
         kappa = np.empty(max_cells)
+        points, values, slopes = np.empty(3), np.empty(3), np.empty(3)
         for i in range(first * chunk, min((first + 1) * chunk, pending_draw.size)):
-            _attempt_effect(i, theta, data, init, pending_draw, pending_vignette, uniforms, out, accepted, kappa)
+            _attempt_effect(
+                i,
+                theta,
+                data,
+                init,
+                pending_draw,
+                pending_vignette,
+                uniforms,
+                out,
+                accepted,
+                kappa,
+                points,
+                values,
+                slopes,
+            )
 
 
 @njit_cached(fastmath=False)
-def _attempt_effect(i, theta, data, init, pending_draw, pending_vignette, uniforms, out, accepted, kappa):
-    """The rejection attempt of pending pair i (:func:`_draw_effects`), ``kappa`` a scratch array."""
+def _tangents_around(centre, d, points, values, slopes, k_v, n_v, w_v, inv_var):
+    """h and h' at centre - d, centre and centre + d, into ``points``, ``values``, ``slopes``."""
+    for t in range(3):
+        points[t] = centre + (t - 1) * d
+        values[t], slopes[t] = _h_and_slope(points[t], k_v, n_v, w_v, inv_var)
+
+
+@njit_cached(fastmath=False)
+def _attempt_effect(
+    i, theta, data, init, pending_draw, pending_vignette, uniforms, out, accepted, kappa, points, values, slopes
+):
+    """The rejection attempt of pending pair i (:func:`_draw_effects`); ``kappa``, ``points``,
+    ``values`` and ``slopes`` are scratch arrays."""
     sigma = theta[1]
     start, n, w = data[0], data[4], data[5]
     s, v = pending_draw[i], pending_vignette[i]
@@ -205,20 +252,30 @@ def _attempt_effect(i, theta, data, init, pending_draw, pending_vignette, unifor
     # the mode, not at it (any tangents of a concave function bound it from above).
     grad, curv = _h_derivatives(init[v], k_v, n_v, w_v, inv_var)
     centre = init[v] - grad / curv
-    d = ENVELOPE_SPACING / math.sqrt(-curv)
-    t0, t2 = centre - d, centre + d
-    h1, g1 = _h_and_slope(centre, k_v, n_v, w_v, inv_var)
-    h0, g0 = _h_and_slope(t0, k_v, n_v, w_v, inv_var)
-    h2, g2 = _h_and_slope(t2, k_v, n_v, w_v, inv_var)
-    if not (g0 > 0.0 > g2):  # the step missed the mode by more than d: converge first
+    _tangents_around(centre, ENVELOPE_SPACING / math.sqrt(-curv), points, values, slopes, k_v, n_v, w_v, inv_var)
+    if not (slopes[0] > 0.0 > slopes[2]):  # the step missed the mode by more than d: converge first
         centre, _, curv = _mode(init[v], k_v, n_v, w_v, inv_var)
-        d = ENVELOPE_SPACING / math.sqrt(-curv)
-        t0, t2 = centre - d, centre + d
-        h1, g1 = _h_and_slope(centre, k_v, n_v, w_v, inv_var)
-        h0, g0 = _h_and_slope(t0, k_v, n_v, w_v, inv_var)
-        h2, g2 = _h_and_slope(t2, k_v, n_v, w_v, inv_var)
-    top = h1
-    h0, h1, h2 = h0 - top, 0.0, h2 - top
+        _tangents_around(centre, ENVELOPE_SPACING / math.sqrt(-curv), points, values, slopes, k_v, n_v, w_v, inv_var)
+    x, accepted[i] = _attempt_from_tangents(points, values, slopes, uniforms[i], k_v, n_v, w_v, inv_var)
+    if accepted[i]:
+        out[s, v] = x
+
+
+@njit_cached(fastmath=False)
+def _attempt_from_tangents(points, values, slopes, uniform, k_v, n_v, w_v, inv_var):
+    """One rejection attempt at a draw of u from exp(h_v(u)), h_v concave, with the three uniforms
+    ``uniform``: (x, True) when accepted, (nan, False) when not.
+
+    The envelope is the minimum of h's tangents at ``points`` t0 < t1 < t2 (``values`` h(t), and
+    ``slopes`` h'(t) with h'(t0) > 0 > h'(t2)): above the concave h everywhere, exponential on each
+    of its three pieces (left of z0, z0..z1, right of z1). Slopes of the wrong signs (the points
+    do not straddle the mode) give (nan, False)."""
+    t0, centre, t2 = points[0], points[1], points[2]
+    g0, g1, g2 = slopes[0], slopes[1], slopes[2]
+    if not (g0 > 0.0 > g2):
+        return math.nan, False
+    top = values[1]
+    h0, h1, h2 = values[0] - top, 0.0, values[2] - top
     # Where consecutive tangents cross, and the envelope's value there.
     z0 = (h1 - h0 - centre * g1 + t0 * g0) / (g0 - g1)
     z1 = (h2 - h1 - t2 * g2 + centre * g1) / (g1 - g2)
@@ -228,8 +285,8 @@ def _attempt_effect(i, theta, data, init, pending_draw, pending_vignette, unifor
     area_left = math.exp(e0) / g0
     area_mid = _exp_segment_area(start_mid, g1, z1 - z0)
     area_right = -math.exp(e1) / g2
-    pick = uniforms[i, 0] * (area_left + area_mid + area_right)
-    position = uniforms[i, 1]
+    pick = uniform[0] * (area_left + area_mid + area_right)
+    position = uniform[1]
     if pick < area_left:
         x = z0 + math.log(position) / g0
         envelope = e0 + g0 * (x - z0)
@@ -243,18 +300,19 @@ def _attempt_effect(i, theta, data, init, pending_draw, pending_vignette, unifor
     else:
         x = z1 + math.log(position) / g2
         envelope = e1 + g2 * (x - z1)
-    log_test = math.log(uniforms[i, 2])
+    log_test = math.log(uniform[2])
     # Squeeze: the chords between the tangent points lie below the concave h, so a point under
     # them is accepted without evaluating h there.
     if t0 <= x <= t2:
-        chord = h0 + (h1 - h0) * (x - t0) / d if x <= centre else h1 + (h2 - h1) * (x - centre) / d
+        if x <= centre:
+            chord = h0 + (h1 - h0) * (x - t0) / (centre - t0)
+        else:
+            chord = h1 + (h2 - h1) * (x - centre) / (t2 - centre)
         if log_test <= chord - envelope:
-            out[s, v] = x
-            accepted[i] = True
-            return
+            return x, True
     if log_test <= _h(x, k_v, n_v, w_v, inv_var) - top - envelope:
-        out[s, v] = x
-        accepted[i] = True
+        return x, True
+    return math.nan, False
 
 
 def sum_zero_basis(levels: int) -> np.ndarray:
@@ -346,12 +404,34 @@ class CollapsedPosterior:
 
     def log_density(self, theta: np.ndarray, warm_start: bool = True) -> np.ndarray:
         """log p(theta | y) up to a constant, for each row of (S, dim) theta."""
+        no_draws = np.empty((0, 0, 3)), np.empty((0, 0)), np.empty((0, 0), dtype=bool)
         kernel_threads()
-        likelihood, modes = _log_marginals(self.unpack(theta), self.data, self.nodes, self.log_weights, self.init)
+        likelihood, modes = _log_marginals(
+            self.unpack(theta), self.data, self.nodes, self.log_weights, self.init, *no_draws
+        )
         if warm_start:
             # Newton then starts next to every vignette's next mode (the result does not depend on it).
             self.init = np.ascontiguousarray(modes[-1])
         return likelihood + self.log_prior(theta)
+
+    def log_density_and_effects(self, theta: np.ndarray, rng: np.random.Generator):
+        """:meth:`log_density` (without its warm start) of each row of (S, dim) theta, and (S, V)
+        vignette effects, each drawn from its exact conditional given its row, with the mean
+        number of rejection attempts per effect. A first attempt is made beside the integral
+        (:func:`_log_marginals`); the effects it leaves undrawn are drawn by :func:`_draw_pending`."""
+        unpacked = self.unpack(theta)
+        n_draws, n_vignettes = unpacked[0].size, self.start.size - 1
+        effects = np.empty((n_draws, n_vignettes))
+        drawn = np.zeros((n_draws, n_vignettes), dtype=bool)
+        uniforms = rng.uniform(size=(n_draws, n_vignettes, 3))
+        kernel_threads()
+        likelihood, _ = _log_marginals(
+            unpacked, self.data, self.nodes, self.log_weights, self.init, uniforms, effects, drawn
+        )
+        del uniforms
+        pending_draw, pending_vignette = np.nonzero(~drawn)
+        retries = _draw_pending(self, unpacked, rng, effects, pending_draw, pending_vignette)
+        return likelihood + self.log_prior(theta), effects, (effects.size + retries) / effects.size
 
     def find_mode(self) -> tuple[np.ndarray, np.ndarray]:
         """The marginal posterior's mode and the inverse of the negative Hessian there.
@@ -438,32 +518,41 @@ def sample_collapsed(
     rng = np.random.default_rng(seed)
     posterior = CollapsedPosterior(cells, prior_nu, prior_scale)
     mode, covariance = posterior.find_mode()
-    # Every proposal is independent of the chain, so all are drawn at once and evaluated in blocks.
+    # Every proposal is independent of the chain, so all are drawn at once and evaluated in blocks,
+    # each proposal with its vignette effects: a chain that accepts a proposal moves to it and its
+    # effects, one that rejects it stays (an independence sampler on (theta, u) whose proposal
+    # draws u from p(u | theta, y): its acceptance ratio is theta's marginal one, Tierney 1994).
     length = tune + draws
     proposals, log_q = _student_t(rng, mode, covariance, chains * length)
-    # In blocks: numba's thread count (core_share) can change between them, and the meter moves.
-    # Newton keeps starting at the mode's vignette modes.
-    log_target = np.empty(proposals.shape[0])
-    for first in range(0, proposals.shape[0], _PROPOSAL_BLOCK):
-        block = slice(first, first + _PROPOSAL_BLOCK)
-        log_target[block] = posterior.log_density(proposals[block], warm_start=False)
-        if meter is not None:
-            meter(min(first + _PROPOSAL_BLOCK, proposals.shape[0]))
-    log_ratio = (log_target - log_q).reshape(chains, length)
-    proposals = proposals.reshape(chains, length, -1)
     log_uniform = np.log(rng.uniform(size=(chains, length)))
+    n_vignettes = cells.n_vignettes
+    u = np.empty((chains, draws, n_vignettes))
+    current_u = np.empty((chains, n_vignettes))  # the effects of each chain's current proposal
+    current = np.zeros(chains, dtype=np.int64)
     chosen = np.zeros((chains, length), dtype=np.int64)
     accepted = np.zeros((chains, length), dtype=bool)
-    for c in range(chains):
-        current = 0
-        accepted[c, 0] = True
-        for i in range(1, length):
-            if log_uniform[c, i] <= log_ratio[c, i] - log_ratio[c, current]:
-                current, accepted[c, i] = i, True
-            chosen[c, i] = current
+    log_ratio = np.empty(chains * length)
+    attempts = 0.0
+    # In blocks: numba's thread count (core_share) can change between them, and the meter moves.
+    # Newton keeps starting at the mode's vignette modes.
+    for first in range(0, proposals.shape[0], _PROPOSAL_BLOCK):
+        block = slice(first, first + _PROPOSAL_BLOCK)
+        log_target, effects, block_attempts = posterior.log_density_and_effects(proposals[block], rng)
+        log_ratio[block] = log_target - log_q[block]
+        attempts += block_attempts * effects.shape[0]
+        for proposal in range(first, first + effects.shape[0]):
+            c, i = divmod(proposal, length)
+            if i == 0 or log_uniform[c, i] <= log_ratio[proposal] - log_ratio[c * length + current[c]]:
+                current[c], accepted[c, i] = i, True
+                current_u[c] = effects[proposal - first]
+            chosen[c, i] = current[c]
+            if i >= tune:
+                u[c, i - tune] = current_u[c]
+        if meter is not None:
+            meter(min(first + _PROPOSAL_BLOCK, proposals.shape[0]))
+    proposals = proposals.reshape(chains, length, -1)
     kept = np.take_along_axis(proposals, chosen[:, tune:, None], axis=1).reshape(chains * draws, -1)
     theta = posterior.unpack(kept)
-    u, attempts = _vignette_effects(posterior, theta, rng)
     mu, sigma, beta, run_effect, judge_effect = theta
     if not posterior.with_beta:
         beta = rng.standard_normal(beta.size)
@@ -472,37 +561,32 @@ def sample_collapsed(
         mu=mu.reshape(shape),
         beta=beta.reshape(shape),
         sigma=sigma.reshape(shape),
-        u=u.reshape(shape + (cells.n_vignettes,)),
+        u=u,
         run_effect=run_effect.reshape(shape + (-1,)) if cells.n_runs > 1 else None,
         judge_effect=judge_effect.reshape(shape + (-1,)) if cells.n_judges > 1 else None,
         accepted=accepted[:, tune:],
         mode=mode,
         covariance=covariance,
         acceptance_rate=float(accepted[:, 1:].mean()),
-        effect_attempts=attempts,
+        effect_attempts=attempts / proposals.shape[0] / proposals.shape[1],
     )
 
 
-def _vignette_effects(posterior: CollapsedPosterior, theta, rng) -> tuple[np.ndarray, float]:
-    """(S, V) vignette effects, each from its exact conditional given its draw of ``theta``
-    (``CollapsedPosterior.unpack``'s tuple), and the mean number of rejection attempts per effect.
-    Draws are taken in blocks of about :data:`_EFFECT_BLOCK` effects, which bounds the memory of
-    the uniforms and the pending pairs (a block's rejected pairs are retried until all are drawn)."""
-    n_draws, n_vignettes = theta[0].size, posterior.start.size - 1
-    out = np.empty((n_draws, n_vignettes))
+def _draw_pending(posterior: CollapsedPosterior, theta, rng, out: np.ndarray, pending_draw, pending_vignette) -> int:
+    """Draw the vignette effects ``out[pending_draw[i], pending_vignette[i]]``, each from its exact
+    conditional given its draw of ``theta`` (``CollapsedPosterior.unpack``'s tuple), by rejection
+    attempts (:func:`_draw_effects`) until every one is accepted; returns the number of attempts.
+    Pairs are taken in blocks of about :data:`_EFFECT_BLOCK`, which bounds the memory of the
+    uniforms (a block's rejected pairs are retried until all are drawn)."""
     attempts = 0
-    step = max(1, _EFFECT_BLOCK // n_vignettes)
-    for first in range(0, n_draws, step):
-        block = np.arange(first, min(first + step, n_draws), dtype=np.int64)
-        pending_draw = np.repeat(block, n_vignettes)
-        pending_vignette = np.tile(np.arange(n_vignettes, dtype=np.int64), block.size)
-        while pending_draw.size:
-            attempts += pending_draw.size
-            uniforms = rng.uniform(size=(pending_draw.size, 3))
-            accepted = np.zeros(pending_draw.size, dtype=bool)
+    for first in range(0, pending_draw.size, _EFFECT_BLOCK):
+        draw_block = np.ascontiguousarray(pending_draw[first : first + _EFFECT_BLOCK], dtype=np.int64)
+        vignette_block = np.ascontiguousarray(pending_vignette[first : first + _EFFECT_BLOCK], dtype=np.int64)
+        while draw_block.size:
+            attempts += draw_block.size
+            uniforms = rng.uniform(size=(draw_block.size, 3))
+            accepted = np.zeros(draw_block.size, dtype=bool)
             kernel_threads()
-            _draw_effects(
-                theta, posterior.data, posterior.init, pending_draw, pending_vignette, uniforms, out, accepted
-            )
-            pending_draw, pending_vignette = pending_draw[~accepted], pending_vignette[~accepted]
-    return out, attempts / (n_draws * n_vignettes)
+            _draw_effects(theta, posterior.data, posterior.init, draw_block, vignette_block, uniforms, out, accepted)
+            draw_block, vignette_block = draw_block[~accepted], vignette_block[~accepted]
+    return attempts
