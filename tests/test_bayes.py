@@ -651,7 +651,14 @@ def test_the_audit_fits_contest_scores_and_a_failed_ppc_reads_inconclusive():
     assert gate.verdict == Verdict.INCONCLUSIVE and "withheld" in gate.message
 
 
-def test_cell_linear_predictor_is_the_models_sum_to_the_bit():
+@pytest.fixture(params=[False, True], ids=["one block", "many blocks"])
+def replicate_blocks(request, monkeypatch):
+    """Both ways: every array in one block, and blocks of 7 values (a draw or a group at a time)."""
+    if request.param:
+        monkeypatch.setattr("honestci.audit.stats.bayes._REPLICATE_BLOCK_VALUES", 7)
+
+
+def test_cell_linear_predictor_is_the_models_sum_to_the_bit(replicate_blocks):
     # Built in place term by term; the reference is the model's expression mu + u_v + beta o + a_r + b_j
     # as NumPy evaluates it left to right, on random shapes and scales (whole-array equality of bits).
     from types import SimpleNamespace
@@ -684,3 +691,55 @@ def test_cell_linear_predictor_is_the_models_sum_to_the_bit():
         plain = np.random.default_rng(9).binomial(trials.astype(np.int64)[None, :], expit(eta))
         plain = plain * (cells.n / trials)[None, :]
         np.testing.assert_array_equal(replicate_cell_wins(cells, eta, np.random.default_rng(9)), plain)
+
+
+def _check_in_one_piece(cells, replicated_wins, level, alpha):
+    """The posterior predictive check's figures as one (S, groups) array gives them: the reference
+    of :func:`test_posterior_predictive_check_is_the_same_in_blocks`."""
+    from scipy import sparse
+
+    from honestci.audit.stats.bayes import unique_rows
+
+    _, group_of_cell = unique_rows(
+        (cells.vignette_index, cells.n_vignettes), (cells.run_index, cells.n_runs), (cells.judge_index, cells.n_judges)
+    )
+    n_groups = int(group_of_cell.max()) + 1
+    membership = sparse.csr_matrix(
+        (np.ones(cells.n.size), (np.arange(cells.n.size), group_of_cell)), shape=(cells.n.size, n_groups)
+    )
+    n_group = membership.T @ cells.n
+    share = np.asarray((membership.T @ replicated_wins.T).T) / n_group
+    observed = (membership.T @ cells.wins) / n_group
+    upper = np.sum(share >= observed - 1e-12, axis=0) / share.shape[0]
+    lower = np.sum(share <= observed + 1e-12, axis=0) / share.shape[0]
+    tail = (1.0 - level) / 2.0
+    quantiles = np.quantile(share, [tail, 1.0 - tail], axis=0)
+    return np.minimum(1.0, 2.0 * np.minimum(upper, lower)), share.mean(axis=0), quantiles[0], quantiles[1]
+
+
+@pytest.mark.parametrize("unit", ["contest", "verdict"])
+def test_posterior_predictive_check_is_the_same_in_blocks(unit, monkeypatch):
+    # A block of groups at a time (one-cell groups gathered from the replicates, several-cell
+    # groups summed first): the same figures as the whole (S, groups) array, however it is cut.
+    from honestci.audit.stats import bayes
+    from honestci.audit.stats.bayes import aggregate_cells, aggregate_contest_cells
+
+    rng = np.random.default_rng(11)
+    vignette = rng.integers(0, 40, 3000).astype(str)
+    run = rng.integers(0, 3, 3000).astype(str)
+    if unit == "contest":
+        cells = aggregate_contest_cells(vignette, rng.choice([0.0, 0.5, 1.0], 3000), run)
+    else:
+        cells = aggregate_cells(vignette, rng.choice([0.5, -0.5], 3000), rng.choice([0.0, 0.5, 1.0], 3000), run)
+    replicated = rng.binomial(np.rint(cells.n).astype(np.int64)[None, :], 0.5, size=(300, cells.n.size)) * 1.0
+    expected = _check_in_one_piece(cells, replicated, 0.9, 0.05)
+    for block_values in (bayes._REPLICATE_BLOCK_VALUES, 7 * 300, 300):
+        monkeypatch.setattr(bayes, "_REPLICATE_BLOCK_VALUES", block_values)
+        check = bayes._check_replicates(cells, replicated, 0.9, 0.05)
+        got = (check.p_value, check.predicted_mean, check.predicted_lower, check.predicted_upper)
+        for name, a, b in zip(("p", "mean", "lower", "upper"), got, expected):
+            np.testing.assert_allclose(a, b, rtol=1e-15, atol=0, err_msg=name)
+        if block_values == bayes._REPLICATE_BLOCK_VALUES:
+            first = got
+        else:  # and bit for bit the same however it is cut
+            assert all(np.array_equal(a, b) for a, b in zip(got, first))

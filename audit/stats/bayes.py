@@ -1055,10 +1055,20 @@ def replicate_cell_wins(cells: WinRateCells, eta: np.ndarray, rng: np.random.Gen
     """(S, cells) posterior predictive wins: Binomial(round(n), expit(eta)) per draw, rescaled to
     the cell's ``n`` (contest cells carry n / phi trials, which need not be whole)."""
     trials = np.maximum(1.0, np.rint(cells.n))
-    probability = expit(eta)
-    wins = rng.binomial(trials.astype(np.int64)[None, :], probability)
-    # rescaled into the probabilities' array (the same float64 product): an (S, cells) array less
-    return np.multiply(wins, (cells.n / trials)[None, :], out=probability)
+    whole, rescale = trials.astype(np.int64)[None, :], (cells.n / trials)[None, :]
+    replicates = expit(eta)
+    # A block of draws at a time, each rescaled into its probabilities' rows (the same float64
+    # product): one (S, cells) array, where a single call makes three. The generator draws in the
+    # same order either way, so the numbers are the same.
+    step = max(1, _REPLICATE_BLOCK_VALUES // max(1, eta.shape[1]))
+    for start in range(0, eta.shape[0], step):
+        rows = replicates[start : start + step]
+        np.multiply(rng.binomial(whole, rows), rescale, out=rows)
+    return replicates
+
+
+#: Replicated wins drawn per block in :func:`replicate_cell_wins` (8 bytes each).
+_REPLICATE_BLOCK_VALUES = 500_000
 
 
 def cell_log_likelihood(cells: WinRateCells, eta: np.ndarray) -> np.ndarray:
@@ -1151,31 +1161,45 @@ def _check_replicates(
     one_cell = np.bincount(group_of_cell, minlength=n_groups) == 1
     cell_of_group = np.zeros(n_groups, dtype=np.int64)
     cell_of_group[group_of_cell] = np.arange(cells.n.size)
+    n_draws = replicated_wins.shape[0]
     if one_cell.all():
-        # each group's replicates are its cell's (the product's 0 + 1 w): gathered, without the
-        # copy of the replicates the sparse product makes, in its (groups, S) layout
-        replicated_share = replicated_wins.T[cell_of_group].T
+        # each group's replicates are its cell's (the product's 0 + 1 w): gathered a block of
+        # groups at a time, in the product's (groups, S) layout, without an (S, groups) copy
+        def replicated_share(block: slice) -> np.ndarray:
+            return replicated_wins.T[cell_of_group[block]].T / n_group[block]
+
     else:
-        replicated_share = np.asarray((membership.T @ replicated_wins.T).T)
-    replicated_share /= n_group  # in place: an (S, groups) array less
+        shares = np.asarray((membership.T @ replicated_wins.T).T)
+        shares /= n_group  # in place: an (S, groups) array less
+
+        def replicated_share(block: slice) -> np.ndarray:
+            return shares[:, block]
+
     observed_share = (membership.T @ cells.wins) / n_group
     tolerance = 1e-12
-    upper_count = np.sum(replicated_share >= observed_share - tolerance, axis=0)
-    lower_count = np.sum(replicated_share <= observed_share + tolerance, axis=0)
-    upper_tail, lower_tail = upper_count / replicated_share.shape[0], lower_count / replicated_share.shape[0]
+    tail = (1.0 - level) / 2.0
+    upper_count, lower_count = np.empty(n_groups, dtype=np.int64), np.empty(n_groups, dtype=np.int64)
+    predicted_mean, lower, upper = np.empty(n_groups), np.empty(n_groups), np.empty(n_groups)
+    # Every figure is a group's own (a column's): the same numbers whatever the blocks.
+    step = max(1, _REPLICATE_BLOCK_VALUES // max(1, n_draws))
+    for start in range(0, n_groups, step):
+        block = slice(start, start + step)
+        share = replicated_share(block)
+        upper_count[block] = np.sum(share >= observed_share[block] - tolerance, axis=0)
+        lower_count[block] = np.sum(share <= observed_share[block] + tolerance, axis=0)
+        predicted_mean[block] = share.mean(axis=0)
+        # both quantiles from one partition of the shares themselves (their last use): no copy of them
+        lower[block], upper[block] = np.quantile(share, [tail, 1.0 - tail], axis=0, overwrite_input=True)
+    upper_tail, lower_tail = upper_count / n_draws, lower_count / n_draws
     if eta is not None:
         trials = np.maximum(1.0, np.rint(cells.n[cell_of_group]))
-        for counts, tails, upper in ((upper_count, upper_tail, True), (lower_count, lower_tail, False)):
+        for counts, tails, upper_side in ((upper_count, upper_tail, True), (lower_count, lower_tail, False)):
             exact = np.flatnonzero(one_cell & (counts <= PPC_EXACT_TAIL_COUNT))
             if exact.size:
                 tails[exact] = _binomial_tail(
-                    eta[:, cell_of_group[exact]], trials[exact], observed_share[exact], upper, tolerance
+                    eta[:, cell_of_group[exact]], trials[exact], observed_share[exact], upper_side, tolerance
                 )
     p_value = np.minimum(1.0, 2.0 * np.minimum(upper_tail, lower_tail))
-    tail = (1.0 - level) / 2.0
-    predicted_mean = replicated_share.mean(axis=0)
-    # both quantiles from one partition of the shares themselves (their last use): no copy of them
-    lower, upper = np.quantile(replicated_share, [tail, 1.0 - tail], axis=0, overwrite_input=True)
     return PosteriorPredictiveCheck(
         vignette=tuple(cells.vignette_labels[g] for g in groups[:, 0]),
         n=np.rint(membership.T @ cells.units_per_cell).astype(np.int64),
