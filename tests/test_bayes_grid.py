@@ -170,3 +170,24 @@ def test_vignette_posteriors_match_a_direct_integration():
             assert (mass[:, :, None] * conditional * (expit(eta) <= end)).sum() == pytest.approx(share, abs=4e-3)
     # Shrinkage: the vignette won outright sits below its raw rate of 1, inside its interval.
     assert ours.mean[4] < 1.0 - 0.01 and ours.low[4] < ours.mean[4] < ours.high[4]
+
+
+def test_vignettes_with_equal_counts_share_one_pooled_posterior():
+    # Each distinct (wins, losses) pair is computed once. Vignettes 8 and 9 repeat vignette 0's
+    # contests: their pooled posteriors are vignette 0's to the bit. Reference: the same data with
+    # one contest of vignette 8 moved by 1e-9 (its pair then distinct, computed apart), within 1e-6.
+    from honestci.audit.stats.bayes_grid import vignette_rate_posteriors
+
+    rng = np.random.default_rng(5)
+    scores, clusters = _scores(rng, 8, 10, 0.6, 0.8)
+    copies = np.concatenate([scores[clusters == 0]] * 2)
+    scores = np.concatenate([scores, copies])
+    clusters = np.concatenate([clusters, np.repeat([8, 9], 10)])
+    ours = vignette_rate_posteriors(scores, clusters, level=0.9)
+    for field in (ours.mean, ours.low, ours.high):
+        assert field[8] == field[0] == field[9]
+    apart = scores.copy()
+    apart[np.flatnonzero(clusters == 8)[0]] += 1e-9 if apart[np.flatnonzero(clusters == 8)[0]] < 1.0 else -1e-9
+    reference = vignette_rate_posteriors(apart, clusters, level=0.9)
+    for field in ("mean", "low", "high"):
+        np.testing.assert_allclose(getattr(ours, field), getattr(reference, field), rtol=0, atol=1e-6)

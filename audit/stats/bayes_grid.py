@@ -227,21 +227,27 @@ def vignette_rate_posteriors(scores, clusters, level: float = 0.95, trials_per_c
     """
     vignettes, codes = unique_inverse(clusters)  # the labels once; the grid groups by their codes
     mu, sigma, mass, wins, losses, _ = _grid_posterior(scores, codes, trials_per_contest)
-    _, eta, likelihood, _ = _tabulate_likelihoods(wins, losses)  # likelihood: (G, E)
+    # Vignettes with the same (tempered) counts have the same posterior: each distinct pair once
+    # (with m contests a vignette there are at most 2m + 1 of them, whatever G), as in the grid's.
+    counts, row_of_vignette = np.unique(np.column_stack([wins, losses]), axis=0, return_inverse=True)
+    row_of_vignette = row_of_vignette.ravel()
+    _, eta, likelihood, _ = _tabulate_likelihoods(counts[:, 0], counts[:, 1])  # likelihood: (rows, E)
     cells = mass > mass.max() * _CELL_FLOOR
     mu_cells = np.broadcast_to(mu[:, None], mass.shape)[cells]
     sigma_cells = np.broadcast_to(sigma[None, :], mass.shape)[cells]
     weight = mass[cells] / mass[cells].sum()
     edges = np.concatenate([[-np.inf], (eta[1:] + eta[:-1]) / 2.0, [np.inf]])
     kernel = np.diff(ndtr((edges[:, None] - mu_cells[None, :]) / sigma_cells[None, :]), axis=0)  # (E, M)
-    evidence = likelihood @ kernel  # Z_g(μ, σ), (G, M)
+    evidence = likelihood @ kernel  # Z_g(μ, σ), (rows, M)
     # A cell where a vignette's likelihood underflows contributes nothing to it (0/0 read as 0).
     share = np.divide(weight[None, :], evidence, out=np.zeros_like(evidence), where=evidence > 0)
-    posterior = likelihood * (share @ kernel.T)  # (G, E)
+    posterior = likelihood * (share @ kernel.T)  # (rows, E)
     posterior /= posterior.sum(axis=1, keepdims=True)
     rate = expit(eta)
     cumulative = np.cumsum(posterior, axis=1) - posterior / 2.0
     tail = (1.0 - level) / 2.0
     low = np.array([np.interp(tail, c, rate) for c in cumulative])
     high = np.array([np.interp(1.0 - tail, c, rate) for c in cumulative])
-    return VignettePosteriors(vignettes, posterior @ rate, low, high)
+    return VignettePosteriors(
+        vignettes, (posterior @ rate)[row_of_vignette], low[row_of_vignette], high[row_of_vignette]
+    )
