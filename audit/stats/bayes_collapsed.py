@@ -64,8 +64,10 @@ ENVELOPE_SPACING = math.sqrt(2.0)
 #: Newton iterations for a vignette's mode at most, the tolerance of the last step, and the largest
 #: step (logit units; a capped Newton step on a concave function cannot overshoot far).
 _NEWTON_MAX, _NEWTON_TOL, _NEWTON_STEP_MAX = 60, 1e-6, 2.0
-#: Proposals whose log density one kernel launch evaluates (:func:`sample_collapsed`): the thread
-#: count (:mod:`honestci.audit.stats.core_share`) can change, and the meter moves, between launches.
+#: Proposals whose log density (and vignette effects) one kernel launch evaluates
+#: (:func:`sample_collapsed`): the thread count (:mod:`honestci.audit.stats.core_share`) can change,
+#: and the meter moves, between launches; a block's uniforms take 128 x V x 3 doubles (15 MB at
+#: 5,000 vignettes).
 _PROPOSAL_BLOCK = 128
 #: Pending vignette effects drawn per block (:func:`_draw_pending`): ~12 MB of uniforms at a time.
 _EFFECT_BLOCK = 500_000
