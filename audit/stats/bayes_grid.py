@@ -83,7 +83,7 @@ class RatePosterior:
 #: subnormal, on which BLAS works ~5x slower (half of a million-contest grid's likelihoods lay
 #: below 1e-150). A term so dropped is below 3e-154: beneath a double's precision in an evidence
 #: above :data:`ACCURATE_EVIDENCE` (relative error < 2e-11). Where a (μ, σ) cell that can carry
-#: mass has a smaller evidence the products are taken again with every value (:func:`_products`).
+#: mass has a smaller evidence the products are taken again with every value (:func:`_accurate_enough`).
 NEGLIGIBLE = 2.0 * math.sqrt(np.finfo(float).tiny)
 ACCURATE_EVIDENCE = 1e-140
 #: Cells further than this below the largest log posterior have no mass a double can hold.
@@ -127,6 +127,9 @@ def log_posterior_on_grid(wins: np.ndarray, losses: np.ndarray):
     # likelihood is flat (all won or all lost), so the kernel's tails belong to the end cells.
     first_edge, n_edges = eta[0] + step / 2.0, _ETA_POINTS - 1
     log_peaks = float(np.dot(multiplicity, peak))
+    # Narrow likelihoods (many contests a vignette) reach below NEGLIGIBLE: their products first
+    # without subnormals (:func:`_accurate_enough`); otherwise every value at once.
+    fast_likelihood = _negligible_as_zero(likelihood) if _has_negligible(likelihood) else None
 
     def log_posterior(mu, sigma):
         mu, sigma = np.atleast_1d(np.asarray(mu, dtype=float)), np.atleast_1d(np.asarray(sigma, dtype=float))
@@ -139,43 +142,54 @@ def log_posterior_on_grid(wins: np.ndarray, losses: np.ndarray):
         offsets = first_edge - mu[0] + (np.arange(n_edges + reach) - reach) * step
         starts = reach - cells * np.arange(mu.size)
         interior_rows = starts[None, :] + np.arange(n_edges - 1)[:, None]
-        kernels = []  # one (E, mu) kernel per σ
-        for scale in sigma:
-            cdf = ndtr(offsets / scale)
-            kernel = np.empty((_ETA_POINTS, mu.size))
-            kernel[0] = cdf[starts]
-            kernel[1:n_edges] = np.diff(cdf)[interior_rows]  # cells 1 … n_edges − 1
-            kernel[n_edges] = 1.0 - cdf[starts + n_edges - 1]
-            kernels.append(kernel)
         prior = stats.norm.logpdf(mu, 0.0, MU_PRIOR_SD)[:, None] - 0.5 * (sigma / SIGMA_PRIOR_SCALE)[None, :] ** 2
+        kernel = np.empty((_ETA_POINTS, mu.size))  # one σ at a time, contiguous
 
-        def log_density(evidence):  # evidence: (distinct rows, mu, sigma)
+        def evidence(rows: np.ndarray, fast: bool) -> np.ndarray:  # (distinct rows, mu, sigma)
+            out = np.empty((rows.shape[0], mu.size, sigma.size))
+            for k, scale in enumerate(sigma):
+                cdf = ndtr(offsets / scale)
+                kernel[0] = cdf[starts]
+                kernel[1:n_edges] = np.diff(cdf)[interior_rows]  # cells 1 … n_edges − 1
+                kernel[n_edges] = 1.0 - cdf[starts + n_edges - 1]
+                if fast:
+                    kernel[kernel < NEGLIGIBLE] = 0.0
+                out[:, :, k] = rows @ kernel
+            return out
+
+        def log_density(evidence: np.ndarray) -> np.ndarray:
             with np.errstate(divide="ignore"):
                 per_row = np.log(evidence)
             return np.tensordot(multiplicity.astype(float), per_row, axes=1) + log_peaks + prior
 
-        return _products(likelihood, kernels, log_density)
+        if fast_likelihood is not None:
+            fast_evidence = evidence(fast_likelihood, fast=True)
+            density = log_density(fast_evidence)
+            if _accurate_enough(fast_evidence, density, log_density, likelihood.shape[1]):
+                return density
+        return log_density(evidence(likelihood, fast=False))
 
     return log_posterior, empirical, step
 
 
-def _products(likelihood: np.ndarray, kernels: list, log_density):
-    """``log_density`` of the evidences ``likelihood @ kernel`` (stacked on a last axis, one
-    kernel per σ), first with :data:`NEGLIGIBLE` values as 0; again with every value when a cell
-    where some row's evidence is below :data:`ACCURATE_EVIDENCE` could carry mass: its density,
-    with each evidence raised by the most the dropped terms can add (E of them, each below
-    NEGLIGIBLE), reaches within :data:`_REPRESENTABLE_SPAN` of the largest (or none is finite)."""
-    fast = _negligible_as_zero(likelihood)
-    evidence = np.stack([fast @ _negligible_as_zero(kernel) for kernel in kernels], axis=-1)
-    density = log_density(evidence)
+def _accurate_enough(evidence: np.ndarray, density: np.ndarray, log_density, terms: int) -> bool:
+    """Whether evidences computed with :data:`NEGLIGIBLE` values as 0 (``density`` their log
+    density) serve: some are finite, and no cell where some row's evidence is below
+    :data:`ACCURATE_EVIDENCE` could carry mass, i.e. reach within :data:`_REPRESENTABLE_SPAN` of
+    the largest density with each evidence raised by the most the dropped ``terms`` can add."""
     largest = density.max()
+    if not np.isfinite(largest):
+        return False
     inaccurate = (evidence < ACCURATE_EVIDENCE).any(axis=0)
-    if not np.isfinite(largest) or (
-        inaccurate.any()
-        and (log_density(evidence + likelihood.shape[1] * NEGLIGIBLE)[inaccurate] > largest - _REPRESENTABLE_SPAN).any()
-    ):
-        density = log_density(np.stack([likelihood @ kernel for kernel in kernels], axis=-1))
-    return density
+    if not inaccurate.any():
+        return True
+    raised = log_density(evidence + terms * NEGLIGIBLE)
+    return not (raised[inaccurate] > largest - _REPRESENTABLE_SPAN).any()
+
+
+def _has_negligible(likelihood: np.ndarray) -> bool:
+    """Whether some tabulated likelihood lies below :data:`NEGLIGIBLE` (the products' fast pass pays)."""
+    return bool((likelihood < NEGLIGIBLE).any())
 
 
 def _lattice(low: float, high: float, points: int, step: float) -> np.ndarray:
@@ -278,11 +292,14 @@ def vignette_rate_posteriors(scores, clusters, level: float = 0.95, trials_per_c
     weight = mass[cells] / mass[cells].sum()
     edges = np.concatenate([[-np.inf], (eta[1:] + eta[:-1]) / 2.0, [np.inf]])
     kernel = np.diff(ndtr((edges[:, None] - mu_cells[None, :]) / sigma_cells[None, :]), axis=0)  # (E, M)
-    # The products first without subnormals (:data:`NEGLIGIBLE`); every cell here carries mass, so
-    # any evidence below ACCURATE_EVIDENCE takes them again with every value.
-    product_kernel = _negligible_as_zero(kernel)
-    evidence = _negligible_as_zero(likelihood) @ product_kernel  # Z_g(μ, σ), (rows, M)
-    if (evidence < ACCURATE_EVIDENCE).any():
+    # The products first without subnormals (:data:`NEGLIGIBLE`) where the likelihoods reach below
+    # it; every cell here carries mass, so any evidence below ACCURATE_EVIDENCE takes them again
+    # with every value.
+    product_kernel = kernel
+    if _has_negligible(likelihood):
+        product_kernel = _negligible_as_zero(kernel)
+        evidence = _negligible_as_zero(likelihood) @ product_kernel  # Z_g(μ, σ), (rows, M)
+    if product_kernel is kernel or (evidence < ACCURATE_EVIDENCE).any():
         product_kernel = kernel
         evidence = likelihood @ kernel
     # Each cell's weight over its evidence, scaled per row so that the largest is 1 (the row is
