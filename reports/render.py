@@ -77,6 +77,11 @@ def _rendered(report: Report, paths: dict[str, Path], posterior: Any | None) -> 
     return {path: render(report, fmt, posterior) for fmt, path in paths.items()}
 
 
+def _built(report: Report | Callable[[], Report]) -> Report:
+    """``report``, or the report the function ``report`` builds."""
+    return report() if callable(report) else report
+
+
 def write_outputs(
     report: Report | Callable[[], Report], out_dir: str | Path, posterior: Any | None = None
 ) -> dict[str, Path]:
@@ -91,14 +96,14 @@ def write_outputs(
     """
     with out_dir_lock(out_dir):
         if posterior is None:
-            return write_report(report() if callable(report) else report, out_dir)
+            return write_report(_built(report), out_dir)
         final = Path(out_dir) / POSTERIOR_FILE
         staged = final.with_name(f".{POSTERIOR_FILE}.partial")
         try:
             paths = _report_paths(out_dir)
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="honestci-posterior") as writer:
                 written = writer.submit(posterior.to_netcdf, str(staged))
-                texts = _rendered(report() if callable(report) else report, paths, posterior)
+                texts = _rendered(_built(report), paths, posterior)
                 written.result()
             atomic_write_texts(texts)
             os.replace(staged, final)

@@ -418,8 +418,8 @@ class CollapsedPosterior:
 
     def log_density_and_effects(self, theta: np.ndarray, rng: np.random.Generator):
         """:meth:`log_density` (without its warm start) of each row of (S, dim) theta, and (S, V)
-        vignette effects, each drawn from its exact conditional given its row, with the mean
-        number of rejection attempts per effect. A first attempt is made beside the integral
+        vignette effects, each drawn from its exact conditional given its row, with the number of
+        rejection attempts made. A first attempt is made beside the integral
         (:func:`_log_marginals`); the effects it leaves undrawn are drawn by :func:`_draw_pending`."""
         unpacked = self.unpack(theta)
         n_draws, n_vignettes = unpacked[0].size, self.start.size - 1
@@ -433,7 +433,7 @@ class CollapsedPosterior:
         del uniforms
         pending_draw, pending_vignette = np.nonzero(~drawn)
         retries = _draw_pending(self, unpacked, rng, effects, pending_draw, pending_vignette)
-        return likelihood + self.log_prior(theta), effects, (effects.size + retries) / effects.size
+        return likelihood + self.log_prior(theta), effects, effects.size + retries
 
     def find_mode(self) -> tuple[np.ndarray, np.ndarray]:
         """The marginal posterior's mode and the inverse of the negative Hessian there.
@@ -534,14 +534,14 @@ def sample_collapsed(
     chosen = np.zeros((chains, length), dtype=np.int64)
     accepted = np.zeros((chains, length), dtype=bool)
     log_ratio = np.empty(chains * length)
-    attempts = 0.0
+    attempts = 0
     # In blocks: numba's thread count (core_share) can change between them, and the meter moves.
     # Newton keeps starting at the mode's vignette modes.
     for first in range(0, proposals.shape[0], _PROPOSAL_BLOCK):
         block = slice(first, first + _PROPOSAL_BLOCK)
         log_target, effects, block_attempts = posterior.log_density_and_effects(proposals[block], rng)
         log_ratio[block] = log_target - log_q[block]
-        attempts += block_attempts * effects.shape[0]
+        attempts += block_attempts
         for proposal in range(first, first + effects.shape[0]):
             c, i = divmod(proposal, length)
             if i == 0 or log_uniform[c, i] <= log_ratio[proposal] - log_ratio[c * length + current[c]]:
@@ -570,7 +570,7 @@ def sample_collapsed(
         mode=mode,
         covariance=covariance,
         acceptance_rate=float(accepted[:, 1:].mean()),
-        effect_attempts=attempts / proposals.shape[0] / proposals.shape[1],
+        effect_attempts=attempts / (chains * length * n_vignettes),
     )
 
 

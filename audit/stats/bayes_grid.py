@@ -295,11 +295,10 @@ def vignette_rate_posteriors(scores, clusters, level: float = 0.95, trials_per_c
     # The products first without subnormals (:data:`NEGLIGIBLE`) where the likelihoods reach below
     # it; every cell here carries mass, so any evidence below ACCURATE_EVIDENCE takes them again
     # with every value.
-    product_kernel = kernel
-    if _has_negligible(likelihood):
-        product_kernel = _negligible_as_zero(kernel)
-        evidence = _negligible_as_zero(likelihood) @ product_kernel  # Z_g(μ, σ), (rows, M)
-    if product_kernel is kernel or (evidence < ACCURATE_EVIDENCE).any():
+    fast = _has_negligible(likelihood)
+    product_kernel = _negligible_as_zero(kernel) if fast else kernel
+    evidence = (_negligible_as_zero(likelihood) if fast else likelihood) @ product_kernel  # Z_g(μ, σ), (rows, M)
+    if fast and (evidence < ACCURATE_EVIDENCE).any():
         product_kernel = kernel
         evidence = likelihood @ kernel
     # Each cell's weight over its evidence, scaled per row so that the largest is 1 (the row is
