@@ -260,6 +260,19 @@ def test_the_issue_case_54_contests_one_per_vignette():
     assert gate.verdict == Verdict.FAIL and "exact, pooled contests" in gate.message
 
 
+def test_score_interval_is_tangos():
+    from honestci.audit.stats.iid import paired_difference_ci
+
+    # k+ = n: Z(δ0) = sqrt(n (1 - δ0)/(1 + δ0)), so the lower end is (n - z²)/(n + z²)
+    z = stats.norm.isf(0.025)
+    assert paired_difference_ci(54, 0, 54)[0] == pytest.approx((54 - z**2) / (54 + z**2), rel=1e-9)
+    assert paired_difference_ci(0, 0, 54) == pytest.approx((-0.0664136, 0.0664136), abs=1e-6)
+    # mirror symmetry, and the design effect acts as dividing the counts
+    low, high = paired_difference_ci(9, 3, 40)
+    assert paired_difference_ci(3, 9, 40) == pytest.approx((-high, -low), rel=1e-9)
+    assert paired_difference_ci(9, 3, 40, design_effect=2.0) == pytest.approx(paired_difference_ci(4.5, 1.5, 20))
+
+
 # --- coverage of the order-effect interval (both-order designs) ----------------------------------
 
 #: P(outcome shown first, outcome shown second) of a judge without position bias, rows and columns
@@ -300,6 +313,44 @@ def _interval_coverage(reps, sizes, delta, table, seed):
 
 def _one_each(g):
     return lambda rng: np.ones(g, dtype=int)
+
+
+COVERAGE_CELLS = {
+    **{f"G={g} m=1 delta={d}": (_one_each(g), d, FAIR) for g in (20, 54, 200) for d in (0.0, 0.1, 0.3)},
+    "G=20 m=1 quiet delta=0": (_one_each(20), 0.0, QUIET),  # mostly no discordant contest: exact
+    "G=54 m=1 quiet delta=0.1": (_one_each(54), 0.1, QUIET),  # few discordant contests
+    "G=12 m=1..19 delta=0.1": (lambda rng: rng.integers(1, 20, size=12), 0.1, FAIR),
+}
+SLOW_CELLS = {
+    **COVERAGE_CELLS,
+    "G=20 m=1 delta=0.97": (_one_each(20), 0.97, FAIR),
+    "G=12 m=1..19 delta=0.3": (lambda rng: rng.integers(1, 20, size=12), 0.3, FAIR),
+    "G=27 m=2 delta=0.1": (lambda rng: np.full(27, 2), 0.1, FAIR),
+    "G=6 m=1..19 delta=0.1": (lambda rng: rng.integers(1, 20, size=6), 0.1, FAIR),
+}
+
+
+def _assert_honest(coverage, reps, level=0.95):
+    # no under-coverage beyond 3 Monte Carlo SE; over-coverage (the exact bound, the score interval at
+    # G = 20) is conservative and not asserted
+    assert coverage >= level - 3 * np.sqrt(level * (1 - level) / reps), coverage
+
+
+@pytest.mark.coverage
+@pytest.mark.parametrize("cell", COVERAGE_CELLS, ids=COVERAGE_CELLS.keys())
+def test_order_effect_interval_coverage_fast_tier(cell):
+    sizes, delta, table = COVERAGE_CELLS[cell]
+    coverage, _, _ = _interval_coverage(300, sizes, delta, table, seed=sum(map(ord, cell)))
+    _assert_honest(coverage, 300)
+
+
+@pytest.mark.coverage
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", SLOW_CELLS, ids=SLOW_CELLS.keys())
+def test_order_effect_interval_coverage_slow_tier(cell):
+    sizes, delta, table = SLOW_CELLS[cell]
+    coverage, _, _ = _interval_coverage(2000, sizes, delta, table, seed=7 + sum(map(ord, cell)))
+    _assert_honest(coverage, 2000)
 
 
 @pytest.mark.parametrize("sizes", [[1] * 20, [1] * 54, [3] * 12], ids=["G=20 m=1", "G=54 m=1", "G=12 m=3"])

@@ -10,7 +10,12 @@ second}:
 - order effect: δ = P(W₁ = 1) − P(W₂ = 1), the policy's win-rate gain from being shown first (an
   unbiased judge has δ = 0), and on the logit scale logit P(W₁) − logit P(W₂).
 
-Intervals cluster by vignette: CR2 with Satterthwaite df on the per-order model
+The gate's order-effect interval (:func:`order_effect_within_contests`) is Tango's score interval
+for the paired difference, Rao-Scott adjusted by the CR2 design effect and referred to t with the
+CR2 Satterthwaite df (:func:`honestci.audit.stats.iid.paired_difference_ci`): with one contest per
+vignette it is Tango's interval (the Wald one under-covers there when few contests are discordant),
+with several it carries the clustering; where every D is the same it is the exact pooled bound of
+:func:`exact_order_effect`. Its variance comes from CR2 with Satterthwaite df on the per-order model
 ``win ~ 1 + policy_first`` (δ is the slope; the logit contrast is its delta-method
 linearisation through :func:`honestci.audit.stats.cluster_robust.linear_contrast`), with a percentile cluster
 bootstrap of the contest differences D = W₁ − W₂ beside it. The test of δ = 0 flips the order
@@ -43,7 +48,7 @@ the fixture's exact truth (``fixtures/truth.py``) and seeded coverage simulation
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -64,7 +69,7 @@ from honestci.audit.stats.clustered_estimate import (
     from_contrast,
 )
 from honestci.audit.stats.estimands import unique_inverse
-from honestci.audit.stats.iid import proportion_ci
+from honestci.audit.stats.iid import paired_difference_ci, proportion_ci
 from honestci.audit.stats.random_state import resolve_rng
 
 PERMUTATION_DRAWS = 9999
@@ -432,11 +437,14 @@ def order_effect_within_contests(
         except EstimationError:
             fit = None
         if fit is not None:
-            order_effect = from_contrast(
-                linear_contrast(fit, {"order_effect": 1.0}, label="order effect"),
-                "order effect (probability points)",
-                boot=None if boot.boot_low is None or boot.boot_high is None else (boot.boot_low, boot.boot_high),
-                seed=boot.seed,
+            order_effect = _score_interval(
+                from_contrast(
+                    linear_contrast(fit, {"order_effect": 1.0}, label="order effect"),
+                    "order effect (probability points)",
+                    boot=None if boot.boot_low is None or boot.boot_high is None else (boot.boot_low, boot.boot_high),
+                    seed=boot.seed,
+                ),
+                difference,
             )
             logit_effect = _logit_order_effect(fit, p_first, p_second)
     if order_effect is None and np.ptp(difference) == 0:
@@ -448,6 +456,26 @@ def order_effect_within_contests(
             "order effect (logit scale)", None, n, boot.n_clusters, level, "a win probability of 0 or 1, or no variance"
         )
     return order_effect, logit_effect
+
+
+def _score_interval(cr2: ClusteredEstimate, difference: np.ndarray) -> ClusteredEstimate:
+    """The CR2 order effect with Tango's score interval in place of the Wald one, Rao–Scott
+    adjusted by the CR2 design effect (:func:`honestci.audit.stats.iid.paired_difference_ci`)."""
+    if not cr2.reportable or cr2.se is None or cr2.df is None:
+        return cr2
+    n = difference.size
+    plus, minus = float((difference > 0).sum()), float((difference < 0).sum())
+    iid_variance = ((plus + minus) / n - cr2.estimate**2) / n
+    # never narrower than independent contests: a design effect below 1 at few vignettes is noise
+    design_effect = max(cr2.se**2 / iid_variance, 1.0) if iid_variance > 0 else 1.0
+    low, high = paired_difference_ci(plus, minus, n, cr2.level, design_effect=design_effect, df=cr2.df)
+    return replace(
+        cr2,
+        ci_low=low,
+        ci_high=high,
+        method="score, CR2",
+        note=f"Tango score interval, CR2 design effect {design_effect:.2f}, t({cr2.df:.1f})",
+    )
 
 
 def position_bias(
