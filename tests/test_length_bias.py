@@ -296,3 +296,47 @@ def test_separation_does_not_change_fits_that_have_an_ml_estimate():
     reference = fit_logistic_glm(y, np.column_stack([np.ones(y.size), x]), groups)
     assert not result.penalised
     np.testing.assert_allclose(result.fit.coef, reference.coef, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------ command line
+def _length_following_study(folder, pairs: int):
+    """The synthetic study (tests/synthetic_study.py) on 20 vignettes, the policy's answers shorter
+    on the whole (20-300 characters against 100-400: the lengths overlap, so the judge's preference
+    is identifiable), judged in both orders by a judge that picks the shorter answer."""
+    from synthetic_study import POLICY, study_rows, write_study
+
+    rng = np.random.default_rng(31)
+    rows = study_rows(n_vignettes=20, pairs=pairs, seed=31)
+    length = {}
+    for response in rows["responses"]:
+        low, high = (20, 300) if response["system"] == POLICY else (100, 400)
+        length[response["response_id"]] = int(rng.integers(low, high))
+        response["text"] = ("word " * 100)[: length[response["response_id"]]]
+    for judgment in rows["judgments"]:
+        shorter_first = length[judgment["response_first"]] < length[judgment["response_second"]]
+        judgment["verdict"] = "first" if shorter_first else "second"
+    return write_study(folder, rows)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("pairs", [1, 4])
+def test_commands_on_a_judge_that_always_prefers_the_shorter_answer(tmp_path, pairs):
+    import json
+    import subprocess
+    import sys
+
+    claim = _length_following_study(tmp_path / "study", pairs)
+
+    def honestci(*args):
+        return subprocess.run([sys.executable, "-m", "honestci", *map(str, args)], capture_output=True, text=True)
+
+    checked = honestci("length-bias", claim)
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stdout + checked.stderr
+    assert "gate length_bias: FAIL" in checked.stdout and "shorter answers" in checked.stdout
+    audited = honestci("audit", claim, "--out", tmp_path / "out", "--no-bayes")
+    assert audited.returncode == 1 and "Traceback" not in audited.stderr, audited.stdout + audited.stderr
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    gate = next(g for g in verdict["gates"] if g["gate"] == "length_bias")
+    assert gate["verdict"] == "FAIL" and gate["required"]
+    assert "length_bias" in {g["gate"] for g in verdict["blocking_gates"]}
+    assert "ratio of" in gate["evidence"]["required_because"]  # why the policy requires it
