@@ -43,8 +43,11 @@ def test_headline_claim_warns_on_its_wilson_interval_and_writes_reports(tmp_path
     assert result.returncode == 1, result.stderr
     verdict = json.loads((tmp_path / "verdict.json").read_text())
     gates = {g["gate"]: g["verdict"] for g in verdict["gates"]}
-    assert verdict["verdict"] == "WARN" and verdict["exit_code"] == 1
+    # length_bias is required by the policy (median answers 184 vs 130 characters) and INCONCLUSIVE:
+    # the policy's answer is the longer in every contest, so length and quality are confounded.
+    assert verdict["verdict"] == "INCONCLUSIVE" and verdict["exit_code"] == 1
     assert gates["ci_low_clears_bar"] == "PASS" and gates["claimed_figures_reproduce"] == "WARN"
+    assert gates["length_bias"] == "INCONCLUSIVE" and "length_bias" in verdict["required_gates"]
     assert (tmp_path / "report.md").read_text().startswith("# honestci audit")
     assert "<html" in (tmp_path / "report.html").read_text()
 

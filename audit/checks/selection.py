@@ -221,7 +221,8 @@ def candidate_winner_inference(
       the t interval with G − 1 df (the df of a covariance estimated from G vignettes).
 
     Candidates whose rate is 0 are left out (on the logit scale they impose no bound on the
-    winner). Raises :class:`EstimationError` when the winner's rate is 1 (no logit interval).
+    winner). Raises :class:`EstimationError` when the winner's rate is 1 or every rate is 0 (no
+    logit interval).
     The estimates and covariance of the result stay on the logit scale; every estimate and
     interval of the winner is a rate.
 
@@ -236,6 +237,11 @@ def candidate_winner_inference(
 
     x = np.asarray(estimates.estimates, dtype=float)
     keep = x > 0
+    if not np.any(keep):
+        raise EstimationError(
+            f"every one of the {x.size} candidates lost every contest on the selection pool: no logit-scale "
+            "interval for the winner's rate exists (there is no winner); add vignettes or contests"
+        )
     if np.max(x) >= 1:
         raise EstimationError(
             f"the winner {estimates.candidates[int(np.argmax(x))]!r} won every contest on the selection pool: "
