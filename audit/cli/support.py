@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from honestci.audit.errors import InputError
+from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import DEFAULT_SEED, EXIT_BAD_INPUT, EXIT_BLOCKED, EXIT_PASS, Verdict
 
 #: What the Bayesian fit imports from the bayes extra (audit/stats/bayes*.py import them lazily).
@@ -50,7 +50,10 @@ policy_option = click.option(
 
 
 def fail_cleanly(command):
-    """Print domain input errors as a readable message (no traceback) and exit 2."""
+    """Print domain input errors as a readable message (no traceback) and exit 2; an estimator
+    that cannot give a trustworthy answer from valid data (:class:`EstimationError`) makes the
+    command's result INCONCLUSIVE: its reason is printed and it exits 1, as a gate that is not
+    PASS does (``honestci audit`` turns the same error into the check's INCONCLUSIVE gate)."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -59,6 +62,9 @@ def fail_cleanly(command):
         except InputError as exc:
             click.secho("error: " + exc.render(), fg="red", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except EstimationError as exc:
+            click.secho(f"INCONCLUSIVE: no trustworthy estimate from these data: {exc}", fg="yellow", err=True)
+            sys.exit(EXIT_BLOCKED)
 
     return wrapper
 

@@ -13,6 +13,7 @@ import math
 from scipy import stats
 
 from honestci.audit.errors import InputError
+from honestci.audit.stats.intervals import RATE_SPACE, bound_to_space
 
 PROPORTION_METHODS = ("wilson", "wald", "agresti_coull", "clopper_pearson")
 
@@ -28,7 +29,8 @@ def proportion_ci(successes: float, n: int, method: str = "wilson", level: float
     - ``"clopper_pearson"``: ``[Beta⁻¹(α/2; x, n - x + 1), Beta⁻¹(1 - α/2; x + 1, n - x)]``,
       with the lower end 0 when ``x = 0`` and the upper end 1 when ``x = n``.
 
-    The three normal-based intervals are clipped to [0, 1], as statsmodels does.
+    The three normal-based intervals are truncated to [0, 1] (:func:`honestci.audit.stats.intervals.
+    bound_to_space`), as statsmodels clips them.
 
     ``successes`` may be fractional: a tie-scored contest counts ½ (win rate = mean of scores in
     {0, ½, 1}). The formulas above are then evaluated at the real-valued ``x``; for Clopper-Pearson
@@ -101,7 +103,8 @@ def proportion_ci(successes: float, n: int, method: str = "wilson", level: float
     else:  # clopper_pearson
         lower = 0.0 if x == 0 else float(stats.beta.ppf(alpha / 2, x, n - x + 1))
         upper = 1.0 if x == n else float(stats.beta.isf(alpha / 2, x + 1, n - x))
-    return float(min(max(lower, 0.0), 1.0)), float(min(max(upper, 0.0), 1.0))
+    lower, upper = bound_to_space(lower, upper, RATE_SPACE)
+    return float(lower), float(upper)
 
 
 def paired_difference_ci(
