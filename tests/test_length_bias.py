@@ -289,6 +289,22 @@ def test_lengths_on_one_side_only_are_confounded_with_quality():
     assert gate.verdict == Verdict.INCONCLUSIVE and "cannot be told apart" in gate.message
 
 
+@pytest.mark.parametrize(("policy_range", "opponent_range"), [((15, 20), (120, 130)), ((10, 25), (120, 140))])
+def test_lengths_far_apart_on_one_side_are_inconclusive_not_an_error(policy_range, opponent_range):
+    # The tiny pipeline's shape (issue 31): 6 vignettes x 32 contests, the policy's answers all far
+    # shorter than the opponent's and winning ~95%. tanh(Δℓ/sd) saturates at -1: exactly (a design
+    # singular with the intercept) or to ~1e-8 (a fit whose rate at equal length is 1.0 in floats);
+    # both used to raise InputError (exit 2) from the audit instead of an INCONCLUSIVE gate.
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(6), 32)
+    policy, opponent = rng.integers(*policy_range, groups.size), rng.integers(*opponent_range, groups.size)
+    y = (rng.random(groups.size) < 0.95).astype(float)
+    result = length_bias(y, groups, _texts(policy), _texts(opponent))
+    assert result.confounded and result.length is None and result.n_policy_shorter == groups.size
+    gate = gate_length_bias(result)
+    assert gate.verdict == Verdict.INCONCLUSIVE and "cannot be told apart" in gate.message
+
+
 def test_separation_does_not_change_fits_that_have_an_ml_estimate():
     # Firth is used only when the ML fit does not exist: the coefficients stay statsmodels' ML ones.
     y, x, groups = _clustered_data(3)

@@ -113,8 +113,9 @@ def difference_features(policy: pd.DataFrame, opponent: pd.DataFrame, style: boo
     Raises
     ------
     EstimationError
-        When the lengths do not vary (every answer pair equally long, e.g. texts missing): the
-        length effect is not identifiable.
+        When the lengths do not vary (every answer pair equally long, e.g. texts missing), or the
+        length term does not (every difference saturates tanh on one side): the length effect is
+        not identifiable.
     """
     a, b = policy, opponent
     if len(a) != len(b):
@@ -127,6 +128,13 @@ def difference_features(policy: pd.DataFrame, opponent: pd.DataFrame, style: boo
             "judge's length effect is not identifiable; give the responses' texts."
         )
     columns = {LENGTH_TERM: np.tanh(delta / sd)}
+    if np.ptp(columns[LENGTH_TERM]) == 0:
+        # Differences all far beyond one sd on one side (a policy whose answers are all much shorter
+        # or longer): tanh saturates to one value, the intercept's twin.
+        raise EstimationError(
+            "The length term tanh(Δℓ / sd) is the same in every contest (every length difference is far "
+            "beyond one sd, on one side), so the judge's length effect is not identifiable."
+        )
     if style:
         for name in STYLE_FEATURES:
             total = (a[name] + b[name]).to_numpy(float)
@@ -471,6 +479,12 @@ def controlled_winrate(
     -------
     ControlledWinRate
 
+    Raises
+    ------
+    EstimationError
+        When the fit does not converge, or the rate at zero difference is 0 or 1 to machine
+        precision (a fit along a nearly constant length term: no interval on the logit scale).
+
     References
     ----------
     Dubois et al. (2024), arXiv:2404.04475, sec. 3 (the LC win rate as a counterfactual prediction).
@@ -516,6 +530,14 @@ def controlled_winrate(
             ClusteredEstimate.inconclusive("length effect", effect, n, n_clusters, level, note),
             tuple(kept.columns),
             penalised,
+        )
+    if not (0 < rate < 1 and np.any(grad_rate)):  # every fitted p0 exactly 0 or 1 in floats
+        # A fit along a nearly constant length term (every contest on one side of equal length) can
+        # extrapolate to a rate of exactly 0 or 1 at equal length, where the logit has no interval.
+        raise EstimationError(
+            f"The {name} rate at zero difference is {rate:.6g} to machine precision (the fit extrapolates "
+            "far beyond the observed differences; coefficients "
+            f"{', '.join(f'{c:.3g}' for c in fit.coef)}), so it has no interval."
         )
     # The rate's interval on the logit scale (keeps it inside (0, 1) near the edges).
     on_logit = linear_contrast(fit, grad_rate / (rate * (1 - rate)), label="logit controlled rate")
