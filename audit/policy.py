@@ -16,6 +16,10 @@ from typing import Any, Literal, get_args
 #: The two populations a win-rate claim can be about (POPULATION_LABELS says what each means).
 Population = Literal["new_vignettes", "these_vignettes"]
 #: Seed of every resampling and sampling step of an audit unless ``--seed`` says otherwise.
+#: Smallest KL coefficient β a GRPO job may run with (``honestci train grpo``): β only slightly above
+#: 0 lets the policy drift from its reference and hack the reward model as β = 0 would; the seed
+#: project's card trained with 0.04, a quarter of the way down is still a penalty that binds.
+MIN_KL_BETA = 0.01
 DEFAULT_SEED = 20261129
 #: Exit codes of every command: release allowed, blocked by a gate, bad input or environment.
 EXIT_PASS, EXIT_BLOCKED, EXIT_BAD_INPUT = 0, 1, 2

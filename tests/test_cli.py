@@ -176,9 +176,18 @@ def test_demo_runs_end_to_end_with_the_bayesian_model(tmp_path):
     assert int(posterior.sample_stats["diverging"].sum()) == verdict["bayes"]["divergences"]
 
 
+def _put(target, data: bytes) -> None:
+    """Write ``data`` to ``target``, a path or a file-like object (posterior.nc is written into
+    memory first, reports.render.write_posterior)."""
+    if hasattr(target, "write"):
+        target.write(data)
+    else:
+        Path(target).write_bytes(data)
+
+
 class _StubPosterior:
     def to_netcdf(self, path):
-        Path(path).write_bytes(b"posterior")
+        _put(path, b"posterior")
 
 
 def test_posterior_is_written_only_together_with_the_reports(tmp_path, monkeypatch):
@@ -203,7 +212,7 @@ def test_posterior_is_written_only_together_with_the_reports(tmp_path, monkeypat
 
     class _FailingPosterior:
         def to_netcdf(self, path):
-            Path(path).write_bytes(b"part of a posterior")
+            _put(path, b"part of a posterior")
             raise OSError("No space left on device")
 
     other = run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False, seed=7).report()
@@ -232,7 +241,7 @@ def test_the_report_model_is_built_while_the_posterior_is_written(tmp_path):
     class _SlowPosterior:
         def to_netcdf(self, path):
             writing.set()
-            Path(path).write_bytes(b"posterior")
+            _put(path, b"posterior")
 
     def build_report():
         assert writing.wait(timeout=30)  # the posterior is being written already

@@ -81,6 +81,12 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *self.lazy_commands})
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and not ctx.resilient_parsing:
+            refuse_repeated_options(ctx, name or "", command, rest)
+        return name, command, rest
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy_commands and cmd_name not in self.commands:
             module, _, attr = self.lazy_commands[cmd_name][0].partition(":")
@@ -98,6 +104,39 @@ class LazyGroup(click.Group):
             limit = formatter.width - 6 - max(len(name) for name, _ in commands)
             with formatter.section("Commands"):
                 formatter.write_dl([(name, command.get_short_help_str(limit)) for name, command in commands])
+
+
+def refuse_repeated_options(parent: click.Context, name: str, command: click.Command, args: list[str]) -> None:
+    """Exit 2 naming the option when ``args`` give a single-valued option of ``command`` (or of a
+    subcommand of it) twice: click keeps the last silently, so ``--policy strict.yaml --policy
+    lax.yaml`` would audit under the second. Options meant to repeat (``multiple=True``), counts and
+    flags are left alone. The args are read by the command's own parser (so ``--out=x``, ``-o x``
+    and an option-looking value are read as click reads them); anything it cannot parse is left
+    for click's own parse to report."""
+    probe = click.Context(command, parent=parent, info_name=name, resilient_parsing=True)
+    parser = command.make_parser(probe)
+    parser.ignore_unknown_options = True
+    try:
+        _, rest, order = parser.parse_args(list(args))
+    except click.ClickException:
+        return
+    seen: set[str] = set()
+    for param in order:
+        if not isinstance(param, click.Option) or param.multiple or param.count or param.is_flag:
+            continue
+        if param.name in seen:
+            error = InputError(
+                f"{probe.command_path}: option {param.opts[0]} is given more than once; it takes one value, and "
+                "click would keep the last silently.",
+                fix=f"give {param.opts[0]} once",
+            )
+            click.secho("error: " + error.render(), fg="red", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        seen.add(param.name or "")
+    if isinstance(command, click.Group) and rest:
+        sub = command.get_command(probe, rest[0])
+        if sub is not None:
+            refuse_repeated_options(probe, rest[0], sub, rest[1:])
 
 
 def exit_by_gate(gate) -> None:
