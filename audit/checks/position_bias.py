@@ -461,7 +461,7 @@ def order_effect_within_contests(
 def _score_interval(cr2: ClusteredEstimate, difference: np.ndarray) -> ClusteredEstimate:
     """The CR2 order effect with Tango's score interval in place of the Wald one, Rao–Scott
     adjusted by the CR2 design effect (:func:`honestci.audit.stats.iid.paired_difference_ci`)."""
-    if not cr2.reportable or cr2.se is None or cr2.df is None:
+    if not cr2.reportable or cr2.se is None or cr2.df is None or cr2.estimate is None:
         return cr2
     n = difference.size
     plus, minus = float((difference > 0).sum()), float((difference < 0).sum())

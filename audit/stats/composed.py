@@ -398,12 +398,14 @@ def composed_interval(
     means = vignette_means(fm, gm).means
     if means.size >= 2:
         half = stats.t.ppf(0.5 + level / 2, means.size - 1) * means.std(ddof=1) / math.sqrt(means.size)
+        low, high = bound_to_space(means.mean() - half, means.mean() + half, RATE_SPACE)
         rows.append(
             ComposedRow(
                 "clustering",
                 DECOMPOSITION[1][1],
                 float(means.mean()),
-                *bound_to_space(means.mean() - half, means.mean() + half, RATE_SPACE),
+                low,
+                high,
                 n_all,
                 g_all,
             )
