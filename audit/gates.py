@@ -38,6 +38,7 @@ from honestci.audit.policy import (
     Thresholds,
     Verdict,
     clears_bar,
+    length_bias_required,
     worst,
 )
 from honestci.audit.stats.estimands import size_association
@@ -459,7 +460,11 @@ def gate_length_bias(result: LengthBiasResult | None, thresholds: Thresholds = T
       preference out);
     - PASS when it lies inside ±tolerance;
     - INCONCLUSIVE when the effect is not identifiable (no answer texts, lengths that never differ,
-      too few vignettes) or nothing was judged.
+      the policy's answer the longer in every contest or the shorter in every one, too few
+      vignettes) or nothing was judged.
+
+    Verdicts that follow length in every contest (separation) get Firth's penalised GLM (finite,
+    with its cluster-robust interval), so such a judge FAILs rather than being INCONCLUSIVE.
     """
     name, tolerance = "length_bias", thresholds.length_bias_tolerance
     if result is None:
@@ -471,9 +476,14 @@ def gate_length_bias(result: LengthBiasResult | None, thresholds: Thresholds = T
         "raw_win_rate": None if result.length is None else result.length.raw,
         "length_controlled": None if result.length is None else result.length.controlled.as_row(),
         "style_controlled": None if result.style is None else result.style.controlled.as_row(),
+        "median_length_policy": result.median_length_policy,
+        "median_length_opponent": result.median_length_opponent,
+        "n_policy_longer": result.n_policy_longer,
+        "n_policy_shorter": result.n_policy_shorter,
+        "firth_penalised": result.length is not None and result.length.penalised,
         "note": result.note,
     }
-    if effect is None:
+    if effect is None or result.confounded:
         return GateResult(name, Verdict.INCONCLUSIVE, f"length effect not identifiable: {result.note}", evidence)
     if effect.bounds is None:
         return GateResult(
@@ -648,11 +658,23 @@ def evidence_given(context: AuditContext) -> tuple[str, ...]:
     """The gates of :data:`honestci.audit.policy.REQUIRED_WHEN_EVIDENCE_GIVEN` whose evidence the
     claim supplies (their check ran); ``winners_curse`` also when the claim says the policy is the
     best of its ``systems``, or the policy is the observed best of its training ``seeds`` (a
-    selection on the claim's own contests)."""
+    selection on the claim's own contests); ``length_bias`` when the policy's rule
+    :func:`honestci.audit.policy.length_bias_required` finds the two systems' answers differ in length."""
     given = [gate for gate, check in REQUIRED_WHEN_EVIDENCE_GIVEN.items() if context.checks.get(check) is not None]
     if "winners_curse" not in given and _selections_on_claim_data(context):
         given.append("winners_curse")
+    if _length_bias_required(context) is not None:
+        given.append("length_bias")
     return tuple(given)
+
+
+def _length_bias_required(context: AuditContext) -> str | None:
+    """Why the policy requires ``length_bias`` on this claim (None when it does not)."""
+    check = context.checks.get("length_bias")
+    if not isinstance(check, LengthBiasCheck):
+        return None
+    result = check.result
+    return length_bias_required(result.median_length_policy, result.median_length_opponent, context.claim.thresholds)
 
 
 def gate_leakage(scan: LeakageScan | None) -> GateResult:
@@ -827,7 +849,9 @@ def gate_panel_position_bias(results: Iterable[PositionBiasResult], thresholds: 
 
 def _length_bias(context: AuditContext) -> GateResult:
     check: LengthBiasCheck | None = context.checks.get("length_bias")
-    return gate_length_bias(None if check is None else check.result, context.claim.thresholds)
+    gate = gate_length_bias(None if check is None else check.result, context.claim.thresholds)
+    why = _length_bias_required(context)
+    return gate if why is None else replace(gate, evidence=gate.evidence | {"required_because": why})
 
 
 def _selections_on_claim_data(context: AuditContext) -> dict[str, GateResult]:

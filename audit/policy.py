@@ -16,6 +16,10 @@ from typing import Any, Literal, get_args
 #: The two populations a win-rate claim can be about (POPULATION_LABELS says what each means).
 Population = Literal["new_vignettes", "these_vignettes"]
 #: Seed of every resampling and sampling step of an audit unless ``--seed`` says otherwise.
+#: Smallest KL coefficient β a GRPO job may run with (``honestci train grpo``): β only slightly above
+#: 0 lets the policy drift from its reference and hack the reward model as β = 0 would; the seed
+#: project's card trained with 0.04, a quarter of the way down is still a penalty that binds.
+MIN_KL_BETA = 0.01
 DEFAULT_SEED = 20261129
 #: Exit codes of every command: release allowed, blocked by a gate, bad input or environment.
 EXIT_PASS, EXIT_BLOCKED, EXIT_BAD_INPUT = 0, 1, 2
@@ -104,6 +108,15 @@ class Thresholds:
     #: GPT-4-turbo judge on AlpacaEval 2.0 reaches 0.3-0.7 (docs/methods.md). FAIL when the
     #: clustered CI lies entirely outside +-tolerance, WARN when it straddles a bound, PASS inside.
     length_bias_tolerance: float = 0.10
+    #: The ``length_bias`` gate is required (a policy rule: :func:`length_bias_required`) when the
+    #: median answer lengths (characters) of the policy and the opponent over the claim's contests
+    #: differ by at least this ratio, longer over shorter. A judge with a length preference moves
+    #: the win rate only through a length difference, and one a fifth longer is already about one
+    #: sd of the length differences of systems of like verbosity (AlpacaEval 2.0's verbosity-
+    #: prompted variants differ by 2-4x); the ratio of medians, not means, so a few very long
+    #: answers do not decide it. A claim may only lower it; a policy file may raise it (1e9 is
+    #: "never": the gate then informs only, unless listed in ``required_gates``).
+    length_bias_required_ratio: float = 1.2
     #: Winner's curse: WARN when a selected candidate's held-out win rate falls more than this
     #: (absolute) below its selection-pool estimate (the seed project's best-of-N fell ~0.1).
     winners_curse_shrinkage_warn: float = 0.05
@@ -192,9 +205,9 @@ DEFAULT_REQUIRED_GATES = (
     "position_bias",
 )
 #: Every gate, in the order they run and are reported.
-#: ``length_bias`` informs but is not required by default: a length effect is an association
-#: (longer answers may be better), so whether it blocks a release is the policy's call
-#: (a policy file adds it to ``required_gates``).
+#: ``length_bias`` is required by a policy rule when the two systems' answers differ in length
+#: (:func:`length_bias_required`): a judge's length preference can then move the win rate. Where
+#: the lengths match it only informs (a policy file may add it to ``required_gates``).
 GATE_ORDER = (
     *DEFAULT_REQUIRED_GATES,
     "multiple_comparisons",
@@ -211,6 +224,28 @@ REQUIRED_WHEN_EVIDENCE_GIVEN = {
     "winners_curse": "winners_curse",
     "training_healthy": "training_health",
 }
+
+
+def length_bias_required(
+    median_policy: float | None, median_opponent: float | None, thresholds: Thresholds = THRESHOLDS
+) -> str | None:
+    """Why the ``length_bias`` gate is required (None when this rule does not require it): the
+    policy's and the opponent's median answer lengths over the claim's contests differ by a ratio
+    (longer over shorter) of at least ``length_bias_required_ratio``. A policy rule: the claim
+    cannot switch it off (only a policy file, by raising the ratio); an empty answer counts as
+    one character, so an empty side against a non-empty one differs.
+    """
+    if median_policy is None or median_opponent is None or median_policy == median_opponent:
+        return None
+    short, long = sorted((max(median_policy, 1.0), max(median_opponent, 1.0)))
+    ratio = long / short
+    limit = thresholds.length_bias_required_ratio
+    if ratio < limit:
+        return None
+    return (
+        f"the answers differ in length: median {median_policy:.0f} (policy) vs {median_opponent:.0f} "
+        f"(opponent) characters, a ratio of {ratio:.2f} >= length_bias_required_ratio {limit:g}"
+    )
 
 
 # --- the policy: what decides, and what a claim may change -----------------------------------
@@ -233,6 +268,8 @@ TIGHTENS = {
     "max_judge_ceiling_gap": "lower",
     "position_bias_tolerance": "lower",
     "length_bias_tolerance": "lower",
+    # a lower ratio requires the length_bias gate on smaller length differences
+    "length_bias_required_ratio": "lower",
     "winners_curse_shrinkage_warn": "lower",
     # A smaller overlap share, shorter n-grams or a lower Jaccard flag more answers as leaked.
     "leakage_min_overlap": "lower",

@@ -10,11 +10,22 @@ from honestci.audit.report_model import POPULATION_LABELS, Report
 from honestci.reports.summary import sig, summarize
 from honestci.reports.tables import INTERVAL_COLUMNS, evidence_pairs, interval, interval_row, number, section_table
 
+#: The bracket pairs that make Markdown text a link: ``[t](url)``, ``[t][ref]``, ``[ref]: url``.
+_LINK_FORMS = {"](": "]\\(", "][": "]\\[", "]:": "\\]:"}
+
 
 def md(text) -> str:
     """``text`` safe inside Markdown and its table cells: HTML is escaped (a vignette or a claim
-    name may hold ``<script>``), pipes cannot split a cell, newlines cannot end a row."""
-    return html.escape(str(text), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    name may hold ``<script>``; ``&`` too, so no entity can spell a scheme), pipes cannot split a
+    cell, newlines cannot end a row, and no text becomes a link (a claim name
+    ``[x](javascript:...)`` is shown as written; ``[0.71, 0.80]`` is left alone). Names come from
+    the people being audited, and a ``verdict.json`` given to ``honestci report`` was never
+    checked by the claim loader, so the escape is here, where every name is rendered, not a list
+    of schemes refused at load."""
+    text = html.escape(str(text), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    for form, escaped in _LINK_FORMS.items():
+        text = text.replace(form, escaped)
+    return text
 
 
 def fmt(value, digits: int = 3) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from honestci.audit.errors import InputError
 from honestci.audit.report_model import POSTERIOR_FILE, Report
-from honestci.reports.writing import atomic_write_texts, out_dir_lock
+from honestci.reports.writing import atomic_write_texts, out_dir_lock, write_bytes
 
 FORMATS = ("md", "html", "json")
 
@@ -102,7 +102,7 @@ def write_outputs(
         try:
             paths = _report_paths(out_dir)
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="honestci-posterior") as writer:
-                written = writer.submit(posterior.to_netcdf, str(staged))
+                written = writer.submit(write_posterior, posterior, staged)
                 texts = _rendered(_built(report), paths, posterior)
                 written.result()
             atomic_write_texts(texts)
@@ -115,3 +115,35 @@ def write_outputs(
         finally:
             staged.unlink(missing_ok=True)
         return paths | {"posterior": final}
+
+
+def write_posterior(posterior: Any, path: Path) -> Path:
+    """Write ``posterior`` (an InferenceData, or :class:`PosteriorGroups`) as netCDF4 to ``path``.
+
+    HDF5 writes the file into memory and Python copies it to disk: HDF5 that meets a full disk
+    (ENOSPC, or EFBIG past ``ulimit -f``) raises a RuntimeError from h5py, not an OSError, and
+    leaves its file half-closed, so that the process dies of a segmentation fault (exit 139) at
+    exit, with the partial file and the output folder's lock left behind. A full disk now fails in
+    a plain file write, as an OSError the caller reports (exit 2) and cleans up after. The cost
+    is a copy of the file in memory while it is written.
+    """
+    buffer = io.BytesIO()
+    if type(posterior).__module__.startswith("arviz"):
+        _inference_data_netcdf(posterior, buffer)
+    else:
+        posterior.to_netcdf(buffer)  # PosteriorGroups writes into a file-like object itself
+    write_bytes(path, buffer.getbuffer())
+    return path
+
+
+def _inference_data_netcdf(idata: Any, buffer: io.BytesIO) -> None:
+    """An ``arviz.InferenceData`` written into ``buffer`` as ``InferenceData.to_netcdf`` writes a file
+    (one netCDF4 group per group, numeric variables zlib-compressed), which takes only a path."""
+    import numpy as np
+
+    for position, name in enumerate(idata.groups()):
+        dataset = getattr(idata, name)
+        encoding = {
+            var: {"zlib": True} for var, values in dataset.data_vars.items() if np.issubdtype(values.dtype, np.number)
+        }
+        dataset.to_netcdf(buffer, mode="w" if position == 0 else "a", group=name, engine="h5netcdf", encoding=encoding)

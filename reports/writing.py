@@ -74,6 +74,15 @@ def atomic_write_texts(files: Mapping[Path, str]) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
+def write_bytes(path: Path, data) -> None:
+    """Write ``data`` (bytes or a buffer) to ``path`` and fsync it: a full disk raises OSError
+    here (on a write, or on the fsync that flushes delayed allocations), never later."""
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def append_text(path: str | Path, text: str) -> Path:
     """Append ``text`` to ``path`` (created if missing, with the umask's permissions), as
     GitHub Actions' ``$GITHUB_STEP_SUMMARY`` file expects.

@@ -8,6 +8,7 @@ through click's CliRunner; a few end-to-end checks run the real ``python -m hone
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -863,6 +864,7 @@ REPORT_CASES = [
 
 # --- hostile inputs: parser limits, invalid text in valid JSON, paths, loosening claims ----------
 
+CLAIMED = {"point": 0.7, "n": 32, "ci_low": 0.6, "ci_high": 0.8, "level": 0.95}
 TABLE_IDS = {"vignettes": "vignette_id", "responses": "response_id", "judgments": "vignette_id"}
 
 
@@ -959,8 +961,297 @@ HOSTILE_CASES = (
     ]
 )
 
+# --- issue 32: the command line, hostile YAML, nested and mistyped columns, names -------------------
 
-ALL_BAD = LOADER_CASES + CONTEST_CASES + CLAIM_CASES + IMPORTER_CASES + REPORT_CASES + HOSTILE_CASES
+
+def _single_valued_options() -> list[tuple[list[str], str]]:
+    """(command path, option) for every option of every command that takes one value."""
+    import click
+
+    ctx = click.Context(main)
+
+    def walk(command, path):
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                yield from walk(command.get_command(ctx, name), [*path, name])
+            return
+        for param in command.params:
+            if isinstance(param, click.Option) and not (param.multiple or param.count or param.is_flag):
+                yield path, param.opts[0]
+
+    return list(walk(main, []))
+
+
+REPEATED_OPTION_CASES = [
+    Case(
+        f"option-twice-{'-'.join(path)}{option}",
+        lambda tmp, path=path, option=option: [*path, option, "1", option, "2"],
+        (f"{' '.join(path)}: option {option} is given more than once", f"give {option} once"),
+    )
+    for path, option in _single_valued_options()
+]
+
+
+def with_policy(text: str) -> Callable[[Path], list[str]]:
+    """A valid study audited under the policy file ``text``."""
+
+    def build(tmp_path: Path) -> list[str]:
+        (tmp_path / "policy.yaml").write_text(text, encoding="utf-8")
+        return [*audit_args(write_study(tmp_path / "study"), tmp_path), "--policy", str(tmp_path / "policy.yaml")]
+
+    return build
+
+
+def with_table(table: str, frame_of: Callable[[dict], pd.DataFrame], ext: str = "parquet"):
+    """A study whose ``table`` is the frame ``frame_of(rows)`` written as Parquet."""
+
+    def content(rows) -> bytes:
+        return parquet_bytes(frame_of(rows), Path("/tmp") / f"h32-{os.getpid()}-{table}")
+
+    return with_file(table, content, name=f"{table}.{ext}")
+
+
+def _column(table: str, name: str, value_of: Callable[[int], object]) -> Callable[[dict], pd.DataFrame]:
+    return lambda rows: pd.DataFrame(rows[table]).assign(**{name: [value_of(i) for i in range(len(rows[table]))]})
+
+
+def _raw_lines(table: str, field_name: str, values: list[str]) -> Callable[[dict], bytes]:
+    """``table`` as JSONL whose first rows hold ``field_name`` written as the raw JSON ``values``."""
+
+    def content(rows) -> bytes:
+        lines = [json.dumps(r) for r in rows[table]]
+        for i, raw in enumerate(values):
+            lines[i] = lines[i][:-1] + f', "{field_name}": {raw}}}'
+        return ("\n".join(lines) + "\n").encode()
+
+    return content
+
+
+def _parquet_nan_seed(rows) -> bytes:
+    """The responses as Parquet with a NaN (not a null: pandas would write a null) seed on row 3."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(rows["responses"])
+    seeds = pa.array([float("nan") if i == 2 else 1.0 for i in range(table.num_rows)], from_pandas=False)
+    buffer = io.BytesIO()
+    pq.write_table(table.append_column("seed", seeds), buffer)
+    return buffer.getvalue()
+
+
+RATINGS_CLAIM = {"data": {**claim_dict()["data"], "human_ratings": "human_ratings.jsonl"}}
+
+
+def _ratings_lines(*scores: str) -> bytes:
+    rows = [f'{{"response_id": "v0-p{i}", "rater_id": "r1", "score": {s}}}' for i, s in enumerate(scores)]
+    return ("\n".join(rows) + "\n").encode()
+
+
+NAME_FIELDS = {
+    "name": lambda v: {"name": v},
+    "policy": lambda v: {"policy": v},
+    "opponent": lambda v: {"opponent": v},
+    "judge": lambda v: {"judge": v},
+    "family": lambda v: {"family": v},
+    "systems": lambda v: {"systems": [v]},
+}
+NAME_FIELD_IN_MESSAGE = {"systems": "systems.0"}
+CONTROL_CHARS = {"nul": "\x00", "newline": "\n", "tab": "\t", "escape": "\x1b", "bell": "\x07", "c1-nel": "\x85"}
+
+YAML_CASES = [
+    Case(
+        "claim-5000-digit-integer",
+        with_claim(lambda _: claim_yaml() + "extra: " + "9" * 5000 + "\n"),
+        ("claim.yaml is not valid YAML", "an integer of 5,000 characters is longer than the 100"),
+    ),
+    Case(
+        "claim-5000-digit-bar",
+        with_claim(lambda _: claim_yaml().replace("bar: 0.5", "bar: " + "9" * 5000)),
+        ("claim.yaml, line 6: an integer of 5,000 characters",),
+    ),
+    Case(
+        "claim-5000-digit-hex",
+        with_claim(lambda _: claim_yaml().replace("version: 1", "version: 0x" + "f" * 5000)),
+        ("claim.yaml, line 1: an integer of 5,002 characters",),
+    ),
+    Case(
+        "claim-unhashable-key-list",
+        with_claim(lambda _: claim_yaml() + "? [a, b]\n: 1\n"),
+        ("claim.yaml is not valid YAML", "found a list as a key"),
+    ),
+    Case(
+        "claim-unhashable-key-mapping",
+        with_claim(lambda _: claim_yaml() + "? {a: 1}\n: 1\n"),
+        ("claim.yaml is not valid YAML", "found a dict as a key"),
+    ),
+    Case(
+        "claim-unhashable-key-nested",
+        with_claim(lambda _: claim_yaml() + "thresholds:\n  ? [min_clusters]\n  : 9\n"),
+        ("claim.yaml is not valid YAML", "found a list as a key"),
+    ),
+    Case(
+        "policy-5000-digit-integer",
+        with_policy("version: 1\nname: p\nthresholds: {min_clusters: " + "9" * 5000 + "}\n"),
+        ("policy.yaml, line 3: an integer of 5,000 characters",),
+    ),
+    Case(
+        "policy-unhashable-key",
+        with_policy("version: 1\nname: p\n? [a, b]\n: 1\n"),
+        ("policy.yaml is not valid YAML", "found a list as a key"),
+    ),
+    Case(
+        "policy-control-character-in-name",
+        with_policy('version: 1\nname: "p\\x1bq"\n'),
+        ("policy.yaml, field 'name'", "control character"),
+    ),
+    Case(
+        "policy-name-too-long",
+        with_policy("version: 1\nname: " + "p" * 201 + "\n"),
+        ("policy.yaml, field 'name': String should have at most 200 characters",),
+    ),
+]
+
+COLUMN_CASES = [
+    Case(
+        f"parquet-{kind}-in-{table}-{column}",
+        with_table(table, _column(table, column, value_of)),
+        (f"{table}.parquet, line 1, field '{column}': expected {expected}, got {got}",),
+    )
+    for table, column, expected in (
+        ("vignettes", "text", "a string"),
+        ("responses", "system", "a string"),
+        ("responses", "seed", "an integer"),
+        ("judgments", "verdict", "a string"),
+    )
+    for kind, value_of, got in (
+        ("list", lambda i: ["first", "second"], "list"),
+        ("struct", lambda i: {"a": 1, "b": "x"}, "dict"),
+    )
+] + [
+    Case(
+        "jsonl-score-float-then-true",
+        with_file("human_ratings", _ratings_lines("1.0", "true", "2.0"), claim_changes=RATINGS_CLAIM),
+        ("human_ratings.jsonl, line 2, field 'score': expected a number, got bool True",),
+    ),
+    Case(
+        "jsonl-score-int-then-false",
+        with_file("human_ratings", _ratings_lines("0", "false", "3"), claim_changes=RATINGS_CLAIM),
+        ("human_ratings.jsonl, line 2, field 'score': expected a number, got bool False",),
+    ),
+    Case(
+        "jsonl-score-true-then-float",
+        with_file("human_ratings", _ratings_lines("true", "1.0"), claim_changes=RATINGS_CLAIM),
+        ("human_ratings.jsonl, line 1, field 'score': expected a number, got bool True",),
+    ),
+    Case(
+        "jsonl-seed-int-then-true",
+        with_file("responses", _raw_lines("responses", "seed", ["1", "true", "2"])),
+        ("responses.jsonl, line 2, field 'seed': expected an integer, got bool True",),
+    ),
+    Case(
+        "jsonl-sample-idx-float-then-false",
+        with_file("responses", _raw_lines("responses", "sample_idx", ["0.0", "false"])),
+        ("responses.jsonl, line 2, field 'sample_idx': expected an integer, got bool False",),
+    ),
+    Case(
+        "jsonl-seed-nan",
+        with_file("responses", _raw_lines("responses", "seed", ["3", "NaN"])),
+        ("responses.jsonl, line 2, field 'seed': is NaN, not an integer",),
+    ),
+    Case(
+        "csv-seed-nan",
+        with_file(
+            "responses",
+            lambda rows: csv_bytes([{**r, "seed": "nan" if i == 1 else "3"} for i, r in enumerate(rows["responses"])]),
+            name="responses.csv",
+        ),
+        ("responses.csv, line 3, field 'seed': is 'nan', not an integer",),
+    ),
+    Case(
+        "parquet-seed-nan",
+        with_file("responses", _parquet_nan_seed, name="responses.parquet"),
+        ("responses.parquet, line 3, field 'seed': is NaN, not an integer",),
+    ),
+]
+
+NAME_CASES = (
+    [
+        Case(
+            f"claim-{char_name}-in-{field_name}",
+            with_claim_changes(**change(f"a{char}b")),
+            (f"claim.yaml, field '{NAME_FIELD_IN_MESSAGE.get(field_name, field_name)}'", "control character"),
+        )
+        for field_name, change in NAME_FIELDS.items()
+        for char_name, char in CONTROL_CHARS.items()
+    ]
+    + [
+        Case(
+            f"claim-{field_name}-of-1mib",
+            with_claim_changes(**change("x" * 2**20)),
+            (
+                f"claim.yaml, field '{NAME_FIELD_IN_MESSAGE.get(field_name, field_name)}'",
+                "at most 200 characters",
+            ),
+        )
+        for field_name, change in NAME_FIELDS.items()
+    ]
+    + [
+        Case("claim-name-of-201-characters", with_claim_changes(name="n" * 201), ("at most 200 characters",)),
+        Case(
+            "claimed-row-system-control-character",
+            with_claim_changes(claimed={"table": [{"system": "s\x00", "point": 0.5}]}),
+            ("field 'claimed.table.0.system'", "control character"),
+        ),
+    ]
+)
+
+NUMBER_CASES = [
+    Case(
+        f"claim-{label}",
+        with_claim(lambda _, old=old, new=new: claim_yaml(claimed=CLAIMED).replace(old, new)),
+        (f"claim.yaml, field '{field_name}': Input should be a valid {kind}",),
+    )
+    for label, field_name, old, new, kind in (
+        ("bar-as-string", "bar", "bar: 0.5", "bar: !!str 0.608", "number"),
+        ("bar-quoted-as-string", "bar", "bar: 0.5", "bar: '0.608'", "number"),
+        ("version-as-string", "version", "version: 1", "version: !!str 1", "integer"),
+        ("point-as-string", "claimed.point", "point: 0.7", "point: !!str 0.7", "number"),
+        ("ci-low-as-string", "claimed.ci_low", "ci_low: 0.6", "ci_low: !!str 0.6", "number"),
+        ("ci-high-as-string", "claimed.ci_high", "ci_high: 0.8", "ci_high: '0.8'", "number"),
+        ("level-as-string", "claimed.level", "level: 0.95", "level: !!str 0.95", "number"),
+        ("n-as-string", "claimed.n", "n: 32", "n: '32'", "integer"),
+        ("bar-as-boolean", "bar", "bar: 0.5", "bar: true", "number"),
+        ("version-as-boolean", "version", "version: 1", "version: true", "integer"),
+        ("n-as-boolean", "claimed.n", "n: 32", "n: true", "integer"),
+    )
+] + [
+    Case(
+        "claimed-ci-low-above-ci-high",
+        with_claim_changes(claimed={**CLAIMED, "ci_low": 0.8, "ci_high": 0.6}),
+        ("claim.yaml, field 'claimed': Value error, ci_low 0.8 lies above ci_high 0.6",),
+    ),
+    Case(
+        "claimed-table-row-ci-low-above-ci-high",
+        with_claim_changes(claimed={**CLAIMED, "table": [{"system": "other", "ci_low": 0.9, "ci_high": 0.1}]}),
+        ("claim.yaml, field 'claimed.table.0': Value error, ci_low 0.9 lies above ci_high 0.1",),
+    ),
+]
+
+ALL_BAD = (
+    LOADER_CASES
+    + CONTEST_CASES
+    + CLAIM_CASES
+    + IMPORTER_CASES
+    + REPORT_CASES
+    + HOSTILE_CASES
+    + REPEATED_OPTION_CASES
+    + YAML_CASES
+    + COLUMN_CASES
+    + NAME_CASES
+    + NUMBER_CASES
+)
 
 
 def invoke(args: list[str]):
@@ -1149,3 +1440,81 @@ def test_real_process_exits_2_without_traceback(case_id, tmp_path):
     assert "Traceback" not in result.stderr and "\nerror: " in "\n" + result.stderr
     assert case.expect[0] in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+# --- names that look like links are shown, never linked ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "scheme", ["javascript:alert(1)", "JavaScript:alert(1)", "data:text/html,x", "vbscript:msgbox"]
+)
+def test_a_link_in_a_claim_name_reaches_no_report_as_a_link(scheme, tmp_path, monkeypatch):
+    # Decision: escaped where names are rendered (reports.markdown.md), not refused at load: a
+    # verdict.json given to `honestci report` never passed the claim loader, and a list of schemes
+    # is easy to spell around. The name is shown as written; no renderer makes it a link.
+    summary = tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    name = f"[release notes]({scheme}) and [x][ref] [ref]: {scheme}"
+    result = invoke(with_claim_changes(name=name, systems=None)(tmp_path))
+    assert result.exit_code in (0, 1), result.output
+    for path in (tmp_path / "out" / "report.md", summary):
+        text = path.read_text()
+        assert "release notes" in text, path
+        assert f"]({scheme}" not in text and "][ref]" not in text and "[ref]:" not in text, path
+
+
+# --- a full disk while the outputs are written -------------------------------------------------
+
+
+def _full_disk(*_args, **_kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("bayes", [False, True], ids=["reports", "posterior"])
+def test_a_full_disk_while_outputs_are_written_exits_2_and_keeps_the_previous_outputs(bayes, tmp_path, monkeypatch):
+    # The lowest write call, os.fsync (where a full disk reports a write the kernel delayed), fails.
+    claim = write_study(tmp_path / "study")
+    out = tmp_path / "out"
+    flags = [] if bayes else ["--no-bayes"]
+    first = invoke(["audit", str(claim), "--out", str(out), *flags])
+    assert first.exit_code == 1, first.output
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert ("posterior.nc" in before) == bayes
+    monkeypatch.setattr("honestci.reports.writing.os.fsync", _full_disk)
+    result = invoke(["audit", str(claim), "--out", str(out), "--seed", "7", *flags])
+    assert isinstance(result.exception, SystemExit) and result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and str(out) in errors[0], result.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no .partial, .tmp or .honestci.lock
+
+
+def test_hdf5_meeting_a_full_file_system_is_an_oserror_not_a_segfault(tmp_path):
+    # Before: h5py raised RuntimeError ("unable to extend file properly") and the process died of
+    # SIGSEGV (exit 139) at exit. RLIMIT_FSIZE (ulimit -f, SIGXFSZ ignored) makes a write fail as
+    # ENOSPC would, without root.
+    code = (
+        "import errno, resource, signal, sys\n"
+        "from pathlib import Path\n"
+        "import numpy as np, xarray as xr\n"
+        "from honestci.audit.stats.posterior_groups import PosteriorGroups\n"
+        "from honestci.reports.render import write_posterior\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+        "draws = xr.Dataset({'x': (('chain', 'draw'), np.random.default_rng(0).normal(size=(4, 100_000)))})\n"
+        "groups = PosteriorGroups()\n"
+        "groups.add_groups(posterior=draws, sample_stats=draws)\n"
+        "try:\n"
+        "    write_posterior(groups, Path(sys.argv[1]))\n"
+        "except OSError as error:\n"
+        "    print('OSError', error.errno == errno.EFBIG)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / ".posterior.nc.partial")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    assert result.stdout.strip() == "OSError True", result.stdout + result.stderr

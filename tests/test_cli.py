@@ -43,8 +43,11 @@ def test_headline_claim_warns_on_its_wilson_interval_and_writes_reports(tmp_path
     assert result.returncode == 1, result.stderr
     verdict = json.loads((tmp_path / "verdict.json").read_text())
     gates = {g["gate"]: g["verdict"] for g in verdict["gates"]}
-    assert verdict["verdict"] == "WARN" and verdict["exit_code"] == 1
+    # length_bias is required by the policy (median answers 184 vs 130 characters) and INCONCLUSIVE:
+    # the policy's answer is the longer in every contest, so length and quality are confounded.
+    assert verdict["verdict"] == "INCONCLUSIVE" and verdict["exit_code"] == 1
     assert gates["ci_low_clears_bar"] == "PASS" and gates["claimed_figures_reproduce"] == "WARN"
+    assert gates["length_bias"] == "INCONCLUSIVE" and "length_bias" in verdict["required_gates"]
     assert (tmp_path / "report.md").read_text().startswith("# honestci audit")
     assert "<html" in (tmp_path / "report.html").read_text()
 
@@ -173,9 +176,18 @@ def test_demo_runs_end_to_end_with_the_bayesian_model(tmp_path):
     assert int(posterior.sample_stats["diverging"].sum()) == verdict["bayes"]["divergences"]
 
 
+def _put(target, data: bytes) -> None:
+    """Write ``data`` to ``target``, a path or a file-like object (posterior.nc is written into
+    memory first, reports.render.write_posterior)."""
+    if hasattr(target, "write"):
+        target.write(data)
+    else:
+        Path(target).write_bytes(data)
+
+
 class _StubPosterior:
     def to_netcdf(self, path):
-        Path(path).write_bytes(b"posterior")
+        _put(path, b"posterior")
 
 
 def test_posterior_is_written_only_together_with_the_reports(tmp_path, monkeypatch):
@@ -200,7 +212,7 @@ def test_posterior_is_written_only_together_with_the_reports(tmp_path, monkeypat
 
     class _FailingPosterior:
         def to_netcdf(self, path):
-            Path(path).write_bytes(b"part of a posterior")
+            _put(path, b"part of a posterior")
             raise OSError("No space left on device")
 
     other = run_audit(DEFAULT_STUDY_DIR / "claim.yaml", bayes=False, seed=7).report()
@@ -229,7 +241,7 @@ def test_the_report_model_is_built_while_the_posterior_is_written(tmp_path):
     class _SlowPosterior:
         def to_netcdf(self, path):
             writing.set()
-            Path(path).write_bytes(b"posterior")
+            _put(path, b"posterior")
 
     def build_report():
         assert writing.wait(timeout=30)  # the posterior is being written already

@@ -50,12 +50,63 @@ def test_glm_matches_statsmodels_clustered_binomial_glm():
     np.testing.assert_allclose(ours.se, reference.bse, atol=1e-6)
 
 
-def test_glm_refuses_separated_data():
+def test_glm_refuses_separated_data_unless_asked_for_firth():
     from honestci.audit.errors import EstimationError
 
     x = np.linspace(-1, 1, 40)
+    y, X, groups = (x > 0).astype(float), np.column_stack([np.ones(40), x]), np.arange(40) // 4
     with pytest.raises(EstimationError, match="did not converge"):
-        fit_logistic_glm((x > 0).astype(float), np.column_stack([np.ones(40), x]), np.arange(40) // 4)
+        fit_logistic_glm(y, X, groups)
+    fit = fit_logistic_glm(y, X, groups, separation="firth")
+    assert np.all(np.isfinite(fit.coef)) and np.all(np.isfinite(fit.ci_low)) and np.all(np.isfinite(fit.ci_high))
+    assert fit.coef[1] > 5
+
+
+def _firth_by_scipy(y: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """An independent Firth fit on the rows: maximise ℓ(β) + ½ log|X'WX| with scipy's BFGS (no
+    score equations, no cells, no Newton steps: the definition of Firth 1993 / Heinze & Schemper 2002)."""
+    from scipy import optimize
+
+    def negative(beta):
+        eta = X @ beta
+        mu = special.expit(eta)
+        loglik = np.sum(y * special.log_expit(eta) + (1 - y) * special.log_expit(-eta))
+        return -(loglik + 0.5 * np.linalg.slogdet((X * (mu * (1 - mu))[:, None]).T @ X)[1])
+
+    return optimize.minimize(negative, np.zeros(X.shape[1]), method="BFGS", options={"gtol": 1e-10}).x
+
+
+@pytest.mark.parametrize("separated", [True, False])
+def test_firth_fit_matches_a_direct_maximisation_of_the_penalised_likelihood(separated):
+    # Outside reference: _firth_by_scipy above (scipy.optimize.minimize(method="BFGS") on
+    # -(ℓ(β) + ½ log|I(β)|) over the rows), against firth_logistic_cells on the cells (repeated
+    # covariate rows, fractional outcomes among them).
+    from honestci.audit.stats.cells import design_cells
+    from honestci.audit.stats.length_bias import firth_logistic_cells
+
+    rng = np.random.default_rng(31)
+    x = np.repeat(np.round(rng.normal(size=20), 1), 3)
+    y = (x > 0).astype(float) if separated else (rng.uniform(size=x.size) < special.expit(0.3 + x)).astype(float)
+    y[:3] = 0.5 if not separated else y[:3]  # ties (½) where the data are not separated
+    X = np.column_stack([np.ones(x.size), x])
+    cells = design_cells(X, np.zeros(x.size, dtype=int))
+    ours, _ = firth_logistic_cells(cells.X, cells.counts.astype(float), cells.sums(y))
+    np.testing.assert_allclose(ours, _firth_by_scipy(y, X), atol=1e-5)
+
+
+def test_firth_fit_of_a_saturated_2x2_table_is_the_haldane_correction():
+    # Known closed form: with one binary covariate the model is saturated (h = 1 in each of the two
+    # cells), and Firth's estimate is the ML estimate of the 2x2 table with ½ added to every cell
+    # (Firth 1993; Heinze & Schemper 2002 use it to explain the method).
+    from honestci.audit.stats.length_bias import firth_logistic_cells
+
+    # x = 0: 10 rows, 5 events; x = 1: 10 rows, 10 events (quasi-complete separation).
+    X = np.array([[1.0, 0.0], [1.0, 1.0]])
+    beta, h = firth_logistic_cells(X, np.array([10.0, 10.0]), np.array([5.0, 10.0]))
+    # Closed form for one binary covariate: Firth adds ½ to each cell of the 2x2 table, so
+    # logit(5.5/11) = 0 and logit(10.5/11) = log(21): β = (0, log 21); h = (1, 1).
+    np.testing.assert_allclose(beta, [0.0, math.log(21.0)], atol=1e-8)
+    np.testing.assert_allclose(h, [1.0, 1.0], atol=1e-8)
 
 
 def test_style_counts_of_a_markdown_answer():
@@ -200,3 +251,108 @@ def test_verbosity_prompts_move_the_lc_rate_less_than_the_raw_rate(alpaca_eval2_
     raw_spread = np.ptp(special.logit(trio["raw"].to_numpy(float)))
     lc_spread = np.ptp(special.logit(trio["lc"].to_numpy(float)))
     assert lc_spread < raw_spread, (model, lc_spread, raw_spread)
+
+
+# ------------------------------------------------------------------------------------- separation
+def _length_following(seed: int, n_clusters: int, per: int):
+    """Answers of random lengths on both sides; the judge prefers the shorter answer in every contest."""
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(n_clusters), per)
+    policy, opponent = rng.integers(20, 400, groups.size), rng.integers(20, 400, groups.size)
+    y = np.where(policy < opponent, 1.0, np.where(policy > opponent, 0.0, 0.5))
+    return y, groups, _texts(policy), _texts(opponent)
+
+
+@pytest.mark.parametrize("per", [1, 4, 30])
+def test_a_judge_whose_verdicts_follow_length_fails_the_gate(per):
+    # Complete separation: no ML fit exists; Firth's does, and its interval is finite and beyond -0.10.
+    # 12 vignettes: at 8 the intercept's CR2 interval (Satterthwaite df 2-4) is so wide that the
+    # effect's box reaches inside -0.10 in some seeds (WARN, which blocks a required gate too).
+    y, groups, policy, opponent = _length_following(11, n_clusters=12, per=per)
+    result = length_bias(y, groups, policy, opponent)
+    assert result.length is not None and result.length.penalised and not result.confounded
+    low, high = result.length_effect.bounds
+    assert np.isfinite(low) and np.isfinite(high) and high < -0.10
+    gate = gate_length_bias(result)
+    assert gate.verdict == Verdict.FAIL and "shorter" in gate.message and gate.evidence["firth_penalised"]
+
+
+def test_lengths_on_one_side_only_are_confounded_with_quality():
+    # The policy's answer is shorter in every contest and wins them all: the length preference
+    # cannot be told from quality, so the gate is INCONCLUSIVE (and says why), not PASS.
+    rng = np.random.default_rng(5)
+    groups = np.repeat(np.arange(8), 6)
+    policy, opponent = rng.integers(10, 25, groups.size), rng.integers(100, 160, groups.size)
+    result = length_bias(np.ones(groups.size), groups, _texts(policy), _texts(opponent))
+    assert result.confounded and result.n_policy_shorter == groups.size
+    gate = gate_length_bias(result)
+    assert gate.verdict == Verdict.INCONCLUSIVE and "cannot be told apart" in gate.message
+
+
+@pytest.mark.parametrize(("policy_range", "opponent_range"), [((15, 20), (120, 130)), ((10, 25), (120, 140))])
+def test_lengths_far_apart_on_one_side_are_inconclusive_not_an_error(policy_range, opponent_range):
+    # The tiny pipeline's shape (issue 31): 6 vignettes x 32 contests, the policy's answers all far
+    # shorter than the opponent's and winning ~95%. tanh(Δℓ/sd) saturates at -1: exactly (a design
+    # singular with the intercept) or to ~1e-8 (a fit whose rate at equal length is 1.0 in floats);
+    # both used to raise InputError (exit 2) from the audit instead of an INCONCLUSIVE gate.
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(6), 32)
+    policy, opponent = rng.integers(*policy_range, groups.size), rng.integers(*opponent_range, groups.size)
+    y = (rng.random(groups.size) < 0.95).astype(float)
+    result = length_bias(y, groups, _texts(policy), _texts(opponent))
+    assert result.confounded and result.length is None and result.n_policy_shorter == groups.size
+    gate = gate_length_bias(result)
+    assert gate.verdict == Verdict.INCONCLUSIVE and "cannot be told apart" in gate.message
+
+
+def test_separation_does_not_change_fits_that_have_an_ml_estimate():
+    # Firth is used only when the ML fit does not exist: the coefficients stay statsmodels' ML ones.
+    y, x, groups = _clustered_data(3)
+    result = controlled_winrate(y, groups, pd.DataFrame({"tanh_length": x}))
+    reference = fit_logistic_glm(y, np.column_stack([np.ones(y.size), x]), groups)
+    assert not result.penalised
+    np.testing.assert_allclose(result.fit.coef, reference.coef, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------ command line
+def _length_following_study(folder, pairs: int):
+    """The synthetic study (tests/synthetic_study.py) on 20 vignettes, the policy's answers shorter
+    on the whole (20-300 characters against 100-400: the lengths overlap, so the judge's preference
+    is identifiable), judged in both orders by a judge that picks the shorter answer."""
+    from synthetic_study import POLICY, study_rows, write_study
+
+    rng = np.random.default_rng(31)
+    rows = study_rows(n_vignettes=20, pairs=pairs, seed=31)
+    length = {}
+    for response in rows["responses"]:
+        low, high = (20, 300) if response["system"] == POLICY else (100, 400)
+        length[response["response_id"]] = int(rng.integers(low, high))
+        response["text"] = ("word " * 100)[: length[response["response_id"]]]
+    for judgment in rows["judgments"]:
+        shorter_first = length[judgment["response_first"]] < length[judgment["response_second"]]
+        judgment["verdict"] = "first" if shorter_first else "second"
+    return write_study(folder, rows)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("pairs", [1, 4])
+def test_commands_on_a_judge_that_always_prefers_the_shorter_answer(tmp_path, pairs):
+    import json
+    import subprocess
+    import sys
+
+    claim = _length_following_study(tmp_path / "study", pairs)
+
+    def honestci(*args):
+        return subprocess.run([sys.executable, "-m", "honestci", *map(str, args)], capture_output=True, text=True)
+
+    checked = honestci("length-bias", claim)
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stdout + checked.stderr
+    assert "gate length_bias: FAIL" in checked.stdout and "shorter answers" in checked.stdout
+    audited = honestci("audit", claim, "--out", tmp_path / "out", "--no-bayes")
+    assert audited.returncode == 1 and "Traceback" not in audited.stderr, audited.stdout + audited.stderr
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    gate = next(g for g in verdict["gates"] if g["gate"] == "length_bias")
+    assert gate["verdict"] == "FAIL" and gate["required"]
+    assert "length_bias" in {g["gate"] for g in verdict["blocking_gates"]}
+    assert "ratio of" in gate["evidence"]["required_because"]  # why the policy requires it

@@ -75,14 +75,15 @@ def test_the_core_audit_runs_without_any_extra(tmp_path):
     # Outside the repository, as installed: the checkout's folders are not importable from there.
     blocked = [module for modules in EXTRA_MODULES.values() for module in modules]
     result = honestci_without(blocked, "audit", CLAIM, "--out", tmp_path, "--no-bayes", cwd=tmp_path)
-    # Every gate runs; the card's Wilson interval WARNs (claimed_figures_reproduce) and, at G = 6, a
-    # judge length preference beyond tolerance cannot be ruled out (length_bias, not required).
+    # Every gate runs; the card's Wilson interval WARNs (claimed_figures_reproduce), and the policy's
+    # answers are longer in every contest (median 184 vs 130): length_bias is required by the
+    # policy's length rule and INCONCLUSIVE (length confounded with the policy).
     assert result.returncode == 1, result.stderr
     verdict = json.loads((tmp_path / "verdict.json").read_text())
-    assert verdict["verdict"] == "WARN" and not (tmp_path / "posterior.nc").exists()
-    flagged = {g["gate"] for g in verdict["gates"] if g["verdict"] in ("WARN", "FAIL")}
-    assert flagged == {"claimed_figures_reproduce", "length_bias"}
-    assert [g["gate"] for g in verdict["blocking_gates"]] == ["claimed_figures_reproduce"]
+    assert verdict["verdict"] == "INCONCLUSIVE" and not (tmp_path / "posterior.nc").exists()
+    flagged = {g["gate"] for g in verdict["gates"] if g["verdict"] in ("WARN", "FAIL", "INCONCLUSIVE") and g["ran"]}
+    assert {"claimed_figures_reproduce", "length_bias"} <= flagged
+    assert {g["gate"] for g in verdict["blocking_gates"]} == {"claimed_figures_reproduce", "length_bias"}
 
 
 @pytest.mark.parametrize(

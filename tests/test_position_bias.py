@@ -199,15 +199,168 @@ def test_a_judge_whose_verdict_never_depends_on_the_order_passes():
         assert gate_position_bias(result).verdict == Verdict.PASS
 
 
-def test_exact_bounds_are_scipys_clopper_pearson_at_the_bonferroni_level():
+def test_exact_bounds_are_scipys_clopper_pearson_on_the_pooled_contests():
     from honestci.audit.checks.position_bias import exact_order_effect
 
+    # Pooled over the 40 contests (was: per-vignette bounds at (1 - level)/(4G), averaged, which
+    # say nothing with one contest per vignette): each of the four one-sided bounds at 0.05/4.
     groups = np.repeat(["a", "b"], [10, 30])
-    difference = np.r_[np.ones(10), np.ones(30)]
-    effect = exact_order_effect(difference, groups, 0.95)
-    one_sided = 0.05 / (4 * 2)  # four one-sided bounds in each of two vignettes
-    # k = m: the lower bound of P(d = 1) is binomtest's two-sided interval at 1 - 2 * alpha.
-    lows = [stats.binomtest(m, m).proportion_ci(1 - 2 * one_sided, "exact").low for m in (10, 30)]
-    highs_minus = [stats.binomtest(0, m).proportion_ci(1 - 2 * one_sided, "exact").high for m in (10, 30)]
-    np.testing.assert_allclose(effect.ci_low, np.mean(np.subtract(lows, highs_minus)), rtol=1e-10)
-    assert effect.ci_high == 1.0 and effect.n_clusters == 2
+    effect = exact_order_effect(np.ones(40), groups, 0.95)
+    one_sided = 0.05 / 4
+    low_plus = stats.binomtest(40, 40).proportion_ci(1 - 2 * one_sided, "exact").low
+    high_minus = stats.binomtest(0, 40).proportion_ci(1 - 2 * one_sided, "exact").high
+    np.testing.assert_allclose(effect.ci_low, low_plus - high_minus, rtol=1e-10)
+    np.testing.assert_allclose(effect.ci_low, 2 * one_sided ** (1 / 40) - 1, rtol=1e-10)  # closed form
+    assert effect.ci_high == 1.0 and effect.n_clusters == 2 and effect.method == "exact, these vignettes"
+
+
+# --- one contest per vignette (LLMBar, MT-Bench, AlpacaEval) -----------------------------------
+
+
+def _design(sizes, first: str, second: str):
+    groups = np.repeat([f"v{g:03d}" for g in range(len(sizes))], sizes)
+    return position_bias(np.full(groups.size, first), np.full(groups.size, second), groups, judge="J")
+
+
+DESIGNS = {
+    "one per vignette, G = 20": [1] * 20,
+    "one per vignette, G = 54": [1] * 54,
+    "one per vignette, G = 200": [1] * 200,
+    "two per vignette, G = 27": [2] * 27,
+    "120 per vignette, G = 6": [120] * 6,
+    "unequal, G = 12": [1, 1, 2, 3, 5, 8, 13, 1, 2, 40, 1, 7],
+}
+
+
+@pytest.mark.parametrize("sizes", DESIGNS.values(), ids=DESIGNS.keys())
+@pytest.mark.parametrize("first, second, sign", [("win", "loss", 1), ("loss", "win", -1)])
+def test_a_judge_that_always_names_one_position_fails_at_any_design(sizes, first, second, sign):
+    result = _design(sizes, first, second)
+    effect, n = result.order_effect, sum(sizes)
+    assert effect.reportable and effect.estimate == sign
+    assert (effect.ci_low > 0) if sign > 0 else (effect.ci_high < 0)  # the interval excludes 0
+    assert gate_position_bias(result).verdict == Verdict.FAIL
+    # exact McNemar on the n discordant contests, as scipy and statsmodels give it
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    assert result.n_discordant == n
+    assert result.exact_p == pytest.approx(stats.binomtest(n, n, 0.5).pvalue, rel=1e-12)
+    assert result.exact_p == pytest.approx(mcnemar([[0, n], [0, 0]], exact=True).pvalue, rel=1e-12)
+
+
+def test_the_issue_case_54_contests_one_per_vignette():
+    result = _design([1] * 54, "win", "loss")
+    effect = result.order_effect
+    # exact bound: Clopper-Pearson low of 54/54 minus high of 0/54, each one-sided at 0.0125
+    low = stats.binomtest(54, 54).proportion_ci(0.975, "exact").low - stats.binomtest(0, 54).proportion_ci(0.975).high
+    assert effect.ci_low == pytest.approx(low, rel=1e-10) and effect.ci_low == pytest.approx(0.8441, abs=1e-4)
+    assert effect.ci_high == 1.0 and effect.method == "exact, pooled contests"
+    assert result.exact_p == pytest.approx(1.11e-16, rel=0.01)
+    gate = gate_position_bias(result)
+    assert gate.verdict == Verdict.FAIL and "exact, pooled contests" in gate.message
+
+
+def test_score_interval_is_tangos():
+    from honestci.audit.stats.iid import paired_difference_ci
+
+    # k+ = n: Z(δ0) = sqrt(n (1 - δ0)/(1 + δ0)), so the lower end is (n - z²)/(n + z²)
+    z = stats.norm.isf(0.025)
+    assert paired_difference_ci(54, 0, 54)[0] == pytest.approx((54 - z**2) / (54 + z**2), rel=1e-9)
+    assert paired_difference_ci(0, 0, 54) == pytest.approx((-0.0664136, 0.0664136), abs=1e-6)
+    # mirror symmetry, and the design effect acts as dividing the counts
+    low, high = paired_difference_ci(9, 3, 40)
+    assert paired_difference_ci(3, 9, 40) == pytest.approx((-high, -low), rel=1e-9)
+    assert paired_difference_ci(9, 3, 40, design_effect=2.0) == pytest.approx(paired_difference_ci(4.5, 1.5, 20))
+
+
+# --- coverage of the order-effect interval (both-order designs) ----------------------------------
+
+#: P(outcome shown first, outcome shown second) of a judge without position bias, rows and columns
+#: win, tie, loss: symmetric, so P(W1) = P(W2). QUIET rarely changes its verdict with the order.
+FAIR = np.array([[0.35, 0.05, 0.05], [0.05, 0.10, 0.05], [0.05, 0.05, 0.25]])
+QUIET = np.array([[0.45, 0.005, 0.005], [0.005, 0.10, 0.01], [0.005, 0.01, 0.41]])
+ALWAYS_FIRST = np.zeros((3, 3))
+ALWAYS_FIRST[0, 2] = 1.0  # the policy wins when shown first, loses when shown second
+
+
+def _contests(rng, sizes, delta, table, concentration=5.0):
+    """Both-order outcomes with order effect exactly ``delta``: each vignette's table is drawn from
+    Dirichlet(concentration x ((1 - delta) table + delta ALWAYS_FIRST)), whose mean has P(W1) -
+    P(W2) = delta; one contest per vignette is then an iid draw from the mean table."""
+    base = ((1 - delta) * table + delta * ALWAYS_FIRST).ravel()
+    vignette = np.repeat(np.arange(sizes.size), sizes)
+    if sizes.max() == 1:
+        cells = rng.choice(9, size=vignette.size, p=base)
+    else:
+        cumulative = np.cumsum(rng.dirichlet(concentration * base, size=sizes.size), axis=1)[vignette]
+        cells = np.minimum((rng.random(vignette.size)[:, None] > cumulative).sum(axis=1), 8)
+    return cells // 3 == 0, cells % 3 == 0, vignette
+
+
+def _interval_coverage(reps, sizes, delta, table, seed):
+    """(coverage, low-end misses, high-end misses) of the gate's order-effect interval."""
+    from honestci.audit.checks.position_bias import order_effect_within_contests
+
+    rng = np.random.default_rng(seed)
+    low = high = 0
+    for _ in range(reps):
+        win_first, win_second, vignette = _contests(rng, sizes(rng), delta, table)
+        effect, _ = order_effect_within_contests(win_first, win_second, vignette, rng=None)
+        low += effect.ci_low > delta
+        high += effect.ci_high < delta
+    return 1 - (low + high) / reps, low / reps, high / reps
+
+
+def _one_each(g):
+    return lambda rng: np.ones(g, dtype=int)
+
+
+COVERAGE_CELLS = {
+    **{f"G={g} m=1 delta={d}": (_one_each(g), d, FAIR) for g in (20, 54, 200) for d in (0.0, 0.1, 0.3)},
+    "G=20 m=1 quiet delta=0": (_one_each(20), 0.0, QUIET),  # mostly no discordant contest: exact
+    "G=54 m=1 quiet delta=0.1": (_one_each(54), 0.1, QUIET),  # few discordant contests
+    "G=12 m=1..19 delta=0.1": (lambda rng: rng.integers(1, 20, size=12), 0.1, FAIR),
+}
+SLOW_CELLS = {
+    **COVERAGE_CELLS,
+    "G=20 m=1 delta=0.97": (_one_each(20), 0.97, FAIR),
+    "G=12 m=1..19 delta=0.3": (lambda rng: rng.integers(1, 20, size=12), 0.3, FAIR),
+    "G=27 m=2 delta=0.1": (lambda rng: np.full(27, 2), 0.1, FAIR),
+    "G=6 m=1..19 delta=0.1": (lambda rng: rng.integers(1, 20, size=6), 0.1, FAIR),
+}
+
+
+def _assert_honest(coverage, reps, level=0.95):
+    # no under-coverage beyond 3 Monte Carlo SE; over-coverage (the exact bound, the score interval at
+    # G = 20) is conservative and not asserted
+    assert coverage >= level - 3 * np.sqrt(level * (1 - level) / reps), coverage
+
+
+@pytest.mark.coverage
+@pytest.mark.parametrize("cell", COVERAGE_CELLS, ids=COVERAGE_CELLS.keys())
+def test_order_effect_interval_coverage_fast_tier(cell):
+    sizes, delta, table = COVERAGE_CELLS[cell]
+    coverage, _, _ = _interval_coverage(300, sizes, delta, table, seed=sum(map(ord, cell)))
+    _assert_honest(coverage, 300)
+
+
+@pytest.mark.coverage
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", SLOW_CELLS, ids=SLOW_CELLS.keys())
+def test_order_effect_interval_coverage_slow_tier(cell):
+    sizes, delta, table = SLOW_CELLS[cell]
+    coverage, _, _ = _interval_coverage(2000, sizes, delta, table, seed=7 + sum(map(ord, cell)))
+    _assert_honest(coverage, 2000)
+
+
+@pytest.mark.parametrize("sizes", [[1] * 20, [1] * 54, [3] * 12], ids=["G=20 m=1", "G=54 m=1", "G=12 m=3"])
+@pytest.mark.parametrize("table", [FAIR, QUIET], ids=["fair", "quiet"])
+def test_a_fair_judge_rarely_fails(sizes, table):
+    rng, reps = np.random.default_rng(len(sizes) + int(table[0, 0] * 100)), 150
+    fails = 0
+    for _ in range(reps):
+        win_first, win_second, vignette = _contests(rng, np.asarray(sizes), 0.0, table)
+        outcomes = [np.where(w, "win", "loss") for w in (win_first, win_second)]
+        result = position_bias(*outcomes, vignette, rng=rng, bootstrap_draws=19, permutation_draws=19)
+        fails += gate_position_bias(result).verdict == Verdict.FAIL
+    assert fails / reps <= 0.025 + 3 * np.sqrt(0.025 * 0.975 / reps)

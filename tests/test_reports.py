@@ -73,7 +73,10 @@ def test_markdown_has_every_gate_and_no_model_card_for_a_warn(headline_report):
         "training_healthy",
     ):
         assert f"| {gate} |" in text
-    assert headline_report.data["verdict"] == "WARN"
+    # length_bias is required (the policy's answers are 1.42x longer at the median) and INCONCLUSIVE
+    # (longer in every contest: the judge's length preference is confounded with quality).
+    assert headline_report.data["verdict"] == "INCONCLUSIVE"
+    assert "| length_bias | yes | INCONCLUSIVE |" in text and "ratio of 1.42" in text
     assert "model-index:" not in text and "iid Wilson (optimistic)" in text
 
 
@@ -249,7 +252,15 @@ def test_hostile_names_are_escaped_and_only_a_pass_publishes_figures(tmp_path, p
     assert "model-index" not in markdown and "No model-card figures" in markdown
     assert "$v0^{x}_$" in markdown
 
-    passing = run_audit(passing_claim, bayes=False).report()
+    # The fixture's policy answers are 1.42x longer than the opponent's in every contest, so the
+    # built-in policy requires length_bias and it cannot pass (confounded); an auditor's policy
+    # that switches the length rule off lets the honest card pass.
+    from dataclasses import replace
+
+    from honestci.audit.policy import THRESHOLDS, Policy
+
+    no_length_rule = Policy(thresholds=replace(THRESHOLDS, length_bias_required_ratio=1e9))
+    passing = run_audit(passing_claim, bayes=False, policy=no_length_rule).report()
     block = render(passing, "md").split("```yaml\n")[1].split("```")[0]
     metric = yaml.safe_load(block)["model-index"][0]["results"][0]["metrics"][0]
     assert metric["type"] == "win_rate" and 0 < metric["value"] < 1
@@ -307,11 +318,11 @@ def test_summary_heads_every_report_with_the_blocking_gate(tmp_path, headline_re
 
     data = headline_report.data
     summary = summarize(data)
-    assert [g.name for g in summary.blocking] == ["claimed_figures_reproduce"] and summary.exit_code == 1
-    assert summary.interval_figures == "0.843 [0.726, 0.884] vs bar 0.608"
+    assert [g.name for g in summary.blocking] == ["claimed_figures_reproduce", "length_bias"] and summary.exit_code == 1
+    assert summary.interval_figures == "0.843 [0.725, 0.884] vs bar 0.608"
     markdown = render(headline_report, "md")
     head = markdown.split("## Claim and policy")[0]
-    assert "**Verdict: WARN**" in head and "**claimed_figures_reproduce** (WARN)" in head
+    assert "**Verdict: INCONCLUSIVE**" in head and "**claimed_figures_reproduce** (WARN)" in head
     assert "vs bar 0.608" in head and "What would change the verdict" in head
     page = render(headline_report, "html")
     assert page.index('id="summary"') < page.index('id="gates"')
@@ -326,8 +337,8 @@ def test_a_failing_bar_gate_says_how_far_and_roughly_how_many_vignettes(headline
     gate.update(verdict="FAIL", evidence=gate["evidence"] | {"bar": 0.773})
     summary = summarize(data)
     reason = next(g.reason for g in summary.blocking if g.name == "ci_low_clears_bar")
-    assert reason == "the gate interval's lower end 0.726 is below the bar 0.773 (short by 0.0474)"
-    # 6 * ((0.843 - 0.7256) / (0.843 - 0.773))^2 = 16.9 -> 17 vignettes, 11 more.
+    assert reason == "the gate interval's lower end 0.725 is below the bar 0.773 (short by 0.0476)"
+    # 6 * ((0.843 - 0.7254) / (0.843 - 0.773))^2 = 16.9 -> 17 vignettes, 11 more.
     assert any("about 11 more vignettes (17 in all" in s and "approximate" in s for s in summary.change)
     assert units_to_clear_bar(0.8, 0.7, 0.75, 10) == 40  # 10 * (0.1 / 0.05)^2
     # 80% power: 10 * (0.1 (z_0.975 + z_0.8) / (z_0.975 * 0.05))^2, quantiles from scipy.

@@ -69,7 +69,20 @@ def _refused(args: list[str], key: str) -> None:
         ("trainer=[1]", "trainer"),
         # the reward definition: a failed format must not earn more than an average answer
         ("format_penalty=0", "format_penalty"),
+        ("format_penalty=0.5", "format_penalty"),
         ("beta=0", "beta"),
+        # issue 32: beta at the policy floor (MIN_KL_BETA), the job's sampling and batch, reward scaling
+        ("beta=1e-9", "beta"),
+        ("beta=0.009", "beta"),
+        ("trainer.generation_kwargs={max_new_tokens: 100000}", "trainer.generation_kwargs"),
+        ("trainer.generation_kwargs={do_sample: false}", "trainer.generation_kwargs"),
+        ("trainer.generation_kwargs={temperature: 0.0}", "trainer.generation_kwargs"),
+        ("trainer.chat_template_kwargs={enable_thinking: false}", "trainer.chat_template_kwargs"),
+        ("trainer.generation_batch_size=7", "trainer.generation_batch_size"),
+        ("trainer.steps_per_generation=3", "trainer.steps_per_generation"),
+        ("trainer.scale_rewards=false", "trainer.scale_rewards"),
+        ("trainer.epsilon=10", "trainer.epsilon"),
+        ("trainer.top_k=1", "trainer.top_k"),
         # the prompt: an unknown preset, an empty system prompt
         ("prompt=cards", "prompt"),
         ("prompt={system: '', user_template: '{scenario}'}", "prompt.system"),
@@ -269,3 +282,9 @@ class _Template:
 )
 def test_a_template_that_opens_think_forces_thinking(ending, opens):
     assert template_opens_think(_Template(ending)) is opens
+
+
+def test_the_seed_projects_beta_passes_the_policy_floor():
+    from honestci.audit.policy import MIN_KL_BETA
+
+    assert MIN_KL_BETA <= 0.04 == load_config(GRPOJob, CONFIGS / "grpo.yaml").beta

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from honestci.audit.errors import InputError, require_extra
+from honestci.audit.policy import MIN_KL_BETA
 from honestci.training.config import (
     TRAIN_MODULES,
     TrainingConfigError,
@@ -71,6 +72,13 @@ GRPO_OWNED_TRAINER_KEYS = {
     "ref_model_sync_steps": "moves the KL reference toward the policy, which undoes beta > 0",
     "reward_weights": "changes the reward definition (the gated ensemble is the only reward)",
     "multi_objective_aggregation": "changes the reward definition (the gated ensemble is the only reward)",
+    "generation_kwargs": "sampling is the job's (max_completion_length, temperature): generation kwargs would override them",
+    "chat_template_kwargs": "the chat is the job's prompt key, checked against the reward model's",
+    "generation_batch_size": "the generation batch is per_device_train_batch_size x gradient_accumulation_steps, checked against num_generations",
+    "steps_per_generation": "the generation batch is per_device_train_batch_size x gradient_accumulation_steps, checked against num_generations",
+    "scale_rewards": "changes the reward definition (group standardisation of the gated ensemble)",
+    "epsilon": "the clipping range is the recipe's; a wide one undoes the trust region beta keeps",
+    "top_k": "sampling is the job's temperature key: top_k narrows the rollouts' spread",
 }
 
 
@@ -203,9 +211,9 @@ class GRPOJob:
 
     def __post_init__(self):
         require(
-            self.beta > 0,
+            self.beta >= MIN_KL_BETA,
             "beta",
-            f"is {self.beta}; it must be > 0",
+            f"is {self.beta}; it must be >= {MIN_KL_BETA} (audit/policy.py MIN_KL_BETA)",
             "keep the KL penalty on (the recipe uses 0.04): with beta = 0 the policy drifts freely from "
             "the reference, collapses and learns to hack the reward model",
         )

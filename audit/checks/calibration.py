@@ -68,6 +68,7 @@ from honestci.audit.stats.clustered_estimate import (
     clustered_mean,
     from_contrast,
 )
+from honestci.audit.stats.intervals import DIFFERENCE_SPACE, RATE_SPACE
 from honestci.audit.stats.random_state import resolve_rng
 
 if TYPE_CHECKING:
@@ -294,6 +295,7 @@ def agreement_ci(
         rng=rng,
         bootstrap_draws=bootstrap_draws,
         min_clusters=min_clusters,
+        space=RATE_SPACE,
     )
 
 
@@ -373,7 +375,10 @@ def cohen_kappa(
     influence = ((w[ji, hi] - observed) - (1.0 - kappa) * ((w @ cols)[ji] + (rows @ w)[hi] - 2.0 * expected)) / (
         1.0 - expected
     )
-    linear = clustered_mean(kappa + influence, groups, name, level=level, rng=None, min_clusters=min_clusters)
+    # kappa lies in [-1, 1] (p_e <= 1), the space its linearised interval is truncated to
+    linear = clustered_mean(
+        kappa + influence, groups, name, level=level, rng=None, min_clusters=min_clusters, space=DIFFERENCE_SPACE
+    )
     if not linear.reportable:
         return ClusteredEstimate.inconclusive(name, kappa, n, linear.n_clusters, level, linear.note)
     boot, seed = (
@@ -411,8 +416,11 @@ def _bootstrap_tables(tables: np.ndarray, statistic, draws: int, rng, level: flo
     """Percentile cluster bootstrap of a statistic of summed per-cluster tables; (interval, seed)."""
     generator, seed = resolve_rng(rng)
     picks = generator.integers(0, tables.shape[0], size=(draws, tables.shape[0]))
-    values = statistic(tables[picks].sum(axis=1))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample with one class: undefined, dropped below
+        values = statistic(tables[picks].sum(axis=1))
     values = values[np.isfinite(values)]
+    if values.size == 0:  # every resample undefined: no bootstrap interval
+        return None, seed
     alpha = 1.0 - level
     return (float(np.quantile(values, alpha / 2)), float(np.quantile(values, 1 - alpha / 2))), seed
 
@@ -503,7 +511,11 @@ def krippendorff_alpha(
     codes = np.asarray(rater_codes, dtype=float)
     values = np.unique(codes[~np.isnan(codes)])
     if values.size < 2:
-        raise InputError("Krippendorff's alpha needs at least two distinct values.", fix="check the rater labels")
+        # Valid labels (every rater gave the same class): the expected disagreement is 0 and alpha is 0/0.
+        raise EstimationError(
+            "Krippendorff's alpha is undefined: every human label has the same value, so there is no "
+            "expected disagreement to compare the observed one with; label items whose answer is not one-sided"
+        )
     per_unit = _coincidences(codes.T, values)
     estimate = float(_alpha_from_coincidences(per_unit.sum(axis=0), values, level_of_measurement))
     groups = np.arange(codes.shape[0]) if clusters is None else np.asarray(clusters).reshape(-1)
@@ -599,11 +611,13 @@ def stacked_difference(
     *,
     level: float = 0.95,
     min_clusters: int = THRESHOLDS.min_clusters,
+    space: tuple[float, float] | None = DIFFERENCE_SPACE,
 ) -> ClusteredEstimate:
     """mean(a) − mean(b) from ``lm(y ~ 1 + is_a)`` on the stacked rows, CR2 clustered by vignette.
 
     Rows of a and b sharing a vignette are dependent; stacking with one cluster variable keeps
-    that covariance in the CR2 variance (Pustejovsky & Tipton 2018).
+    that covariance in the CR2 variance (Pustejovsky & Tipton 2018). The interval is truncated to
+    ``space``, by default [−1, 1], where a difference of two agreement rates lies.
     """
     a, b = np.asarray(values_a, float), np.asarray(values_b, float)
     y = np.concatenate([a, b])
@@ -626,7 +640,7 @@ def stacked_difference(
         return ClusteredEstimate.inconclusive(
             name, point, int(y.size), n_clusters, level, "no variation: no variance to estimate"
         )
-    return from_contrast(linear_contrast(fit, {"a_minus_b": 1.0}, label=name), name)
+    return from_contrast(linear_contrast(fit, {"a_minus_b": 1.0}, label=name), name, space=space)
 
 
 def compare_judges(
@@ -661,6 +675,7 @@ def compare_judges(
         rng=rng,
         bootstrap_draws=bootstrap_draws,
         min_clusters=min_clusters,
+        space=DIFFERENCE_SPACE,
     )
 
 
@@ -784,6 +799,7 @@ def select_judge(
         level=level,
         rng=None,
         min_clusters=min_clusters,
+        space=RATE_SPACE,
     )
     held = clustered_mean(
         agree[heldout_rows],
@@ -792,6 +808,7 @@ def select_judge(
         level=level,
         rng=None,
         min_clusters=min_clusters,
+        space=RATE_SPACE,
     )
     return JudgeSelection(
         tuple(agreement_by_judge),
@@ -1245,7 +1262,12 @@ def calibrate_judge(
     keep_j, agree_j = agreement_indicator(rows["judge_code"], rows["human"], GATE_TIE_POLICY)
     alpha = ceiling = gap = None
     if max_raters_per_item >= 2:
-        alpha = krippendorff_alpha(items.rater_codes, clusters, level=level, rng=seed, bootstrap_draws=bootstrap_draws)
+        try:
+            alpha = krippendorff_alpha(
+                items.rater_codes, clusters, level=level, rng=seed, bootstrap_draws=bootstrap_draws
+            )
+        except EstimationError:  # every label alike: alpha undefined, the ceiling below still says it
+            alpha = None
         ceiling = human_ceiling(
             items.rater_codes,
             clusters,
@@ -1410,6 +1432,7 @@ def ppi_winrate(
         vignettes[~labelled],
         level=level,
         min_clusters=min_clusters,
+        space=RATE_SPACE,
     )
 
 

@@ -10,7 +10,12 @@ second}:
 - order effect: δ = P(W₁ = 1) − P(W₂ = 1), the policy's win-rate gain from being shown first (an
   unbiased judge has δ = 0), and on the logit scale logit P(W₁) − logit P(W₂).
 
-Intervals cluster by vignette: CR2 with Satterthwaite df on the per-order model
+The gate's order-effect interval (:func:`order_effect_within_contests`) is Tango's score interval
+for the paired difference, Rao-Scott adjusted by the CR2 design effect and referred to t with the
+CR2 Satterthwaite df (:func:`honestci.audit.stats.iid.paired_difference_ci`): with one contest per
+vignette it is Tango's interval (the Wald one under-covers there when few contests are discordant),
+with several it carries the clustering; where every D is the same it is the exact pooled bound of
+:func:`exact_order_effect`. Its variance comes from CR2 with Satterthwaite df on the per-order model
 ``win ~ 1 + policy_first`` (δ is the slope; the logit contrast is its delta-method
 linearisation through :func:`honestci.audit.stats.cluster_robust.linear_contrast`), with a percentile cluster
 bootstrap of the contest differences D = W₁ − W₂ beside it. The test of δ = 0 flips the order
@@ -43,7 +48,7 @@ the fixture's exact truth (``fixtures/truth.py``) and seeded coverage simulation
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -64,6 +69,7 @@ from honestci.audit.stats.clustered_estimate import (
     from_contrast,
 )
 from honestci.audit.stats.estimands import unique_inverse
+from honestci.audit.stats.iid import paired_difference_ci, proportion_ci
 from honestci.audit.stats.random_state import resolve_rng
 
 PERMUTATION_DRAWS = 9999
@@ -275,52 +281,201 @@ def sign_flip_test(differences, *, draws: int = PERMUTATION_DRAWS, rng: int | np
 
 
 def exact_order_effect(difference, groups, level: float) -> ClusteredEstimate:
-    """The order effect on these vignettes from exact per-vignette bounds, for the data a
+    """The order effect from exact Clopper-Pearson bounds on the pooled contests, for the data a
     clustered interval cannot take: no variance at all (a judge that names the same position in
     every verdict, or one that never changes its verdict with the order).
 
-    Per contest d = 1[policy wins shown first] - 1[policy wins shown second] in {-1, 0, 1}. For
-    vignette v with m_v contests, k⁺_v of them d = 1 and k⁻_v d = -1, the effect
-    δ_v = P(d = 1) - P(d = -1) lies in [L⁺_v - U⁻_v, U⁺_v - L⁻_v], with L and U one-sided
-    Clopper-Pearson bounds at α' = (1 - level) / (4G) each: Bonferroni over the G vignettes and
-    the four bounds, so every bound holds at once with probability >= level. The reported effect
-    is the equal-weight mean over vignettes, Σ_v δ_v / G, with the means of the bounds.
+    Per contest d = 1[policy wins shown first] - 1[policy wins shown second] in {-1, 0, 1}, and
+    δ = p⁺ - p⁻ with p⁺ = P(d = 1), p⁻ = P(d = -1). With k⁺ and k⁻ of the n contests at d = 1
+    and d = -1,
 
-    References: Clopper & Pearson (1934), Biometrika 26:404-413. Validated against:
-    scipy.stats.binomtest's exact interval at the same one-sided level (tests/test_position_bias.py).
+        δ ∈ [L(k⁺) - U(k⁻), U(k⁺) - L(k⁻)],
+
+    L and U the one-sided Clopper-Pearson bounds of a binomial proportion out of n, each at error
+    α' = (1 - level)/4 (the two-sided interval at 1 - 2α' of
+    :func:`honestci.audit.stats.iid.proportion_ci`): each end misses with probability at most
+    2α' = (1 - level)/2 (Bonferroni over its two bounds). Every d = 1 gives
+    [2(α')^(1/n) - 1, 1], which excludes 0 from n = 6 contests at level 0.95 (0.844 at n = 54).
+
+    What it covers depends on the design, and the method says which:
+
+    - *one contest per vignette* (LLMBar, MT-Bench, AlpacaEval): the contests are independent
+      draws, so the bound holds for new vignettes as well (``"exact, pooled contests"``);
+    - *several contests per vignette*: the contests are independent given the vignettes, not
+      across them, so the bound is on these vignettes, δ = Σ_i (p⁺_i - p⁻_i)/n over the observed
+      contests (``"exact, these vignettes"``). Clopper-Pearson bounds stay conservative for the
+      mean probability of independent trials with unequal probabilities (Hoeffding 1956,
+      Theorem 4, at the tail counts these bounds turn on).
+
+    This replaces per-vignette Bonferroni bounds (α/(4G) each, averaged over vignettes), which
+    are vacuous with one contest per vignette (about [-1, 1] at any G) although a judge naming
+    the first position in all 54 contests has an exact McNemar p of 1e-16.
+
+    References: Clopper & Pearson (1934), Biometrika 26:404-413; Hoeffding (1956), Ann. Math.
+    Statist. 27:713-721. Validated against: ``scipy.stats.binomtest(k, n).proportion_ci(method=
+    "exact")`` at confidence 1 - 2α' (tests/test_position_bias.py), and seeded coverage
+    simulations with one and several contests per vignette (the same file).
     """
     _, codes = unique_inverse(np.asarray(groups).reshape(-1))
     d = np.asarray(difference, dtype=float).reshape(-1)
-    m = np.bincount(codes)
-    plus, minus = np.bincount(codes, weights=d > 0), np.bincount(codes, weights=d < 0)
-    alpha = (1 - level) / (4 * m.size)
-    low_plus, high_plus = _clopper_pearson_one_sided(plus, m, alpha)
-    low_minus, high_minus = _clopper_pearson_one_sided(minus, m, alpha)
-    lows, highs, estimates = low_plus - high_minus, high_plus - low_minus, (plus - minus) / m
+    n, plus, minus = int(d.size), int((d > 0).sum()), int((d < 0).sum())
+    one_each = bool(np.bincount(codes).max() == 1)
+    bonferroni_level = 1 - (1 - level) / 2  # two-sided at 1 - 2α', α' = (1 - level)/4
+    low_plus, high_plus = proportion_ci(plus, n, "clopper_pearson", bonferroni_level)
+    low_minus, high_minus = proportion_ci(minus, n, "clopper_pearson", bonferroni_level)
+    if one_each:
+        method, note = (
+            "exact, pooled contests",
+            (
+                "no variance: Clopper-Pearson bounds on the pooled contests (Bonferroni); one contest per "
+                "vignette, so they hold for new vignettes"
+            ),
+        )
+    else:
+        method, note = (
+            "exact, these vignettes",
+            (
+                "no variance: Clopper-Pearson bounds on the pooled contests (Bonferroni), independent given "
+                "these vignettes"
+            ),
+        )
     return ClusteredEstimate(
         "order effect (probability points)",
-        float(np.mean(estimates)),
+        (plus - minus) / n,
         None,
         None,
-        float(np.mean(lows)),
-        float(np.mean(highs)),
+        low_plus - high_minus,
+        high_plus - low_minus,
         None,
         None,
-        int(np.size(difference)),
-        len(lows),
+        n,
+        int(codes.max()) + 1,
         level,
-        note="no variance: exact per-vignette Clopper-Pearson bounds (Bonferroni), these vignettes",
-        method="exact, these vignettes",
+        note=note,
+        method=method,
     )
 
 
-def _clopper_pearson_one_sided(k: np.ndarray, m: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """One-sided Clopper-Pearson bounds (each at error ``alpha``) of binomial proportions k/m."""
-    k, m = np.asarray(k, dtype=float), np.asarray(m, dtype=float)
-    # the beta quantiles' shapes are only valid off the edges, where the bound is 0 or 1 instead
-    low = np.where(k == 0, 0.0, stats.beta.ppf(alpha, np.maximum(k, 1.0), m - k + 1))
-    high = np.where(k == m, 1.0, stats.beta.ppf(1 - alpha, k + 1, np.maximum(m - k, 1.0)))
-    return low, high
+def _logit_order_effect(fit, p_first: float, p_second: float) -> ClusteredEstimate | None:
+    """logit p₁ − logit p₂ from the fit of ``y ~ 1 + policy_first`` (coefficients p₂ and δ), by the
+    delta method: the contrast (1/(p₁(1 − p₁)) − 1/(p₂(1 − p₂)), 1/(p₁(1 − p₁))); None at a
+    probability of 0 or 1."""
+    if not (0 < p_first < 1 and 0 < p_second < 1):
+        return None
+    slope_first, slope_second = 1 / (p_first * (1 - p_first)), 1 / (p_second * (1 - p_second))
+    return from_contrast(
+        linear_contrast(fit, [slope_first - slope_second, slope_first], label="order effect (logit)"),
+        "order effect (logit scale)",
+        estimate=float(logit(p_first) - logit(p_second)),
+    )
+
+
+def order_effect_within_contests(
+    win_first,
+    win_second,
+    clusters,
+    *,
+    level: float = 0.95,
+    rng: int | None = CHECK_SEED,
+    bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    min_clusters: int = THRESHOLDS.min_clusters,
+) -> tuple[ClusteredEstimate, ClusteredEstimate]:
+    """The order effect δ = P(W₁ = 1) − P(W₂ = 1) of contests judged in both orders, pooled over
+    vignettes, and its logit contrast: the figures the ``position_bias`` gate reads.
+
+    Per contest D = W₁ − W₂ ∈ {−1, 0, 1}; δ̂ = D̄ is the slope of ``win ~ 1 + policy_first`` on
+    the 2n judged orders, whose CR2 interval, clustered by vignette with the Satterthwaite df
+    (:func:`honestci.audit.stats.cluster_robust.cluster_robust_ols`), holds for any design: with
+    one contest per vignette the clusters are the contests (the cluster block of the hat matrix is
+    I/n, as for the paired D̄), with several the vignette's contests share one cluster. A
+    percentile cluster bootstrap of D̄ sits beside it (``rng=None`` skips it). Where the CR2
+    interval degenerates because every D is the same (a judge naming one position in every
+    verdict, or never changing its verdict with the order) the interval is the exact one of
+    :func:`exact_order_effect`; with other data and no interval (fewer than ``min_clusters``
+    vignettes, or no variance between vignettes) the effect is INCONCLUSIVE.
+
+    ``win_first``/``win_second`` are booleans (policy wins when shown first / second), one per
+    valid contest; ``clusters`` its vignette.
+
+    References: Pustejovsky & Tipton (2018), JBES 36:672-683 (CR2, Satterthwaite df); Clopper &
+    Pearson (1934). Validated against: R clubSandwich through ``cluster_robust_ols``, and seeded
+    coverage simulations with one and several contests per vignette (tests/test_position_bias.py).
+    """
+    win_first = np.asarray(win_first, dtype=bool).reshape(-1)
+    win_second = np.asarray(win_second, dtype=bool).reshape(-1)
+    groups = np.asarray(clusters).reshape(-1)
+    if not (win_first.shape == win_second.shape == groups.shape) or not groups.size:
+        raise InputError(
+            "win_first, win_second and clusters must have one entry per contest, and at least one",
+            fix="pass aligned arrays of the valid contests",
+        )
+    codes = unique_inverse(groups)[1]
+    n = int(win_first.size)
+    difference = win_first.astype(float) - win_second.astype(float)
+    p_first, p_second = float(win_first.mean()), float(win_second.mean())
+    boot = clustered_mean(
+        difference,
+        codes,
+        "order effect",
+        level=level,
+        rng=rng,
+        bootstrap_draws=bootstrap_draws,
+        min_clusters=min_clusters,
+    )
+    order_effect = logit_effect = None
+    if boot.reportable:
+        y = np.concatenate([win_first, win_second]).astype(float)
+        X = np.column_stack([np.ones(2 * n), np.r_[np.ones(n), np.zeros(n)]])
+        per_order = np.concatenate([codes, codes])
+        options: dict[str, Any] = dict(vcov="CR2", level=level, coef_names=("p_win_second", "order_effect"))
+        # fitted on its 2G cells (vignette x order): the rows' fit, from sums over the rows
+        cells = design_cells(X, per_order)
+        try:
+            fit = cluster_robust_ols_of_cells(
+                cells, cells.sums(y), lambda: cluster_robust_ols(X, y, per_order, **options), **options
+            )
+        except EstimationError:
+            fit = None
+        if fit is not None:
+            order_effect = _score_interval(
+                from_contrast(
+                    linear_contrast(fit, {"order_effect": 1.0}, label="order effect"),
+                    "order effect (probability points)",
+                    boot=None if boot.boot_low is None or boot.boot_high is None else (boot.boot_low, boot.boot_high),
+                    seed=boot.seed,
+                ),
+                difference,
+            )
+            logit_effect = _logit_order_effect(fit, p_first, p_second)
+    if order_effect is None and np.ptp(difference) == 0:
+        order_effect = exact_order_effect(difference, codes, level)
+    if order_effect is None:
+        order_effect = boot
+    if logit_effect is None:
+        logit_effect = ClusteredEstimate.inconclusive(
+            "order effect (logit scale)", None, n, boot.n_clusters, level, "a win probability of 0 or 1, or no variance"
+        )
+    return order_effect, logit_effect
+
+
+def _score_interval(cr2: ClusteredEstimate, difference: np.ndarray) -> ClusteredEstimate:
+    """The CR2 order effect with Tango's score interval in place of the Wald one, Rao–Scott
+    adjusted by the CR2 design effect (:func:`honestci.audit.stats.iid.paired_difference_ci`)."""
+    if not cr2.reportable or cr2.se is None or cr2.df is None:
+        return cr2
+    n = difference.size
+    plus, minus = float((difference > 0).sum()), float((difference < 0).sum())
+    iid_variance = ((plus + minus) / n - cr2.estimate**2) / n
+    # never narrower than independent contests: a design effect below 1 at few vignettes is noise
+    design_effect = max(cr2.se**2 / iid_variance, 1.0) if iid_variance > 0 else 1.0
+    low, high = paired_difference_ci(plus, minus, n, cr2.level, design_effect=design_effect, df=cr2.df)
+    return replace(
+        cr2,
+        ci_low=low,
+        ci_high=high,
+        method="score, CR2",
+        note=f"Tango score interval, CR2 design effect {design_effect:.2f}, t({cr2.df:.1f})",
+    )
 
 
 def position_bias(
@@ -397,51 +552,15 @@ def position_bias(
 
     difference = win_first.astype(float) - win_second.astype(float)
     p_first, p_second = float(win_first.mean()), float(win_second.mean())
-    boot = clustered_mean(
-        difference,
+    order_effect, logit_effect = order_effect_within_contests(
+        win_first,
+        win_second,
         codes,
-        "order effect",
         level=level,
         rng=int(seeds[2]),
         bootstrap_draws=bootstrap_draws,
         min_clusters=min_clusters,
     )
-    order_effect = logit_effect = None
-    if boot.reportable:
-        y = np.concatenate([win_first, win_second]).astype(float)
-        X = np.column_stack([np.ones(2 * n), np.r_[np.ones(n), np.zeros(n)]])
-        per_order = np.concatenate([codes, codes])
-        options: dict[str, Any] = dict(vcov="CR2", level=level, coef_names=("p_win_second", "order_effect"))
-        # fitted on its 2G cells (vignette x order): the rows' fit, from sums over the rows
-        cells = design_cells(X, per_order)
-        try:
-            fit = cluster_robust_ols_of_cells(
-                cells, cells.sums(y), lambda: cluster_robust_ols(X, y, per_order, **options), **options
-            )
-        except EstimationError:
-            fit = None
-        if fit is not None:
-            order_effect = from_contrast(
-                linear_contrast(fit, {"order_effect": 1.0}, label="order effect"),
-                "order effect (probability points)",
-                boot=None if boot.boot_low is None or boot.boot_high is None else (boot.boot_low, boot.boot_high),
-                seed=boot.seed,
-            )
-            if 0 < p_first < 1 and 0 < p_second < 1:
-                slope_first, slope_second = 1 / (p_first * (1 - p_first)), 1 / (p_second * (1 - p_second))
-                logit_effect = from_contrast(
-                    linear_contrast(fit, [slope_first - slope_second, slope_first], label="order effect (logit)"),
-                    "order effect (logit scale)",
-                    estimate=float(logit(p_first) - logit(p_second)),
-                )
-    if order_effect is None and np.ptp(difference) == 0:
-        order_effect = exact_order_effect(difference, codes, level)
-    if order_effect is None:
-        order_effect = boot
-    if logit_effect is None:
-        logit_effect = ClusteredEstimate.inconclusive(
-            "order effect (logit scale)", None, n, boot.n_clusters, level, "a win probability of 0 or 1, or no variance"
-        )
     exact_p, permutation_p, n_discordant, _permutation_seed = sign_flip_test(
         difference, draws=permutation_draws, rng=generator
     )
@@ -553,13 +672,7 @@ def position_bias_between_contests(
             fit, reason = None, str(error)
         if fit is not None:
             order_effect = from_contrast(linear_contrast(fit, {"order_effect": 1.0}, label="order effect"), name)
-            if 0 < p_first < 1 and 0 < p_second < 1:
-                slope_first, slope_second = 1 / (p_first * (1 - p_first)), 1 / (p_second * (1 - p_second))
-                logit_effect = from_contrast(
-                    linear_contrast(fit, [slope_first - slope_second, slope_first], label="order effect (logit)"),
-                    "order effect (logit scale)",
-                    estimate=float(logit(p_first) - logit(p_second)),
-                )
+            logit_effect = _logit_order_effect(fit, p_first, p_second)
     if order_effect is None:
         order_effect = ClusteredEstimate.inconclusive(name, estimate, n, n_clusters, level, reason)
     if logit_effect is None:

@@ -31,6 +31,7 @@ from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import DEFAULT_SEED, THRESHOLDS, Thresholds
 from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.estimands import vignette_means
+from honestci.audit.stats.intervals import RATE_SPACE, bound_to_space
 from honestci.audit.stats.winner import (  # noqa: F401 - the AKM core, re-exported for existing callers
     DEFAULT_PROJECTION_DRAWS,
     SelectionNull,
@@ -221,7 +222,8 @@ def candidate_winner_inference(
       the t interval with G − 1 df (the df of a covariance estimated from G vignettes).
 
     Candidates whose rate is 0 are left out (on the logit scale they impose no bound on the
-    winner). Raises :class:`EstimationError` when the winner's rate is 1 (no logit interval).
+    winner). Raises :class:`EstimationError` when the winner's rate is 1 or every rate is 0 (no logit
+    interval).
     The estimates and covariance of the result stay on the logit scale; every estimate and
     interval of the winner is a rate.
 
@@ -236,6 +238,11 @@ def candidate_winner_inference(
 
     x = np.asarray(estimates.estimates, dtype=float)
     keep = x > 0
+    if not keep.any():
+        raise EstimationError(
+            "every candidate lost every contest on the selection pool (every rate is 0): the winner's rate "
+            "has no logit-scale interval and no selection to correct; add vignettes or contests"
+        )
     if np.max(x) >= 1:
         raise EstimationError(
             f"the winner {estimates.candidates[int(np.argmax(x))]!r} won every contest on the selection pool: "
@@ -498,6 +505,12 @@ def analyse_selection(
         selection_scores[name] = (frame.loc[sel, "score"].to_numpy(float), frame.loc[sel, "vignette_id"].to_numpy())
         held = pools == "heldout"
         heldout_scores[name] = (frame.loc[held, "score"].to_numpy(float), frame.loc[held, "vignette_id"].to_numpy())
+        if not sel.any() and used_judge is not None and (pools_judged := _judged_pools(study, name, opponent, judge)):
+            # judged on the selection pool, but every verdict there is invalid (left out of the scores)
+            raise EstimationError(
+                f"candidate {name!r} has no valid verdict on the selection pool ({pools_judged} judged contest(s), "
+                "every one with an invalid verdict): no selection-corrected estimate; re-judge the invalid verdicts"
+            )
     # raises without candidates, or with fewer than two common vignettes
     estimates = selection_covariance(selection_scores, max_condition=thresholds.winners_curse_max_condition)
     if used_judge is None:  # only when no candidate was scored, which selection_covariance refuses
@@ -547,20 +560,32 @@ def analyse_selection(
     )
 
 
+def _judged_pools(study, candidate: str, opponent: str, judge: str | None) -> int:
+    """Contests of ``candidate`` on the selection pool, invalid verdicts included."""
+    from honestci.audit.data.contests import build_contests
+
+    contests = build_contests(study, policy=candidate, opponent=opponent, judge=judge, allow_single_order=True)
+    responses = study.responses.frame
+    pool = dict(zip(responses["response_id"], responses["pool"]))
+    return int((contests.frame["policy_response"].map(pool) == "selection").sum())
+
+
 def _replication(candidate: str, values: np.ndarray, clusters: np.ndarray, level: float) -> HeldOutReplication | None:
-    if values.size == 0:
+    """The CR2 interval of ``candidate``'s held-out rate; None without two held-out vignettes (or variation)."""
+    if values.size == 0 or np.unique(clusters).size < 2:
         return None
     try:
         fit = cluster_robust_ols(np.ones(values.size), values, clusters, vcov="CR2", level=level, df="satterthwaite")
     except EstimationError:
         return None
+    low, high = bound_to_space(fit.ci_low[0], fit.ci_high[0], RATE_SPACE)
     return HeldOutReplication(
         candidate,
         float(fit.coef[0]),
         float(fit.se[0]),
         float(fit.df[0]),
-        float(fit.ci_low[0]),
-        float(fit.ci_high[0]),
+        low,
+        high,
         int(values.size),
         fit.n_clusters,
     )

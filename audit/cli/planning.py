@@ -169,9 +169,10 @@ def plan_command(
         pilot = planning.truth_from_pilot(scored.values, scored.clusters, order_bias)
         bar = loaded.spec.bar if bar is None else bar
         population = population or loaded.spec.population
+        icc_text = "undefined: no score varies" if pilot.icc != pilot.icc else f"{pilot.icc:.3f}"  # NaN
         click.echo(
             f"pilot {claim}: {scored.clusters.size} contests on {len(set(scored.clusters))} vignettes; "
-            f"rate {pilot.rate:.3f}, vignette logit sd {pilot.sd:.2f} (ICC {pilot.icc:.3f}), "
+            f"rate {pilot.rate:.3f}, vignette logit sd {pilot.sd:.2f} (ICC {icc_text}), "
             f"ties {pilot.ties:.1%} of judged orders"
         )
     population = population or thresholds.default_population

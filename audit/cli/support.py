@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from honestci.audit.errors import InputError
+from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import DEFAULT_SEED, EXIT_BAD_INPUT, EXIT_BLOCKED, EXIT_PASS, Verdict
 
 #: What the Bayesian fit imports from the bayes extra (audit/stats/bayes*.py import them lazily).
@@ -50,7 +50,10 @@ policy_option = click.option(
 
 
 def fail_cleanly(command):
-    """Print domain input errors as a readable message (no traceback) and exit 2."""
+    """Print domain input errors as a readable message (no traceback) and exit 2; an estimator
+    that cannot give a trustworthy answer from valid data (:class:`EstimationError`) makes the
+    command's result INCONCLUSIVE: its reason is printed and it exits 1, as a gate that is not
+    PASS does (``honestci audit`` turns the same error into the check's INCONCLUSIVE gate)."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -59,6 +62,9 @@ def fail_cleanly(command):
         except InputError as exc:
             click.secho("error: " + exc.render(), fg="red", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except EstimationError as exc:
+            click.secho(f"INCONCLUSIVE: no trustworthy estimate from these data: {exc}", fg="yellow", err=True)
+            sys.exit(EXIT_BLOCKED)
 
     return wrapper
 
@@ -74,6 +80,12 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *self.lazy_commands})
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and not ctx.resilient_parsing:
+            refuse_repeated_options(ctx, name or "", command, rest)
+        return name, command, rest
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy_commands and cmd_name not in self.commands:
@@ -92,6 +104,39 @@ class LazyGroup(click.Group):
             limit = formatter.width - 6 - max(len(name) for name, _ in commands)
             with formatter.section("Commands"):
                 formatter.write_dl([(name, command.get_short_help_str(limit)) for name, command in commands])
+
+
+def refuse_repeated_options(parent: click.Context, name: str, command: click.Command, args: list[str]) -> None:
+    """Exit 2 naming the option when ``args`` give a single-valued option of ``command`` (or of a
+    subcommand of it) twice: click keeps the last silently, so ``--policy strict.yaml --policy
+    lax.yaml`` would audit under the second. Options meant to repeat (``multiple=True``), counts and
+    flags are left alone. The args are read by the command's own parser (so ``--out=x``, ``-o x``
+    and an option-looking value are read as click reads them); anything it cannot parse is left
+    for click's own parse to report."""
+    probe = click.Context(command, parent=parent, info_name=name, resilient_parsing=True)
+    parser = command.make_parser(probe)
+    parser.ignore_unknown_options = True
+    try:
+        _, rest, order = parser.parse_args(list(args))
+    except click.ClickException:
+        return
+    seen: set[str] = set()
+    for param in order:
+        if not isinstance(param, click.Option) or param.multiple or param.count or param.is_flag:
+            continue
+        if param.name in seen:
+            error = InputError(
+                f"{probe.command_path}: option {param.opts[0]} is given more than once; it takes one value, and "
+                "click would keep the last silently.",
+                fix=f"give {param.opts[0]} once",
+            )
+            click.secho("error: " + error.render(), fg="red", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        seen.add(param.name or "")
+    if isinstance(command, click.Group) and rest:
+        sub = command.get_command(probe, rest[0])
+        if sub is not None:
+            refuse_repeated_options(probe, rest[0], sub, rest[1:])
 
 
 def exit_by_gate(gate) -> None:

@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from honestci.audit.data.yaml_io import problems_from_validation, read_yaml_mapping
+from honestci.audit.data.yaml_io import Count, Name, Number, problems_from_validation, read_yaml_mapping
 from honestci.audit.errors import ClaimError, Problem
 from honestci.audit.policy import (
     THRESHOLDS,
@@ -54,9 +54,9 @@ class ClaimedComparison(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    against: str = Field(min_length=1)
+    against: Name
     kind: Literal["paired_difference", "ci_low_vs_point", "point_vs_point"]
-    against_point: float | None = Field(None, ge=0, le=1)
+    against_point: Number | None = Field(None, ge=0, le=1)
     statement: str | None = None
 
 
@@ -65,12 +65,26 @@ class ClaimedRow(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    system: str = Field(min_length=1)
-    point: float | None = Field(None, ge=0, le=1)
-    n: int | None = Field(None, ge=1)
-    ci_low: float | None = Field(None, ge=0, le=1)
-    ci_high: float | None = Field(None, ge=0, le=1)
+    system: Name
+    point: Number | None = Field(None, ge=0, le=1)
+    n: Count | None = Field(None, ge=1)
+    ci_low: Number | None = Field(None, ge=0, le=1)
+    ci_high: Number | None = Field(None, ge=0, le=1)
     method: str | None = None
+
+    @model_validator(mode="after")
+    def _ordered_interval(self) -> ClaimedRow:
+        return ordered_interval(self)
+
+
+def ordered_interval(figures):
+    """``figures`` unchanged when its claimed interval is ordered; else ValueError (bad input, not a
+    finding: an interval whose lower end lies above its upper end states nothing to audit)."""
+    if figures.ci_low is not None and figures.ci_high is not None and figures.ci_low > figures.ci_high:
+        raise ValueError(
+            f"ci_low {figures.ci_low} lies above ci_high {figures.ci_high}; copy the interval as the card prints it"
+        )
+    return figures
 
 
 class ClaimedFigures(BaseModel):
@@ -78,16 +92,20 @@ class ClaimedFigures(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    point: float | None = Field(None, ge=0, le=1)
-    n: int | None = Field(None, ge=1)
-    ci_low: float | None = Field(None, ge=0, le=1)
-    ci_high: float | None = Field(None, ge=0, le=1)
+    point: Number | None = Field(None, ge=0, le=1)
+    n: Count | None = Field(None, ge=1)
+    ci_low: Number | None = Field(None, ge=0, le=1)
+    ci_high: Number | None = Field(None, ge=0, le=1)
     method: str | None = None
-    level: float = Field(0.95, gt=0, lt=1)
+    level: Number = Field(0.95, gt=0, lt=1)
     comparisons: tuple[ClaimedComparison, ...] = ()
     table: tuple[ClaimedRow, ...] = ()
     #: The card says the policy is the best of the claim's ``systems`` (a family of comparisons).
     best_of_systems: bool = False
+
+    @model_validator(mode="after")
+    def _ordered_interval(self) -> ClaimedFigures:
+        return ordered_interval(self)
 
 
 class ClaimSpec(BaseModel):
@@ -95,16 +113,16 @@ class ClaimSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    version: int
-    name: str = Field(min_length=1)
-    policy: str = Field(min_length=1)
-    opponent: str = Field(min_length=1)
-    judge: str | None = None
+    version: Count
+    name: Name
+    policy: Name
+    opponent: Name
+    judge: Name | None = None
     #: Several judges on the same contests and the rule that makes one score of their verdicts.
-    panel: tuple[str, ...] | None = None
+    panel: tuple[Name, ...] | None = None
     panel_rule: Literal["mean", "majority"] | None = None
     metric: Literal["winrate"] = "winrate"
-    bar: float = Field(gt=0, lt=1)
+    bar: Number = Field(gt=0, lt=1)
     population: Population = THRESHOLDS.default_population
     method: str | None = None
     data: dict[str, str]
@@ -113,15 +131,15 @@ class ClaimSpec(BaseModel):
     pool: Literal["selection", "heldout"] | None = None
     #: Other systems judged against the same opponent on the same vignettes: the audit ranks the
     #: policy among them (K-system table, rank intervals, length-controlled rates).
-    systems: tuple[str, ...] | None = None
+    systems: tuple[Name, ...] | None = None
     #: Restrict the claim to the vignettes of one family (``family:``) or of several
     #: (``families:``); its population is then the new vignettes of those families, and only
     #: their contests are evidence.
-    family: str | None = Field(None, min_length=1)
-    families: tuple[str, ...] | None = None
+    family: Name | None = None
+    families: tuple[Name, ...] | None = None
     #: Independent training seeds (or eval runs) of the claimed recipe, the policy among them: the
     #: audit reports each seed's rate, the between-seed variance and the win rate of a new seed.
-    seeds: tuple[str, ...] | None = None
+    seeds: tuple[Name, ...] | None = None
     required_gates: tuple[str, ...] | None = None
     training_log: str | None = None
     thresholds: dict[str, float | int | str] = Field(default_factory=dict)

@@ -337,6 +337,9 @@ def _wrong_type(column: Column, value: Any) -> str:
 def _coerce(column: Column, value: Any, from_text: bool) -> tuple[Any, str | None]:
     """Turn one read value into the column's Python type: (value, None), (None, None) for a
     missing value, or (None, problem)."""
+    if isinstance(value, float) and math.isnan(value) and column.type == "int":
+        # an integer column has no NaN of its own: a written NaN is not a missing seed
+        return None, "is NaN, not an integer (leave the field out, or null, for a missing value)"
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None, None
     if column.type == "str":
@@ -355,7 +358,7 @@ def _coerce(column: Column, value: Any, from_text: bool) -> tuple[Any, str | Non
         except ValueError:
             return None, _wrong_type(column, value)
         if math.isnan(number):
-            return None, None
+            return (None, None) if column.type == "float" else (None, f"is {text!r}, not an integer")
     if isinstance(number, bool) or not isinstance(number, (int, float)):
         return None, _wrong_type(column, value)
     if not math.isfinite(number):
@@ -416,7 +419,9 @@ def _column_cells(column: Column, cells: list, from_text: bool, absent: bool) ->
         distinct = set(cells)
     except TypeError:  # a list or object in the column
         distinct = None
-    numeric = set(map(type, distinct or ())) & {int, float, bool}
+    # by the cells' types, not the distinct values': {1.0, True} is one value to a set, so True
+    # would be read as 1.0 through the first's outcome
+    numeric = set(map(type, cells)) & {int, float, bool} if distinct is not None else set()
     if distinct is not None and len(numeric) <= 1 and not (float in numeric and 0.0 in distinct):
         outcome = {
             value: (None, missing) if value is _ABSENT else _cell(column, value, from_text) for value in distinct
@@ -640,13 +645,12 @@ def _validate_arrow(arrow, spec: TableSpec, file: str, sha256: str) -> LoadedTab
             encoded = array
             if len(array.dictionary) != pc.count_distinct(array.dictionary).as_py():
                 encoded = pc.dictionary_encode(array.dictionary.take(array.indices))
+        elif not _plain_arrow_type(array.type):
+            return None  # a list, struct, map, date, ...: the record path names it (pyarrow cannot encode some)
         else:
             encoded = pc.dictionary_encode(array)
         kind = encoded.dictionary.type
-        if not any(
-            test(kind)
-            for test in (pa.types.is_string, pa.types.is_large_string, pa.types.is_integer, pa.types.is_floating)
-        ) and not (pa.types.is_boolean(kind) or pa.types.is_null(kind)):
+        if not _plain_arrow_type(kind):
             return None
         if encoded.null_count and column.required:
             return None
@@ -684,6 +688,14 @@ def _validate_arrow(arrow, spec: TableSpec, file: str, sha256: str) -> LoadedTab
         if name not in frame:
             frame[name] = pd.Series(arrow.column(name).to_pylist(), dtype=object)
     return LoadedTable(spec.name, file, sha256, frame, np.arange(1, n + 1, dtype=np.int64), {})
+
+
+def _plain_arrow_type(kind) -> bool:
+    """Whether a column of pyarrow type ``kind`` can be dictionary-encoded and checked by value."""
+    import pyarrow as pa
+
+    tests = (pa.types.is_string, pa.types.is_large_string, pa.types.is_integer, pa.types.is_floating)
+    return any(test(kind) for test in tests) or pa.types.is_boolean(kind) or pa.types.is_null(kind)
 
 
 def _plain_strings(column: Column, values: list) -> list | None:

@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from honestci.audit.data.yaml_io import problems_from_validation, read_yaml_mapping
+from honestci.audit.data.yaml_io import Name, problems_from_validation, read_yaml_mapping
 from honestci.audit.errors import InputError, Problem
 from honestci.audit.policy import (
     CERTIFIED_GATE_METHODS,
@@ -51,7 +51,7 @@ class PolicySpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: Literal[1]
-    name: str = Field(min_length=1, max_length=200)
+    name: Name
     thresholds: dict[str, float | int | str] = Field(default_factory=dict)
     gate_methods: dict[str, str] = Field(default_factory=dict)
     required_gates: tuple[str, ...] | None = None

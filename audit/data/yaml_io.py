@@ -8,9 +8,12 @@ file and line.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Annotated
 
 import yaml
+from pydantic import AfterValidator, Strict, StringConstraints
 
 from honestci.audit.errors import InputError, Problem
 
@@ -21,6 +24,31 @@ MAX_DEPTH = 64
 MAX_NODES = 100_000
 #: Largest file read (a claim, policy or config is a few kilobytes).
 MAX_BYTES = 4 * 1024 * 1024
+#: Longest integer accepted, in characters as written (a seed or a count needs under twenty).
+MAX_INT_CHARS = 100
+#: Longest name a claim or policy may give (a claim, system, judge, family or seed): names are
+#: printed in every report and message, so a longer one is refused, never echoed whole.
+MAX_NAME_CHARS = 200
+#: C0 and C1 control characters (NUL, newline, escape, ...): no name may hold one (a newline would
+#: split a report line, an escape drive the terminal, and XML 1.0, the JUnit report, has no way to
+#: write most of them).
+CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _plain_name(value: str) -> str:
+    if CONTROL_CHARACTERS.search(value):
+        raise ValueError("holds a control character (NUL, newline, tab, escape, ...), which no name may")
+    return value
+
+
+#: A name in a claim or policy file: one line of 1 to :data:`MAX_NAME_CHARS` characters, no control
+#: character. (Markdown is escaped where names are rendered, ``reports.markdown.md``.)
+Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_plain_name), Strict()]
+#: A number in a claim or policy file: an integer or a float as YAML writes them; a string
+#: (``!!str 0.608``, ``"0.608"``) or a boolean is refused, never coerced.
+Number = Annotated[float, Strict()]
+#: An integer in a claim or policy file; ``true`` or ``"3"`` is refused, never coerced.
+Count = Annotated[int, Strict()]
 
 
 class StrictSafeLoader(yaml.SafeLoader):
@@ -48,12 +76,35 @@ class StrictSafeLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # `<<: *anchor` merges; explicit keys may override merged ones
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
+            if not isinstance(key, (str, int, float, bool)):
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found a {type(key).__name__} as a key; keys are plain names",
+                    key_node.start_mark,
+                )
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node):
+        # Python refuses to read a decimal integer of more than 4,300 digits (a ValueError), and one
+        # in hex it reads fails later, wherever it is printed
+        if len(str(node.value)) > MAX_INT_CHARS:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"an integer of {len(str(node.value)):,} characters is longer than the {MAX_INT_CHARS} any value "
+                "here needs",
+                node.start_mark,
+            )
+        return super().construct_yaml_int(node)
+
+
+StrictSafeLoader.add_constructor("tag:yaml.org,2002:int", StrictSafeLoader.construct_yaml_int)
 
 
 def read_yaml_mapping(

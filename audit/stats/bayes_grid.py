@@ -9,11 +9,21 @@ no sampler: the vignette effects are integrated out by Gauss–Hermite quadratur
     p(μ, σ | data) ∝ p(μ) p(σ) Π_g Σ_k w_k exp(ℓ_g(μ + σ x_k)),
     ℓ_g(η) = [w_g log expit(η) + (n_g − w_g) log expit(−η)] / φ,
 
-evaluated on a (μ, σ) grid (a coarse pass finds where the posterior lives, a fine pass covers it),
-and the target θ_new(μ, σ) = Σ_k w_k expit(μ + σ x_k) (:mod:`honestci.audit.stats.estimands`) is read
-off at every grid point; its posterior quantiles are the interval. Deterministic; about 0.1 s of
-one core per fit (G = 6 to 805) on the development machine, and within 0.0015 of the same
-quantiles on a 6× finer grid (a 500 × 700 (σ, μ) grid; 17 simulated data sets, G = 6 to 805).
+evaluated on a (μ, σ) grid, and the target θ_new(μ, σ) = Σ_k w_k expit(μ + σ x_k)
+(:mod:`honestci.audit.stats.estimands`) is read off at every grid point; its posterior quantiles are
+the interval. Deterministic.
+
+Resolution rule (issue 31): the grid follows the posterior's width whatever G and the contest
+counts. A coarse pass finds where the posterior lives; an exact pass of 41 × 41 points covers that
+box and zooms onto the box its own mass lives in until its steps are at most 1/2 of the posterior SD
+of μ and of σ (at 10⁶ contests the SD of μ is ~1/6 of an η step: μ then leaves the η lattice and
+each μ gets its own kernel CDFs); the bicubic spline of its log density is read on a grid whose
+steps are at most 1/10 of each SD. Each vignette's likelihood stays on the 600-point η grid (the
+kernel's σ ≥ two η steps): with the (μ, σ) grid made dense the quantiles matched the independent
+computation below to 3e-5 at every shape tried, so the η tabulation was not the artefact. About
+0.01-0.02 s of one core at G = 6-30, 0.12 s at G = 300 and 0.17 s at 10⁶ contests on 5,000
+vignettes (the fixed grid before it: 0.04 / 0.03 / 0.11 / 0.12 s in the same run; 2 shared cores,
+load 6-7, 2026-12-05).
 
 Why the gate reads it (docs/coverage.md): when vignette rates are heterogeneous and near 1 their
 mean is skewed, and every interval built from the G vignette means and their spread — CR2, on the
@@ -26,8 +36,12 @@ References: Gelman (2006), "Prior distributions for variance parameters in hiera
 Bayesian Analysis 1; Rue, Martino & Chopin (2009), JRSS-B 71 (posterior of a few hyperparameters
 on a grid, latent effects integrated out); Abramowitz & Stegun 25.4.46 (Gauss–Hermite).
 
-Validated against: the same model sampled by NUTS (tests/test_bayes_grid.py: posterior quantiles
-within Monte Carlo error) and, for the grid and the quadrature, scipy.integrate on a small data set.
+Validated against: an independent computation of the same model (each vignette's marginal
+likelihood by adaptive Gauss–Hermite, a dense zoomed (μ, σ) grid, no code shared): the 2.5%, 50% and
+97.5% quantiles within 1.2e-4 at 10⁶ contests (5,000 vignettes), G = 6, 30, 300, one verdict per
+vignette and skewed sizes (tests/test_bayes_grid.py, asserted to 5e-4; the coarse grid's CI-low was
+1.4e-3 above at 10⁶ contests); the same model sampled by NUTS (posterior quantiles within Monte
+Carlo error); scipy.integrate of the log posterior on a small data set.
 """
 
 from __future__ import annotations
@@ -36,7 +50,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import interpolate, stats
 from scipy.special import expit, log_expit, ndtr
 
 from honestci.audit.stats.bayes import contest_dispersion
@@ -54,9 +68,11 @@ _ETA_POINTS, _ETA_MARGIN = 600, 5.0
 #: with one verdict per vignette σ is barely identified and large σ needs a far-out μ), and its
 #: points in μ and σ (σ up to 6, where the HalfNormal(1) prior has no mass left).
 _COARSE_MU_MARGIN, _COARSE_MU, _COARSE_SIGMA, _SIGMA_MAX = 8.0, 81, 31, 6.0
-#: Grid points of the fine pass in μ and σ.
-_FINE_MU, _FINE_SIGMA = 161, 101
-#: The fine pass covers the coarse cells within this many log units of the posterior's maximum.
+#: Points of the exact pass in μ and in σ; it zooms (at most :data:`_MAX_ZOOMS` passes) until its
+#: steps are at most 1/:data:`_EXACT_RESOLUTION` of the posterior SD of μ and of σ, and the spline
+#: of its log density is read on steps of at most 1/:data:`_RESOLUTION` of them.
+_EXACT_POINTS, _EXACT_RESOLUTION, _MAX_ZOOMS, _RESOLUTION = 41, 2.0, 8, 10.0
+#: Each exact pass covers the previous pass's cells within this many log units of the maximum.
 _LOG_DENSITY_SPAN = 18.0
 
 
@@ -134,24 +150,31 @@ def log_posterior_on_grid(wins: np.ndarray, losses: np.ndarray):
     def log_posterior(mu, sigma):
         mu, sigma = np.atleast_1d(np.asarray(mu, dtype=float)), np.atleast_1d(np.asarray(sigma, dtype=float))
         cells = int(round((mu[1] - mu[0]) / step)) if mu.size > 1 else 0
-        if mu.size > 1 and (cells < 1 or not np.allclose(np.diff(mu), cells * step, rtol=0, atol=1e-9 * step)):
-            raise ValueError("μ must be one value or an arithmetic progression in whole η steps")
-        # F[u] = Φ((edge_0 − μ_0 + (u − m(n − 1)) h) / σ) for u = 0 … n_edges − 1 + m(n − 1); the
-        # kernel of μ_i at edge j is F[j − m i + m(n − 1)].
-        reach = cells * (mu.size - 1)
+        on_lattice = mu.size == 1 or (cells >= 1 and np.allclose(np.diff(mu), cells * step, rtol=0, atol=1e-9 * step))
+        # On the lattice F[u] = Φ((edge_0 − μ_0 + (u − m(n − 1)) h) / σ) for u = 0 … n_edges − 1 +
+        # m(n − 1); the kernel of μ_i at edge j is F[j − m i + m(n − 1)]. Elsewhere (the exact pass's
+        # μ steps below an η step) one CDF per (edge, μ).
+        reach = cells * (mu.size - 1) if on_lattice else 0
         offsets = first_edge - mu[0] + (np.arange(n_edges + reach) - reach) * step
         starts = reach - cells * np.arange(mu.size)
         interior_rows = starts[None, :] + np.arange(n_edges - 1)[:, None]
+        edge_offsets = (first_edge + step * np.arange(n_edges))[:, None] - mu[None, :]
         prior = stats.norm.logpdf(mu, 0.0, MU_PRIOR_SD)[:, None] - 0.5 * (sigma / SIGMA_PRIOR_SCALE)[None, :] ** 2
         kernel = np.empty((_ETA_POINTS, mu.size))  # one σ at a time, contiguous
 
         def evidence(rows: np.ndarray, fast: bool) -> np.ndarray:  # (distinct rows, mu, sigma)
             out = np.empty((rows.shape[0], mu.size, sigma.size))
             for k, scale in enumerate(sigma):
-                cdf = ndtr(offsets / scale)
-                kernel[0] = cdf[starts]
-                kernel[1:n_edges] = np.diff(cdf)[interior_rows]  # cells 1 … n_edges − 1
-                kernel[n_edges] = 1.0 - cdf[starts + n_edges - 1]
+                if on_lattice:
+                    cdf = ndtr(offsets / scale)
+                    kernel[0] = cdf[starts]
+                    kernel[1:n_edges] = np.diff(cdf)[interior_rows]  # cells 1 … n_edges − 1
+                    kernel[n_edges] = 1.0 - cdf[starts + n_edges - 1]
+                else:
+                    cdf = ndtr(edge_offsets / scale)
+                    kernel[0] = cdf[0]
+                    kernel[1:n_edges] = np.diff(cdf, axis=0)
+                    kernel[n_edges] = 1.0 - cdf[-1]
                 if fast:
                     kernel[kernel < NEGLIGIBLE] = 0.0
                 out[:, :, k] = rows @ kernel
@@ -198,9 +221,45 @@ def _lattice(low: float, high: float, points: int, step: float) -> np.ndarray:
     return low + cells * step * np.arange(math.ceil((high - low) / (cells * step)) + 1)
 
 
-def _grid_posterior(scores, clusters, trials_per_contest: int = 2, equal_weight: bool = False):
-    """The fine (μ, σ) grid and its normalised posterior mass (len(μ) × len(σ)), with each
-    vignette's tempered wins and losses and the dispersion φ.
+@dataclass(frozen=True)
+class _Grid:
+    """The posterior on the exact (μ, σ) grid (``mass``, len(μ) × len(σ)) and read off its spline on
+    the fine grid (``fine_*``), with each vignette's tempered wins and losses and the dispersion φ."""
+
+    mu: np.ndarray
+    sigma: np.ndarray
+    mass: np.ndarray
+    fine_mu: np.ndarray
+    fine_sigma: np.ndarray
+    fine_mass: np.ndarray
+    wins: np.ndarray
+    losses: np.ndarray
+    dispersion: float
+
+
+def _spread(values: np.ndarray, mass: np.ndarray) -> float:
+    """The standard deviation of ``values`` under the (normalised) ``mass``."""
+    mean = float(np.dot(mass, values))
+    return math.sqrt(max(float(np.dot(mass, (values - mean) ** 2)), 0.0))
+
+
+def _live_box(density: np.ndarray, mu: np.ndarray, sigma: np.ndarray, smallest_sigma: float):
+    """The (μ, σ) box of the cells within :data:`_LOG_DENSITY_SPAN` of the largest log density,
+    widened by one grid step each way (σ not below ``smallest_sigma``)."""
+    live = density > density.max() - _LOG_DENSITY_SPAN
+    rows, cols = np.flatnonzero(live.any(axis=1)), np.flatnonzero(live.any(axis=0))
+    mu_step, sigma_step = mu[1] - mu[0], sigma[1] - sigma[0]
+    return (
+        mu[rows[0]] - mu_step,
+        mu[rows[-1]] + mu_step,
+        max(smallest_sigma, sigma[cols[0]] - sigma_step),
+        sigma[cols[-1]] + sigma_step,
+    )
+
+
+def _grid_posterior(scores, clusters, trials_per_contest: int = 2, equal_weight: bool = False) -> _Grid:
+    """The posterior of (μ, σ) on a grid as fine as its width asks, with each vignette's tempered
+    wins and losses and the dispersion φ.
 
     A contest is ``trials_per_contest`` trials with that many times s wins: 2 when both orders
     are judged, 1 when each contest is one judged order (a verdict or a preference), so a single
@@ -213,6 +272,12 @@ def _grid_posterior(scores, clusters, trials_per_contest: int = 2, equal_weight:
     Each vignette's likelihood is tabulated on a fine η grid, so the integral over its effect is
     one matrix product with the N(μ, σ) kernel for every (μ, σ) at once (σ from two η steps up:
     below that the kernel is narrower than the grid and the vignettes are effectively pooled).
+    The resolution follows the posterior's width, whatever G and the contest counts: a coarse pass
+    finds where the posterior lives; an exact pass of :data:`_EXACT_POINTS` × :data:`_EXACT_POINTS`
+    points covers that box and, while its steps exceed 1/:data:`_EXACT_RESOLUTION` of the posterior
+    SD of μ or σ (many contests: the SD of μ falls below an η step), zooms to the box its own mass
+    lives in (μ then off the η lattice). The log density's bicubic spline is then read on a grid
+    whose steps are at most 1/:data:`_RESOLUTION` of each SD.
     """
     scores = np.asarray(scores, dtype=float)
     _, codes = unique_inverse(clusters)
@@ -229,17 +294,40 @@ def _grid_posterior(scores, clusters, trials_per_contest: int = 2, equal_weight:
     smallest_sigma = 2.0 * eta_step
     mu = _lattice(empirical.min() - _COARSE_MU_MARGIN, empirical.max() + _COARSE_MU_MARGIN, _COARSE_MU, eta_step)
     sigma = np.linspace(smallest_sigma, _SIGMA_MAX, _COARSE_SIGMA)
-    coarse = log_posterior(mu, sigma)
-    live = coarse > coarse.max() - _LOG_DENSITY_SPAN
-    mu_rows, sigma_cols = np.flatnonzero(live.any(axis=1)), np.flatnonzero(live.any(axis=0))
-    mu_step, sigma_step = mu[1] - mu[0], sigma[1] - sigma[0]
-    mu = _lattice(mu[mu_rows[0]] - mu_step, mu[mu_rows[-1]] + mu_step, _FINE_MU, eta_step)
-    sigma = np.linspace(
-        max(smallest_sigma, sigma[sigma_cols[0]] - sigma_step), sigma[sigma_cols[-1]] + sigma_step, _FINE_SIGMA
-    )
-    fine = log_posterior(mu, sigma)
-    mass = np.exp(fine - fine.max())
-    return mu, sigma, mass / mass.sum(), wins, losses, dispersion
+    box = _live_box(log_posterior(mu, sigma), mu, sigma, smallest_sigma)
+    for _ in range(_MAX_ZOOMS):
+        mu_low, mu_high, sigma_low, sigma_high = box
+        cells = math.floor((mu_high - mu_low) / (_EXACT_POINTS - 1) / eta_step)
+        if cells >= 1:  # on the η lattice (one CDF row per σ), steps no wider than the box's 1/40
+            mu = mu_low + cells * eta_step * np.arange(math.ceil((mu_high - mu_low) / (cells * eta_step)) + 1)
+        else:
+            mu = np.linspace(mu_low, mu_high, _EXACT_POINTS)
+        sigma = np.linspace(sigma_low, sigma_high, _EXACT_POINTS)
+        density = log_posterior(mu, sigma)
+        mass = np.exp(density - density.max())
+        mass /= mass.sum()
+        mu_sd, sigma_sd = _spread(mu, mass.sum(axis=1)), _spread(sigma, mass.sum(axis=0))
+        if mu[1] - mu[0] <= mu_sd / _EXACT_RESOLUTION and sigma[1] - sigma[0] <= sigma_sd / _EXACT_RESOLUTION:
+            break
+        zoomed = _live_box(density, mu, sigma, smallest_sigma)
+        if np.allclose(zoomed, box, rtol=0, atol=1e-12):
+            break
+        box = zoomed
+    # The spline of the log density (cells beyond e^-60 of the largest held there: no mass, no
+    # ringing from the steep far corners) on steps of at most 1/_RESOLUTION of each SD.
+    fine_mu = np.linspace(mu[0], mu[-1], _fine_points(mu, mu_sd))
+    fine_sigma = np.linspace(sigma[0], sigma[-1], _fine_points(sigma, sigma_sd))
+    spline = interpolate.RectBivariateSpline(mu, sigma, np.maximum(density - density.max(), -60.0), kx=3, ky=3)
+    fine = spline(fine_mu, fine_sigma)
+    fine_mass = np.exp(fine - fine.max())
+    return _Grid(mu, sigma, mass, fine_mu, fine_sigma, fine_mass / fine_mass.sum(), wins, losses, dispersion)
+
+
+def _fine_points(values: np.ndarray, sd: float) -> int:
+    """Points of the fine grid over ``values``' range: steps at most 1/:data:`_RESOLUTION` of ``sd``,
+    and no fewer points than ``values`` has."""
+    width = values[-1] - values[0]
+    return max(values.size, math.ceil(width * _RESOLUTION / sd) + 1 if sd > 0 else values.size)
 
 
 def rate_posterior(scores, clusters, trials_per_contest: int = 2, equal_weight: bool = True) -> RatePosterior:
@@ -250,19 +338,25 @@ def rate_posterior(scores, clusters, trials_per_contest: int = 2, equal_weight: 
     vignette's likelihood at its own size n_g, the posterior of μ weights vignette g by its
     precision, about 1/(σ² + 1/(n_g p(1 − p))): when the vignettes' rates are close (σ small)
     that is nearly its contest count, so where contest counts follow quality (more contests where
-    the policy does well) the posterior centres on the contest-weighted rate and the CI-low lies
-    above the equal-weight truth far more often than 2.5% (66% at G = 100, vignette logit sd 0.3:
+    the policy does well) the posterior centres on the contest-weighted rate and its CI-low lies
+    above the equal-weight truth far more often than 2.5% (22% at G = 30, vignette logit sd 0.3:
     docs/coverage.md, informative sizes). With ``equal_weight`` (the gate's default) every vignette
     enters at the harmonic mean size h = G / Σ 1/n_g: the weights are then equal, and the
-    sampling variance the model assigns to the vignette means, averaged over vignettes, is the
-    one they have (mean_g s²/n_g = s²/h), so the interval's width stays honest. With equal sizes
-    the two are the same. ``equal_weight=False`` gives the precision-weighted posterior (a
-    candidate the coverage study measures)."""
-    mu, sigma, mass, _, _, dispersion = _grid_posterior(scores, clusters, trials_per_contest, equal_weight)
+    sampling variance the model gives the vignette means, averaged over vignettes, is the one they
+    have (mean_g s²/n_g = s²/h), so the width stays honest. With equal sizes the two are the same.
+    ``equal_weight=False`` is the precision-weighted posterior (a candidate the coverage study
+    measures); :func:`vignette_rate_posteriors` keeps each vignette at its own size (its own
+    likelihood is what its partially pooled rate rests on)."""
+    grid = _grid_posterior(scores, clusters, trials_per_contest, equal_weight)
     nodes, weights = standard_normal_nodes(_TARGET_NODES)
-    theta = (expit(mu[:, None, None] + sigma[None, :, None] * nodes[None, None, :]) @ weights).ravel()
+    exact = expit(grid.mu[:, None, None] + grid.sigma[None, :, None] * nodes[None, None, :]) @ weights
+    # θ_new is smooth in (μ, σ): its bicubic spline from the exact grid is within 1e-5 of the
+    # quadrature on the fine one (1.3e-6 seen; tests/test_bayes_grid.py) at a fraction of the cost.
+    theta = interpolate.RectBivariateSpline(grid.mu, grid.sigma, exact, kx=3, ky=3)(
+        grid.fine_mu, grid.fine_sigma
+    ).ravel()
     order = np.argsort(theta)
-    return RatePosterior(theta[order], mass.ravel()[order], dispersion)
+    return RatePosterior(theta[order], grid.fine_mass.ravel()[order], grid.dispersion)
 
 
 @dataclass(frozen=True)
@@ -284,7 +378,8 @@ _CELL_FLOOR = 1e-8
 def vignette_rate_posteriors(scores, clusters, level: float = 0.95, trials_per_contest: int = 2) -> VignettePosteriors:
     """Each observed vignette's rate, partially pooled: the posterior of expit(η_g) given all data.
 
-    With the hyperparameters on the grid of :func:`rate_posterior`,
+    With the hyperparameters on the exact grid of :func:`rate_posterior` (steps at most half the
+    posterior SD of μ and σ; the spline's finer grid serves θ_new's quantiles),
 
         p(η_g | y) = Σ_(μ,σ) p(μ, σ | y) · L_g(η_g) N(η_g; μ, σ) / Z_g(μ, σ),
         Z_g(μ, σ) = ∫ L_g(η) N(η; μ, σ) dη,
@@ -300,7 +395,8 @@ def vignette_rate_posteriors(scores, clusters, level: float = 0.95, trials_per_c
     (no η cells, no tabulation) in tests/test_bayes_grid.py, to 2e-3.
     """
     vignettes, codes = unique_inverse(clusters)  # the labels once; the grid groups by their codes
-    mu, sigma, mass, wins, losses, _ = _grid_posterior(scores, codes, trials_per_contest)
+    grid = _grid_posterior(scores, codes, trials_per_contest)
+    mu, sigma, mass, wins, losses = grid.mu, grid.sigma, grid.mass, grid.wins, grid.losses
     # Vignettes with the same (tempered) counts have the same posterior: each distinct pair once
     # (with m contests a vignette there are at most 2m + 1 of them, whatever G), as in the grid's.
     counts, row_of_vignette = np.unique(np.column_stack([wins, losses]), axis=0, return_inverse=True)

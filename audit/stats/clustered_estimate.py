@@ -18,7 +18,7 @@ from honestci.audit.policy import THRESHOLDS, Verdict
 from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
 from honestci.audit.stats.cluster_robust import ContrastResult, cluster_robust_ols
 from honestci.audit.stats.estimands import unique_inverse
-from honestci.audit.stats.intervals import reportable_bounds
+from honestci.audit.stats.intervals import bound_to_space, reportable_bounds
 
 #: Bootstrap draws of every cluster-bootstrap interval in the calibration and position-bias checks.
 DEFAULT_BOOTSTRAP_DRAWS = 1999
@@ -117,11 +117,16 @@ def clustered_mean(
     rng: int | None = 0,
     bootstrap_draws: int = DEFAULT_BOOTSTRAP_DRAWS,
     min_clusters: int = THRESHOLDS.min_clusters,
+    space: tuple[float, float] | None = None,
 ) -> ClusteredEstimate:
     """Mean of ``values`` with a CR2 interval (``lm(y ~ 1)``, Satterthwaite df) and a cluster bootstrap.
 
     Estimand: the mean over new clusters of the per-row value (rows weighted equally).
-    ``rng=None`` skips the bootstrap.
+    ``rng=None`` skips the bootstrap. ``space`` is the estimand's parameter space
+    (:data:`~honestci.audit.stats.intervals.RATE_SPACE` for a proportion,
+    :data:`~honestci.audit.stats.intervals.DIFFERENCE_SPACE` for a difference of two): the CR2
+    interval, symmetric about the mean, is truncated to it (:func:`bound_to_space`; never lowers
+    coverage); None leaves it as computed.
 
     Validated against: R clubSandwich via :func:`honestci.audit.stats.cluster_robust.cluster_robust_ols`
     (PandaLM agreement, ``tests/test_calibration.py``); coverage by seeded simulation.
@@ -149,22 +154,28 @@ def clustered_mean(
         fit = cluster_robust_ols(np.ones((n, 1)), y, groups, vcov="CR2", level=level)
     except EstimationError:
         return without_interval("every value is the same: no variance to estimate")
-    if not np.isfinite(fit.se[0]) or fit.se[0] <= 0:
-        # Values differ within vignettes but every vignette has the same mean: the sandwich and the
-        # cluster bootstrap both see no variance between vignettes, and a zero-width interval is no answer.
+    cluster_means = np.bincount(groups, weights=y) / np.bincount(groups)
+    if not np.isfinite(fit.se[0]) or fit.se[0] <= 0 or np.ptp(cluster_means) <= 1e-12 * max(1.0, np.abs(y).max()):
+        # Values differ within vignettes but every vignette has the same mean: the sandwich (up to
+        # rounding: its SE is then ~1e-17, not 0) and the cluster bootstrap both see no variance
+        # between vignettes, and a zero-width interval is no answer.
         return without_interval("every vignette has the same mean: no variance between vignettes to estimate")
     boot_low = boot_high = None
     seed = None
     if rng is not None:
-        boot = cluster_bootstrap_ci(y, groups, B=bootstrap_draws, level=level, rng=rng)
-        boot_low, boot_high, seed = boot.ci_low, boot.ci_high, boot.seed
+        try:
+            boot = cluster_bootstrap_ci(y, groups, B=bootstrap_draws, level=level, rng=rng)
+            boot_low, boot_high, seed = boot.ci_low, boot.ci_high, boot.seed
+        except EstimationError:  # every resample alike (a few clusters hold all the variation): no bootstrap row
+            pass
+    low, high = bound_to_space(float(fit.ci_low[0]), float(fit.ci_high[0]), space)
     return ClusteredEstimate(
         name,
         estimate,
         float(fit.se[0]),
         float(fit.df[0]),
-        float(fit.ci_low[0]),
-        float(fit.ci_high[0]),
+        low,
+        high,
         boot_low,
         boot_high,
         n,
@@ -181,22 +192,25 @@ def from_contrast(
     estimate: float | None = None,
     boot: tuple[float, float] | None = None,
     seed: int | None = None,
+    space: tuple[float, float] | None = None,
 ) -> ClusteredEstimate:
     """A :class:`ClusteredEstimate` from a CR2 linear contrast (``estimate`` overrides the point
-    when the contrast is the linearisation of a non-linear statistic)."""
+    when the contrast is the linearisation of a non-linear statistic); the interval truncated to
+    the estimand's parameter ``space`` as in :func:`clustered_mean`."""
     point = contrast.estimate if estimate is None else estimate
     if not np.isfinite(contrast.se) or contrast.se <= 0:
         return ClusteredEstimate.inconclusive(
             name, point, contrast.n, contrast.n_clusters, contrast.level, "zero standard error: no variance to estimate"
         )
     half = contrast.ci_high - contrast.estimate
+    low, high = bound_to_space(point - half, point + half, space)
     return ClusteredEstimate(
         name,
         point,
         contrast.se,
         contrast.df,
-        point - half,
-        point + half,
+        low,
+        high,
         None if boot is None else boot[0],
         None if boot is None else boot[1],
         contrast.n,

@@ -14,6 +14,7 @@ import pandas as pd
 
 from honestci.audit.errors import InputError
 from honestci.audit.stats.cluster_robust import cluster_robust_ols
+from honestci.audit.stats.intervals import DIFFERENCE_SPACE, bound_to_space
 
 #: Ways a model card may have compared two systems; only ``paired_difference`` is a test.
 COMPARISON_KINDS = {
@@ -79,6 +80,7 @@ def paired_difference(
         df="satterthwaite",
         coef_names=("intercept", "a_minus_b"),
     )
+    low, high = bound_to_space(fit.ci_low[1], fit.ci_high[1], DIFFERENCE_SPACE)  # a difference of two rates
     return PairedDifference(
         system_a,
         system_b,
@@ -87,8 +89,8 @@ def paired_difference(
         float(fit.se[1]),
         float(fit.df[1]),
         float(fit.p[1]),
-        float(fit.ci_low[1]),
-        float(fit.ci_high[1]),
+        low,
+        high,
         level,
         len(scores_a),
         len(scores_b),

@@ -22,6 +22,7 @@ from honestci.audit.errors import InputError
 from honestci.audit.policy import DEFAULT_SEED, THRESHOLDS, Verdict
 from honestci.audit.stats.estimands import vignette_means
 from honestci.audit.stats.iid import proportion_ci
+from honestci.audit.stats.intervals import RATE_SPACE, bound_to_space
 from honestci.audit.stats.ppi import ppi_mean
 from honestci.audit.stats.winner import selection_null, winner_inference
 
@@ -402,8 +403,7 @@ def composed_interval(
                 "clustering",
                 DECOMPOSITION[1][1],
                 float(means.mean()),
-                means.mean() - half,
-                means.mean() + half,
+                *bound_to_space(means.mean() - half, means.mean() + half, RATE_SPACE),
                 n_all,
                 g_all,
             )
@@ -425,7 +425,7 @@ def composed_interval(
 
     lab_m = labelled[mine]
     if lab_m.sum() >= 2 and (~lab_m).any():
-        ppi = ppi_mean(y[mine][lab_m], fm[lab_m], fm[~lab_m], level=level)
+        ppi = ppi_mean(y[mine][lab_m], fm[lab_m], fm[~lab_m], level=level, space=RATE_SPACE)
         rows.append(ComposedRow("judge", DECOMPOSITION[2][1], ppi.estimate, ppi.ci_low, ppi.ci_high, n_all, g_all))
     else:
         rows.append(

@@ -6,10 +6,48 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from honestci.audit.policy import Verdict
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+#: The parameter space of a rate or proportion (a win rate, an agreement, a consistency rate).
+RATE_SPACE = (0.0, 1.0)
+#: The parameter space of a difference of two rates (a paired gap, an order effect in probability points).
+DIFFERENCE_SPACE = (-1.0, 1.0)
+
+
+def bound_to_space(low, high, space: tuple[float, float] | None = RATE_SPACE):
+    """(low, high) truncated to the parameter ``space``: the one place every interval on a rate's
+    (or a difference of rates') scale is bounded.
+
+    A symmetric interval (Wald, CR0-CR2 with a t quantile, PPI, a linearised kappa) is centred on
+    its estimate and knows nothing of the parameter's range, so near an edge it reaches past it: a
+    win rate's CR2 interval was seen at [0.93, 1.016]. No parameter value lies out there, so
+    truncating never lowers coverage: the true value lies in the space, hence in the truncated
+    interval exactly when it lies in the original one (the interval loses only values no parameter
+    can take). Both ends are clamped into the space, so an interval that lay wholly outside it
+    becomes a zero-width one at the edge, which the callers refuse as INCONCLUSIVE. ``None``
+    bounds (no interval) and ``space=None`` (an unbounded scale: a logit, a Bradley-Terry
+    strength) pass through unchanged. ``low`` and ``high`` are numbers (floats come back) or
+    arrays/Series of them (a table's columns, bounded element by element).
+
+    Examples
+    --------
+    >>> bound_to_space(0.93, 1.016)
+    (0.93, 1.0)
+    >>> bound_to_space(-1.2, 0.4, DIFFERENCE_SPACE)
+    (-1.0, 0.4)
+    """
+    if space is None or low is None or high is None:
+        return low, high
+    low, high = np.clip(low, *space), np.clip(high, *space)  # NaN (no interval) stays NaN
+    if np.ndim(low) == 0 and np.ndim(high) == 0:
+        return float(low), float(high)
+    return low, high
 
 
 def reportable_bounds(verdict: Verdict, low: float | None, high: float | None) -> tuple[float, float] | None:

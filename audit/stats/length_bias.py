@@ -113,8 +113,9 @@ def difference_features(policy: pd.DataFrame, opponent: pd.DataFrame, style: boo
     Raises
     ------
     EstimationError
-        When the lengths do not vary (every answer pair equally long, e.g. texts missing): the
-        length effect is not identifiable.
+        When the lengths do not vary (every answer pair equally long, e.g. texts missing), or the
+        length term does not (every difference saturates tanh on one side): the length effect is
+        not identifiable.
     """
     a, b = policy, opponent
     if len(a) != len(b):
@@ -127,6 +128,13 @@ def difference_features(policy: pd.DataFrame, opponent: pd.DataFrame, style: boo
             "judge's length effect is not identifiable; give the responses' texts."
         )
     columns = {LENGTH_TERM: np.tanh(delta / sd)}
+    if np.ptp(columns[LENGTH_TERM]) == 0:
+        # Differences all far beyond one sd on one side (a policy whose answers are all much shorter
+        # or longer): tanh saturates to one value, the intercept's twin.
+        raise EstimationError(
+            "The length term tanh(Δℓ / sd) is the same in every contest (every length difference is far "
+            "beyond one sd, on one side), so the judge's length effect is not identifiable."
+        )
     if style:
         for name in STYLE_FEATURES:
             total = (a[name] + b[name]).to_numpy(float)
@@ -147,9 +155,15 @@ def fit_logistic_glm(
     level: float = 0.95,
     coef_names: Sequence[str] | None = None,
     tol: float = 1e-12,
+    separation: str = "raise",
 ) -> ClusterRobustFit:
     """Quasi-binomial logistic GLM of ``y`` ∈ [0, 1] on ``X`` (include the intercept) by IRLS, with a
     cluster-robust covariance.
+
+    ``separation``: what to do when the maximum-likelihood estimate does not exist (the outcomes
+    are separated by the covariates): ``"raise"`` (an :class:`EstimationError`), or ``"firth"``
+    (Firth's penalised estimate, :func:`firth_logistic_cells`, with the same sandwich on its
+    augmented working problem; data that are not separated get the ML fit either way).
 
     The covariance is that of :func:`honestci.audit.stats.cluster_robust.cluster_robust_ols` applied
     to the working weighted least-squares problem at convergence, W = μ̂(1 − μ̂):
@@ -166,15 +180,22 @@ def fit_logistic_glm(
     InputError
         ``y`` outside [0, 1] or non-finite, mismatched shapes.
     EstimationError
-        IRLS did not converge (e.g. complete separation: the coefficients run to infinity).
+        IRLS did not converge (e.g. complete separation: the coefficients run to infinity) and
+        ``separation`` is ``"raise"``.
 
     Validated against
     -----------------
     statsmodels ``GLM(y, X, family=Binomial()).fit(cov_type="cluster", cov_kwds={"groups": g})``:
     coefficients and SEs agree to 1e-6 (``tests/test_length_bias.py``).
     """
+    if separation not in ("raise", "firth"):
+        raise InputError(f"separation must be 'raise' or 'firth', not {separation!r}", fix="pass one of them")
     y_arr, X_arr = _glm_inputs(y, X)
-    return _fit_logistic_cells(y_arr, X_arr, clusters, design_cells(X_arr, clusters), vcov, df, level, coef_names, tol)
+    cells = design_cells(X_arr, clusters)
+    fit, _ = _fit_logistic_cells(
+        y_arr, X_arr, clusters, cells, vcov, df, level, coef_names, tol, firth=separation == "firth"
+    )
+    return fit
 
 
 def _glm_inputs(y: Any, X: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -202,64 +223,172 @@ def _fit_logistic_cells(
     level: float,
     coef_names: Sequence[str] | None,
     tol: float,
-) -> ClusterRobustFit:
+    firth: bool = False,
+) -> tuple[ClusterRobustFit, bool]:
     """:func:`fit_logistic_glm` on the ``cells`` of (clusters, X): the rows of a cell share x and
     hence μ and w, so each IRLS step, the deviance and the working problem need only each cell's
-    count m_c and outcome sum S_c (:mod:`honestci.audit.stats.cells`): the same fit as the rows'."""
-    counts, wins = cells.counts, cells.sums(y)
-    losses = cells.sums(1 - y)
+    count m_c and outcome sum S_c (:mod:`honestci.audit.stats.cells`): the same fit as the rows'.
+
+    With ``firth``, separated data (no ML estimate) get Firth's penalised fit; the second value
+    says whether it was used."""
+    counts, wins = cells.counts.astype(float), cells.sums(y)
+    beta = _irls_cells(cells.X, counts, wins, cells.sums(1 - y), cells.sums(special.logit((y + 0.5) / 2)), tol)
+    extra = np.zeros_like(counts)  # the Firth pseudo-observations h_c of each cell (none for ML)
+    if beta is None:
+        if not firth:
+            raise EstimationError(
+                "The logistic GLM did not converge (its coefficients run off: the outcomes are separated by "
+                "the features, e.g. the judge always prefers the longer answer); no honest interval exists."
+            )
+        beta, extra = firth_logistic_cells(cells.X, counts, wins)
+    # The working problem (logistic_working_problem) summed over each cell's rows: rows √w x_c and
+    # Σ_i (√w η + (y_i − μ)/√w) = m_c √w η + (S_c − m_c μ)/√w; for Firth's fit the cell's counts
+    # and wins are augmented by h_c and h_c/2 (its fit is the ML fit of the augmented data).
+    eta = cells.X @ beta
+    mu = special.expit(eta)
+    root = np.sqrt(np.clip(mu * (1 - mu), 1e-300, None))  # a fitted 0 or 1 (Firth's large β)
+    augmented = counts + extra
+    weights = augmented / counts  # each row's weight: 1 + h_c/m_c
+    working = replace(cells, X=cells.X * (root * np.sqrt(weights))[:, None])
+    options: dict[str, Any] = dict(vcov=vcov, level=level, df=df, coef_names=coef_names)
+    row_weights = weights[cells.index]
+    fit = cluster_robust_ols_of_cells(
+        replace(working, counts=counts),
+        (augmented * root * eta + (wins + extra / 2 - augmented * mu) / root) / np.sqrt(weights),
+        lambda: cluster_robust_ols(
+            *logistic_working_problem(y, X, beta, row_weights, (extra / (2 * counts))[cells.index]),
+            clusters,
+            **options,
+        ),
+        **options,
+    )
+    return fit, bool(np.any(extra))
+
+
+def _irls_cells(
+    X: np.ndarray, counts: np.ndarray, wins: np.ndarray, losses: np.ndarray, start: np.ndarray, tol: float
+) -> np.ndarray | None:
+    """The ML coefficients of the logistic GLM of cells (``counts`` rows, ``wins`` and ``losses``
+    sums of y and 1 − y, ``start`` the sum of logit((y + ½)/2)) by IRLS; None when they run off
+    (separation: no ML estimate exists)."""
     # Start from the least-squares fit on the logit of the shrunken outcomes (statsmodels' start);
     # weighted by m_c with each cell's mean logit, it is the least-squares fit on the rows.
     root_counts = np.sqrt(counts)
-    start = cells.sums(special.logit((y + 0.5) / 2))
-    beta = np.linalg.lstsq(cells.X * root_counts[:, None], start / root_counts, rcond=None)[0]
-    converged = False
+    beta = np.linalg.lstsq(X * root_counts[:, None], start / root_counts, rcond=None)[0]
     deviance = math.inf
     for _ in range(_MAX_IRLS):
-        eta = cells.X @ beta
+        eta = X @ beta
         mu = special.expit(eta)
         w = np.clip(mu * (1 - mu), 1e-300, None)
         z = eta + (wins / counts - mu) / w  # the cell's mean working response
         root = np.sqrt(counts * w)
-        new = np.linalg.lstsq(cells.X * root[:, None], z * root, rcond=None)[0]
-        mu_new = special.expit(cells.X @ new)
+        new = np.linalg.lstsq(X * root[:, None], z * root, rcond=None)[0]
+        mu_new = special.expit(X @ new)
         new_deviance = float(-2 * np.sum(special.xlogy(wins, mu_new) + special.xlogy(losses, 1 - mu_new)))
         step = float(np.max(np.abs(new - beta)))
         beta, previous, deviance = new, deviance, new_deviance
         if not np.all(np.isfinite(beta)) or np.max(np.abs(beta)) > 30:
-            break
+            return None
         if step <= tol * max(1.0, float(np.max(np.abs(beta)))) or abs(previous - deviance) <= tol * (1 + deviance):
-            converged = True
-            break
-    if not converged:
-        raise EstimationError(
-            "The logistic GLM did not converge (its coefficients run off: the outcomes are separated by "
-            "the features, e.g. the judge always prefers the longer answer); no honest interval exists."
-        )
-    # The working problem (logistic_working_problem) summed over each cell's rows: rows √w x_c and
-    # Σ_i (√w η + (y_i − μ)/√w) = m_c √w η + (S_c − m_c μ)/√w.
-    eta = cells.X @ beta
-    mu = special.expit(eta)
-    root = np.sqrt(mu * (1 - mu))
-    working = replace(cells, X=cells.X * root[:, None])
-    options: dict[str, Any] = dict(vcov=vcov, level=level, df=df, coef_names=coef_names)
-    return cluster_robust_ols_of_cells(
-        working,
-        counts * root * eta + (wins - counts * mu) / root,
-        lambda: cluster_robust_ols(*logistic_working_problem(y, X, beta), clusters, **options),
-        **options,
+            # a fit that "converged" with a fitted probability at 0 or 1 has run off too (quasi-separation)
+            mu = special.expit(X @ beta)
+            return beta if np.all((mu > 1e-10) & (mu < 1 - 1e-10)) else None
+    return None
+
+
+def firth_logistic_cells(
+    X: np.ndarray, counts: np.ndarray, wins: np.ndarray, *, tol: float = 1e-10, max_iter: int = 200
+) -> tuple[np.ndarray, np.ndarray]:
+    """Firth's penalised maximum-likelihood logistic regression of cells: the β that maximises
+
+        ℓ*(β) = Σ_c [S_c log μ_c + (m_c − S_c) log(1 − μ_c)] + ½ log |I(β)|,   I(β) = X' diag(m_c μ_c(1 − μ_c)) X,
+
+    (ℓ the quasi-binomial log-likelihood of the rows, which depends on them through the cells'
+    counts m_c and outcome sums S_c alone; the penalty is the Jeffreys prior). It exists and is
+    finite under complete and quasi-complete separation, where the ML estimate runs to infinity,
+    and its O(1/n) bias is removed (Firth 1993). Its score is the ML score of augmented data,
+
+        U*(β) = Σ_c x_c [S_c − m_c μ_c + h_c (½ − μ_c)] = 0,   h_c = m_c w_c x_c' I(β)⁻¹ x_c,
+
+    h_c the cell's share of the hat matrix's trace: each cell gains h_c/2 pseudo-wins and h_c/2
+    pseudo-losses. Solved by Newton steps β ← β + I⁻¹U* from β = 0, each at most 5 in any
+    coordinate and halved until ℓ* does not decrease (Heinze & Schemper 2002, the algorithm of R
+    ``logistf``).
+
+    Returns
+    -------
+    (beta, h)
+        The penalised estimate and each cell's h_c at it (the pseudo-observations).
+
+    Raises
+    ------
+    EstimationError
+        When the Newton steps do not converge in ``max_iter`` iterations.
+
+    References
+    ----------
+    Firth (1993), "Bias reduction of maximum likelihood estimates", Biometrika 80:27-38.
+    Heinze & Schemper (2002), "A solution to the problem of separation in logistic regression",
+    Statistics in Medicine 21:2409-2419.
+
+    Validated against
+    -----------------
+    A direct maximisation of ℓ*(β) on the rows by ``scipy.optimize.minimize`` written in the test
+    (``tests/test_length_bias.py``), on separated and on non-separated data.
+    """
+    beta = np.zeros(X.shape[1])
+
+    def penalised(b: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        eta = X @ b
+        mu = special.expit(eta)
+        w = counts * mu * (1 - mu)
+        information = (X * w[:, None]).T @ X
+        sign, logdet = np.linalg.slogdet(information)
+        loglik = float(np.sum(wins * special.log_expit(eta) + (counts - wins) * special.log_expit(-eta)))
+        return (loglik + 0.5 * logdet if sign > 0 else -math.inf), mu, w, information
+
+    value, mu, w, information = penalised(beta)
+    for _ in range(max_iter):
+        inverse = np.linalg.pinv(information)
+        h = w * np.einsum("ij,jk,ik->i", X, inverse, X)
+        score = X.T @ (wins - counts * mu + h * (0.5 - mu))
+        step = inverse @ score
+        step *= min(1.0, 5.0 / max(float(np.max(np.abs(step))), 1e-300))
+        for _halving in range(30):
+            new_value, new_mu, new_w, new_information = penalised(beta + step)
+            if new_value >= value - 1e-12 * abs(value):
+                break
+            step /= 2
+        beta = beta + step
+        value, mu, w, information = new_value, new_mu, new_w, new_information
+        if float(np.max(np.abs(step))) <= tol * max(1.0, float(np.max(np.abs(beta)))):
+            inverse = np.linalg.pinv(information)
+            return beta, w * np.einsum("ij,jk,ik->i", X, inverse, X)
+    raise EstimationError(
+        f"Firth's penalised logistic fit did not converge in {max_iter} Newton steps; no interval is given."
     )
 
 
-def logistic_working_problem(y: np.ndarray, X: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def logistic_working_problem(
+    y: np.ndarray,
+    X: np.ndarray,
+    beta: np.ndarray,
+    weights: np.ndarray | None = None,
+    extra: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """The working least-squares problem of a logistic GLM at ``beta``: (W^½X, W^½η + (y − μ)/W^½),
     W = μ(1 − μ). At the IRLS solution its OLS coefficients are ``beta`` and its residual scores are
     the GLM's score contributions X_g'(y_g − μ_g), so any OLS sandwich or wild (score) bootstrap on
-    it is the GLM's."""
+    it is the GLM's.
+
+    Firth's fit is the ML fit of augmented data: row i weighs ``weights`` a_i = 1 + h_c/m_c and
+    adds ``extra`` h_c/(2m_c) to its outcome; its problem is (√(a W) X, √(a W) η + (y + extra −
+    a μ)/√(a W)), whose residual scores are the penalised score's contributions."""
     eta = X @ beta
     mu = special.expit(eta)
-    root = np.sqrt(mu * (1 - mu))
-    return X * root[:, None], root * eta + (y - mu) / root
+    a = np.ones_like(eta) if weights is None else weights
+    root = np.sqrt(np.clip(mu * (1 - mu), 1e-300, None) * a)
+    return X * root[:, None], root * eta + (y + (0.0 if extra is None else extra) - a * mu) / root
 
 
 @dataclass(frozen=True)
@@ -267,7 +396,8 @@ class ControlledWinRate:
     """A win rate with the judge's length (and style) preference removed, and the fit behind it.
 
     ``controlled`` and ``length_effect`` are :class:`ClusteredEstimate` rows (CR2, Satterthwaite df;
-    INCONCLUSIVE below ``min_clusters``). ``fit`` is the GLM (coefficients on the logit scale).
+    INCONCLUSIVE below ``min_clusters``). ``fit`` is the GLM (coefficients on the logit scale);
+    ``penalised`` is True when the outcomes were separated and the fit is Firth's.
     """
 
     name: str
@@ -277,6 +407,7 @@ class ControlledWinRate:
     controlled: ClusteredEstimate
     length_effect: ClusteredEstimate
     kept: tuple[str, ...] = ()
+    penalised: bool = False
 
     def coefficients(self) -> pd.DataFrame:
         """One row per GLM coefficient (logit scale): estimate, se, df, CI."""
@@ -348,6 +479,12 @@ def controlled_winrate(
     -------
     ControlledWinRate
 
+    Raises
+    ------
+    EstimationError
+        When the fit does not converge, or the rate at zero difference is 0 or 1 to machine
+        precision (a fit along a nearly constant length term: no interval on the logit scale).
+
     References
     ----------
     Dubois et al. (2024), arXiv:2404.04475, sec. 3 (the LC win rate as a counterfactual prediction).
@@ -362,7 +499,9 @@ def controlled_winrate(
     # Every figure below is a sum over contests whose terms are equal within a cell (one vignette,
     # one covariate row): summed over the cells instead, at a million contests.
     cells = design_cells(X, clusters)
-    fit = _fit_logistic_cells(y, X, clusters, cells, vcov, "satterthwaite", level, names, 1e-12)
+    # Separated outcomes (every verdict follows length) have no ML fit: Firth's penalised fit then.
+    fit, penalised = _fit_logistic_cells(y, X, clusters, cells, vcov, "satterthwaite", level, names, 1e-12, firth=True)
+    estimator = f"{vcov}, Firth-penalised (separation)" if penalised else vcov
     # Equal vignette weights: each contest weighs 1/(G n_g); ``weight`` is a cell's total.
     vignette_of_cell = pd.factorize(cells.clusters, use_na_sentinel=False)[0]
     n_clusters = int(vignette_of_cell.max()) + 1
@@ -390,6 +529,15 @@ def controlled_winrate(
             ClusteredEstimate.inconclusive(name, rate, n, n_clusters, level, note),
             ClusteredEstimate.inconclusive("length effect", effect, n, n_clusters, level, note),
             tuple(kept.columns),
+            penalised,
+        )
+    if not (0 < rate < 1 and np.any(grad_rate)):  # every fitted p0 exactly 0 or 1 in floats
+        # A fit along a nearly constant length term (every contest on one side of equal length) can
+        # extrapolate to a rate of exactly 0 or 1 at equal length, where the logit has no interval.
+        raise EstimationError(
+            f"The {name} rate at zero difference is {rate:.6g} to machine precision (the fit extrapolates "
+            "far beyond the observed differences; coefficients "
+            f"{', '.join(f'{c:.3g}' for c in fit.coef)}), so it has no interval."
         )
     # The rate's interval on the logit scale (keeps it inside (0, 1) near the edges).
     on_logit = linear_contrast(fit, grad_rate / (rate * (1 - rate)), label="logit controlled rate")
@@ -407,25 +555,60 @@ def controlled_winrate(
         n,
         n_clusters,
         level,
-        method=f"delta method on the logit scale, {vcov}",
+        method=f"delta method on the logit scale, {estimator}",
     )
     diff = linear_contrast(fit, grad_effect, label="length effect")
     half_effect = stats.t.ppf(0.5 + level / 2, diff.df) * diff.se
+    low_effect, high_effect, how = effect - half_effect, effect + half_effect, "delta method"
+    if penalised:
+        low_effect, high_effect = _separated_effect_bounds(fit, X0, X1, weight, level)
+        how = "intercept x length-coefficient box"
     length_effect = ClusteredEstimate(
         "length effect",
         effect,
         diff.se,
         diff.df,
-        effect - half_effect,
-        effect + half_effect,
+        low_effect,
+        high_effect,
         None,
         None,
         n,
         n_clusters,
         level,
-        method=f"delta method, {vcov}",
+        method=f"{how}, {estimator}",
     )
-    return ControlledWinRate(name, tuple(features.columns), fit, raw, controlled, length_effect, tuple(kept.columns))
+    return ControlledWinRate(
+        name, tuple(features.columns), fit, raw, controlled, length_effect, tuple(kept.columns), penalised
+    )
+
+
+def _separated_effect_bounds(
+    fit: ClusterRobustFit, X0: np.ndarray, X1: np.ndarray, weight: np.ndarray, level: float
+) -> tuple[float, float]:
+    """The length effect's interval when the outcomes are separated (Firth's fit): the smallest
+    and largest effect over the box of the intercept's and the length coefficient's CR2 t
+    intervals, each at level 1 − α/2 (Bonferroni: the box covers both at ≥ 1 − α), other terms at
+    their estimates.
+
+    Under separation the effect sits near ±½ where expit is flat, so its delta-method SE (a
+    derivative there) says little; the box maps the coefficients' intervals (on the logit scale,
+    where the penalised likelihood is better behaved) through the effect itself. For a fixed
+    intercept the effect is monotone in the length coefficient, so the box's extremes lie on its
+    two β edges; along each, the intercept is scanned on a grid of 401 points.
+    """
+    alpha = 1 - level
+    t_crit = stats.t.ppf(1 - alpha / 4, fit.df[:2])
+    theta = np.linspace(fit.coef[0] - t_crit[0] * fit.se[0], fit.coef[0] + t_crit[0] * fit.se[0], 401)
+    effects = []
+    for beta in (fit.coef[1] - t_crit[1] * fit.se[1], fit.coef[1] + t_crit[1] * fit.se[1]):
+        coef = np.array(fit.coef, dtype=float)
+        coef[1] = beta
+        base0, base1 = X0 @ coef - coef[0], X1 @ coef - coef[0]  # the linear predictors less the intercept
+        p0 = special.expit(base0[None, :] + theta[:, None])
+        p1 = special.expit(base1[None, :] + theta[:, None])
+        effects.append((p1 - p0) @ weight)
+    every = np.concatenate(effects)
+    return float(every.min()), float(every.max())
 
 
 @dataclass(frozen=True)
@@ -434,7 +617,10 @@ class LengthBiasResult:
 
     ``length`` is AlpacaEval's model (length term alone), whose length effect the ``length_bias``
     gate reads; ``style`` adds Chatbot Arena's markdown features (None when no style feature
-    varies). ``verdict`` is INCONCLUSIVE when ``note`` says the effect could not be estimated.
+    varies). ``verdict`` is INCONCLUSIVE when ``note`` says the effect could not be estimated, or
+    when ``confounded``: the policy's answer is the longer one in every contest of differing
+    lengths, or the shorter one in every one, so a length preference cannot be told from the
+    policy's quality (the GLM would only extrapolate to equal length).
     """
 
     policy: str
@@ -448,10 +634,22 @@ class LengthBiasResult:
     mean_length_policy: float | None = None
     mean_length_opponent: float | None = None
     note: str = ""
+    #: Median characters of the policy's and the opponent's answers over the contests (what the
+    #: policy's rule for requiring the gate reads: :func:`honestci.audit.policy.lengths_differ`).
+    median_length_policy: float | None = None
+    median_length_opponent: float | None = None
+    #: Contests in which the policy's answer is longer / shorter than the opponent's.
+    n_policy_longer: int = 0
+    n_policy_shorter: int = 0
+
+    @property
+    def confounded(self) -> bool:
+        """The policy's answer is longer in no contest, or shorter in none, though lengths differ."""
+        return self.n_policy_longer + self.n_policy_shorter > 0 and not (self.n_policy_longer and self.n_policy_shorter)
 
     @property
     def verdict(self) -> Verdict:
-        return Verdict.PASS if self.length is not None else Verdict.INCONCLUSIVE
+        return Verdict.PASS if self.length is not None and not self.confounded else Verdict.INCONCLUSIVE
 
     @property
     def length_effect(self) -> ClusteredEstimate | None:
@@ -471,7 +669,10 @@ class LengthBiasResult:
             return [f"{head}: length bias not estimable ({self.note})"]
         lines = [
             f"{head}: {self.n} contests on {self.n_clusters} vignettes; mean answer length "
-            f"{self.mean_length_policy:.0f} vs {self.mean_length_opponent:.0f} characters",
+            f"{self.mean_length_policy:.0f} vs {self.mean_length_opponent:.0f} characters (median "
+            f"{self.median_length_policy:.0f} vs {self.median_length_opponent:.0f}); the policy's answer is the "
+            f"longer in {self.n_policy_longer} contests, the shorter in {self.n_policy_shorter}",
+            *([f"length effect not identifiable: {self.note}"] if self.confounded else []),
             f"length effect (win-rate change when the policy's answer is one sd longer): "
             f"{self.length.length_effect.text()}",
             f"raw win rate {self.length.raw:.3f}; length-controlled (AlpacaEval 2.0 GLM): "
@@ -480,6 +681,11 @@ class LengthBiasResult:
         if self.style is not None:
             lines.append(
                 f"length- and style-controlled ({', '.join(self.style.terms)}): {self.style.controlled.text()}"
+            )
+        if self.length.penalised:
+            lines.append(
+                "the verdicts are separated by length (no maximum-likelihood fit exists): Firth's penalised "
+                "GLM, its cluster-robust sandwich"
             )
         return lines
 
@@ -517,9 +723,10 @@ def length_bias_from_counts(
     each; count each distinct answer once and gather the rows, as the audit does).
 
     Fits :func:`controlled_winrate` twice: on the length term alone (AlpacaEval 2.0) and on length
-    plus the markdown style features (Chatbot Arena's style control). When the lengths do not vary
-    (texts missing) the result is INCONCLUSIVE with the reason in ``note``; a GLM that does not
-    converge raises :class:`honestci.audit.errors.EstimationError`.
+    plus the markdown style features (Chatbot Arena's style control). Outcomes separated by the
+    features (every verdict follows length) get Firth's penalised fit. When the lengths do not vary
+    (texts missing) or a fit fails, the result is INCONCLUSIVE with the reason in ``note``; so is
+    it when the policy's answer is the longer (or the shorter) in every contest (``confounded``).
     """
     y = np.asarray(scores, dtype=float)
     # the vignettes coded once in sorted-label order (the order a fit on the labels keeps its
@@ -529,31 +736,56 @@ def length_bias_from_counts(
     common: dict[str, Any] = dict(
         policy=policy, opponent=opponent, judge=judge, n=n, n_clusters=n_clusters, level=level
     )
+    a, b = policy_counts["length"].to_numpy(float), opponent_counts["length"].to_numpy(float)
+    if a.size:
+        common |= dict(
+            mean_length_policy=float(a.mean()),
+            mean_length_opponent=float(b.mean()),
+            median_length_policy=float(np.median(a)),
+            median_length_opponent=float(np.median(b)),
+            n_policy_longer=int(np.sum(a > b)),
+            n_policy_shorter=int(np.sum(a < b)),
+        )
+    note = ""
+    if common.get("n_policy_longer", 0) + common.get("n_policy_shorter", 0) > 0 and not (
+        common["n_policy_longer"] and common["n_policy_shorter"]
+    ):
+        side = "longer" if common["n_policy_longer"] else "shorter"
+        note = (
+            f"the policy's answer is the {side} one in every contest whose answers differ in length "
+            f"({common['n_policy_longer'] + common['n_policy_shorter']} of {n}), so the judge's length preference "
+            "cannot be told apart from the policy's quality; judge pairs whose lengths overlap (e.g. a "
+            "length-matched set) to measure it"
+        )
     try:
         features = difference_features(policy_counts, opponent_counts, style=True)
-    except EstimationError as error:
-        return LengthBiasResult(**common, length=None, style=None, note=str(error))
-    length_model = controlled_winrate(
-        y, groups, features[[LENGTH_TERM]], kept=kept, name="length-controlled", level=level, min_clusters=min_clusters
-    )
-    style_model = None
-    if features.shape[1] > 1:
-        style_model = controlled_winrate(
+        length_model = controlled_winrate(
             y,
             groups,
-            features,
+            features[[LENGTH_TERM]],
             kept=kept,
-            name="length- and style-controlled",
+            name="length-controlled",
             level=level,
             min_clusters=min_clusters,
         )
-    return LengthBiasResult(
-        **common,
-        length=length_model,
-        style=style_model,
-        mean_length_policy=float(policy_counts["length"].mean()),
-        mean_length_opponent=float(opponent_counts["length"].mean()),
-    )
+    except EstimationError as error:
+        # when confounded, that is the reason (a fit along a nearly constant length term may not converge)
+        return LengthBiasResult(**common, length=None, style=None, note=note or str(error))
+    style_model = None
+    if features.shape[1] > 1:
+        try:
+            style_model = controlled_winrate(
+                y,
+                groups,
+                features,
+                kept=kept,
+                name="length- and style-controlled",
+                level=level,
+                min_clusters=min_clusters,
+            )
+        except EstimationError as error:  # the style-controlled rate is shown, never gated on
+            note = "; ".join(filter(None, [note, f"no style-controlled fit: {error}"]))
+    return LengthBiasResult(**common, length=length_model, style=style_model, note=note)
 
 
 def instruction_difficulty(other_scores: dict[str, pd.Series]) -> pd.Series:

@@ -22,6 +22,7 @@ from scipy import stats
 
 from honestci.audit.errors import InputError
 from honestci.audit.stats.estimands import vignette_means
+from honestci.audit.stats.intervals import DIFFERENCE_SPACE, bound_to_space
 from honestci.audit.stats.random_state import resolve_rng
 
 ALPHA_METRICS = ("nominal", "interval")
@@ -215,7 +216,7 @@ def judge_differences(scores, clusters, judges, *, level: float = 0.95) -> Judge
             low = high = float("nan")
         else:
             half = float(stats.t.ppf(0.5 + each / 2, df) * means.std(ddof=1) / np.sqrt(n_clusters))
-            low, high = estimate - half, estimate + half
+            low, high = bound_to_space(estimate - half, estimate + half, DIFFERENCE_SPACE)  # of two rates
         rows.append(
             {"judge_a": judges[a], "judge_b": judges[b], "estimate": estimate, "ci_low": low, "ci_high": high, "df": df}
         )

@@ -110,8 +110,10 @@ class Truth:
 
     @property
     def icc(self) -> float:
+        """V_b / (V_b + V_w); NaN when contest scores do not vary at all (every order a tie)."""
         between, within, _ = self.components()
-        return between / (between + within)
+        total = between + within
+        return between / total if total > 0 else math.nan
 
 
 def sd_for_icc(icc: float, rate: float, tie_halfwidth: float = 0.0, order_bias: float = 0.0) -> float:

@@ -30,6 +30,7 @@ import pandas as pd
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.estimands import vignette_means
+from honestci.audit.stats.intervals import DIFFERENCE_SPACE, bound_to_space
 
 
 @dataclass(frozen=True)
@@ -157,12 +158,13 @@ def vignette_transfer_gap(
     # Intercept = θ_in; the indicator's coefficient = θ_fresh − θ_in.
     X = np.column_stack([np.ones(vignettes.size), is_fresh.astype(float)])
     fit = cluster_robust_ols(X, rates, vignettes, vcov="CR2", level=level, df="satterthwaite")
+    low, high = bound_to_space(-fit.ci_high[1], -fit.ci_low[1], DIFFERENCE_SPACE)  # a difference of two rates
     return TransferGap(
         estimate=float(-fit.coef[1]),
         se=float(fit.se[1]),
         df=float(fit.df[1]),
-        ci_low=float(-fit.ci_high[1]),
-        ci_high=float(-fit.ci_low[1]),
+        ci_low=low,
+        ci_high=high,
         level=level,
         rate_in=float(rates[~is_fresh].mean()),
         rate_fresh=float(rates[is_fresh].mean()),

@@ -54,9 +54,10 @@ class PosteriorGroups:
         """Add (or replace) groups: Datasets, or functions that build them (deferred)."""
         self._groups.update(groups)
 
-    def to_netcdf(self, path: str) -> str:
+    def to_netcdf(self, path):
         """Write every group as a netCDF4 group of one file (the InferenceData layout); a deferred
-        group not yet read is built for writing only (its memory is freed once written)."""
+        group not yet read is built for writing only (its memory is freed once written). ``path``
+        may be a file-like object (``io.BytesIO``), as for ``xarray.Dataset.to_netcdf``."""
         for position, (name, group) in enumerate(self._groups.items()):
             dataset = group() if callable(group) else group
             dataset.to_netcdf(path, mode="w" if position == 0 else "a", group=name, engine="h5netcdf")

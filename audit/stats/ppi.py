@@ -15,6 +15,7 @@ from scipy import stats
 
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS, Verdict
+from honestci.audit.stats.intervals import bound_to_space
 
 
 @dataclass(frozen=True)
@@ -73,12 +74,16 @@ def _arrays(y, f, f_unlabelled):
     return y, f, fu
 
 
-def ppi_mean(y, f, f_unlabelled, *, lam: float | None = None, level: float = 0.95) -> PPIResult:
+def ppi_mean(
+    y, f, f_unlabelled, *, lam: float | None = None, level: float = 0.95, space: tuple[float, float] | None = None
+) -> PPIResult:
     """PPI++ mean with the iid CLT interval (Angelopoulos, Duchi & Zrnic 2023, "PPI++").
 
     θ̂ = mean_N(λ f̃) + mean_n(Y − λ f); λ̂ = Cov_n(Y, f) / ((1 + n/N) Var(f ∪ f̃)), clipped to
     [0, 1] (Cov with 1/n, Var with 1/(n + N − 1), as ``ppi_py``); SE² = Var(λ f̃)/N + Var(Y − λ f)/n
-    (1/N and 1/n variances); normal interval.
+    (1/N and 1/n variances); normal interval, truncated to the parameter ``space`` (RATE_SPACE
+    for a rate; :func:`honestci.audit.stats.intervals.bound_to_space`, which never lowers coverage)
+    when one is given, as is the classical interval beside it.
 
     References: Angelopoulos, Bates, Fannjiang, Jordan & Zrnic (2023), Science 382:669;
     Angelopoulos, Duchi & Zrnic (2023), arXiv:2311.01453.
@@ -95,15 +100,17 @@ def ppi_mean(y, f, f_unlabelled, *, lam: float | None = None, level: float = 0.9
     se = float(np.sqrt(np.var(lam * fu) / N + np.var(y - lam * f) / n))
     z = float(stats.norm.ppf(0.5 + level / 2))
     classical_se = float(np.std(y) / np.sqrt(n))
+    low, high = bound_to_space(estimate - z * se, estimate + z * se, space)
+    classical_low, classical_high = bound_to_space(y.mean() - z * classical_se, y.mean() + z * classical_se, space)
     return PPIResult(
         estimate,
         se,
-        estimate - z * se,
-        estimate + z * se,
+        low,
+        high,
         lam,
         float(y.mean()),
-        float(y.mean() - z * classical_se),
-        float(y.mean() + z * classical_se),
+        classical_low,
+        classical_high,
         float(np.concatenate([f, fu]).mean()),
         n,
         N,
@@ -124,8 +131,13 @@ def ppi_mean_clustered(
     lam: float | None = None,
     level: float = 0.95,
     min_clusters: int = THRESHOLDS.min_clusters,
+    space: tuple[float, float] | None = None,
 ) -> PPIResult:
     """PPI++ mean with a vignette-clustered variance from cluster sums, valid at few vignettes.
+
+    Both t intervals (PPI++ and the classical one) are truncated to the parameter ``space`` when
+    one is given (RATE_SPACE for a rate; :func:`honestci.audit.stats.intervals.bound_to_space`,
+    which never lowers coverage).
 
     With labelled residual means removed, each cluster g contributes
     ψ_g(λ) = λ a_g + b_g, a_g = Σ_{g, unlabelled}(f̃ − f̃̄)/N − Σ_{g, labelled}(f − f̄)/n,
@@ -207,14 +219,18 @@ def ppi_mean_clustered(
             note=no_interval,
             **common,
         )
+    low, high = bound_to_space(estimate - t * se, estimate + t * se, space)
+    classical_low, classical_high = bound_to_space(
+        y.mean() - t_classical * classical_se, y.mean() + t_classical * classical_se, space
+    )
     return PPIResult(
         estimate,
         se,
-        estimate - t * se,
-        estimate + t * se,
+        low,
+        high,
         lam,
-        classical_ci_low=float(y.mean() - t_classical * classical_se),
-        classical_ci_high=float(y.mean() + t_classical * classical_se),
+        classical_ci_low=classical_low,
+        classical_ci_high=classical_high,
         df=float(df),
         **common,
     )

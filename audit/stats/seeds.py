@@ -45,6 +45,7 @@ import pandas as pd
 from scipy import stats
 
 from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.stats.intervals import RATE_SPACE, bound_to_space
 
 SEED_POPULATIONS = ("new_seed_new_vignettes", "new_seed_these_vignettes")
 
@@ -206,10 +207,10 @@ def seed_decomposition(table, seeds=None, level: float = 0.95) -> SeedDecomposit
         ms_error=ms_err,
         se_these=se_these,
         df_these=n_seed,
-        ci_these=(grand - t_these * se_these, grand + t_these * se_these),
+        ci_these=bound_to_space(grand - t_these * se_these, grand + t_these * se_these, RATE_SPACE),
         se_new=se_new,
         df_new=df_new,
-        ci_new=(grand - t_new * se_new, grand + t_new * se_new),
+        ci_new=bound_to_space(grand - t_new * se_new, grand + t_new * se_new, RATE_SPACE),
         var_seed=var_seed,
         var_seed_ci=var_ci,
     )

@@ -10,6 +10,7 @@ Two views of the same battles, each a :class:`KSystemResult` (one row per system
   Bell–McCaffrey/Satterthwaite df (cluster_robust.py), which carries the pairing of systems through
   shared vignettes into every difference θ_i − θ_j (a linear contrast with its own df). With two
   systems and one contest per vignette this is :func:`honestci.audit.stats.compare.paired_difference`.
+  Rates' intervals are truncated to [0, 1] and differences' to [−1, 1] (intervals.bound_to_space).
 - **Bradley–Terry strengths** (:func:`bradley_terry`) of all battles (systems against each other
   and/or the opponent): logit P(a beats b) = s_a − s_b, s_reference = 0, a tie (or an
   order-inconsistent contest) a half win (quasi-binomial; Bradley & Terry 1952 with the score
@@ -83,6 +84,7 @@ from honestci.audit.stats.cluster_robust import (
     cluster_robust_ols,
     linear_contrast,
 )
+from honestci.audit.stats.intervals import DIFFERENCE_SPACE, bound_to_space
 from honestci.audit.stats.length_bias import fit_logistic_glm, logistic_working_problem
 from honestci.audit.stats.random_state import resolve_rng
 from honestci.audit.stats.wild_bootstrap import wild_cluster_tstats
@@ -270,8 +272,11 @@ def _compare(
     B: int,
     rng: int | np.random.Generator | None,
     level: float,
+    space: tuple[float, float] | None = None,
 ) -> tuple[pd.DataFrame, np.ndarray, int | None]:
-    """Pairwise table and the (K x K) decision matrix of the chosen simultaneous procedure."""
+    """Pairwise table and the (K x K) decision matrix of the chosen simultaneous procedure; the
+    intervals (``ci_*``, ``sim_*``) truncated to the differences' parameter ``space``
+    (:func:`bound_to_space`: [−1, 1] for differences of win rates, None for strengths)."""
     if simultaneous not in SIMULTANEOUS:
         raise InputError(f"simultaneous={simultaneous!r} is not supported.", fix="use 'holm' or 'maxt'")
     pairs = list(contrasts)
@@ -316,6 +321,8 @@ def _compare(
         # Bonferroni CR2 intervals: simultaneous; Holm's decisions are never fewer than theirs.
         half = stats.t.ppf(1 - alpha / (2 * len(pairs)), frame["df"]) * frame["se"]
         frame["sim_low"], frame["sim_high"] = frame["estimate"] - half, frame["estimate"] + half
+    for low, high in (("ci_low", "ci_high"), ("sim_low", "sim_high")):
+        frame[low], frame[high] = bound_to_space(frame[low].to_numpy(float), frame[high].to_numpy(float), space)
     reject = frame["p_simultaneous"].to_numpy() <= alpha
     sign = np.sign(frame["estimate"].to_numpy())
     frame["decision"] = np.where(reject & (sign > 0), "a>b", np.where(reject & (sign < 0), "a<b", "?"))
@@ -396,8 +403,10 @@ def k_system_winrates(
         B=B,
         rng=rng,
         level=level,
+        space=DIFFERENCE_SPACE,
     )
     table = fit.to_frame()[["coef", "estimate", "se", "df", "ci_low", "ci_high"]].rename(columns={"coef": "system"})
+    table["ci_low"], table["ci_high"] = bound_to_space(table["ci_low"].to_numpy(), table["ci_high"].to_numpy())
     table.insert(1, "n_contests", scores.groupby("system").size().reindex(names).to_numpy())
     table.insert(2, "n_vignettes", means.notna().sum(axis=1).to_numpy())
     point, low, high = rank_intervals(fit.coef, decisions)

@@ -27,7 +27,7 @@ from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict
 from honestci.audit.stats import cluster_robust, iid
 from honestci.audit.stats.design_effect import ClusteringSummary, clustering_summary
 from honestci.audit.stats.estimands import VignetteMeans, unique_inverse, vignette_means
-from honestci.audit.stats.intervals import IntervalResult, IntervalTable
+from honestci.audit.stats.intervals import RATE_SPACE, IntervalResult, IntervalTable, bound_to_space
 
 IID_METHODS = {
     "wilson": "iid Wilson (optimistic)",
@@ -145,7 +145,9 @@ def winrate_ci(
     IntervalResult
         INCONCLUSIVE (no interval) for a clustered method when there are fewer than
         ``thresholds.min_clusters`` vignettes, or when the data have no variation to estimate a
-        variance from; never a zero-width interval.
+        variance from; never a zero-width interval. Every interval is truncated to [0, 1], the
+        rate's parameter space (:func:`honestci.audit.stats.intervals.bound_to_space`; it never
+        lowers coverage).
 
     Notes
     -----
@@ -197,12 +199,19 @@ class _Contests:
 
 
 def _refuse_degenerate(result: IntervalResult) -> IntervalResult:
-    """INCONCLUSIVE instead of an interval of zero width (SE = 0: e.g. Wald at p = 0, or CR when
-    every vignette has the same mean) or an unbounded one (a wild bootstrap whose few distinct
-    draws can never reject): neither is a statement of uncertainty a gate may read."""
+    """The interval truncated to [0, 1] (:func:`bound_to_space`: a CR interval near a perfect
+    record reaches past 1, and truncation never lowers coverage), or INCONCLUSIVE instead of an
+    interval of zero width (SE = 0: e.g. Wald at p = 0, or CR when every vignette has the same
+    mean) or an unbounded one (a wild bootstrap whose few distinct draws can never reject):
+    neither is a statement of uncertainty a gate may read."""
     if result.bounds is None:
         return result
     low, high = result.bounds
+    if math.isfinite(low) and math.isfinite(high):
+        bounded = bound_to_space(low, high, RATE_SPACE)
+        if bounded != (low, high):
+            result = replace(result, ci_low=bounded[0], ci_high=bounded[1])
+            low, high = bounded
     if not (math.isfinite(low) and math.isfinite(high)):
         reason = "the interval is unbounded: with so few vignettes this method can never reject any value"
     elif high <= low:
@@ -313,8 +322,8 @@ def _stratified(scores, clusters, per_vignette, common, trials_per_contest) -> I
         STRATIFIED_LABEL,
         "these_vignettes",
         estimate,
-        max(0.0, estimate - half),
-        min(1.0, estimate + half),
+        estimate - half,  # truncated to [0, 1] with every row (_refuse_degenerate)
+        estimate + half,
         se=math.sqrt(var),
         df=df,
         note="between-vignette spread treated as fixed",
