@@ -461,7 +461,8 @@ def winrate(
     "--methods",
     default="all",
     show_default=True,
-    help="Intervals to study: all, gate (the intervals the policy's bar gates read), or a comma list of methods.",
+    help="Intervals to study: all (every interval method), gate (the intervals the policy's bar gates read), "
+    "candidates (the gate candidates for new vignettes, with power), or a comma list of methods.",
 )
 @seed_option
 @click.option("--processes", type=click.IntRange(1), default=1, show_default=True, help="Worker processes.")
@@ -476,14 +477,17 @@ def winrate(
 @_fail_cleanly
 def coverage_study(reps: int, grid: str, methods: str, seed: int, processes: int, out_file: Path) -> None:
     """Seeded simulation of every interval's two-sided coverage and one-sided (CI-low) error."""
-    from honestci.audit.stats.coverage_study import HONEST_METHODS, run_coverage_study
+    from honestci.audit.stats.coverage_study import GATE_CANDIDATES, HONEST_METHODS, STUDY_METHODS, run_coverage_study
     from honestci.audit.stats.winrate import ALL_METHODS
     from honestci.reports.writing import atomic_write_text
 
-    chosen = ALL_METHODS if methods == "all" else HONEST_METHODS if methods == "gate" else tuple(methods.split(","))
-    unknown = sorted(set(chosen) - set(ALL_METHODS))
+    named = {"all": ALL_METHODS, "gate": HONEST_METHODS, "candidates": GATE_CANDIDATES}
+    chosen = named.get(methods) or tuple(methods.split(","))
+    unknown = sorted(set(chosen) - set(STUDY_METHODS))
     if unknown:
-        raise click.BadParameter(f"unknown methods {unknown}; choose from {list(ALL_METHODS)}", param_hint="--methods")
+        raise click.BadParameter(
+            f"unknown methods {unknown}; choose from {list(STUDY_METHODS)}", param_hint="--methods"
+        )
     study = run_coverage_study(
         reps=reps, grid=grid, methods=chosen, seed=seed, processes=processes, progress=Progress()
     )

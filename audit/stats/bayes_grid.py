@@ -257,13 +257,17 @@ def _live_box(density: np.ndarray, mu: np.ndarray, sigma: np.ndarray, smallest_s
     )
 
 
-def _grid_posterior(scores, clusters, trials_per_contest: int = 2) -> _Grid:
+def _grid_posterior(scores, clusters, trials_per_contest: int = 2, equal_weight: bool = False) -> _Grid:
     """The posterior of (μ, σ) on a grid as fine as its width asks, with each vignette's tempered
     wins and losses and the dispersion φ.
 
     A contest is ``trials_per_contest`` trials with that many times s wins: 2 when both orders
     are judged, 1 when each contest is one judged order (a verdict or a preference), so a single
     verdict never counts as two agreeing ones (which would fake between-vignette spread).
+
+    ``equal_weight``: every vignette enters the likelihood once, at the harmonic mean size
+    h = G / Σ_g 1/n_g (its mean score at h contests) instead of at its own size n_g
+    (:func:`rate_posterior` says why).
 
     Each vignette's likelihood is tabulated on a fine η grid, so the integral over its effect is
     one matrix product with the N(μ, σ) kernel for every (μ, σ) at once (σ from two η steps up:
@@ -280,7 +284,10 @@ def _grid_posterior(scores, clusters, trials_per_contest: int = 2) -> _Grid:
     per_vignette = vignette_means(scores, codes)
     estimate, _ = contest_dispersion(codes, scores, trials_per_contest)
     dispersion = max(1.0, estimate) if estimate is not None else 1.0
-    trials = trials_per_contest * per_vignette.sizes / dispersion
+    sizes = per_vignette.sizes
+    if equal_weight and np.ptp(sizes) > 0:  # equal sizes: already equal weights, bit for bit
+        sizes = np.full(sizes.size, sizes.size / np.sum(1.0 / sizes))
+    trials = trials_per_contest * sizes / dispersion
     wins = trials * per_vignette.means
     losses = trials - wins
     log_posterior, empirical, eta_step = log_posterior_on_grid(wins, losses)
@@ -323,10 +330,24 @@ def _fine_points(values: np.ndarray, sd: float) -> int:
     return max(values.size, math.ceil(width * _RESOLUTION / sd) + 1 if sd > 0 else values.size)
 
 
-def rate_posterior(scores, clusters, trials_per_contest: int = 2) -> RatePosterior:
+def rate_posterior(scores, clusters, trials_per_contest: int = 2, equal_weight: bool = True) -> RatePosterior:
     """Posterior of the new-vignette rate from contest scores (in [0, 1]) and their vignettes
-    (``trials_per_contest``: :func:`_grid_posterior`)."""
-    grid = _grid_posterior(scores, clusters, trials_per_contest)
+    (``trials_per_contest``: :func:`_grid_posterior`).
+
+    The estimand weights vignettes equally (:mod:`honestci.audit.stats.estimands`). With each
+    vignette's likelihood at its own size n_g, the posterior of μ weights vignette g by its
+    precision, about 1/(σ² + 1/(n_g p(1 − p))): when the vignettes' rates are close (σ small)
+    that is nearly its contest count, so where contest counts follow quality (more contests where
+    the policy does well) the posterior centres on the contest-weighted rate and its CI-low lies
+    above the equal-weight truth far more often than 2.5% (22% at G = 30, vignette logit sd 0.3:
+    docs/coverage.md, informative sizes). With ``equal_weight`` (the gate's default) every vignette
+    enters at the harmonic mean size h = G / Σ 1/n_g: the weights are then equal, and the
+    sampling variance the model gives the vignette means, averaged over vignettes, is the one they
+    have (mean_g s²/n_g = s²/h), so the width stays honest. With equal sizes the two are the same.
+    ``equal_weight=False`` is the precision-weighted posterior (a candidate the coverage study
+    measures); :func:`vignette_rate_posteriors` keeps each vignette at its own size (its own
+    likelihood is what its partially pooled rate rests on)."""
+    grid = _grid_posterior(scores, clusters, trials_per_contest, equal_weight)
     nodes, weights = standard_normal_nodes(_TARGET_NODES)
     exact = expit(grid.mu[:, None, None] + grid.sigma[None, :, None] * nodes[None, None, :]) @ weights
     # θ_new is smooth in (μ, σ): its bicubic spline from the exact grid is within 1e-5 of the

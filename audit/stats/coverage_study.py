@@ -5,16 +5,31 @@ G vignettes with logit locations η_v = μ + σ Z_v; in each contest the two jud
 independent, the policy winning an order with probability S(η_v ± b − t) and losing it with
 S(−η_v ∓ b − t) (first-position bias b = :data:`ORDER_BIAS`, tie half-width t), scored 1 / 0 / ½.
 μ is solved so that the new-vignette rate θ_new = E_Z[p(μ + σZ)] equals the cell's rate exactly.
-Sizes are ``balanced`` (:data:`BALANCED_SIZE` contests per vignette) or ``unbalanced``
-(log-uniform on 10–300, drawn per vignette, independent of η).
+Sizes are ``balanced`` (:data:`BALANCED_SIZE` contests per vignette), ``unbalanced``
+(log-uniform on 10–300, drawn per vignette, independent of η), or *informative*: log-uniform on
+the same range at the quantile Φ(ρ Z_v + √(1 − ρ²) ε_v), ε_v ~ N(0, 1), so that vignettes where the
+policy does well get more contests (``informative``: ρ = 0.8, about ×3 contests per sd of vignette
+quality; ``mildly_informative``: ρ = 0.2, about ±30% per sd). The truth stays the equal-weight
+rate: a population of vignettes, not of contests (:mod:`honestci.audit.stats.estimands`).
 
-Grids: :data:`FULL_GRID` is the issue's realistic design (G ∈ {6, 12, 30, 100}; balanced and
-unbalanced; vignette logit sd σ ∈ {0.3, 1.0}; rates {0.6, 0.8, 0.9, 0.95}; ties t ∈ {0, 1}: with
-t = 1 a judged order is a tie 35% of the time at rate 0.6 and 4% at rate 0.95; order bias
-present), :data:`DEFAULT_GRID` its corners. Truths: the clustered intervals and the posterior are
-scored against θ_new, the stratified interval against θ_these = (1/G) Σ_v p(η_v), iid intervals
-against both. A bar gate reads the CI-low, so beside two-sided coverage every cell records the
-share of replications whose CI-low lies above the truth (nominal (1 − level)/2).
+Grids: :data:`FULL_GRID` is the realistic design (G ∈ {6, 12, 30, 100}; the four size laws;
+vignette logit sd σ ∈ {0.3, 1.0}; rates {0.6, 0.8, 0.9, 0.95}; ties t ∈ {0, 1}: with t = 1 a
+judged order is a tie 35% of the time at rate 0.6 and 4% at rate 0.95; order bias present),
+:data:`DEFAULT_GRID` its corners. Truths: the clustered intervals and the posterior are scored
+against θ_new, the stratified interval against θ_these = (1/G) Σ_v p(η_v), iid intervals against
+both. A bar gate reads the CI-low, so beside two-sided coverage every cell records:
+
+- ``low_above_truth``: the share of replications whose CI-low lies above the truth (nominal
+  (1 − level)/2): the false-pass rate of a gate whose bar is the truth;
+- ``power``: the share whose CI-low reaches truth − :data:`POWER_MARGIN` (the pass rate of a gate
+  whose bar lies that far below the truth);
+- ``power_size_adjusted``: the same for the CI-low shifted down by the critical value that gives
+  exactly the nominal false-pass rate on the same replications (the CI-low minus its
+  (1 − (1 − level)/2) quantile's excess over the truth): what the statistic could do if its
+  critical value were exact, so candidates are compared at equal false-pass rates.
+
+Beside the interval methods of :func:`honestci.audit.stats.winrate.winrate_ci`, the study measures
+gate candidates that are not interval methods of the audit (:data:`CANDIDATES`).
 
 Run: ``honestci coverage-study --grid full --reps 1000 --processes 2``.
 """
@@ -27,10 +42,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.special import expit
+from scipy.special import expit, ndtr
 
 from honestci.audit.policy import DEFAULT_SEED, GATE_METHOD_FOR_POPULATION, THRESHOLDS
 from honestci.audit.progress import ProgressLike, as_progress
+from honestci.audit.stats.bayes_grid import rate_posterior
+from honestci.audit.stats.core_share import single_threaded_blas
 from honestci.audit.stats.estimands import location_for_rate, tie_share, vignette_rate
 from honestci.audit.stats.winrate import ALL_METHODS, IID_METHODS, method_label, winrate_ci
 
@@ -39,6 +56,11 @@ ORDER_BIAS = 0.5
 #: Contests per vignette in balanced cells; the unbalanced range (log-uniform).
 BALANCED_SIZE = 40
 UNBALANCED_RANGE = (10, 300)
+#: Correlation ρ of each informative size law's normal score with the vignette's quality Z_v.
+INFORMATIVE_SIZES = {"informative": 0.8, "mildly_informative": 0.2}
+SIZE_LAWS = ("balanced", "unbalanced", *INFORMATIVE_SIZES)
+#: How far below the truth the bar lies for ``power`` (probability points).
+POWER_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -55,14 +77,14 @@ class Grid:
         return list(itertools.product(self.clusters, self.sizes, self.sd, self.rate, self.tie_halfwidth))
 
 
-FULL_GRID = Grid((6, 12, 30, 100), ("balanced", "unbalanced"), (0.3, 1.0), (0.6, 0.8, 0.9, 0.95), (0.0, 1.0))
+FULL_GRID = Grid((6, 12, 30, 100), SIZE_LAWS, (0.3, 1.0), (0.6, 0.8, 0.9, 0.95), (0.0, 1.0))
 DEFAULT_GRID = Grid((6, 12, 30), ("balanced", "unbalanced"), (1.0,), (0.6, 0.9), (0.0, 1.0))
 GRIDS = {"default": DEFAULT_GRID, "full": FULL_GRID}
 #: The gate intervals the study certifies: each population's (audit/policy.py).
 HONEST_METHODS = tuple(GATE_METHOD_FOR_POPULATION[p] for p in ("these_vignettes", "new_vignettes"))
 #: Two-sided coverage window and the one-sided excess (in Monte Carlo SE) a certified interval may show.
 TWO_SIDED_TOLERANCE = 0.015
-ONE_SIDED_MC_SE = 3.0
+ONE_SIDED_MC_SE = 2.0
 
 
 def simulate_scores(
@@ -78,17 +100,24 @@ def simulate_scores(
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Contest scores, vignette labels and the these-vignettes truth of one replication.
 
-    ``sizes``: "balanced", "unbalanced" or a number of contests per vignette (the planner's
+    ``sizes``: one of :data:`SIZE_LAWS` or a number of contests per vignette (the planner's
     designs, audit/stats/planning.py); ``location``: μ when the caller has solved it already."""
     mu = location_for_rate(rate, sd, order_bias, tie_halfwidth) if location is None else location
-    eta = mu + sd * rng.standard_normal(n_clusters)
+    quality = rng.standard_normal(n_clusters)
+    eta = mu + sd * quality
+    low, high = np.log(UNBALANCED_RANGE)
     if not isinstance(sizes, str):
         counts = np.full(n_clusters, int(sizes))
     elif sizes == "balanced":
         counts = np.full(n_clusters, BALANCED_SIZE)
-    else:
-        low, high = np.log(UNBALANCED_RANGE)
+    elif sizes == "unbalanced":
         counts = np.rint(np.exp(rng.uniform(low, high, n_clusters))).astype(int)
+    elif sizes in INFORMATIVE_SIZES:
+        rho = INFORMATIVE_SIZES[sizes]
+        share = ndtr(rho * quality + math.sqrt(1.0 - rho**2) * rng.standard_normal(n_clusters))
+        counts = np.rint(np.exp(low + (high - low) * share)).astype(int)
+    else:
+        raise ValueError(f"unknown size law {sizes!r}; use one of {SIZE_LAWS} or a number")
     clusters = np.repeat(np.arange(n_clusters), counts)
     bias = np.array([[order_bias], [-order_bias]])
     win = expit(eta[None, :] + bias - tie_halfwidth)[:, clusters]
@@ -163,13 +192,14 @@ class CoverageStudy:
             ),
         )
         mc_two = 100 * math.sqrt(self.level * (1 - self.level) / self.reps)
-        studied = tuple(frame["method"].drop_duplicates())
-        methods = (
-            ""
-            if set(studied) == set(ALL_METHODS)
-            else " --methods gate"
-            if set(studied) == set(HONEST_METHODS)
-            else f" --methods {','.join(studied)}"
+        studied = set(frame["method"])
+        named = {"": ALL_METHODS, " --methods gate": HONEST_METHODS, " --methods candidates": GATE_CANDIDATES}
+        methods = next(
+            (flag for flag, chosen in named.items() if studied == set(chosen)),
+            f" --methods {','.join(frame['method'].drop_duplicates())}",
+        )
+        frame = frame.assign(
+            powers=frame.apply(lambda r: f"{100 * r['power']:.0f} / {100 * r['power_size_adjusted']:.0f}", axis=1)
         )
         lines = [
             "# Coverage of the win-rate intervals",
@@ -190,6 +220,12 @@ class CoverageStudy:
                     "low",
                     f"CI-low above the {name} truth (one-sided error)",
                     f"% of replications; nominal {100 * self.one_sided_nominal:.1f}%, the bar gate's risk",
+                ),
+                (
+                    "powers",
+                    f"Power against the {name} rate: a bar {POWER_MARGIN} below it",
+                    "% of replications whose CI-low reaches the bar, raw / size-adjusted (its critical value "
+                    f"set to give exactly {100 * self.one_sided_nominal:.1f}% false passes on the same replications)",
                 ),
             ):
                 table = group.pivot(index="condition", columns="label", values=column)
@@ -257,62 +293,120 @@ class CoverageStudy:
 STUDY_BOOTSTRAP_DRAWS = 999
 
 
+def _posterior_bounds(scores, clusters, level: float, equal_weight: bool) -> tuple[float, float]:
+    posterior = rate_posterior(scores, clusters, equal_weight=equal_weight)
+    tail = (1.0 - level) / 2.0
+    return posterior.quantile(tail), posterior.quantile(1.0 - tail)
+
+
+def _lower_of_two(scores, clusters, level: float, seed: int) -> tuple[float, float] | None:
+    rows = [winrate_ci(scores, clusters, method=m, level=level, seed=seed) for m in ("bayes_logit_normal", "cr2_logit")]
+    if any(row.bounds is None for row in rows):
+        return None
+    return min(row.bounds[0] for row in rows), max(row.bounds[1] for row in rows)
+
+
+#: Gate candidates for the new-vignette rate that are not interval methods of the audit, measured
+#: beside them (name → (label, bounds from scores, vignette codes, level and a seed)).
+CANDIDATES = {
+    "bayes_precision_weighted": (
+        "Bayesian logit-normal, each vignette at its own size (precision-weighted)",
+        lambda scores, clusters, level, seed: _posterior_bounds(scores, clusters, level, equal_weight=False),
+    ),
+    "lower_of_bayes_and_cr2_logit": (
+        "the lower CI-low of the Bayesian logit-normal and CR2-logit intervals",
+        _lower_of_two,
+    ),
+}
+STUDY_METHODS = (*ALL_METHODS, *CANDIDATES)
+#: What ``--methods candidates`` studies: the gate's interval for new vignettes, the best interval
+#: built on the vignette means (CR2 on the logit scale) and :data:`CANDIDATES`.
+GATE_CANDIDATES = ("bayes_logit_normal", "cr2_logit", *CANDIDATES)
+
+
+def study_label(method: str) -> str:
+    return CANDIDATES[method][0] if method in CANDIDATES else method_label(method)
+
+
+def _bounds(method: str, scores, clusters, level: float, seed: int) -> tuple[float, float] | None:
+    if method in CANDIDATES:
+        return CANDIDATES[method][1](scores, clusters, level, seed)
+    row = winrate_ci(scores, clusters, method=method, level=level, seed=seed, bootstrap_draws=STUDY_BOOTSTRAP_DRAWS)
+    return row.bounds
+
+
+def _targets(method: str) -> tuple[str, ...]:
+    if method in IID_METHODS:
+        return ("new_vignettes", "these_vignettes")
+    return ("these_vignettes",) if method == "stratified" else ("new_vignettes",)
+
+
+def _power(shortfall: np.ndarray, level: float) -> tuple[float, float]:
+    """Raw and size-adjusted power of a CI-low gate whose bar lies :data:`POWER_MARGIN` below the
+    truth, from each replication's CI-low minus its truth (−inf where the interval was not
+    reported: INCONCLUSIVE never passes). The size-adjusted CI-low is shifted by the
+    (1 − (1 − level)/2) quantile of that difference, so that at most the nominal share of
+    replications has it above the truth (module docstring)."""
+    raw = float(np.mean(shortfall >= -POWER_MARGIN))
+    critical = np.quantile(shortfall, 1.0 - (1.0 - level) / 2.0, method="higher")
+    if not np.isfinite(critical):
+        return raw, 0.0
+    return raw, float(np.mean(shortfall - critical >= -POWER_MARGIN))
+
+
 def _run_cell(args) -> list[dict]:
-    (n_clusters, sizes, sd, rate, tie_halfwidth), child, reps, level, methods = args
+    # BLAS on one thread: the study's products are small, and a multithreaded OpenBLAS's workers
+    # busy-wait after each one (on a loaded machine a G = 30 posterior took 1.6 CPU-s instead of 0.04).
+    with single_threaded_blas():
+        return _cell_rows(*args)
+
+
+def _cell_rows(cell, child, reps: int, level: float, methods) -> list[dict]:
+    n_clusters, sizes, sd, rate, tie_halfwidth = cell
     rng = np.random.default_rng(child)
-    hits = {(m, t): 0 for m in methods for t in ("new_vignettes", "these_vignettes")}
-    low_above = dict.fromkeys(hits, 0)  # the one-sided error a CI-low gate risks
+    lows = {(m, t): np.full(reps, -np.inf) for m in methods for t in _targets(m)}
+    hits = dict.fromkeys(lows, 0)
     widths = {m: 0.0 for m in methods}
     reported = {m: 0 for m in methods}
-    for _ in range(reps):
+    for rep in range(reps):
         scores, clusters, these_truth = simulate_scores(rng, n_clusters, sizes, sd, rate, tie_halfwidth)
+        truths = {"new_vignettes": rate, "these_vignettes": these_truth}
         for method in methods:
-            row = winrate_ci(
-                scores,
-                clusters,
-                method=method,
-                level=level,
-                seed=int(rng.integers(2**31)),
-                bootstrap_draws=STUDY_BOOTSTRAP_DRAWS,
-            )
-            if row.bounds is None:
+            bounds = _bounds(method, scores, clusters, level, int(rng.integers(2**31)))
+            if bounds is None:
                 continue
-            low, high = row.bounds
+            low, high = bounds
             widths[method] += high - low
             reported[method] += 1
-            for truth_name, truth in (("new_vignettes", rate), ("these_vignettes", these_truth)):
+            for truth_name in _targets(method):
+                truth = truths[truth_name]
                 hits[(method, truth_name)] += low <= truth <= high
-                low_above[(method, truth_name)] += low > truth
+                lows[(method, truth_name)][rep] = low - truth  # relative to this replication's truth
     ties = tie_share(location_for_rate(rate, sd, ORDER_BIAS, tie_halfwidth), sd, ORDER_BIAS, tie_halfwidth)
     rows = []
-    for method in methods:
-        targets = (
-            ("new_vignettes", "these_vignettes")
-            if method in IID_METHODS
-            else ("these_vignettes",)
-            if method == "stratified"
-            else ("new_vignettes",)
+    for (method, truth_name), shortfall in lows.items():
+        power, power_adjusted = _power(shortfall, level)
+        rows.append(
+            {
+                "n_clusters": n_clusters,
+                "sizes": sizes,
+                "sd": sd,
+                "rate": rate,
+                "tie_halfwidth": tie_halfwidth,
+                "ties": abs(round(ties, 3)),  # tie_share is -1e-17 at no ties: never "-0%"
+                "method": method,
+                "label": study_label(method),
+                "truth": truth_name,
+                "coverage": hits[(method, truth_name)] / reps,
+                "low_above_truth": float(np.mean(shortfall > 0.0)),
+                "power": power,
+                "power_size_adjusted": power_adjusted,
+                "mean_width": widths[method] / max(reported[method], 1),
+                "share_reported": reported[method] / reps,
+                "reps": reps,
+                "cell_seed": int(child.generate_state(1)[0]),
+            }
         )
-        for truth_name in targets:
-            rows.append(
-                {
-                    "n_clusters": n_clusters,
-                    "sizes": sizes,
-                    "sd": sd,
-                    "rate": rate,
-                    "tie_halfwidth": tie_halfwidth,
-                    "ties": abs(round(ties, 3)),  # tie_share is -1e-17 at no ties: never "-0%"
-                    "method": method,
-                    "label": method_label(method),
-                    "truth": truth_name,
-                    "coverage": hits[(method, truth_name)] / reps,
-                    "low_above_truth": low_above[(method, truth_name)] / reps,
-                    "mean_width": widths[method] / max(reported[method], 1),
-                    "share_reported": reported[method] / reps,
-                    "reps": reps,
-                    "cell_seed": int(child.generate_state(1)[0]),
-                }
-            )
     return rows
 
 

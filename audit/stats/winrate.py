@@ -401,14 +401,18 @@ def _posterior_interval(method, label, scores, clusters, estimate, common, trial
 
     The posterior carries the uncertainty in the vignette spread σ into the rate, which keeps the
     CI-low's one-sided error at or below nominal where vignette rates are skewed near 1 and every
-    interval built from the vignette means' spread does not (docs/coverage.md). A perfect record
-    still gets an interval: the prior bounds how far unseen vignettes may lie below it.
+    interval built from the vignette means' spread does not (docs/coverage.md). Vignettes weigh
+    equally, whatever their contest counts (``rate_posterior``'s ``equal_weight``), so contest
+    counts that follow quality cannot lift the CI-low. A perfect record still gets an interval:
+    the prior bounds how far unseen vignettes may lie below it.
     """
     from honestci.audit.stats.bayes_grid import rate_posterior
 
     posterior = rate_posterior(scores, clusters, trials_per_contest)
     tail = (1.0 - common["level"]) / 2.0
     note = "posterior quantiles by quadrature; mu ~ N(0, 1.5), sigma ~ HalfNormal(1)"
+    if np.ptp(np.bincount(clusters)) > 0:
+        note += "; vignettes weighted equally (each at the harmonic mean size)"
     if posterior.dispersion > 1.0:
         note += f"; likelihood tempered by dispersion {posterior.dispersion:.2f}"
     return IntervalResult(
