@@ -54,8 +54,9 @@ class Thresholds:
     #: clusters can be estimated with any reliability.
     min_clusters: int = 5
     #: Kendall's tau test of vignette size against vignette mean (estimands.size_association): below
-    #: this p-value the bar gate says the sizes are informative (the gate's equal-weight rate is
-    #: unbiased either way; the pooled share of contests is not).
+    #: this p-value the bar gate says the sizes are informative. The gate's interval does not depend
+    #: on it: it weights vignettes equally whatever the test says (its CI-low certified on
+    #: informative size laws, docs/coverage.md); the pooled share of contests is shown beside it.
     informative_sizes_alpha: float = 0.05
     #: Below this many clusters the report notes that coverage of the few-cluster intervals is
     #: only approximately nominal (see docs/coverage.md).

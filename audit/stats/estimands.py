@@ -19,7 +19,12 @@ to invalid verdicts, where the policy does well). Every estimator honestci repor
 populations is therefore the equal-weight mean of vignette means, θ̂ = (1/G) Σ_g ȳ_g, which is
 unbiased for θ_new under any sizes when vignettes are drawn independently (with their sizes), and
 unbiased for θ_these given the vignettes. :func:`size_association` measures whether sizes are
-informative; the figure the gate reads is unbiased either way.
+informative. An unbiased point is not enough for a gate, which reads a CI-low: a model-based
+interval that weights vignettes by their precision (a hierarchical likelihood with each vignette at
+its own size) centres on the contest-weighted rate when sizes are informative, so the bar gate's
+posterior enters every vignette at the harmonic mean size instead
+(:func:`honestci.audit.stats.bayes_grid.rate_posterior`), and the coverage study certifies its
+CI-low on informative size laws (docs/coverage.md).
 
 Truth of the simulations (:mod:`honestci.audit.stats.coverage_study`): vignette v has a logit
 location η_v = μ + u_v, u_v ~ N(0, σ); per judged order the policy wins with probability
