@@ -59,6 +59,18 @@ def passing_claim(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def no_length_rule():
+    """An auditor's policy with the length rule off: the fixture's policy answers are 1.42x longer
+    than the opponent's in every contest, so the built-in policy requires length_bias and it cannot
+    pass (length confounded with the policy); tests of what only a PASS does audit under this."""
+    from dataclasses import replace
+
+    from honestci.audit.policy import THRESHOLDS, Policy
+
+    return Policy(thresholds=replace(THRESHOLDS, length_bias_required_ratio=1e9))
+
+
+@pytest.fixture(scope="session")
 def bayes_audit():
     """The headline claim audited with the Bayesian model (one NUTS fit, ~5-10 s, shared by every
     test that needs a converged fit's report or posterior)."""

@@ -229,7 +229,7 @@ def test_the_request_recorder_sees_an_external_image(tmp_path):
     assert "example.invalid" in proxy.page_requests()
 
 
-def test_hostile_names_are_escaped_and_only_a_pass_publishes_figures(tmp_path, passing_claim):
+def test_hostile_names_are_escaped_and_only_a_pass_publishes_figures(tmp_path, passing_claim, no_length_rule):
     """A claim name with HTML, a `$` in vignette ids (matplotlib would read `$...$` as mathtext)
     and a blocked verdict: the report renders, escapes the HTML, and writes no model-card figure."""
     import sys
@@ -252,14 +252,8 @@ def test_hostile_names_are_escaped_and_only_a_pass_publishes_figures(tmp_path, p
     assert "model-index" not in markdown and "No model-card figures" in markdown
     assert "$v0^{x}_$" in markdown
 
-    # The fixture's policy answers are 1.42x longer than the opponent's in every contest, so the
-    # built-in policy requires length_bias and it cannot pass (confounded); an auditor's policy
-    # that switches the length rule off lets the honest card pass.
-    from dataclasses import replace
-
-    from honestci.audit.policy import THRESHOLDS, Policy
-
-    no_length_rule = Policy(thresholds=replace(THRESHOLDS, length_bias_required_ratio=1e9))
+    # The built-in policy requires length_bias on the fixture, where it cannot pass (conftest's
+    # no_length_rule): under an auditor's policy without the length rule the honest card passes.
     passing = run_audit(passing_claim, bayes=False, policy=no_length_rule).report()
     block = render(passing, "md").split("```yaml\n")[1].split("```")[0]
     metric = yaml.safe_load(block)["model-index"][0]["results"][0]["metrics"][0]

@@ -64,11 +64,11 @@ def test_a_required_path_given_as_null_is_a_config_error(tmp_path, key):
 
 
 @pytest.fixture(scope="module")
-def fixture_verdict(passing_claim):
+def fixture_verdict(passing_claim, no_length_rule):
     from honestci.audit.pipeline import run_audit
     from honestci.audit.report_model import json_safe
 
-    result = run_audit(passing_claim, bayes=False)
+    result = run_audit(passing_claim, bayes=False, policy=no_length_rule)
     return json_safe(result.to_dict())
 
 
