@@ -452,10 +452,11 @@ def winrate(
 @click.option("--reps", type=click.IntRange(10), default=1000, show_default=True, help="Replications per cell.")
 @click.option(
     "--grid",
-    type=click.Choice(["default", "full"]),
+    type=click.Choice(["default", "full", "informative"]),
     default="default",
     show_default=True,
-    help="Design cells: the default corners, or the full realistic grid (G 6-100, sizes, sd, rates, ties).",
+    help="Design cells: the default corners, the full realistic grid (G 6-100, size laws, sd, rates, ties), "
+    "or the informative-size cells (contest counts that follow quality).",
 )
 @click.option(
     "--methods",

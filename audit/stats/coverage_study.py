@@ -79,7 +79,12 @@ class Grid:
 
 FULL_GRID = Grid((6, 12, 30, 100), SIZE_LAWS, (0.3, 1.0), (0.6, 0.8, 0.9, 0.95), (0.0, 1.0))
 DEFAULT_GRID = Grid((6, 12, 30), ("balanced", "unbalanced"), (1.0,), (0.6, 0.9), (0.0, 1.0))
-GRIDS = {"default": DEFAULT_GRID, "full": FULL_GRID}
+#: Where contest counts may follow quality: the gate candidates' false passes and power side by side
+#: (docs/coverage-informative.md), at the rate and vignette spreads where precision weighting misleads.
+INFORMATIVE_GRID = Grid(
+    (6, 12, 30, 100), ("unbalanced", "mildly_informative", "informative"), (0.3, 1.0), (0.8,), (0.0,)
+)
+GRIDS = {"default": DEFAULT_GRID, "full": FULL_GRID, "informative": INFORMATIVE_GRID}
 #: The gate intervals the study certifies: each population's (audit/policy.py).
 HONEST_METHODS = tuple(GATE_METHOD_FOR_POPULATION[p] for p in ("these_vignettes", "new_vignettes"))
 #: Two-sided coverage window and the one-sided excess (in Monte Carlo SE) a certified interval may show.
