@@ -323,10 +323,13 @@ def _posterior_bounds(scores, clusters, level: float, equal_weight: bool) -> tup
 
 
 def _lower_of_two(scores, clusters, level: float, seed: int) -> tuple[float, float] | None:
-    rows = [winrate_ci(scores, clusters, method=m, level=level, seed=seed) for m in ("bayes_logit_normal", "cr2_logit")]
-    if any(row.bounds is None for row in rows):
+    bounds = [
+        winrate_ci(scores, clusters, method=m, level=level, seed=seed).bounds
+        for m in ("bayes_logit_normal", "cr2_logit")
+    ]
+    if bounds[0] is None or bounds[1] is None:
         return None
-    return min(row.bounds[0] for row in rows), max(row.bounds[1] for row in rows)
+    return min(bounds[0][0], bounds[1][0]), max(bounds[0][1], bounds[1][1])
 
 
 #: Gate candidates for the new-vignette rate that are not interval methods of the audit, measured
