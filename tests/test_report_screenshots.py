@@ -47,9 +47,11 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_report_reads_right_in_a_browser(case, artifacts, passing_claim, tmp_path):
+def test_report_reads_right_in_a_browser(case, artifacts, passing_claim, no_length_rule, tmp_path):
     claim = CASES[case]({"pass": passing_claim, "tmp": tmp_path})
-    report = run_audit(claim, bayes=False).report()
+    # the fixture's answers are 1.42x longer in every contest: the built-in policy's length rule
+    # would block both fixture cases; what is shown here is the report of one blocking gate or none
+    report = run_audit(claim, policy=no_length_rule, bayes=False).report()
     data = report.data
     paths = write_report(report, artifacts / case)
     size = paths["html"].stat().st_size

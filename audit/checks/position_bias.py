@@ -70,6 +70,7 @@ from honestci.audit.stats.clustered_estimate import (
 )
 from honestci.audit.stats.estimands import unique_inverse
 from honestci.audit.stats.iid import paired_difference_ci, proportion_ci
+from honestci.audit.stats.intervals import DIFFERENCE_SPACE, RATE_SPACE
 from honestci.audit.stats.random_state import resolve_rng
 
 PERMUTATION_DRAWS = 9999
@@ -421,6 +422,7 @@ def order_effect_within_contests(
         rng=rng,
         bootstrap_draws=bootstrap_draws,
         min_clusters=min_clusters,
+        space=DIFFERENCE_SPACE,
     )
     order_effect = logit_effect = None
     if boot.reportable:
@@ -443,6 +445,7 @@ def order_effect_within_contests(
                     "order effect (probability points)",
                     boot=None if boot.boot_low is None or boot.boot_high is None else (boot.boot_low, boot.boot_high),
                     seed=boot.seed,
+                    space=DIFFERENCE_SPACE,
                 ),
                 difference,
             )
@@ -531,6 +534,7 @@ def position_bias(
         rng=int(seeds[0]),
         bootstrap_draws=bootstrap_draws,
         min_clusters=min_clusters,
+        space=RATE_SPACE,
     )
     # verdicts naming the response shown first: policy wins when first, or loses when second
     named_first = win_first.astype(int) + (second == LOSS).astype(int)
@@ -547,6 +551,7 @@ def position_bias(
             rng=int(seeds[1]),
             bootstrap_draws=bootstrap_draws,
             min_clusters=min_clusters,
+            space=RATE_SPACE,
         )
         exact_first = float(stats.binomtest(int(prefers_first.sum()), int(prefers_first.size), 0.5).pvalue)
 
@@ -671,7 +676,9 @@ def position_bias_between_contests(
         except EstimationError as error:
             fit, reason = None, str(error)
         if fit is not None:
-            order_effect = from_contrast(linear_contrast(fit, {"order_effect": 1.0}, label="order effect"), name)
+            order_effect = from_contrast(
+                linear_contrast(fit, {"order_effect": 1.0}, label="order effect"), name, space=DIFFERENCE_SPACE
+            )
             logit_effect = _logit_order_effect(fit, p_first, p_second)
     if order_effect is None:
         order_effect = ClusteredEstimate.inconclusive(name, estimate, n, n_clusters, level, reason)

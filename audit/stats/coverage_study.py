@@ -173,7 +173,8 @@ class CoverageStudy:
         replications (a new seed; judged on those alone, against their own nominal + 2 MC-SE).
 
         Over a grid of hundreds of cells, a gate at its nominal 2.5% exceeds nominal + 2 MC-SE in
-        a few cells by chance (about 2% of cells at 200 replications): a second, independent and
+        a few cells by chance (at exactly 2.5%, P(Bin(200, 0.025) > 9.4) = 3.0% of cells at 200
+        replications): a second, independent and
         larger sample of those cells says whether the excess is the interval's or the first
         sample's. Each cell is one grid of its own, so its child seed depends on ``seed`` alone."""
         misses = self.gate_misses()

@@ -69,6 +69,7 @@ from honestci.audit.stats.cells import Cells, cluster_robust_ols_of_cells, desig
 from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import ClusteredEstimate
 from honestci.audit.stats.estimands import unique_inverse
+from honestci.audit.stats.intervals import DIFFERENCE_SPACE, bound_to_space
 
 #: Style features (Chatbot Arena's style control, without its token length: length has its own term).
 STYLE_FEATURES = ("headers", "bold", "lists")
@@ -559,7 +560,8 @@ def controlled_winrate(
     )
     diff = linear_contrast(fit, grad_effect, label="length effect")
     half_effect = stats.t.ppf(0.5 + level / 2, diff.df) * diff.se
-    low_effect, high_effect, how = effect - half_effect, effect + half_effect, "delta method"
+    low_effect, high_effect = bound_to_space(effect - half_effect, effect + half_effect, DIFFERENCE_SPACE)
+    how = "delta method"
     if penalised:
         low_effect, high_effect = _separated_effect_bounds(fit, X0, X1, weight, level)
         how = "intercept x length-coefficient box"
