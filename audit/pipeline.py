@@ -283,7 +283,7 @@ def _same_judging(claim: Claim, study: Study, contests: ContestTable, system: st
         judge=contests.judge,
         panel=contests.panel,
         panel_rule=contests.panel_rule,
-        allow_single_order=claim.spec.allow_single_order,
+        missing_orders=claim.policy.missing_orders,
     )
 
 
@@ -496,7 +496,7 @@ def audit_context(
             judge=spec.judge,
             panel=spec.panel,
             panel_rule=spec.panel_rule,
-            allow_single_order=spec.allow_single_order,
+            missing_orders=rules.missing_orders,
         )
         if spec.pool is not None:
             contests = _contests_in_pool(contests, study, spec.pool)

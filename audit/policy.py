@@ -289,6 +289,12 @@ TIGHTENS = {
 #: ``valid_verdicts`` gate bounds what leaving it out could change).
 InvalidScoring = Literal["against_claim", "tie", "exclude"]
 INVALID_SCORING: tuple[str, ...] = get_args(InvalidScoring)
+#: How a contest judged in one order only counts in a mixed design (some contests judged in both
+#: orders, some in one): its missing order scored as a loss for the policy (the default: leaving an
+#: order unjudged can never raise the win rate), or the contest left out (counted; the interval then
+#: rests on the contests someone chose to complete, so the evidence gate tests that choice).
+MissingOrders = Literal["against_claim", "exclude"]
+MISSING_ORDERS: tuple[str, ...] = get_args(MissingOrders)
 #: How a panel's verdicts on one contest become one score (audit/data/contests.py ``panel_score``):
 #: the average of the judges' contest scores, or the majority of their verdicts (tie without one).
 PANEL_RULES: tuple[str, ...] = ("mean", "majority")
@@ -324,6 +330,8 @@ class Policy:
     gate_methods: tuple[tuple[str, str], ...] = tuple(GATE_METHOD_FOR_POPULATION.items())
     required_gates: tuple[str, ...] = DEFAULT_REQUIRED_GATES
     invalid_verdicts: InvalidScoring = "against_claim"
+    #: How a mixed design's single-order contests count (:data:`MISSING_ORDERS`).
+    missing_orders: MissingOrders = "against_claim"
     #: Panel rules a claim may name (:data:`PANEL_RULES`); the policy decides, not the claim.
     panel_rules: tuple[str, ...] = PANEL_RULES
     #: The correction of a family of claimed comparisons (:data:`MULTIPLICITY`).
@@ -342,6 +350,7 @@ class Policy:
             "gate_methods": dict(self.gate_methods),
             "required_gates": list(self.required_gates),
             "invalid_verdicts": self.invalid_verdicts,
+            "missing_orders": self.missing_orders,
             "panel_rules": list(self.panel_rules),
             "multiplicity": self.multiplicity,
         }

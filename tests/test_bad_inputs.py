@@ -166,10 +166,6 @@ def _long_truncated_line(rows) -> bytes:
     return b"\n".join(lines)
 
 
-def _drop_order(rows) -> None:
-    del rows["judgments"][judgment_line(3, 1, policy_first=False) - 1]
-
-
 def _only_other_systems(rows) -> None:
     for response in rows["responses"]:
         response["system"] = "other-a" if response["system"] == POLICY else "other-b"
@@ -491,13 +487,9 @@ CONTEST_CASES = [
         ("no judgments compare 'policy-m' with 'opponent-m'", "pairs judged: other-a vs other-b"),
     ),
     Case(
-        "one-order-only",
-        with_rows(_drop_order),
-        (
-            f"judgments.jsonl, line {judgment_line(3, 1, True)}, field 'response_first'",
-            "judged in one order only",
-            "allow_single_order",
-        ),
+        "claim-leaves-out-single-order-contests",
+        with_claim_changes(allow_single_order=True),
+        ("allow_single_order", "the auditor's policy, not the claim's", "missing_orders:"),
     ),
 ]
 

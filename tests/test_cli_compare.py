@@ -83,7 +83,7 @@ def test_k_system_raw_rates_equal_the_alpaca_eval2_leaderboard(shared_data, tmp_
     systems = [f.name.removesuffix(".annotations.json.gz") for f in files]
     frames = []
     for system in systems:
-        scored = build_contests(study, system, AE2_OPPONENT, allow_single_order=True).scores(
+        scored = build_contests(study, system, AE2_OPPONENT, single_order="exclude").scores(
             "both_orders", invalid="tie"
         )
         frames.append(scored.to_frame()[["vignette_id", "score"]].assign(system=system))

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from honestci.audit.data.contests import build_contests, score_contests
+from honestci.audit.data.contests import MIXED, build_contests, score_contests
 from honestci.audit.data.io import load_study
 from honestci.audit.errors import InputError, SchemaError
 
@@ -228,22 +228,47 @@ def test_contests_from_frames_match_contests_from_files(tmp_path):
     )
 
 
-def test_single_order_contest_is_an_error_by_default(tmp_path):
+def test_single_order_contest_is_an_error_when_refused(tmp_path):
     loaded = study(tmp_path, [judgment for judgment in JUDGMENTS if judgment["verdict"] != "tie"])
     with pytest.raises(SchemaError) as caught:
-        build_contests(loaded, "P", "O")
+        build_contests(loaded, "P", "O", single_order="refuse")
     (problem,) = caught.value.problems
     assert problem.file.endswith("judgments.jsonl") and problem.line == 5
     text = str(caught.value)
     assert "judge 'J' judged policy response 'p3' vs opponent response 'o3' only with the policy shown first" in text
-    assert "allow_single_order: true" in text
+    assert "missing_orders:" in text
 
 
 def test_single_order_contests_can_be_left_out_and_counted(tmp_path):
     loaded = study(tmp_path, [judgment for judgment in JUDGMENTS if judgment["verdict"] != "tie"])
-    contests = build_contests(loaded, "P", "O", allow_single_order=True)
+    contests = build_contests(loaded, "P", "O", single_order="exclude")
     assert contests.frame["policy_response"].tolist() == ["p1", "p2"]
     assert dict(contests.dropped) == {"single_order": 1}
+
+
+@pytest.mark.parametrize(
+    ("dropped_line", "expected"),
+    [
+        (2, [0.5, 0.5, 0.5]),  # contest 1: P first won, P second unjudged: win and loss flip, 1/2 (was 1)
+        (3, [1.0, 0.0, 0.5]),  # contest 2: P second lost, P first unjudged: a loss twice, 0 (was 1/2)
+        (5, [1.0, 0.5, 0.0]),  # contest 3: P first lost, P second unjudged: a loss twice, 0 (was 1/2)
+        (6, [1.0, 0.5, 0.5]),  # contest 3: P second tied, P first unjudged: tie and loss, 1/2 (as before)
+    ],
+)
+def test_a_missing_order_is_scored_against_the_claim_and_never_raises_a_score(tmp_path, dropped_line, expected):
+    for name in ("all", "mixed"):
+        (tmp_path / name).mkdir()
+    complete_table = build_contests(study(tmp_path / "all"), "P", "O")
+    complete = complete_table.scores().values
+    kept = [j for line, j in enumerate(JUDGMENTS, start=1) if line != dropped_line]
+    contests = build_contests(study(tmp_path / "mixed", kept), "P", "O", single_order="against_claim")
+    scores = contests.scores()
+    assert contests.design == MIXED and contests.n_missing_orders == 1 and not contests.dropped
+    np.testing.assert_array_equal(scores.values, expected)
+    assert (scores.values <= complete).all()
+    # the same with order-averaged scores: the missing order is worth 0 to the policy
+    averaged = contests.scores("order_average").values
+    assert (averaged <= complete_table.scores("order_average").values).all()
 
 
 def test_no_judgments_between_the_systems_lists_what_exists(tmp_path):

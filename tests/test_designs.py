@@ -58,16 +58,19 @@ def test_single_order_score_is_that_orders_outcome():
     assert contests.scores("both_orders").rule == "one order"
 
 
-def test_mixed_design_is_refused_with_what_why_and_fix_and_allowed_by_the_claim():
+def test_mixed_design_is_refused_with_what_why_and_fix_or_handled_as_the_policy_says():
     rows = study_rows(n_vignettes=4, pairs=2, seed=1)
     rows["judgments"] = rows["judgments"][:-1]  # the last contest loses its policy-second order
     with pytest.raises(SchemaError) as caught:
-        build_contests(_tables(rows), POLICY, OPPONENT)
+        build_contests(_tables(rows), POLICY, OPPONENT, single_order="refuse")
     text = str(caught.value)
     assert "1 contest(s)" in text and "7 in both (a mixed design)" in text and "cannot be pooled" in text
-    assert "allow_single_order: true" in text
-    contests = build_contests(_tables(rows), POLICY, OPPONENT, allow_single_order=True)
+    assert "missing_orders:" in text
+    contests = build_contests(_tables(rows), POLICY, OPPONENT, single_order="exclude")
     assert contests.design == MIXED and dict(contests.dropped) == {"single_order": 1} and len(contests.frame) == 7
+    kept = build_contests(_tables(rows), POLICY, OPPONENT, single_order="against_claim")
+    assert kept.design == MIXED and not kept.dropped and len(kept.frame) == 8 and kept.n_missing_orders == 1
+    assert kept.trials_per_contest == 2
 
 
 def _preference_rows(preferences_first):

@@ -125,7 +125,7 @@ def test_incomplete_panel_is_refused_naming_the_missing_contest(tmp_path):
     ]
     frames = {t: pd.DataFrame(rows[t]) for t in ("responses", "judgments")}
     with pytest.raises(SchemaError, match="panel is incomplete") as error:
-        build_panel_contests(frames, POLICY, OPPONENT, list(LENIENCY), "mean", allow_single_order=True)
+        build_panel_contests(frames, POLICY, OPPONENT, list(LENIENCY), "mean", single_order="exclude")
     assert "judge-mid" in str(error.value) and "v3-p1" in str(error.value)
 
 

@@ -38,6 +38,7 @@ def test_a_policy_file_sets_the_rules_and_names_its_deviations(tmp_path):
         thresholds={"confidence_level": 0.9, "min_clusters": 8},
         required_gates=["enough_clusters", "ci_low_clears_bar", "leakage"],
         invalid_verdicts="tie",
+        missing_orders="exclude",
     )
     policy = load_policy(path)
     assert policy.thresholds.confidence_level == 0.9 and policy.thresholds.min_clusters == 8
@@ -49,7 +50,9 @@ def test_a_policy_file_sets_the_rules_and_names_its_deviations(tmp_path):
         "thresholds.min_clusters",
         "required_gates",
         "invalid_verdicts",
+        "missing_orders",
     }
+    assert policy.missing_orders == "exclude"
     assert deviations["thresholds.confidence_level"]["default"] == 0.95
     assert all(str(path.resolve()) in d["source"] for d in deviations.values())
 
@@ -64,6 +67,7 @@ def test_a_policy_file_sets_the_rules_and_names_its_deviations(tmp_path):
         ({"thresholds": {"no_such_threshold": 1}}, "thresholds"),
         ({"required_gates": ["no_such_gate"]}, "required_gates"),
         ({"invalid_verdicts": "for_claim"}, "invalid_verdicts"),
+        ({"missing_orders": "for_claim"}, "missing_orders"),
         ({"surprise": 1}, "surprise"),
     ],
 )

@@ -56,7 +56,7 @@ def test_single_order_contests_from_tables_are_not_identifiable(study):
         POLICY,
         OPPONENT,
         judge="llama-3.1-70b",
-        allow_single_order=True,
+        single_order="exclude",
     )
     result = position_bias_from_contests(contests)
     assert not result.identifiable and result.n_single_order == 720

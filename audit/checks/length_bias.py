@@ -150,7 +150,7 @@ def controlled_winrate_table(
     from honestci.audit.stats.length_bias import instruction_difficulty
 
     responses = (study["responses"] if isinstance(study, Mapping) else study.responses).frame
-    contests = {s: build_contests(study, s, opponent, judge=judge, allow_single_order=True) for s in systems}
+    contests = {s: build_contests(study, s, opponent, judge=judge, single_order="exclude") for s in systems}
     scores = {}
     for system, table in contests.items():
         frame = table.scores("both_orders", invalid=invalid).to_frame()

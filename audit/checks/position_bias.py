@@ -789,7 +789,7 @@ def position_bias_for_judge(study, policy: str, opponent: str, judge: str, **kwa
     from honestci.audit.data.contests import build_contests
 
     return position_bias_from_contests(
-        build_contests(study, policy, opponent, judge=judge, allow_single_order=True), **kwargs
+        build_contests(study, policy, opponent, judge=judge, single_order="exclude"), **kwargs
     )
 
 

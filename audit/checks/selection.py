@@ -453,7 +453,7 @@ def pool_scores(study, candidate: str, opponent: str, judge: str | None) -> tupl
     """Contest scores of ``candidate`` vs ``opponent`` split by the pool of the candidate's response."""
     from honestci.audit.data.contests import build_contests
 
-    contests = build_contests(study, policy=candidate, opponent=opponent, judge=judge, allow_single_order=True)
+    contests = build_contests(study, policy=candidate, opponent=opponent, judge=judge, single_order="exclude")
     scored = contests.scores("both_orders")
     responses = study.responses.frame
     pool = dict(zip(responses["response_id"], responses["pool"]))
@@ -564,7 +564,7 @@ def _judged_pools(study, candidate: str, opponent: str, judge: str | None) -> in
     """Contests of ``candidate`` on the selection pool, invalid verdicts included."""
     from honestci.audit.data.contests import build_contests
 
-    contests = build_contests(study, policy=candidate, opponent=opponent, judge=judge, allow_single_order=True)
+    contests = build_contests(study, policy=candidate, opponent=opponent, judge=judge, single_order="exclude")
     responses = study.responses.frame
     pool = dict(zip(responses["response_id"], responses["pool"]))
     return int((contests.frame["policy_response"].map(pool) == "selection").sum())

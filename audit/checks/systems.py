@@ -325,7 +325,7 @@ def claim_system_scores(context: AuditContext, systems: Sequence[str], kind: str
                     system,
                     spec.opponent,
                     judge=contests.judge,
-                    allow_single_order=spec.allow_single_order,
+                    single_order=context.claim.policy.missing_orders,
                 )
             except InputError as exc:
                 raise EstimationError(f"{kind} {system} against {spec.opponent}: {exc.message}") from None

@@ -425,7 +425,7 @@ def winrate(
             judge=loaded.spec.judge,
             panel=loaded.spec.panel,
             panel_rule=loaded.spec.panel_rule,
-            allow_single_order=loaded.spec.allow_single_order,
+            missing_orders=loaded.policy.missing_orders,
         )
         scored = contests.scores("both_orders", invalid=loaded.policy.invalid_verdicts)
         table = winrate_table(

@@ -230,7 +230,7 @@ def position_bias_command(
     tables, policy, opponent, judge = _judged_pair(
         claim, judgments, responses, system, opponent, judge, allow_outside_data
     )
-    contests = build_contests(tables, policy, opponent, judge=judge, allow_single_order=True)
+    contests = build_contests(tables, policy, opponent, judge=judge, single_order="exclude")
     result = position_bias_from_contests(contests, level=level, rng=seed)
     for line in result.summary_lines():
         click.echo(f"- {line}")
@@ -276,7 +276,7 @@ def length_bias_command(
         claim, judgments, responses, system, opponent, judge, allow_outside_data
     )
     invalid = rules.invalid_verdicts
-    contests = build_contests(tables, policy, opponent, judge=judge, allow_single_order=True)
+    contests = build_contests(tables, policy, opponent, judge=judge, single_order="exclude")
     result = length_bias_from_contests(
         contests, tables["responses"].frame, invalid=invalid, level=level, min_clusters=thresholds.min_clusters
     )
@@ -364,7 +364,7 @@ def compare_command(
         systems = tuple(sorted(set(tables["responses"].frame["system"].astype(str)) - {opponent}))
     frames = []
     for system in systems:
-        scored = build_contests(tables, system, opponent, judge=judge, allow_single_order=True).scores(
+        scored = build_contests(tables, system, opponent, judge=judge, single_order="exclude").scores(
             "both_orders", invalid=invalid
         )
         frame = scored.to_frame()[["vignette_id", "score"]]

@@ -163,7 +163,7 @@ def plan_command(
             judge=loaded.spec.judge,
             panel=loaded.spec.panel,
             panel_rule=loaded.spec.panel_rule,
-            allow_single_order=loaded.spec.allow_single_order,
+            missing_orders=loaded.policy.missing_orders,
         )
         scored = contests_table.scores("both_orders", invalid=loaded.policy.invalid_verdicts)
         pilot = planning.truth_from_pilot(scored.values, scored.clusters, order_bias)

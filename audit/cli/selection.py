@@ -36,7 +36,7 @@ def winners_curse(claim, opponent, judge, level, seed, policy_file, out):
     spec, thresholds = loaded.spec, loaded.thresholds
     study = load_study(loaded.data_paths)
     contests = build_contests(
-        study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge, allow_single_order=spec.allow_single_order
+        study, policy=spec.policy, opponent=spec.opponent, judge=spec.judge, single_order=loaded.policy.missing_orders
     )
     analysis = analyse_selection(
         study,

@@ -127,7 +127,9 @@ class ClaimSpec(BaseModel):
     method: str | None = None
     data: dict[str, str]
     claimed: ClaimedFigures | None = None
-    allow_single_order: bool = False
+    #: Not the claim's to set: how a contest judged in one order counts is the policy's
+    #: (``missing_orders``); named here only so that a claim that sets it is told so.
+    allow_single_order: object = None
     pool: Literal["selection", "heldout"] | None = None
     #: Other systems judged against the same opponent on the same vignettes: the audit ranks the
     #: policy among them (K-system table, rank intervals, length-controlled rates).
@@ -160,6 +162,16 @@ class ClaimSpec(BaseModel):
         missing = [t for t in REQUIRED_TABLES if t not in value]
         if missing:
             raise ValueError(f"missing required table(s) {missing}")
+        return value
+
+    @field_validator("allow_single_order")
+    @classmethod
+    def _policy_decides_single_order(cls, value):
+        if value is not None:
+            raise ValueError(
+                "how a contest judged in one order counts is the auditor's policy, not the claim's: by default "
+                "its missing order counts against the claim (`missing_orders:` in a policy file); drop this key"
+            )
         return value
 
     @field_validator("required_gates")

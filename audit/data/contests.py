@@ -11,8 +11,11 @@ The judging *design* is detected from the contests and named (:data:`DESIGNS`):
   position bias is estimated *between* contests;
 - ``"one order, fixed"``: one order per contest, the policy always in the same position: the
   score is that order's value and position bias is not identifiable (it is part of every score);
-- ``"mixed"``: some contests in both orders, some in one: refused unless the claim sets
-  ``allow_single_order: true``, which leaves the single-order contests out (counted).
+- ``"mixed"``: some contests in both orders, some in one. The auditor's policy decides
+  (``missing_orders``, :data:`MISSING_ORDERS`): by default every contest is kept and its missing
+  order is scored against the claim (a loss for the policy), so leaving out an order can never
+  raise the win rate; ``exclude`` leaves the single-order contests out (counted). Checks that need
+  complete contests (position bias) ask for ``exclude``.
 
 A *panel* (several judges on the same contests, :func:`build_panel_contests`) stacks each judge's
 contests in one table; :meth:`ContestTable.scores` then turns the judges' contest scores of one
@@ -42,6 +45,7 @@ from honestci.audit.data.io import (
     table_from_frame,
 )
 from honestci.audit.errors import InputError, Problem, SchemaError
+from honestci.audit.policy import MISSING_ORDERS
 from honestci.audit.policy import PANEL_RULES as POLICY_PANEL_RULES
 
 OUTCOMES = ("win", "loss", "tie", "invalid")
@@ -57,6 +61,9 @@ BOTH_ORDERS, ONE_ORDER_RANDOMISED, ONE_ORDER_FIXED, MIXED = (
 )
 #: The judging designs :func:`build_contests` names (module doc).
 DESIGNS = (BOTH_ORDERS, ONE_ORDER_RANDOMISED, ONE_ORDER_FIXED, MIXED)
+#: What :func:`build_contests` does with the single-order contests of a mixed design: refuse the
+#: design, keep them with the missing order scored against the claim, or leave them out.
+SINGLE_ORDER_HANDLING = ("refuse", *MISSING_ORDERS)
 
 
 def _outcome_values(outcomes) -> np.ndarray:
@@ -227,7 +234,8 @@ class ContestTable:
     NaN when invalid or not judged), line_policy_first, line_policy_second (missing where not
     judged). Its string columns but contest_id are categoricals with sorted categories: the values
     present, or the four outcomes (:func:`_contest_frame`). ``dropped`` counts contests left out
-    on purpose (``single_order``). ``design`` names the judging design (:data:`DESIGNS`) and
+    on purpose (``single_order``); ``missing_order_value`` is the value of an unjudged order of a
+    mixed design's kept single-order contests (:attr:`n_missing_orders`). ``design`` names the judging design (:data:`DESIGNS`) and
     ``design_note`` says what it implies; ``continuous`` is True when any judged order carries a
     continuous preference.
 
@@ -247,6 +255,9 @@ class ContestTable:
     #: The panel's judges (empty for one judge) and its rule (:data:`PANEL_RULES`).
     panel: tuple[str, ...] = ()
     panel_rule: str | None = None
+    #: The value for the policy of an order a mixed design left unjudged (0: against the claim);
+    #: None where no order is imputed (a single-order contest then scores its one judged order).
+    missing_order_value: float | None = None
 
     def __post_init__(self) -> None:
         # A frame with outcomes only (built by hand) gets the per-order values from its outcomes.
@@ -275,12 +286,22 @@ class ContestTable:
             self.frame["outcome_policy_second"].notna().to_numpy(),
         )
 
+    @property
+    def n_missing_orders(self) -> int:
+        """Contests kept with one order unjudged, that order scored at :attr:`missing_order_value`."""
+        if self.missing_order_value is None:
+            return 0
+        judged_first, judged_second = self._judged()
+        return int((judged_first != judged_second).sum())
+
     def _values(self, invalid: str) -> tuple[np.ndarray, np.ndarray]:
         """Each order's value for the policy, an invalid one scored as ``invalid`` says (NaN when
-        it is ``"exclude"``, and wherever the order was not judged)."""
+        it is ``"exclude"``), an unjudged one at :attr:`missing_order_value` (NaN when None)."""
         values = []
-        for column in ("policy_first", "policy_second"):
+        for column, judged in zip(("policy_first", "policy_second"), self._judged()):
             value = self.frame[f"value_{column}"].to_numpy(dtype=float)
+            if self.missing_order_value is not None:
+                value = np.where(judged, value, self.missing_order_value)
             if invalid != "exclude":
                 value = np.where(
                     (self.frame[f"outcome_{column}"] == "invalid").to_numpy(dtype=bool), _invalid_value(invalid), value
@@ -291,7 +312,7 @@ class ContestTable:
     @property
     def trials_per_contest(self) -> int:
         """Judged orders behind each contest score: 1 in a one-order design, else 2 (a mixed design
-        reaching scoring has had its single-order contests left out)."""
+        reaching scoring has had its single-order contests left out or their missing orders scored)."""
         return 1 if self.design in (ONE_ORDER_RANDOMISED, ONE_ORDER_FIXED) else 2
 
     @property
@@ -343,6 +364,8 @@ class ContestTable:
         first, second = self._values(invalid)
         judged_first, judged_second = self._judged()
         both = judged_first & judged_second
+        if self.missing_order_value is not None:  # every unjudged order has its value
+            both = np.ones_like(both)
         if self.continuous:
             if rule not in RULES:
                 raise InputError(f"unknown contest scoring rule {rule!r}", fix=f"use one of: {', '.join(RULES)}")
@@ -483,7 +506,7 @@ def build_contests(
     policy: str,
     opponent: str,
     judge: str | None = None,
-    allow_single_order: bool = False,
+    single_order: str = "refuse",
 ) -> ContestTable:
     """Assemble the contests of ``policy`` against ``opponent`` judged by ``judge`` and name their design.
 
@@ -496,10 +519,13 @@ def build_contests(
         Systems (the responses' ``system``) to compare; outcomes are the policy's.
     judge
         The judge to use; may be omitted when only one judge compared the two systems.
-    allow_single_order
-        In a mixed design (some contests judged in both orders, some in one), leave out the
-        single-order contests (counted in ``dropped["single_order"]``) instead of raising. A
-        design with one order in every contest needs no flag: it is detected and named.
+    single_order
+        What a mixed design (some contests judged in both orders, some in one) does with its
+        single-order contests (:data:`SINGLE_ORDER_HANDLING`): ``"refuse"`` raises;
+        ``"against_claim"`` keeps them, the missing order scored as a loss for the policy
+        (``missing_order_value`` 0; the audit's default, the policy's ``missing_orders``);
+        ``"exclude"`` leaves them out (counted in ``dropped["single_order"]``). A design with one
+        order in every contest is detected and named whatever this says.
 
     Returns
     -------
@@ -510,7 +536,7 @@ def build_contests(
     Raises
     ------
     SchemaError
-        A mixed design (unless allowed), a preference outside [0, 1] or against its verdict, or
+        A mixed design (when ``single_order`` is "refuse"), a preference outside [0, 1] or against its verdict, or
         invalid frames.
     InputError
         No judgment compares the two systems, or the judge is ambiguous or unknown.
@@ -525,6 +551,10 @@ def build_contests(
         )
     if policy == opponent:
         raise InputError(f"policy and opponent are both {policy!r}", fix="compare two different systems")
+    if single_order not in SINGLE_ORDER_HANDLING:
+        raise InputError(
+            f"unknown handling of single-order contests {single_order!r}", fix=f"use one of {SINGLE_ORDER_HANDLING}"
+        )
     r, j = responses.frame, judgments.frame
     # Responses by position in the responses table (ids are unique and every judged response
     # exists: both are checked on loading), systems as a flag per response: no per-row Python below.
@@ -563,8 +593,9 @@ def build_contests(
     n_single, n_both = int((~both).sum()), int(both.sum())
     shown_first = int((first_judged & ~second_judged).sum())
     dropped: dict[str, int] = {}
+    missing_order_value = None
     if n_single and n_both:
-        if not allow_single_order:
+        if single_order == "refuse":
             single = pd.DataFrame({name: values[~both] for name, values in contests.items()}).assign(
                 policy_first_only=first_judged[~both],
                 policy_response=r["response_id"].to_numpy(dtype=object)[contests["policy_pos"][~both]],
@@ -589,16 +620,24 @@ def build_contests(
                 "order is ½ in a both-order contest, a win or a loss in a single-order one), so they cannot be "
                 "pooled into one win rate",
                 problems,
-                fix="judge the missing orders, or set `allow_single_order: true` in the claim to leave the "
-                "single-order contests out (they are counted and reported)",
+                fix="judge the missing orders; how a missing order counts is the auditor's policy "
+                "(`missing_orders:` in a policy file: against_claim, the default, or exclude)",
             )
-        contests = {name: values[both] for name, values in contests.items()}
-        dropped = {"single_order": n_single}
         design = MIXED
-        note = (
-            f"mixed: {n_both} contest(s) judged in both orders, {n_single} in one order only; the single-order "
-            "ones are left out (allow_single_order), the rest scored by the both-orders rule"
-        )
+        if single_order == "exclude":
+            contests = {name: values[both] for name, values in contests.items()}
+            dropped = {"single_order": n_single}
+            note = (
+                f"mixed: {n_both} contest(s) judged in both orders, {n_single} in one order only; the single-order "
+                "ones are left out (the policy's missing_orders: exclude), the rest scored by the both-orders rule"
+            )
+        else:
+            missing_order_value = INVALID_ORDER_VALUE["against_claim"]
+            note = (
+                f"mixed: {n_both} contest(s) judged in both orders, {n_single} in one order only; every contest is "
+                "scored by the both-orders rule, each missing order as a loss for the policy (the policy's "
+                "missing_orders: against_claim)"
+            )
     elif n_single:
         if 0 < shown_first < n_single:
             design = ONE_ORDER_RANDOMISED
@@ -615,7 +654,17 @@ def build_contests(
             )
     else:
         design, note = BOTH_ORDERS, f"both orders judged in all {n_both} contests"
-    return ContestTable(_contest_frame(r, judge, contests), policy, opponent, judge, dropped, design, note, continuous)
+    return ContestTable(
+        _contest_frame(r, judge, contests),
+        policy,
+        opponent,
+        judge,
+        dropped,
+        design,
+        note,
+        continuous,
+        missing_order_value=missing_order_value,
+    )
 
 
 #: The per-order outcome codes (positions in :data:`OUTCOMES`) and their values for the policy.
@@ -782,7 +831,7 @@ def build_panel_contests(
     opponent: str,
     judges,
     rule: str,
-    allow_single_order: bool = False,
+    single_order: str = "refuse",
 ) -> ContestTable:
     """The contests of ``policy`` against ``opponent`` judged by every judge of a panel.
 
@@ -809,9 +858,9 @@ def build_panel_contests(
         )
     if rule not in PANEL_RULES:
         raise InputError(f"unknown panel rule {rule!r}", fix=f"use one of: {', '.join(PANEL_RULES)}")
-    tables = [build_contests(study_or_frames, policy, opponent, judge, allow_single_order) for judge in judges]
+    tables = [build_contests(study_or_frames, policy, opponent, judge, single_order) for judge in judges]
     designs = {t.judge: t.design for t in tables}
-    # a mixed design with its single-order contests left out scores the rest by both orders
+    # a mixed design scores by both orders (its single-order contests left out or their missing orders scored)
     if len({BOTH_ORDERS if d == MIXED else d for d in designs.values()}) > 1:
         raise SchemaError(
             "the panel's judges judged in different designs: "
@@ -861,6 +910,7 @@ def build_panel_contests(
         any(t.continuous for t in tables),
         panel=judges,
         panel_rule=rule,
+        missing_order_value=first.missing_order_value,
     )
 
 
@@ -872,9 +922,10 @@ def build_claim_contests(
     judge: str | None = None,
     panel=None,
     panel_rule: str | None = None,
-    allow_single_order: bool = False,
+    missing_orders: str = "against_claim",
 ) -> ContestTable:
-    """The contests a claim names: a panel's when ``panel`` is given, else one judge's."""
+    """The contests a claim names: a panel's when ``panel`` is given, else one judge's; a mixed
+    design's single-order contests as the policy's ``missing_orders`` says (:func:`build_contests`)."""
     if panel:
-        return build_panel_contests(study_or_frames, policy, opponent, panel, panel_rule or "", allow_single_order)
-    return build_contests(study_or_frames, policy, opponent, judge=judge, allow_single_order=allow_single_order)
+        return build_panel_contests(study_or_frames, policy, opponent, panel, panel_rule or "", missing_orders)
+    return build_contests(study_or_frames, policy, opponent, judge=judge, single_order=missing_orders)

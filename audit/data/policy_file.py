@@ -9,6 +9,7 @@ Example (every key optional; what is left out keeps the built-in default of
     gate_methods: {new_vignettes: bayes_logit_normal}
     required_gates: [enough_clusters, ci_low_clears_bar, ..., leakage]
     invalid_verdicts: against_claim      # or tie, exclude
+    missing_orders: against_claim        # or exclude: a mixed design's single-order contests
     panel_rules: [mean, majority]        # the panel rules a claim may name
     multiplicity: holm                   # or bh: how a family of claimed comparisons is corrected
 
@@ -32,6 +33,7 @@ from honestci.audit.policy import (
     PANEL_RULES,
     THRESHOLDS,
     InvalidScoring,
+    MissingOrders,
     Multiplicity,
     Policy,
     known_gates,
@@ -56,6 +58,7 @@ class PolicySpec(BaseModel):
     gate_methods: dict[str, str] = Field(default_factory=dict)
     required_gates: tuple[str, ...] | None = None
     invalid_verdicts: InvalidScoring = "against_claim"
+    missing_orders: MissingOrders = "against_claim"
     panel_rules: tuple[str, ...] | None = None
     multiplicity: Multiplicity = "holm"
 
@@ -138,6 +141,7 @@ def load_policy(path: str | Path | None) -> Policy:
         gate_methods=tuple({**dict(Policy().gate_methods), **spec.gate_methods}.items()),
         required_gates=Policy().required_gates if spec.required_gates is None else tuple(spec.required_gates),
         invalid_verdicts=spec.invalid_verdicts,
+        missing_orders=spec.missing_orders,
         panel_rules=PANEL_RULES if spec.panel_rules is None else tuple(spec.panel_rules),
         multiplicity=spec.multiplicity,
     )
