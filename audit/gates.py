@@ -29,7 +29,7 @@ from honestci.audit.checks.seeds import SeedsCheck
 from honestci.audit.checks.selection import SelectionAnalysis, WinnerInference
 from honestci.audit.checks.systems import SystemsCheck
 from honestci.audit.checks.training_health import TrainingHealth
-from honestci.audit.checks.verdicts import VerdictValidity
+from honestci.audit.checks.verdicts import MissingOrders, VerdictValidity
 from honestci.audit.policy import (
     GATE_ORDER,
     REQUIRED_WHEN_EVIDENCE_GIVEN,
@@ -107,14 +107,20 @@ def gate_ci_low_clears_bar(
     )
 
 
-def gate_valid_verdicts(result: VerdictValidity | None) -> GateResult:
-    """``valid_verdicts``: FAIL when the invalid verdicts alone could move the bar gate's CI-low
-    across the bar: its interval recomputed with every invalid order lost by the policy and with
-    every one won, the two CI-lows fall on different sides of the bar. PASS when they cannot
-    (or there are none); INCONCLUSIVE when either end has no honest interval."""
+def gate_valid_verdicts(result: VerdictValidity | None, thresholds: Thresholds = THRESHOLDS) -> GateResult:
+    """``valid_verdicts``: FAIL when the invalid verdicts alone, or the missing orders alone, could
+    move the bar gate's CI-low across the bar: its interval recomputed with every such order lost
+    by the policy and with every one won, the two CI-lows fall on different sides of the bar.
+    Missing orders also FAIL when the policy leaves their contests out and they are not missing at
+    random (the judged order of the single-order contests went worse for the policy than the same
+    order of the complete ones: the interval of :func:`~honestci.audit.checks.verdicts.missing_at_random`
+    lies below 0), and WARN when they are not missing at random but scored against the claim, or
+    when their share exceeds ``missing_orders_max_share``. PASS when neither could change the
+    verdict (or there are none); INCONCLUSIVE when an end has no honest interval."""
     name = "valid_verdicts"
     if result is None:
         return GateResult(name, Verdict.INCONCLUSIVE, "not run: nothing has been judged yet", ran=False)
+    missing = result.missing
     evidence = {
         "n_contests": result.n_contests,
         "n_invalid_contests": result.n_invalid_contests,
@@ -125,47 +131,95 @@ def gate_valid_verdicts(result: VerdictValidity | None) -> GateResult:
         "ci_low_if_all_won": result.ci_low_for,
         "bar": result.bar,
         "by_judge": list(result.by_judge),
+        "missing_orders": None if missing is None else missing.as_dict(),
     }
-    counted = (
-        f"{result.n_invalid_contests} of {result.n_contests} contests have an invalid verdict "
-        f"({result.invalid_policy_first} with the policy shown first, {result.invalid_policy_second} second; "
-        f"scored {result.scoring.replace('_', ' ')})"
-    )
-    if result.n_invalid_contests == 0:
-        return GateResult(name, Verdict.PASS, f"no invalid verdict among the {result.n_contests} contests", evidence)
-    low, high = result.ci_low_against, result.ci_low_for
+    findings = [
+        _gap_finding(
+            f"{result.n_invalid_contests} of {result.n_contests} contests have an invalid verdict "
+            f"({result.invalid_policy_first} with the policy shown first, {result.invalid_policy_second} second; "
+            f"scored {result.scoring.replace('_', ' ')})",
+            (result.ci_low_against, result.ci_low_for),
+            (result.point_against, result.point_for),
+            result,
+            "judge them again or explain them",
+        )
+        if result.n_invalid_contests
+        else (Verdict.PASS, f"no invalid verdict among the {result.n_contests} contests")
+    ]
+    if missing is not None:
+        findings.extend(_missing_order_findings(missing, result, thresholds))
+    verdict = worst(v for v, _ in findings)
+    shown = [message for v, message in findings if v == verdict]
+    return GateResult(name, verdict, "; ".join(shown), evidence)
+
+
+def _gap_finding(
+    counted: str,
+    ci_lows: tuple[float | None, float | None],
+    points: tuple[float | None, float | None],
+    result: VerdictValidity,
+    remedy: str,
+) -> tuple[Verdict, str]:
+    """Whether orders without a valid verdict could alone decide the bar gate: ``ci_lows`` and
+    ``points`` are its CI-low and the win rate with every such order lost / won by the policy."""
+    low, high = ci_lows
     if low is None or high is None:
         # No interval at one end (no variance): the win rates themselves still bound the change.
-        lost, won = result.point_against, result.point_for
+        lost, won = points
         if lost is not None and won is not None and clears_bar(lost, result.bar) != clears_bar(won, result.bar):
-            return GateResult(
-                name,
-                Verdict.FAIL,
-                f"{counted}: they alone decide the verdict (win rate {lost:.3f} if every one went against the policy, "
-                f"{won:.3f} if every one went for it; bar {result.bar:.3f}); judge them again",
-                evidence,
+            return Verdict.FAIL, (
+                f"{counted}: they alone decide the verdict (win rate {lost:.3f} if every one went against the "
+                f"policy, {won:.3f} if every one went for it; bar {result.bar:.3f}); {remedy}"
             )
-        return GateResult(
-            name, Verdict.INCONCLUSIVE, f"{counted}: no honest interval to bound what they could change", evidence
-        )
+        return Verdict.INCONCLUSIVE, f"{counted}: no honest interval to bound what they could change"
     bound = (
         f"{result.method} CI-low {low:.3f} if every one went against the policy, {high:.3f} if every one went for it"
     )
     if clears_bar(low, result.bar) != clears_bar(high, result.bar):
-        return GateResult(
-            name,
-            Verdict.FAIL,
-            f"{counted}: they alone could move the CI-low across the bar {result.bar:.3f} ({bound}); "
-            "judge them again or explain them",
-            evidence,
+        return Verdict.FAIL, (
+            f"{counted}: they alone could move the CI-low across the bar {result.bar:.3f} ({bound}); {remedy}"
         )
     side = "at or above" if clears_bar(low, result.bar) else "below"
-    return GateResult(
-        name,
-        Verdict.PASS,
-        f"{counted}: the CI-low stays {side} the bar {result.bar:.3f} either way ({bound})",
-        evidence,
+    return Verdict.PASS, f"{counted}: the CI-low stays {side} the bar {result.bar:.3f} either way ({bound})"
+
+
+def _missing_order_findings(
+    missing: MissingOrders, result: VerdictValidity, thresholds: Thresholds
+) -> list[tuple[Verdict, str]]:
+    """The missing orders' findings: their bound on the verdict, whether they are missing at
+    random with respect to the outcome, and their share."""
+    counted = (
+        f"{missing.n_single_order} of {missing.n_contests} contests judged in one order only "
+        f"({missing.scoring.replace('_', ' ')})"
     )
+    findings = [
+        _gap_finding(
+            counted,
+            (missing.ci_low_if_all_lost, missing.ci_low_if_all_won),
+            (missing.point_if_all_lost, missing.point_if_all_won),
+            result,
+            "judge the missing orders",
+        )
+    ]
+    if missing.difference_high is not None and missing.difference_high < 0:
+        not_random = (
+            f"the single-order contests' judged orders went worse for the policy than the complete contests' "
+            f"({missing.difference:+.3f} [{missing.difference_low:+.3f}, {missing.difference_high:+.3f}]): "
+            "the orders are not missing at random"
+        )
+        if missing.scoring == "exclude":
+            findings.append((Verdict.FAIL, f"{not_random}, and leaving their contests out raises the win rate"))
+        else:
+            findings.append((Verdict.WARN, f"{not_random} (scored against the claim, so the CI-low errs low)"))
+    if missing.share > thresholds.missing_orders_max_share:
+        findings.append(
+            (
+                Verdict.WARN,
+                f"{counted}: {missing.share:.1%} > missing_orders_max_share "
+                f"{thresholds.missing_orders_max_share:.0%}; judge the missing orders",
+            )
+        )
+    return findings
 
 
 def gate_sampler_converged(bayes: BayesCheck | None) -> GateResult:
@@ -801,7 +855,7 @@ def _with_size_association(result: GateResult, context: AuditContext) -> GateRes
 
 
 def _valid_verdicts(context: AuditContext) -> GateResult:
-    return gate_valid_verdicts(context.checks.get("valid_verdicts"))
+    return gate_valid_verdicts(context.checks.get("valid_verdicts"), context.claim.thresholds)
 
 
 def _sampler_converged(context: AuditContext) -> GateResult:

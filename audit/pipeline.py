@@ -36,6 +36,9 @@ from honestci.audit.stats.intervals import IntervalResult, IntervalTable
 # The modules behind the audit's steps (pydantic, pandas, scipy behind them) are imported by the
 # functions that run the steps, so that the first progress line comes before ~2 s of imports.
 if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
     from honestci.audit.checks.claimed import ClaimedFigureAudit
     from honestci.audit.data.claims import Claim
     from honestci.audit.data.contests import ContestTable
@@ -214,26 +217,24 @@ def _provenance(claim: Claim, study: Study, seed: int) -> dict:
 
 def _contests_in_pool(contests: ContestTable, study: Study, pool: str) -> ContestTable:
     """Only the contests whose policy response belongs to ``pool`` (the claim's ``pool:`` key)."""
-    from dataclasses import replace
-
     from honestci.audit.errors import ClaimError
 
     pools = dict(zip(study.responses.frame["response_id"], study.responses.frame["pool"]))
-    keep = contests.frame["policy_response"].map(pools) == pool
-    if not keep.any():
+
+    def in_pool(frame: pd.DataFrame) -> np.ndarray:
+        return (frame["policy_response"].map(pools) == pool).to_numpy(dtype=bool)
+
+    if not in_pool(contests.frame).any():
         raise ClaimError(
             f"No contest of {contests.policy} uses a response of pool '{pool}'.",
             fix="check the responses' pool column, or drop `pool:` from the claim",
         )
-    dropped = {**contests.dropped, f"not_in_pool_{pool}": int((~keep).sum())}
-    return replace(contests, frame=contests.frame[keep.to_numpy()].reset_index(drop=True), dropped=dropped)
+    return contests.where(in_pool, f"not_in_pool_{pool}")
 
 
 def _contests_in_families(contests: ContestTable, study: Study, families: tuple[str, ...], path: Path) -> ContestTable:
     """Only the contests on vignettes of ``families`` (the claim's ``family:``/``families:`` key):
     a claim about a family rests on that family's vignettes alone, never on the others'."""
-    from dataclasses import replace
-
     vignettes = study.vignettes.frame
     known = set(vignettes["family"].dropna()) if "family" in vignettes else set()
     missing = [f for f in families if f not in known]
@@ -251,24 +252,25 @@ def _contests_in_families(contests: ContestTable, study: Study, families: tuple[
             fix="fix the family name, or give the vignettes a `family` column",
         )
     chosen = set(vignettes.loc[vignettes["family"].isin(families), "vignette_id"])
-    keep = contests.frame["vignette_id"].isin(chosen)
-    if not keep.any():
+
+    def in_families(frame: pd.DataFrame) -> np.ndarray:
+        return frame["vignette_id"].isin(chosen).to_numpy(dtype=bool)
+
+    if not in_families(contests.frame).any():
         raise ClaimError(
             f"No contest of {contests.policy} is on a vignette of {list(families)}.",
             fix="check the contests' vignettes and the vignettes' family column",
         )
-    dropped = {**contests.dropped, "not_in_claim_families": int((~keep).sum())}
-    return replace(contests, frame=contests.frame[keep.to_numpy()].reset_index(drop=True), dropped=dropped)
+    return contests.where(in_families, "not_in_claim_families")
 
 
 def _contests_on_vignettes(other: ContestTable, claim_contests: ContestTable) -> ContestTable:
     """``other``'s contests on the claim's vignettes only: a claim restricted to a pool is compared
     with another system on the same vignettes (the pairing), not on the other system's whole data."""
-    from dataclasses import replace
-
-    keep = other.frame["vignette_id"].isin(set(claim_contests.frame["vignette_id"]))
-    dropped = {**other.dropped, "not_on_claim_vignettes": int((~keep).sum())}
-    return replace(other, frame=other.frame[keep.to_numpy()].reset_index(drop=True), dropped=dropped)
+    vignettes = set(claim_contests.frame["vignette_id"])
+    return other.where(
+        lambda frame: frame["vignette_id"].isin(vignettes).to_numpy(dtype=bool), "not_on_claim_vignettes"
+    )
 
 
 def _same_judging(claim: Claim, study: Study, contests: ContestTable, system: str) -> ContestTable:

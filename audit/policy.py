@@ -118,6 +118,11 @@ class Thresholds:
     #: answers do not decide it. A claim may only lower it; a policy file may raise it (1e9 is
     #: "never": the gate then informs only, unless listed in ``required_gates``).
     length_bias_required_ratio: float = 1.2
+    #: Missing orders (a mixed design, audit/checks/verdicts.py): WARN when more than this share of
+    #: the claim's contests was judged in one order only. Each missing order moves its contest's
+    #: score by at most 1/2 between its two extreme values, so a share s moves the win rate by at most
+    #: s/2: 0.10 bounds that at 5 points, as position_bias_tolerance bounds the order effect's.
+    missing_orders_max_share: float = 0.10
     #: Winner's curse: WARN when a selected candidate's held-out win rate falls more than this
     #: (absolute) below its selection-pool estimate (the seed project's best-of-N fell ~0.1).
     winners_curse_shrinkage_warn: float = 0.05
@@ -271,6 +276,7 @@ TIGHTENS = {
     "length_bias_tolerance": "lower",
     # a lower ratio requires the length_bias gate on smaller length differences
     "length_bias_required_ratio": "lower",
+    "missing_orders_max_share": "lower",
     "winners_curse_shrinkage_warn": "lower",
     # A smaller overlap share, shorter n-grams or a lower Jaccard flag more answers as leaked.
     "leakage_min_overlap": "lower",

@@ -731,8 +731,8 @@ def position_bias_between_contests(
 
 def position_bias_from_contests(contests, **kwargs) -> PositionBiasResult:
     """Position bias of an :class:`honestci.audit.data.contests.ContestTable`, by its design: within
-    contests when both orders were judged (single-order contests of a mixed design were dropped
-    and are counted), between contests when one randomised order was, and not identifiable when
+    contests when both orders were judged (single-order contests of a mixed design are left out
+    and counted), between contests when one randomised order was, and not identifiable when
     one fixed order was."""
     level = kwargs.get("level", 0.95)
     single = int(contests.dropped.get("single_order", 0))
@@ -763,6 +763,12 @@ def position_bias_from_contests(contests, **kwargs) -> PositionBiasResult:
             level=level,
             min_clusters=kwargs.get("min_clusters", THRESHOLDS.min_clusters),
         )
+    # a mixed design's single-order contests kept with their missing order scored: within-contest
+    # position bias reads the complete contests alone
+    judged_first, judged_second = contests.judged_orders()
+    if not (judged_first & judged_second).all():
+        single += int((judged_first != judged_second).sum())
+        frame = frame[judged_first & judged_second]
     if len(frame) == 0:
         return not_identifiable(
             contests.judge,

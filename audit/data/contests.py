@@ -258,6 +258,8 @@ class ContestTable:
     #: The value for the policy of an order a mixed design left unjudged (0: against the claim);
     #: None where no order is imputed (a single-order contest then scores its one judged order).
     missing_order_value: float | None = None
+    #: The contests left out as single-order (``dropped["single_order"]``), in the frame's columns.
+    left_out: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
         # A frame with outcomes only (built by hand) gets the per-order values from its outcomes.
@@ -285,6 +287,31 @@ class ContestTable:
             self.frame["outcome_policy_first"].notna().to_numpy(),
             self.frame["outcome_policy_second"].notna().to_numpy(),
         )
+
+    def where(self, keep, reason: str) -> ContestTable:
+        """Only the contests for which ``keep`` (a function of a contest frame, giving one bool per
+        row) is true, the rest counted in ``dropped[reason]``; the single-order contests left out
+        are restricted by the same rule."""
+        rows = np.asarray(keep(self.frame), dtype=bool)
+        dropped = {**self.dropped, reason: int((~rows).sum())}
+        left_out = None if self.left_out is None else self.left_out[np.asarray(keep(self.left_out), dtype=bool)]
+        return replace(
+            self,
+            frame=self.frame[rows].reset_index(drop=True),
+            dropped=dropped,
+            left_out=None if left_out is None else left_out.reset_index(drop=True),
+        )
+
+    def with_single_order(self) -> ContestTable:
+        """Every contest, the single-order ones left out included, each missing order scored as a
+        loss for the policy (what ``missing_orders: against_claim`` gives)."""
+        frame = self.frame if self.left_out is None else pd.concat([self.frame, self.left_out], ignore_index=True)
+        value = INVALID_ORDER_VALUE["against_claim"]
+        return replace(self, frame=frame, left_out=None, dropped={}, missing_order_value=value)
+
+    def judged_orders(self) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each contest's policy-first and policy-second orders were judged."""
+        return self._judged()
 
     @property
     def n_missing_orders(self) -> int:
@@ -625,7 +652,6 @@ def build_contests(
             )
         design = MIXED
         if single_order == "exclude":
-            contests = {name: values[both] for name, values in contests.items()}
             dropped = {"single_order": n_single}
             note = (
                 f"mixed: {n_both} contest(s) judged in both orders, {n_single} in one order only; the single-order "
@@ -654,8 +680,11 @@ def build_contests(
             )
     else:
         design, note = BOTH_ORDERS, f"both orders judged in all {n_both} contests"
+    frame, left_out = _contest_frame(r, judge, contests), None
+    if dropped:  # the single-order contests are kept aside: the valid_verdicts check reads them
+        frame, left_out = frame[both].reset_index(drop=True), frame[~both].reset_index(drop=True)
     return ContestTable(
-        _contest_frame(r, judge, contests),
+        frame,
         policy,
         opponent,
         judge,
@@ -664,6 +693,7 @@ def build_contests(
         note,
         continuous,
         missing_order_value=missing_order_value,
+        left_out=left_out,
     )
 
 
