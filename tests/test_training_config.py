@@ -21,6 +21,7 @@ from honestci.audit.errors import InputError
 from honestci.training.config import TrainingConfigError, field_help, load_config
 from honestci.training.grpo import (
     GRPO_OWNED_TRAINER_KEYS,
+    GRPO_TRAINER_KEYS,
     REWARD_LOG,
     GatedEnsembleReward,
     GRPOJob,
@@ -28,18 +29,22 @@ from honestci.training.grpo import (
     template_opens_think,
 )
 from honestci.training.pipeline import PIPELINE_OWNED_KEYS, load_pipeline_job
-from honestci.training.reward_models import RM_OWNED_TRAINER_KEYS, RewardModelJob
+from honestci.training.reward_models import RM_OWNED_TRAINER_KEYS, RM_TRAINER_KEYS, RewardModelJob
 from honestci.training.task import GATE_REASONS, PROMPT_PRESETS, check_completion, extract_answer, unfinished_think
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "training" / "configs"
 
 
-def _refused(args: list[str], key: str) -> None:
+def _refused(args: list[str], key: str, why: str = "") -> str:
+    """Run the CLI; it must exit 2 naming ``key`` (and saying ``why``, when given) in its first line."""
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert re.search(rf"'{re.escape(key)}'", result.output), f"{key!r} not named in:\n{result.output}"
+    first, config = result.output.strip().splitlines()[0], next(a for a in args if a.endswith(".yaml"))
+    assert key in first and config in first and why in first, first
+    return result.output
 
 
 @pytest.mark.parametrize(
@@ -83,6 +88,24 @@ def _refused(args: list[str], key: str) -> None:
         ("trainer.scale_rewards=false", "trainer.scale_rewards"),
         ("trainer.epsilon=10", "trainer.epsilon"),
         ("trainer.top_k=1", "trainer.top_k"),
+        # issue 32: the trainer block is an allowlist; the rest of the sampling, the objective and the
+        # keys that would undo the truncation penalty, the health log or a seed study are refused by name
+        ("trainer.top_p=0.5", "trainer.top_p"),
+        ("trainer.min_p=0.5", "trainer.min_p"),
+        ("trainer.repetition_penalty=2.0", "trainer.repetition_penalty"),
+        ("trainer.epsilon_high=10", "trainer.epsilon_high"),
+        ("trainer.loss_type=dr_grpo", "trainer.loss_type"),
+        ("trainer.num_iterations=4", "trainer.num_iterations"),
+        ("trainer.mask_truncated_completions=true", "trainer.mask_truncated_completions"),
+        ("trainer.logging_strategy=epoch", "trainer.logging_strategy"),
+        ("trainer.data_seed=7", "trainer.data_seed"),
+        ("trainer.output_dir=/tmp/elsewhere", "trainer.output_dir"),
+        ("trainer.save_steps=1", "trainer.save_steps"),
+        ("trainer.gradient_accumulation_steps=5", "trainer.gradient_accumulation_steps"),
+        ("trainer.num_train_epochs=3", "trainer.num_train_epochs"),
+        ("trainer.vllm_structured_outputs_regex='a+'", "trainer.vllm_structured_outputs_regex"),
+        ("trainer.no_such_key=1", "trainer.no_such_key"),
+        ("trainer.vllm_max_model_length=1024", "trainer.vllm_max_model_length"),  # the recipe's completions: 1024
         # the prompt: an unknown preset, an empty system prompt
         ("prompt=cards", "prompt"),
         ("prompt={system: '', user_template: '{scenario}'}", "prompt.system"),
@@ -98,6 +121,12 @@ def test_train_grpo_refuses_every_bypass_naming_the_key(override, key):
         ("trainer.seed=1", "trainer.seed"),  # one trainer seed for every member: repeated members
         ("trainer.output_dir=/tmp/elsewhere", "trainer.output_dir"),
         ("trainer.learning_rate=0", "trainer.learning_rate"),
+        # issue 32: the trainer block is an allowlist
+        ("trainer.data_seed=1", "trainer.data_seed"),  # one data order for every member
+        ("trainer.center_rewards_coefficient=0.5", "trainer.center_rewards_coefficient"),
+        ("trainer.save_steps=1", "trainer.save_steps"),
+        ("trainer.disable_dropout=false", "trainer.disable_dropout"),
+        ("trainer.no_such_key=1", "trainer.no_such_key"),
         ("seeds=[0, true]", "seeds"),
         ("ensemble_lambda=.nan", "ensemble_lambda"),
         ("prompt={system: s, user_template: 'Scenario: {scenario} for {name}'}", "prompt.user_template"),
@@ -122,12 +151,54 @@ def test_train_rm_refuses_every_bypass_naming_the_key(override, key):
         ("reward_model.prompt=card", "reward_model.prompt"),
         ("generation.prompt=card", "generation.prompt"),
         ("prompt=cards", "prompt"),
+        # issue 32: the β floor, the format penalty and the trainer allowlist inside the grpo block
+        ("grpo.beta=0.009", "grpo.beta"),
+        ("grpo.format_penalty=0", "grpo.format_penalty"),
+        ("grpo.trainer.generation_kwargs={max_new_tokens: 64}", "grpo.trainer.generation_kwargs"),
+        ("grpo.trainer.no_such_key=1", "grpo.trainer.no_such_key"),
+        ("reward_model.trainer.data_seed=1", "reward_model.trainer.data_seed"),
+        # issue 32: a loosening threshold, refused when the config is read (no data prepared)
+        ("thresholds.min_clusters=2", "thresholds.min_clusters"),
+        ("thresholds.confidence_level=0.5", "thresholds.confidence_level"),
+        ("thresholds.training_max_kl=1000.0", "thresholds.training_max_kl"),
+        ("thresholds.leakage_near_duplicate_jaccard=1.01", "thresholds.leakage_near_duplicate_jaccard"),
+        ("thresholds.default_population=these_vignettes", "thresholds.default_population"),
+        ("thresholds.no_such_threshold=1", "thresholds.no_such_threshold"),
+        ("thresholds.min_clusters=true", "thresholds.min_clusters"),
     ],
 )
 def test_pipeline_refuses_bypasses_in_its_stage_blocks_before_any_stage_runs(override, key, tmp_path):
     args = ["pipeline", str(CONFIGS / "pipeline_cpu_tiny.yaml"), "--set", f"output_dir={tmp_path / 'run'}"]
     _refused([*args, "--set", override], key)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_loosening_threshold_in_the_pipeline_file_is_refused_before_any_data_is_prepared(tmp_path):
+    """The file's own ``thresholds:`` block, not only ``--set``; the message names the file and the key."""
+    text = (CONFIGS / "pipeline_cpu_tiny.yaml").read_text(encoding="utf-8").replace("../../", f"{ROOT}/")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(text + "thresholds: {min_clusters: 5, training_min_steps: 1}\n", encoding="utf-8")
+    output = _refused(
+        ["pipeline", str(config), "--set", f"output_dir={tmp_path / 'run'}"], "thresholds.training_min_steps"
+    )
+    assert "loosens the policy's 10" in output and "min_clusters" not in output  # an equal value is no loosening
+    assert not (tmp_path / "run").exists()
+
+
+def test_pipeline_thresholds_are_judged_by_the_auditors_policy():
+    """What loosens is read against --policy: the fixture policy's Jaccard 1.01 may be restated, not exceeded."""
+    from honestci.audit.data.policy_file import load_policy
+
+    fixture_policy = load_policy(CONFIGS / "policy_tiny_fixture.yaml")
+    same = ["thresholds.leakage_near_duplicate_jaccard=1.01", "thresholds.min_clusters=6"]
+    job, _ = load_pipeline_job(CONFIGS / "pipeline_cpu_tiny.yaml", same, fixture_policy)
+    assert job.thresholds == {"leakage_near_duplicate_jaccard": 1.01, "min_clusters": 6}
+    with pytest.raises(TrainingConfigError, match="thresholds.leakage_near_duplicate_jaccard"):
+        load_pipeline_job(CONFIGS / "pipeline_cpu_tiny.yaml", same)  # the built-in policy's is stricter
+    with pytest.raises(TrainingConfigError, match="thresholds.leakage_near_duplicate_jaccard"):
+        load_pipeline_job(
+            CONFIGS / "pipeline_cpu_tiny.yaml", ["thresholds.leakage_near_duplicate_jaccard=1.5"], fixture_policy
+        )
 
 
 def _ensemble_folder(folder: Path, prompt: dict | None) -> Path:
@@ -166,14 +237,14 @@ def test_allowed_overrides_still_load():
     job = load_config(
         GRPOJob,
         CONFIGS / "grpo.yaml",
-        ["trainer.warmup_ratio=0.1", "bf16=null", "ensemble_lambda=null", "learning_rate=1", "beta=0.1"],
+        ["trainer.warmup_steps=0.1", "bf16=null", "ensemble_lambda=null", "learning_rate=1", "beta=0.1"],
     )
-    assert job.trainer == {"warmup_ratio": 0.1} and job.bf16 is None and job.learning_rate == 1 and job.beta == 0.1
+    assert job.trainer == {"warmup_steps": 0.1} and job.bf16 is None and job.learning_rate == 1 and job.beta == 0.1
     assert job.thinking  # the card's policy is a thinking model
     assert job.chat_prompt.name == "card"  # the card's recipe, in the card's own words
     rm = load_config(RewardModelJob, CONFIGS / "rm_ensemble.yaml", ["trainer.weight_decay=0.01", "seeds=[3, 4]"])
     assert rm.trainer == {"weight_decay": 0.01} and rm.seeds == (3, 4) and rm.chat_prompt.name == "card"
-    assert load_pipeline_job(CONFIGS / "pipeline_cpu_tiny.yaml", ["grpo.trainer.warmup_ratio=0.1"])[0].grpo["trainer"]
+    assert load_pipeline_job(CONFIGS / "pipeline_cpu_tiny.yaml", ["grpo.trainer.warmup_steps=0.1"])[0].grpo["trainer"]
 
 
 def test_owned_trainer_keys_are_real_trl_keys_and_not_job_fields():
@@ -187,13 +258,42 @@ def test_owned_trainer_keys_are_real_trl_keys_and_not_job_fields():
         assert not set(owned) & {f.name for f in dataclasses.fields(schema)}
 
 
+def test_the_trainer_allowlists_are_real_keys_the_job_neither_sets_nor_owns():
+    """Every allowed key is one TRL's config takes (the reward models': both the Bradley-Terry and the
+    regression head's), none is a job field or a key the job owns, and the sampling, reward and KL keys
+    issue 32 found are not on it."""
+    trl = pytest.importorskip("trl")
+    transformers = pytest.importorskip("transformers")
+    for allowed, owned, schema, configs in (
+        (GRPO_TRAINER_KEYS, GRPO_OWNED_TRAINER_KEYS, GRPOJob, (trl.GRPOConfig,)),
+        (RM_TRAINER_KEYS, RM_OWNED_TRAINER_KEYS, RewardModelJob, (trl.RewardConfig, transformers.TrainingArguments)),
+    ):
+        for config in configs:
+            assert set(allowed) <= set(config.__dataclass_fields__), set(allowed) - set(config.__dataclass_fields__)
+        assert not set(allowed) & ({f.name for f in dataclasses.fields(schema)} | set(owned))
+        assert all(allowed.values())  # each key says why it is allowed
+    shaping = {"generation_kwargs", "top_k", "top_p", "temperature", "scale_rewards", "epsilon", "beta", "seed"}
+    assert not shaping & (set(GRPO_TRAINER_KEYS) | set(RM_TRAINER_KEYS))
+
+
+@pytest.mark.parametrize("key", sorted(GRPO_TRAINER_KEYS))
+def test_every_allowed_grpo_trainer_key_loads(key):
+    value = 4096 if key == "vllm_max_model_length" else 1  # a context window must exceed the completions
+    assert key in load_config(GRPOJob, CONFIGS / "grpo.yaml", [f"trainer.{key}={value}"]).trainer
+
+
+@pytest.mark.parametrize("key", sorted(RM_TRAINER_KEYS))
+def test_every_allowed_rm_trainer_key_loads(key):
+    assert key in load_config(RewardModelJob, CONFIGS / "rm_ensemble.yaml", [f"trainer.{key}=1"]).trainer
+
+
 def test_every_field_has_help_and_is_documented_with_the_refused_keys():
     doc = (ROOT / "docs" / "training-config.md").read_text(encoding="utf-8")
     for schema in (GRPOJob, RewardModelJob):
         for name, text in field_help(schema).items():
             assert text, f"{schema.__name__}.{name} has no help text"
             assert f"| `{name}` |" in doc, f"{schema.__name__}.{name} is not in docs/training-config.md"
-    for key in [*GRPO_OWNED_TRAINER_KEYS, *RM_OWNED_TRAINER_KEYS]:
+    for key in [*GRPO_OWNED_TRAINER_KEYS, *RM_OWNED_TRAINER_KEYS, *GRPO_TRAINER_KEYS, *RM_TRAINER_KEYS]:
         assert f"`trainer.{key}`" in doc, key
     for block, keys in PIPELINE_OWNED_KEYS.items():
         for key in keys:

@@ -182,8 +182,8 @@ def test_yaml_configs_load_with_overrides():
         True,
     )
     assert recipe.model == (root / "../../models/policy-base")
-    tiny = load_config(GRPOJob, root / "grpo_cpu_tiny.yaml", ["beta=0.1", "trainer.warmup_ratio=0.5"])
-    assert tiny.beta == 0.1 and tiny.trainer == {"save_strategy": "no", "warmup_ratio": 0.5}
+    tiny = load_config(GRPOJob, root / "grpo_cpu_tiny.yaml", ["beta=0.1", "trainer.warmup_steps=0.5"])
+    assert tiny.beta == 0.1 and tiny.trainer == {"save_strategy": "no", "warmup_steps": 0.5}
     with pytest.raises(TrainingConfigError, match="beta"):
         load_config(GRPOJob, root / "grpo.yaml", ["beta=0"])
     with pytest.raises(TrainingConfigError, match="unknown key"):

@@ -6,9 +6,10 @@ drives (TRL's ``RewardTrainer`` / ``GRPOTrainer``), and a click command (``hones
 config file is a YAML mapping (read by the core's hardened YAML reader) whose keys are the dataclass's fields,
 each with its help text in ``field(metadata={"help": ...})`` (:func:`field_help`); values are checked against the field's type
 (a quoted ``"false"`` is not a bool, ``true`` is not a number, a float must be finite). The ``trainer:``
-block passes further keys to TRL's config class, which rejects unknown keys by name; a key the job owns
-(any of its own fields, and the keys it sets or checks itself: :func:`check_trainer_block`) is refused
-there, so no check can be stepped around. Overrides are ``KEY=VALUE`` (``--set beta=0.05``,
+block passes further keys to TRL's config class, from an allowlist (:data:`TRAINER_KEY_GROUPS`: optimiser,
+schedule, checkpoint and memory settings); every other key is refused by name when the config is read,
+the job's own fields and the keys it sets or checks itself with their reasons (:func:`check_trainer_block`),
+so no check can be stepped around. Overrides are ``KEY=VALUE`` (``--set beta=0.05``,
 ``--set trainer.warmup_ratio=0.1``) with VALUE parsed as YAML. Relative paths in a file resolve against
 the file's folder.
 """
@@ -185,45 +186,109 @@ def _type_problem(value: Any, hint: Any) -> str:
     return ""
 
 
-def check_trainer_block(trainer: Any, schema: type, owned: dict[str, str], *, field_name: str = "trainer") -> None:
-    """Refuse a ``trainer:`` block that is not a mapping, or that sets a key the job owns.
+#: The ``trainer:`` keys a job lets a user set, by group, each with why it cannot shape the evidence:
+#: they change how the optimiser follows the gradient or how the same computation is laid out on the
+#: machine, never what is sampled, rewarded, penalised, logged or kept. Each job allows these minus
+#: its own fields and the keys it sets itself (:func:`trainer_allowlist`); every other key is
+#: refused by name (:func:`check_trainer_block`).
+TRAINER_KEY_GROUPS: dict[str, tuple[tuple[str, ...], str]] = {
+    "optimiser": (
+        ("optim", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm"),
+        "how each step follows the gradient, not what the gradient is of",
+    ),
+    "schedule": (
+        ("lr_scheduler_type", "warmup_steps"),
+        "how the job's learning_rate is spread over its steps (a warmup_steps below 1 is a ratio of them)",
+    ),
+    "batching": (
+        ("gradient_accumulation_steps",),
+        "how many examples make one step; GRPO sets it itself (it is checked against num_generations)",
+    ),
+    "checkpoints": (
+        ("save_strategy", "save_steps", "save_total_limit", "save_only_model"),
+        "what is written on the way; the trained weights at the end are the same",
+    ),
+    "memory and speed": (
+        (
+            "activation_checkpointing",
+            "gradient_checkpointing",
+            "dataloader_num_workers",
+            "dataloader_pin_memory",
+            "tf32",
+            "torch_empty_cache_steps",
+        ),
+        "the same computation laid out for the machine",
+    ),
+}
 
-    A key is the job's when it is one of ``schema``'s fields (the job sets it and checks it: set at
-    the top level, where the check runs) or a key of ``owned`` (one the job sets itself, or one that
-    would undo a job-level check; its value says why). Raises :class:`TrainingConfigError` naming
-    ``trainer.KEY``.
+
+def trainer_allowlist(
+    schema: type, owned: dict[str, str], groups: dict[str, tuple[tuple[str, ...], str]] = TRAINER_KEY_GROUPS
+) -> dict[str, str]:
+    """The ``trainer:`` keys a user may set in the job ``schema``, each with its group's why: the
+    keys of ``groups`` that are neither one of the job's fields nor a key it owns (``owned``)."""
+    fields = {f.name for f in dataclasses.fields(schema)}
+    return {
+        key: f"{group}: {why}"
+        for group, (keys, why) in groups.items()
+        for key in keys
+        if key not in fields and key not in owned
+    }
+
+
+def check_trainer_block(
+    trainer: Any, schema: type, allowed: dict[str, str], owned: dict[str, str], *, field_name: str = "trainer"
+) -> None:
+    """Refuse a ``trainer:`` block that is not a mapping, or that sets a key not in ``allowed``.
+
+    Every key is refused by name, with why: one of ``schema``'s fields (set at the top level, where
+    its check runs), a key of ``owned`` (one the job sets itself, or one that would undo a job-level
+    check; its value says why), or any other key not in ``allowed`` (:func:`trainer_allowlist`).
+    Raises :class:`TrainingConfigError` naming ``trainer.KEY``.
     """
     if not isinstance(trainer, dict):
         refuse(field_name, f"is {trainer!r}; it must be a mapping of TRL config keys", "write trainer: {} for none")
     fields = {f.name for f in dataclasses.fields(schema)}
     problems = []
-    for key in sorted(trainer):
+    for key in sorted(trainer, key=str):
         if key in fields:
-            problems.append(
-                Problem(
-                    "config",
-                    None,
-                    f"{field_name}.{key}",
-                    f"shadows the job-level key {key}, which the job checks",
-                    f"set {key} beside the trainer block, where it is checked",
-                )
-            )
+            reason = f"it shadows the job-level key {key}, which the job checks (set it beside the trainer block)"
         elif key in owned:
-            problems.append(Problem("config", None, f"{field_name}.{key}", owned[key]))
+            reason = owned[key]
+        elif key in allowed:
+            continue
+        else:
+            reason = (
+                "it is not on the job's allowlist of trainer keys, which lets through only settings that cannot "
+                "change what is trained (optimiser, schedule, memory and the like)"
+            )
+        problems.append(Problem("config", None, f"{field_name}.{key}", reason))
     if problems:
-        keys = [p.field for p in problems]
-        raise TrainingConfigError(
-            f"Invalid training config: {', '.join(str(k) for k in keys)} cannot be set (the job owns it).",
-            problems,
-            fix="a trainer block only adds TRL keys the job does not own; set job keys at the top level",
-        )
+        refuse_keys(problems, f"the trainer block takes only {sorted(allowed)}; set job keys at the top level")
+
+
+def refuse_keys(problems: list[Problem], fix: str, source: str | Path = "") -> NoReturn:
+    """Raise :class:`TrainingConfigError` for keys that cannot be set: one line naming ``source`` (the
+    config file, when known), the keys and why (the reason itself when there is one key)."""
+    keys = ", ".join(str(p.field) for p in problems)
+    why = problems[0].message if len(problems) == 1 else "the reasons below"
+    where = f" {source}" if source else ""
+    raise TrainingConfigError(f"Invalid training config{where}: {keys} cannot be set: {why}.", problems, fix=fix)
 
 
 def load_config(schema: type[T], path: str | Path, overrides: Sequence[str] = ()) -> T:
-    """Read ``path`` (YAML), apply ``overrides`` (``KEY=VALUE``), validate into ``schema``."""
+    """Read ``path`` (YAML), apply ``overrides`` (``KEY=VALUE``), validate into ``schema``.
+
+    Every error names ``path`` (an override's key is checked as the file's: the run reads them as one).
+    """
     path = Path(path)
     values = _merge(read_yaml_mapping(path), parse_overrides(overrides))
-    return build_config(schema, values, source=str(path), base_dir=path.resolve().parent)
+    try:
+        return build_config(schema, values, source=str(path), base_dir=path.resolve().parent)
+    except TrainingConfigError as exc:
+        named = [dataclasses.replace(p, file=str(path)) if p.file == "config" else p for p in exc.problems]
+        message = exc.message.replace("Invalid training config:", f"Invalid training config {path}:", 1)
+        raise TrainingConfigError(message, named, fix=exc.fix) from None
 
 
 def refuse(field: str, message: str, fix: str = "") -> NoReturn:

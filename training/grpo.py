@@ -35,11 +35,13 @@ from honestci.audit.errors import InputError, require_extra
 from honestci.audit.policy import MIN_KL_BETA
 from honestci.training.config import (
     TRAIN_MODULES,
+    TRAINER_KEY_GROUPS,
     TrainingConfigError,
     check_trainer_block,
     refuse,
     require,
     to_plain,
+    trainer_allowlist,
 )
 from honestci.training.task import (
     DEFAULT_PROMPT,
@@ -59,26 +61,46 @@ REWARD_LOG = "rewards.jsonl"
 PROMPT_FILE = "prompt.json"
 
 
+_SAMPLING = "sampling is the job's (max_completion_length, temperature): {} would reshape the rollouts' spread"
+_KL_REFERENCE = "moves the KL reference toward the policy, which undoes beta > 0"
+_REWARD = "changes the reward definition (the gated ensemble is the only reward, standardised within each group)"
+_GENERATION_BATCH = (
+    "the generation batch is per_device_train_batch_size x gradient_accumulation_steps, checked against num_generations"
+)
+_OBJECTIVE = "the policy-gradient objective is the recipe's; {} changes what one step optimises"
+
 #: GRPOConfig keys the job sets itself or that would undo a job-level check, refused in ``trainer:``
-#: (the job's own fields are refused there too: :func:`honestci.training.config.check_trainer_block`).
+#: with these reasons (the job's own fields are refused there too, and every key not on
+#: :data:`GRPO_TRAINER_KEYS`: :func:`honestci.training.config.check_trainer_block`).
 GRPO_OWNED_TRAINER_KEYS = {
     "fp16": "precision is the job's bf16 key (checked against the device)",
     "use_cpu": "the device is the job's device key",
     "report_to": "set by honestci (no experiment trackers)",
     "disable_tqdm": "set by honestci (progress goes through its own reporter)",
     "log_completions": "set by honestci",
-    "sync_ref_model": "moves the KL reference toward the policy, which undoes beta > 0",
-    "ref_model_mixup_alpha": "moves the KL reference toward the policy, which undoes beta > 0",
-    "ref_model_sync_steps": "moves the KL reference toward the policy, which undoes beta > 0",
-    "reward_weights": "changes the reward definition (the gated ensemble is the only reward)",
-    "multi_objective_aggregation": "changes the reward definition (the gated ensemble is the only reward)",
-    "generation_kwargs": "sampling is the job's (max_completion_length, temperature): generation kwargs would override them",
+    "logging_strategy": "the training_healthy gate reads a log line every logging_steps steps",
+    "data_seed": "the job's seed orders the data too: a fixed data_seed would hold the order still across "
+    "the seeds of a seed-robustness study",
+    "sync_ref_model": _KL_REFERENCE,
+    "ref_model_mixup_alpha": _KL_REFERENCE,
+    "ref_model_sync_steps": _KL_REFERENCE,
+    "reward_weights": _REWARD,
+    "multi_objective_aggregation": _REWARD,
+    "scale_rewards": _REWARD,
+    "generation_kwargs": _SAMPLING.format("generation kwargs (max_new_tokens, do_sample, temperature)"),
+    "top_k": _SAMPLING.format("top_k"),
+    "top_p": _SAMPLING.format("top_p"),
+    "min_p": _SAMPLING.format("min_p"),
+    "repetition_penalty": _SAMPLING.format("repetition_penalty"),
     "chat_template_kwargs": "the chat is the job's prompt key, checked against the reward model's",
-    "generation_batch_size": "the generation batch is per_device_train_batch_size x gradient_accumulation_steps, checked against num_generations",
-    "steps_per_generation": "the generation batch is per_device_train_batch_size x gradient_accumulation_steps, checked against num_generations",
-    "scale_rewards": "changes the reward definition (group standardisation of the gated ensemble)",
+    "generation_batch_size": _GENERATION_BATCH,
+    "steps_per_generation": _GENERATION_BATCH,
+    "mask_truncated_completions": "a completion cut at max_completion_length earns format_penalty; masking "
+    "it out of the loss would take that penalty away",
     "epsilon": "the clipping range is the recipe's; a wide one undoes the trust region beta keeps",
-    "top_k": "sampling is the job's temperature key: top_k narrows the rollouts' spread",
+    "epsilon_high": "the clipping range is the recipe's; a wide one undoes the trust region beta keeps",
+    "loss_type": _OBJECTIVE.format("another loss"),
+    "num_iterations": _OBJECTIVE.format("reusing each generation for several steps"),
 }
 
 
@@ -122,7 +144,8 @@ class GRPOJob:
     output_dir: Path = field(metadata={"help": "Where the policy, trainer_state.json and the logs are written."})
     learning_rate: float = field(default=8e-6, metadata={"help": "Optimizer learning rate (> 0; the recipe's 8e-6)."})
     beta: float = field(
-        default=0.04, metadata={"help": "KL penalty toward the reference policy; must be > 0 (the recipe's 0.04)."}
+        default=0.04,
+        metadata={"help": "KL penalty toward the reference policy; must be >= MIN_KL_BETA, 0.01 (the recipe's 0.04)."},
     )
     num_generations: int = field(
         default=12, metadata={"help": "G, completions per prompt (>= 2: the advantage is relative to the group)."}
@@ -204,8 +227,8 @@ class GRPOJob:
     trainer: dict = field(
         default_factory=dict,
         metadata={
-            "help": "Further trl.GRPOConfig keys; keys the job owns (its own fields, precision, the KL reference, "
-            "reward weights) are refused."
+            "help": "Further trl.GRPOConfig keys from an allowlist (optimiser, schedule, checkpoints, memory and "
+            "speed: GRPO_TRAINER_KEYS); every other key is refused by name."
         },
     )
 
@@ -268,12 +291,36 @@ class GRPOJob:
         if self.use_vllm and self.gpus is not None:
             check_vllm_mode(self.vllm_mode, self.gpus, server_elsewhere=self.vllm_server_elsewhere)
         resolve_prompt(self.prompt)
-        check_trainer_block(self.trainer, type(self), GRPO_OWNED_TRAINER_KEYS)
+        check_trainer_block(self.trainer, type(self), GRPO_TRAINER_KEYS, GRPO_OWNED_TRAINER_KEYS)
+        window = self.trainer.get("vllm_max_model_length")
+        require(
+            window is None or (isinstance(window, int) and window > self.max_completion_length),
+            "trainer.vllm_max_model_length",
+            f"is {window!r}; it must be a whole number above max_completion_length ({self.max_completion_length})",
+            "a context window that cannot hold the prompt and a whole completion cuts the rollouts short",
+        )
 
     @property
     def chat_prompt(self) -> Prompt:
         """The :class:`~honestci.training.task.Prompt` of the ``prompt`` key."""
         return resolve_prompt(self.prompt)
+
+
+#: The ``trainer:`` keys a GRPO job takes (key -> its group and why; everything else is refused by
+#: name): the shared optimiser, schedule, checkpoint and memory groups less the job's own keys, and
+#: the vLLM server's wait and sleep mode (where rollouts run, not what they are).
+GRPO_TRAINER_KEYS = trainer_allowlist(
+    GRPOJob,
+    GRPO_OWNED_TRAINER_KEYS,
+    TRAINER_KEY_GROUPS
+    | {
+        "vLLM": (
+            ("vllm_server_timeout", "vllm_enable_sleep_mode", "vllm_max_model_length"),
+            "how the vLLM engine waits, sleeps and sizes its cache (a context window must exceed "
+            "max_completion_length, checked)",
+        )
+    },
+)
 
 
 def check_reward_prompt(job: GRPOJob) -> Prompt:
@@ -448,7 +495,8 @@ def grpo_config(job: GRPOJob, device: str, gpus: int | None = None):
         log_completions=False,
     )
     if device == "cpu":
-        args["activation_checkpointing"] = False  # TRL's default is on; on CPU it only costs time
+        # TRL's default is on; on CPU it only costs time (a memory setting: the trainer block may set it)
+        args["activation_checkpointing"] = False
     if job.use_vllm:
         mode = check_vllm_mode(job.vllm_mode, gpus or 1, server_elsewhere=job.vllm_server_elsewhere)
         args.update(use_vllm=True, vllm_mode=mode)

@@ -33,9 +33,17 @@ import numpy as np
 import pandas as pd
 
 from honestci.audit.data.claims import load_claim
-from honestci.audit.errors import HonestCIError, InputError
-from honestci.audit.policy import DEFAULT_SEED, GateResult, Policy, Verdict
-from honestci.training.config import build_config, load_config, require
+from honestci.audit.errors import HonestCIError, InputError, Problem
+from honestci.audit.policy import (
+    DEFAULT_SEED,
+    GateResult,
+    Policy,
+    Thresholds,
+    Verdict,
+    loosening,
+    threshold_problem,
+)
+from honestci.training.config import build_config, load_config, refuse_keys, require
 from honestci.training.task import resolve_prompt
 
 CARD_START = "<!-- honestci:figures:start -->"
@@ -529,8 +537,38 @@ def publish_figures(
     return atomic_write_text(model_card, text)
 
 
-def load_pipeline_job(path: str | Path, overrides: Sequence[str] = ()) -> tuple[PipelineJob, Path]:
-    return load_config(PipelineJob, path, overrides), Path(path).resolve().parent
+def load_pipeline_job(
+    path: str | Path, overrides: Sequence[str] = (), policy: Policy | None = None
+) -> tuple[PipelineJob, Path]:
+    """The job of the config ``path`` with ``overrides``, and the folder its relative paths start from.
+
+    Its ``thresholds`` (from the file or ``--set thresholds.X=...``) are the claim's, judged by
+    ``policy`` (the built-in one when None): a threshold that is unknown, of the wrong type, or moved
+    the lax way (:func:`honestci.audit.policy.loosening`) is refused now, before any data is prepared.
+    Raises :class:`~honestci.training.config.TrainingConfigError` naming ``thresholds.X`` (exit 2).
+    """
+    job = load_config(PipelineJob, path, overrides)
+    thresholds = (policy or Policy()).thresholds
+    problems = [
+        Problem(str(path), None, f"thresholds.{name}", reason)
+        for name, value in job.thresholds.items()
+        if (
+            reason := (
+                f"{name} is not a threshold (audit/policy.py Thresholds)"
+                if name not in Thresholds.__dataclass_fields__
+                else threshold_problem(name, value) or loosening(thresholds, name, value)
+            )
+        )
+        is not None
+    ]
+    if problems:
+        refuse_keys(
+            problems,
+            "a pipeline's thresholds may only tighten the policy's; an auditor may loosen one in a policy file "
+            "(--policy)",
+            path,
+        )
+    return job, Path(path).resolve().parent
 
 
 def _nested_path(value, base: Path) -> Path | None:
@@ -552,7 +590,7 @@ def run_pipeline(
     claim's, and may only tighten it.
     """
     policy = policy or Policy()
-    job, base = load_pipeline_job(config_path, overrides)
+    job, base = load_pipeline_job(config_path, overrides, policy)
     out = Path(job.output_dir)
     data_dir = out / "data"
     stages: list[dict] = []

@@ -43,10 +43,12 @@ import pandas as pd
 from honestci.audit.errors import InputError, require_extra
 from honestci.training.config import (
     TRAIN_MODULES,
+    TRAINER_KEY_GROUPS,
     TrainingConfigError,
     check_trainer_block,
     require,
     to_plain,
+    trainer_allowlist,
 )
 from honestci.training.task import Prompt, messages_for, prompt_from_record, resolve_prompt
 
@@ -55,9 +57,12 @@ ENSEMBLE_FILE = "ensemble.json"
 
 
 #: TRL/transformers config keys the job sets itself or that would undo a job-level check, refused in
-#: ``trainer:`` (the job's own fields are refused there too).
+#: ``trainer:`` with these reasons (the job's own fields are refused there too, and every key not on
+#: :data:`RM_TRAINER_KEYS`).
 RM_OWNED_TRAINER_KEYS = {
     "seed": "each member's seed comes from seeds (distinct by check); one trainer seed would repeat members",
+    "data_seed": "each member's data order comes from its seed; one data_seed would repeat it in every member",
+    "center_rewards_coefficient": "changes the reward models' loss (the recipe's Bradley-Terry loss)",
     "save_strategy": "set by honestci (the members are saved as safetensors at the end)",
     "fp16": "precision is the job's bf16 key (checked against the device)",
     "use_cpu": "the device is the job's device key",
@@ -113,8 +118,8 @@ class RewardModelJob:
     trainer: dict = field(
         default_factory=dict,
         metadata={
-            "help": "Further trl.RewardConfig / TrainingArguments keys; keys the job owns (its fields, seed, "
-            "precision, output folders) are refused."
+            "help": "Further trl.RewardConfig / TrainingArguments keys from an allowlist (optimiser, schedule, "
+            "batching, memory and speed: RM_TRAINER_KEYS); every other key is refused by name."
         },
     )
 
@@ -161,12 +166,20 @@ class RewardModelJob:
                 "give a human_ratings table",
             )
         resolve_prompt(self.prompt)
-        check_trainer_block(self.trainer, type(self), RM_OWNED_TRAINER_KEYS)
+        check_trainer_block(self.trainer, type(self), RM_TRAINER_KEYS, RM_OWNED_TRAINER_KEYS)
 
     @property
     def chat_prompt(self) -> Prompt:
         """The :class:`~honestci.training.task.Prompt` of the ``prompt`` key."""
         return resolve_prompt(self.prompt)
+
+
+#: The ``trainer:`` keys a reward-model job takes (key -> its group and why; everything else is
+#: refused by name): the shared groups less the job's own keys (its seeds, fields) and the checkpoint
+#: group (the members are saved once, at the end).
+RM_TRAINER_KEYS = trainer_allowlist(
+    RewardModelJob, RM_OWNED_TRAINER_KEYS, {k: v for k, v in TRAINER_KEY_GROUPS.items() if k != "checkpoints"}
+)
 
 
 # --- data -------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ _SET = click.option(
     multiple=True,
     metavar="KEY=VALUE",
     help="Override a config key (repeatable; dotted keys reach the trainer block, "
-    "e.g. --set trainer.warmup_ratio=0.1). VALUE is parsed as YAML.",
+    "e.g. --set trainer.warmup_steps=0.1). VALUE is parsed as YAML.",
 )
 
 
@@ -285,15 +285,17 @@ def pipeline_command(config: Path, overrides: tuple[str, ...], policy_file: Path
     from honestci.training.config import TRAIN_MODULES
     from honestci.training.pipeline import PipelineRefused, load_pipeline_job, run_pipeline
 
-    # Every extra the config needs, checked before the first stage writes into its output folder.
-    job, _ = load_pipeline_job(config, overrides)
+    # Every extra the config needs, and its thresholds against the policy, checked before the first
+    # stage writes into its output folder.
+    policy = load_policy(policy_file)
+    job, _ = load_pipeline_job(config, overrides, policy)
     require_extra("train", *TRAIN_MODULES, needed_by="the pipeline (reward models, GRPO, generation)")
     if job.judge["backend"] in ("openai", "vllm"):
         require_extra("judges", "httpx", needed_by="the pipeline's HTTP judge")
     if job.bayes:
         require_extra("bayes", *BAYES_MODULES, needed_by="the Bayesian model", instead="set bayes: false")
     try:
-        result = run_pipeline(config, overrides, progress=_progress, policy=load_policy(policy_file))
+        result = run_pipeline(config, overrides, progress=_progress, policy=policy)
     except PipelineRefused as refused:
         click.secho(refused.message, fg="red", err=True)
         sys.exit(EXIT_REFUSED)
