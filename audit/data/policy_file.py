@@ -11,6 +11,7 @@ Example (every key optional; what is left out keeps the built-in default of
     invalid_verdicts: against_claim      # or tie, exclude
     panel_rules: [mean, majority]        # the panel rules a claim may name
     multiplicity: holm                   # or bh: how a family of claimed comparisons is corrected
+    populations: [new_vignettes, new_seeds]   # the populations a claim may assert (these_vignettes: only here)
 
 The policy is the auditor's, so it may set any value a threshold can take; the claim, written by
 the people being audited, may then only tighten it (:func:`honestci.audit.data.claims.load_claim`).
@@ -30,6 +31,7 @@ from honestci.audit.policy import (
     CERTIFIED_GATE_METHODS,
     CERTIFIED_MULTIPLICITY,
     PANEL_RULES,
+    POPULATIONS,
     THRESHOLDS,
     InvalidScoring,
     Multiplicity,
@@ -45,6 +47,16 @@ class PolicyError(InputError):
     """A policy file is malformed or sets a value a gate cannot use."""
 
 
+def _some_of(key: str, value, known: tuple[str, ...]):
+    """``value`` unchanged when None or one or more of ``known``; else ValueError naming the rest."""
+    if value is None:
+        return value
+    unknown = sorted(set(value) - set(known))
+    if unknown or not value:
+        raise ValueError(f"{key} must name one or more of {list(known)}; unknown: {unknown}")
+    return value
+
+
 class PolicySpec(BaseModel):
     """A validated policy file."""
 
@@ -58,6 +70,14 @@ class PolicySpec(BaseModel):
     invalid_verdicts: InvalidScoring = "against_claim"
     panel_rules: tuple[str, ...] | None = None
     multiplicity: Multiplicity = "holm"
+    populations: tuple[str, ...] | None = None
+
+    @field_validator("populations")
+    @classmethod
+    def _known_populations(cls, value):
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"populations lists a population twice: {list(value)}")
+        return _some_of("populations", value, POPULATIONS)
 
     @field_validator("multiplicity")
     @classmethod
@@ -72,12 +92,7 @@ class PolicySpec(BaseModel):
     @field_validator("panel_rules")
     @classmethod
     def _known_panel_rules(cls, value):
-        if value is None:
-            return value
-        unknown = sorted(set(value) - set(PANEL_RULES))
-        if unknown or not value:
-            raise ValueError(f"panel_rules must name one or more of {list(PANEL_RULES)}; unknown: {unknown}")
-        return value
+        return _some_of("panel_rules", value, PANEL_RULES)
 
     @field_validator("thresholds")
     @classmethod
@@ -129,6 +144,18 @@ def load_policy(path: str | Path | None) -> Policy:
         for name, value in spec.thresholds.items()
         if (message := threshold_problem(name, value)) is not None
     ]
+    populations = Policy().populations if spec.populations is None else tuple(spec.populations)
+    default = spec.thresholds.get("default_population", THRESHOLDS.default_population)
+    if not problems and default not in populations:
+        problems.append(
+            Problem(
+                str(path),
+                None,
+                "thresholds.default_population",
+                f"{default!r} is not among the populations the policy allows ({', '.join(populations)})",
+                "list it under `populations:` or choose a default among them",
+            )
+        )
     if problems:
         raise PolicyError(f"Policy file {path} sets thresholds that cannot be used.", problems)
     source = f"policy file {path.resolve()}"
@@ -140,5 +167,6 @@ def load_policy(path: str | Path | None) -> Policy:
         invalid_verdicts=spec.invalid_verdicts,
         panel_rules=PANEL_RULES if spec.panel_rules is None else tuple(spec.panel_rules),
         multiplicity=spec.multiplicity,
+        populations=populations,
     )
     return replace(policy, sources=tuple((d["key"], source) for d in policy.deviations()))
