@@ -32,6 +32,7 @@ from honestci.audit.checks.training_health import TrainingHealth
 from honestci.audit.checks.verdicts import MissingOrders, VerdictValidity
 from honestci.audit.policy import (
     GATE_ORDER,
+    NEW_SEED_METHOD,
     REQUIRED_WHEN_EVIDENCE_GIVEN,
     THRESHOLDS,
     GateResult,
@@ -42,6 +43,7 @@ from honestci.audit.policy import (
     worst,
 )
 from honestci.audit.stats.estimands import size_association
+from honestci.audit.stats.intervals import IntervalResult
 from honestci.audit.stats.length_bias import LengthBiasResult
 
 # --- the win rate -----------------------------------------------------------------------------
@@ -824,7 +826,40 @@ def _ci_low_clears_bar(context: AuditContext) -> GateResult:
     result = gate_ci_low_clears_bar(
         row.ci_low if row.reportable else None, spec.bar, method, spec.population, reason_if_missing=row.note
     )
+    if method == NEW_SEED_METHOD:
+        return _on_the_new_seed_interval(result, row, context)
     return _with_size_association(result, context)
+
+
+def _on_the_new_seed_interval(result: GateResult, row: IntervalResult, context: AuditContext) -> GateResult:
+    """A claim about the recipe: the bar gate's message and evidence say it read the seeds check's
+    new-seed interval on new vignettes, and show the policy seed's own CI-low beside it (what a claim
+    about the checkpoint would have read; never gated on here)."""
+    rules = context.claim.policy
+    own_method = rules.contest_method(context.claim.spec.population)
+    rows = () if context.intervals is None else context.intervals.rows
+    own = next((r for r in rows if r.method == own_method and r.population == "new_vignettes"), None)
+    own_low = own.ci_low if own is not None and own.reportable else None
+    evidence = {
+        **result.evidence,
+        "interval": "new-seed interval (seeds check): a new training seed of the recipe on new vignettes",
+        "n_seeds": len(row.details.get("seeds", ())),
+        "n_shared_vignettes": row.n_clusters,
+        "df": row.df,
+        "policy_seed_method": own_method,
+        "policy_seed_ci_low": own_low,
+    }
+    if result.evidence["ci_low"] is None:
+        message = f"no new-seed interval for a claim about the recipe: {row.note}"
+    else:
+        relation = ">=" if result.verdict == Verdict.PASS else "<"
+        message = (
+            f"new-seed interval CI-low {row.ci_low:.3f} {relation} bar {result.evidence['bar']:.3f} (a new training seed "
+            f"of the recipe on new vignettes: {row.note}, df {row.df:.1f})"
+        )
+        if own_low is not None:
+            message += f"; the policy's own seed alone: {own_method} CI-low {own_low:.3f}, not what this claim asserts"
+    return replace(result, message=message, evidence=evidence)
 
 
 def _with_size_association(result: GateResult, context: AuditContext) -> GateResult:

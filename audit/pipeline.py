@@ -24,6 +24,7 @@ from honestci.audit.policy import (
     DEFAULT_SEED,
     EXIT_BLOCKED,
     EXIT_PASS,
+    NEW_SEED_METHOD,
     GateResult,
     Policy,
     Verdict,
@@ -585,6 +586,10 @@ def audit_context(
             context = replace(
                 context, intervals=IntervalTable(intervals.estimand, (*intervals.rows, _composed_row(context)))
             )
+        elif context.gate_method == NEW_SEED_METHOD:  # a claim about the recipe gates on a new seed
+            context = replace(
+                context, intervals=IntervalTable(intervals.estimand, (*intervals.rows, _new_seed_row(context)))
+            )
         return context
 
 
@@ -640,6 +645,19 @@ def _start_in_background(function: Callable[..., Any], *args: Any) -> Background
         return BackgroundWork(executor.submit(sharing), share)
     finally:
         executor.shutdown(wait=False)
+
+
+def _new_seed_row(context: AuditContext) -> IntervalResult:
+    """The seeds check's new-seed interval on new vignettes as a row of the interval table,
+    INCONCLUSIVE with the reason when the check gives none (fewer than ``min_seeds`` seeds, or it
+    could not run)."""
+    from honestci.audit.checks.seeds import SeedsCheck, new_seed_row_without_interval
+
+    check = context.checks.get("seeds")
+    if isinstance(check, SeedsCheck):
+        return check.interval_row()
+    reason = check.reason if isinstance(check, CheckFailed) else "the seeds check did not run"
+    return new_seed_row_without_interval(reason, context.claim.thresholds.confidence_level)
 
 
 def _composed_row(context: AuditContext) -> IntervalResult:

@@ -13,8 +13,27 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
-#: The two populations a win-rate claim can be about (POPULATION_LABELS says what each means).
-Population = Literal["new_vignettes", "these_vignettes"]
+#: The populations a win-rate claim can be about (POPULATION_LABELS says what each means): two about
+#: one checkpoint (new vignettes, these vignettes) and one about the recipe that trained it
+#: (``new_seeds``: a new training seed of the recipe on new vignettes, what "seed-robust" asserts).
+Population = Literal["new_vignettes", "these_vignettes", "new_seeds"]
+POPULATIONS: tuple[str, ...] = get_args(Population)
+#: The populations of one checkpoint's contests: the only ones a default population may name (a
+#: recipe claim needs its ``seeds:``, which a claim without them cannot supply).
+VIGNETTE_POPULATIONS: tuple[str, ...] = ("new_vignettes", "these_vignettes")
+#: The populations the built-in policy lets a claim assert: new vignettes only.
+#: ``these_vignettes`` conditions on the very prompts the claimant chose and drops the
+#: between-vignette variance (on six vignettes its stratified CI-low sits far above the new-vignette
+#: one), so only an auditor's policy file may allow it.
+#: ``new_seeds`` (a claim about the recipe) is left out too, although its interval is the right
+#: estimand: the new-seed interval's CI-low lies above the truth in up to 5.0% of seeded replications
+#: at a nominal 2.5% (K = 10 seeds, G = 6 vignettes, rates near 0.7; 2.6-4.4% in the other cells of
+#: K 3/5/10 x G 6/12/30; 5,000 replications a cell, MC-SE 0.22%; tests/test_seeds.py
+#: ``test_new_seed_ci_low_one_sided_error``, docs/methods.md "Seeds and runs"), the same skew that ruled the
+#: symmetric intervals out for new vignettes; and it is centred on the seeds' mean, not the policy's
+#: seed, so a claimant whose own seed misses the bar could choose it to pass. An auditor who accepts
+#: that error lists it in a policy file (``populations``); below ``min_seeds`` its gate is INCONCLUSIVE.
+BUILTIN_POPULATIONS: tuple[str, ...] = ("new_vignettes",)
 #: Seed of every resampling and sampling step of an audit unless ``--seed`` says otherwise.
 #: Smallest KL coefficient β a GRPO job may run with (``honestci train grpo``): β only slightly above
 #: 0 lets the policy drift from its reference and hack the reward model as β = 0 would; the seed
@@ -166,6 +185,7 @@ THRESHOLDS = Thresholds()
 POPULATION_LABELS = {
     "new_vignettes": "new vignettes (generalisation)",
     "these_vignettes": "these vignettes (conditional on the observed prompts)",
+    "new_seeds": "a new training seed of the recipe, on new vignettes (seed-robust)",
     "iid": "contests as independent draws (fits neither population)",
 }
 
@@ -174,7 +194,15 @@ POPULATION_LABELS = {
 #: lies above the truth in at most 2.5% of replications (within Monte Carlo error) on the whole
 #: coverage grid, G = 6 to 100, vignette rates up to 0.95 with logit sd 1; there CR2 on the logit
 #: scale reaches 4-8% and the symmetric intervals 6-13% (docs/coverage.md).
-GATE_METHOD_FOR_POPULATION = {"new_vignettes": "bayes_logit_normal", "these_vignettes": "stratified"}
+#: New seeds: the seeds check's new-seed interval (audit/stats/seeds.py: two-way seed x vignette mean
+#: squares, Satterthwaite df), the one interval about a new seed of the recipe rather than the policy's
+#: own seed; its one-sided lower error exceeds nominal (BUILTIN_POPULATIONS), so no built-in claim reads it.
+NEW_SEED_METHOD = "new_seed"
+GATE_METHOD_FOR_POPULATION = {
+    "new_vignettes": "bayes_logit_normal",
+    "these_vignettes": "stratified",
+    "new_seeds": NEW_SEED_METHOD,
+}
 
 
 def clears_bar(ci_low: float, bar: float) -> bool:
@@ -318,7 +346,11 @@ CERTIFIED_MULTIPLICITY: tuple[str, ...] = ("holm", "bh")
 #: "composed" (audit/stats/composed.py: judge error, clustering, leakage and selection corrected at
 #: once; its rate on non-leaked vignettes): one-sided error within 2.5% + 3 MC-SE in every cell of its
 #: grid (docs/coverage.md, "The composed interval"); INCONCLUSIVE below composed_min_vignettes.
-CERTIFIED_GATE_METHODS = {"new_vignettes": ("bayes_logit_normal", "composed"), "these_vignettes": ("stratified",)}
+CERTIFIED_GATE_METHODS = {
+    "new_vignettes": ("bayes_logit_normal", "composed"),
+    "these_vignettes": ("stratified",),
+    "new_seeds": (NEW_SEED_METHOD,),
+}
 
 
 @dataclass(frozen=True)
@@ -342,12 +374,22 @@ class Policy:
     panel_rules: tuple[str, ...] = PANEL_RULES
     #: The correction of a family of claimed comparisons (:data:`MULTIPLICITY`).
     multiplicity: Multiplicity = "holm"
+    #: The populations a claim may assert (:data:`POPULATIONS`): the population decides which
+    #: interval the bar gate reads, so the auditor allows them, never the claim
+    #: (:data:`BUILTIN_POPULATIONS` says why ``these_vignettes`` needs a policy file).
+    populations: tuple[str, ...] = BUILTIN_POPULATIONS
     #: Where each deviation from the built-in defaults came from ("policy file PATH", "claim PATH").
     sources: tuple[tuple[str, str], ...] = ()
 
     def gate_method(self, population: str) -> str:
         """The interval the bar gate reads for ``population``."""
         return dict(self.gate_methods)[population]
+
+    def contest_method(self, population: str) -> str:
+        """The interval the checks recompute on parts of the policy's own contests (per family, per
+        judge, invalid verdicts scored either way): the bar gate's for a vignette population; for
+        ``new_seeds``, whose gate reads every seed, the policy seed's new-vignette interval."""
+        return self.gate_method("new_vignettes" if population not in VIGNETTE_POPULATIONS else population)
 
     def content(self) -> dict:
         """Everything that decides a verdict, as plain data (what :attr:`sha256` hashes)."""
@@ -359,6 +401,7 @@ class Policy:
             "missing_orders": self.missing_orders,
             "panel_rules": list(self.panel_rules),
             "multiplicity": self.multiplicity,
+            "populations": list(self.populations),
         }
 
     @property
@@ -397,7 +440,11 @@ def threshold_problem(name: str, value) -> str | None:
     if isinstance(default, bool):
         return None if isinstance(value, bool) else f"{value!r} is not true or false"
     if name == "default_population":
-        return None if value in CERTIFIED_GATE_METHODS else f"{value!r} is not one of {sorted(CERTIFIED_GATE_METHODS)}"
+        return (
+            None
+            if value in VIGNETTE_POPULATIONS
+            else f"{value!r} is not one of {list(VIGNETTE_POPULATIONS)} (a recipe claim names its population and seeds)"
+        )
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"{value!r} is not {'an integer' if isinstance(default, int) else 'a number'}"
     if isinstance(default, int) and not isinstance(value, int):

@@ -34,7 +34,12 @@ def _pyplot():
 
 
 #: Colours of the report's plots: one per population, the bar, the gate's interval.
-POPULATION_COLOURS = {"iid": "tab:orange", "these_vignettes": "tab:green", "new_vignettes": "tab:blue"}
+POPULATION_COLOURS = {
+    "iid": "tab:orange",
+    "these_vignettes": "tab:green",
+    "new_vignettes": "tab:blue",
+    "new_seeds": "tab:purple",
+}
 BAR_COLOUR, GATE_COLOUR, RAW_COLOUR = "tab:red", "black", "0.55"
 #: More vignettes than this and the per-vignette plot shows a sample of ranks at a fixed height.
 MAX_LABELLED_VIGNETTES = 60
@@ -70,6 +75,11 @@ def intervals_plot(intervals: list[dict], bar: float, gate_method: str | None = 
         Line2D([], [], color=POPULATION_COLOURS["iid"], lw=2.5, label="iid (optimistic)"),
         Line2D([], [], color=POPULATION_COLOURS["these_vignettes"], lw=2.5, label="these vignettes"),
         Line2D([], [], color=POPULATION_COLOURS["new_vignettes"], lw=2.5, label="new vignettes"),
+        *(
+            [Line2D([], [], color=POPULATION_COLOURS["new_seeds"], lw=2.5, label="a new seed (recipe)")]
+            if any(row["population"] == "new_seeds" for row in intervals)
+            else []
+        ),
         Line2D([], [], color=GATE_COLOUR, lw=5, label="the gate's interval"),
         Line2D([], [], color=BAR_COLOUR, ls="--", label=f"bar {bar:.3f}"),
     ]

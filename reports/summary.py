@@ -202,9 +202,24 @@ def _remedy(gate: dict, data: dict, row: dict | None) -> str:
 
 def _bar_sentence(data: dict, row: dict | None) -> str:
     bar = data["claim"]["bar"]
+    population = data["claim"]["population"]
+    if population == "new_seeds":  # the recipe's interval: its width is mostly the seeds' spread
+        if row is None or row.get("ci_low") is None or row.get("estimate") is None:
+            return (
+                "a new-seed interval: at least the policy's min_seeds training seeds of the recipe, each judged on "
+                "the same vignettes (see the Training seeds section for why there is none)"
+            )
+        if row["estimate"] < bar:
+            return (
+                f"the new-seed estimate {sig(row['estimate'])} itself is not above the bar {sig(bar)}: more seeds "
+                "at this spread do not clear it; only a better recipe would"
+            )
+        return (
+            "more training seeds of the recipe judged on the same vignettes (the new-seed interval's df sit near "
+            "K − 1 when the seeds differ, so each seed narrows it most), or seeds that differ less"
+        )
     if row is None or row.get("ci_low") is None or row.get("estimate") is None:
         return "an honest gate interval: more vignettes (the interval needs enough of them to be computed)"
-    population = data["claim"]["population"]
     units, what = (row["n_clusters"], "vignettes") if population == "new_vignettes" else (row["n"], "contests")
     needed = units_to_clear_bar(row["estimate"], row["ci_low"], bar, units)
     if needed is None:

@@ -116,6 +116,39 @@ def test_new_seed_intervals_cover_full(k, g):
     assert abs(these - 0.95) <= 3 * mc_se, these
 
 
+def _lower_error(k: int, g: int, reps: int, seed: int) -> tuple[float, float]:
+    """Share of replications whose new-seed CI-low (new vignettes) lies above the truth, and its
+    MC-SE at the nominal 2.5%: what the ``new_seeds`` bar gate reads. Model as in :func:`_coverage`."""
+    rng = np.random.default_rng(seed)
+    x, w = standard_normal_nodes(96)
+    sa, sb, sc = 0.3, 0.8, 0.3
+    truth = float(w @ expit(0.8 + np.sqrt(sa**2 + sb**2 + sc**2) * x))
+    above = 0
+    for _ in range(reps):
+        a, b, c = rng.normal(0, sa, k), rng.normal(0, sb, g), rng.normal(0, sc, (k, g))
+        above += seed_decomposition(rng.binomial(10, expit(0.8 + a[:, None] + b[None, :] + c)) / 10).ci_new[0] > truth
+    return above / reps, float(np.sqrt(0.025 * 0.975 / reps))
+
+
+# The one-sided error of the CI-low the new_seeds bar gate reads (2,000 replications a cell, ~1 s
+# each; seeds 7000 + 100K + G; 5,000 replications gave 2.6% at K = 3, G = 6 and 5.0% at K = 10,
+# G = 6). Two-sided coverage is nominal (above) but the lower tail is heavy for rates near 0.7: the
+# built-in policy therefore does not allow new_seeds (audit/policy.py, BUILTIN_POPULATIONS).
+@pytest.mark.coverage
+@pytest.mark.parametrize(
+    "k, g",
+    [
+        (3, 6),
+        pytest.param(
+            10, 6, marks=pytest.mark.xfail(strict=True, reason="measured 5.0% at nominal 2.5% (BUILTIN_POPULATIONS)")
+        ),
+    ],
+)
+def test_new_seed_ci_low_one_sided_error(k, g):
+    above, mc_se = _lower_error(k, g, 2000, 7000 + 100 * k + g)
+    assert above <= 0.025 + 3 * mc_se, above
+
+
 @pytest.mark.coverage
 def test_between_seed_variance_interval_covers():
     # Normal crossed model on the cell means (σ²_seed = 0.02² truth, σ_vig 0.1, σ_e 0.03): 400 reps.

@@ -101,3 +101,11 @@ class AuditContext:
     #: The claim's contests before its ``family:``/``families:`` restriction (None when the claim
     #: has none): the per-family table of the populations check reads every family.
     family_contests: ContestTable | None = None
+
+    @property
+    def contest_method(self) -> str:
+        """The interval a check recomputes on part of the claim's contests (a family, a judge, the
+        invalid verdicts scored either way): the bar gate's, except for a claim about the recipe
+        (``new_seeds``), whose gate reads every seed: then the policy seed's new-vignette interval
+        (:meth:`honestci.audit.policy.Policy.contest_method`)."""
+        return self.claim.policy.contest_method(self.claim.spec.population)

@@ -137,7 +137,7 @@ def panel_check(context: AuditContext) -> PanelResult | None:
         winrate_ci(
             matrix[:, k],
             clusters,
-            context.gate_method,
+            context.contest_method,
             level,
             seed=context.seed,
             thresholds=thresholds,

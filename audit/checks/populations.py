@@ -156,7 +156,7 @@ def populations_check(context: AuditContext) -> PopulationsCheck | None:
         interval = winrate_ci(
             scores[inside],
             clusters[inside],
-            method=context.gate_method,
+            method=context.contest_method,
             level=level,
             seed=context.seed,
             thresholds=claim.thresholds,
@@ -179,7 +179,7 @@ def populations_check(context: AuditContext) -> PopulationsCheck | None:
             transfer = _gap(rates, vignette_codes, in_claim, level, "other vignettes", ", ".join(claimed))
     return PopulationsCheck(
         population=claim.spec.population,
-        gate_method=context.gate_method,
+        gate_method=context.contest_method,
         level=level,
         families=tuple(rows),
         claim_families=claimed,

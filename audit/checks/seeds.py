@@ -13,11 +13,13 @@ them, each judged against the claim's opponent by the claim's judge), this check
   rates and their CR2 covariance: logit scale, few-cluster t scaling).
 
 The claim's ``policy`` must be one of the seeds (the seed the card reports). A claim about the
-recipe should read the new-seed interval; with fewer than the policy's ``min_seeds`` seeds no
+recipe (``population: new_seeds``, where the policy allows it) is gated on the new-seed interval on
+new vignettes (:meth:`SeedsCheck.interval_row`); with fewer than the policy's ``min_seeds`` seeds no
 new-seed interval is given (the between-seed variance would rest on one degree of freedom; see
-docs/methods.md "Seeds and runs"). The bar gate judges the policy's own seed; when the policy is
-the observed best of the seeds, the ``winners_curse`` gate reads the best seed's AKM hybrid interval
-against the bar and is required (:func:`honestci.audit.gates.gate_best_seed_selection`).
+docs/methods.md "Seeds and runs") and that gate is INCONCLUSIVE. A claim about one checkpoint has its
+bar gate judge the policy's own seed; when the policy is the observed best of the seeds, the
+``winners_curse`` gate reads the best seed's AKM hybrid interval against the bar and is required
+(:func:`honestci.audit.gates.gate_best_seed_selection`).
 
 Validated against: tests/test_seeds.py (the section's figures equal the stats functions called
 directly on the seeds' contests).
@@ -25,7 +27,9 @@ directly on the seeds' contests).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,8 +38,16 @@ from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.checks.selection import WinnerInference, best_of_k_inference
 from honestci.audit.checks.systems import claim_system_scores
 from honestci.audit.errors import EstimationError
+from honestci.audit.policy import NEW_SEED_METHOD, Verdict
+from honestci.audit.stats.intervals import IntervalResult
 from honestci.audit.stats.seeds import SeedDecomposition, seed_decomposition, seed_table
 from honestci.audit.stats.systems import KSystemResult, k_system_winrates
+
+#: The population of the new-seed interval as the bar gate reads it (a new seed, new vignettes).
+NEW_SEED_POPULATION = "new_seeds"
+NEW_SEED_LABEL = (
+    "new-seed interval: a new training seed of the recipe on new vignettes (seed x vignette, Satterthwaite)"
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,9 @@ class SeedsCheck:
     decomposition: SeedDecomposition | None
     #: AKM inference on the best seed when the policy is it (None otherwise).
     selection: WinnerInference | None
+    #: The claim's population: ``new_seeds`` (a claim about the recipe) has its bar gate read the
+    #: new-seed interval; any other, the policy's own seed.
+    population: str = "new_vignettes"
 
     def table(self) -> tuple[dict, ...]:
         """One row per seed: its win rate and CR2 interval, and whether it is the claim's policy."""
@@ -70,6 +85,32 @@ class SeedsCheck:
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame(list(self.table()))
+
+    def interval_row(self) -> IntervalResult:
+        """The new-seed interval on new vignettes as the bar gate's row (population ``new_seeds``);
+        INCONCLUSIVE with its reason below ``min_seeds``."""
+        d = self.decomposition
+        n = int(self.winrates.to_frame()["n_contests"].sum())
+        if d is None:
+            return new_seed_row_without_interval(
+                f"{len(self.winrates.systems)} seeds is fewer than the policy's min_seeds = {self.min_seeds}: "
+                "the between-seed variance cannot be estimated honestly from so few",
+                self.level,
+                n=n,
+                n_clusters=self.n_shared_vignettes,
+            )
+        return _new_seed_row(
+            d.level,
+            n,
+            d.n_vignettes,
+            estimate=d.estimate,
+            ci_low=d.ci_new[0],
+            ci_high=d.ci_new[1],
+            se=d.se_new,
+            df=d.df_new,
+            note=f"{d.n_seeds} seeds on {d.n_vignettes} shared vignettes",
+            details={"seeds": list(d.seeds), "seed_means": list(d.seed_means)},
+        )
 
     def summary_lines(self) -> list[str]:
         k = len(self.winrates.systems)
@@ -103,17 +144,47 @@ class SeedsCheck:
                 f"corrected for the selection (AKM hybrid): {s.hybrid_estimate:.3f} "
                 f"[{s.hybrid_ci[0]:.3f}, {s.hybrid_ci[1]:.3f}]"
             )
-        lines.append(
-            "the bar gate judges the policy's own seed; the winners_curse gate reads the selection-corrected interval"
-            if self.selection is not None
-            else "the bar gate judges the policy's own seed (not the best seed, so no selection to correct)"
-        )
+        if self.population == NEW_SEED_POPULATION:
+            lines.append(
+                "the claim is about the recipe (population new_seeds): the bar gate reads the new-seed interval "
+                "on new vignettes above, not the policy's own seed"
+            )
+        else:
+            lines.append(
+                "the bar gate judges the policy's own seed; the winners_curse gate reads the selection-corrected "
+                "interval"
+                if self.selection is not None
+                else "the bar gate judges the policy's own seed (not the best seed, so no selection to correct)"
+            )
         return lines
 
     def report_section(self) -> ReportSection:
         return ReportSection(
             "seeds", "Training seeds: per-seed rates and a new seed", tuple(self.summary_lines()), self.table()
         )
+
+
+def _new_seed_row(level: float, n: int, n_clusters: int, **figures: Any) -> IntervalResult:
+    """A row of the new-seed interval (population ``new_seeds``) with ``figures`` (estimate, bounds, ...)."""
+    nan = math.nan
+    return IntervalResult(
+        NEW_SEED_METHOD, NEW_SEED_LABEL, NEW_SEED_POPULATION, level=level, n=n, n_clusters=n_clusters,
+        icc=nan, design_effect=nan, n_effective=nan, **figures,
+    )  # fmt: skip
+
+
+def new_seed_row_without_interval(reason: str, level: float, n: int = 0, n_clusters: int = 0) -> IntervalResult:
+    """The bar gate's new-seed row when there is no new-seed interval: INCONCLUSIVE, ``reason`` its note."""
+    return _new_seed_row(
+        level,
+        n,
+        n_clusters,
+        estimate=None,
+        ci_low=None,
+        ci_high=None,
+        verdict=Verdict.INCONCLUSIVE,
+        note=f"no new-seed interval: {reason}",
+    )
 
 
 def seeds_check(context: AuditContext) -> SeedsCheck | None:
@@ -153,4 +224,5 @@ def seeds_check(context: AuditContext) -> SeedsCheck | None:
         n_shared_vignettes=len(shared),
         decomposition=decomposition,
         selection=selection,
+        population=spec.population,
     )

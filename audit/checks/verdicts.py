@@ -286,11 +286,11 @@ def valid_verdicts_check(context: AuditContext) -> VerdictValidity | None:
     claim = context.claim
     # the bar gate's own interval: computed with every other interval, under the policy's scoring
     rows = () if context.intervals is None else context.intervals.rows
-    gate_row = next((r for r in rows if r.method == context.gate_method and r.method in ALL_METHODS), None)
+    gate_row = next((r for r in rows if r.method == context.contest_method and r.method in ALL_METHODS), None)
     return verdict_validity(
         context.contests,
         context.study,
-        method=context.gate_method,
+        method=context.contest_method,
         level=claim.thresholds.confidence_level,
         bar=claim.spec.bar,
         scoring=claim.policy.invalid_verdicts,

@@ -176,6 +176,13 @@ def plan_command(
             f"ties {pilot.ties:.1%} of judged orders"
         )
     population = population or thresholds.default_population
+    if population == "new_seeds":
+        raise InputError(
+            "`honestci plan` plans the vignettes of one checkpoint; it cannot plan a claim about the recipe "
+            "(population new_seeds).",
+            fix="plan with --population new_vignettes; the new-seed interval's width is set mostly by how many "
+            "seeds are trained (docs/methods.md, 'Seeds and runs')",
+        )
     if bar is None:
         raise InputError("No bar to plan for.", fix="give --bar, or a CLAIM whose bar it is")
     rate = rate if rate is not None else (pilot.rate if pilot else None)

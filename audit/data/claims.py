@@ -14,7 +14,7 @@ Example::
     judge: llama-3.1-70b              # or a panel: `panel: [a, b, c]` with `panel_rule: mean`
     metric: winrate
     bar: 0.608
-    population: new_vignettes        # or these_vignettes
+    population: new_vignettes        # the policy's populations: these_vignettes, new_seeds (needs seeds)
     family: fresh                    # optional: only the vignettes of this family (or `families: [a, b]`)
     seeds: [policy-seed0, policy-seed1, policy-seed2]   # optional: the recipe's seeds, the policy among them
     data: {vignettes: vignettes.jsonl, responses: responses.jsonl, judgments: judgments.jsonl}
@@ -46,7 +46,6 @@ from honestci.audit.policy import (
 SUPPORTED_VERSIONS = (1,)
 DATA_TABLES = ("vignettes", "responses", "judgments", "human_ratings", "human_pairs", "corpus")
 REQUIRED_TABLES = ("vignettes", "responses", "judgments")
-POPULATIONS = ("new_vignettes", "these_vignettes")
 
 
 class ClaimedComparison(BaseModel):
@@ -123,6 +122,8 @@ class ClaimSpec(BaseModel):
     panel_rule: Literal["mean", "majority"] | None = None
     metric: Literal["winrate"] = "winrate"
     bar: Number = Field(gt=0, lt=1)
+    #: The population the bar is tested on (unset: the policy's ``default_population``); the policy's
+    #: ``populations`` must allow it (checked by :func:`load_claim`, which knows the policy).
     population: Population = THRESHOLDS.default_population
     method: str | None = None
     data: dict[str, str]
@@ -209,6 +210,11 @@ class ClaimSpec(BaseModel):
                 raise ValueError("`seeds:` lists two or more distinct systems, the recipe's training seeds")
             if self.policy not in self.seeds or self.opponent in self.seeds:
                 raise ValueError("`seeds:` must include the policy (the seed the card reports) and not the opponent")
+        if self.population == "new_seeds" and not self.seeds:
+            raise ValueError(
+                "`population: new_seeds` is a claim about the recipe: list its training seeds under `seeds:` "
+                "(the policy among them), or claim new_vignettes for this checkpoint"
+            )
         if self.claimed is not None and self.claimed.best_of_systems and not self.systems:
             raise ValueError("`claimed.best_of_systems` needs the `systems:` the policy is claimed best of")
         return self
@@ -324,6 +330,24 @@ def load_claim(path: str | Path, allow_outside: bool = False, policy: Policy | N
             fix="give each threshold a value of its default's type (see audit/policy.py)",
         )
     judged_by = tightened(policy or Policy(), spec, path)
+    if "population" not in spec.model_fields_set:  # the policy's default, not the built-in one
+        spec = spec.model_copy(update={"population": judged_by.thresholds.default_population})
+    if spec.population not in judged_by.populations:
+        raise ClaimError(
+            f"Claim file {path} asserts a population its policy does not allow.",
+            [
+                Problem(
+                    str(path),
+                    None,
+                    "population",
+                    f"{spec.population!r} is not among the populations policy {judged_by.name!r} allows "
+                    f"({', '.join(judged_by.populations)}): the population decides which interval the bar gate "
+                    "reads, so the policy chooses it, not the claim",
+                    f"claim one of: {', '.join(judged_by.populations)}; or an auditor may allow it in a policy "
+                    "file (populations, --policy)",
+                )
+            ],
+        )
     if spec.panel_rule is not None and spec.panel_rule not in judged_by.panel_rules:
         raise ClaimError(
             f"Claim file {path} names a panel rule its policy does not allow.",

@@ -12,6 +12,7 @@ Example (every key optional; what is left out keeps the built-in default of
     missing_orders: against_claim        # or exclude: a mixed design's single-order contests
     panel_rules: [mean, majority]        # the panel rules a claim may name
     multiplicity: holm                   # or bh: how a family of claimed comparisons is corrected
+    populations: [new_vignettes, new_seeds]   # the populations a claim may assert (these_vignettes: only here)
 
 The policy is the auditor's, so it may set any value a threshold can take; the claim, written by
 the people being audited, may then only tighten it (:func:`honestci.audit.data.claims.load_claim`).
@@ -31,6 +32,7 @@ from honestci.audit.policy import (
     CERTIFIED_GATE_METHODS,
     CERTIFIED_MULTIPLICITY,
     PANEL_RULES,
+    POPULATIONS,
     THRESHOLDS,
     InvalidScoring,
     MissingOrders,
@@ -47,6 +49,16 @@ class PolicyError(InputError):
     """A policy file is malformed or sets a value a gate cannot use."""
 
 
+def _some_of(key: str, value, known: tuple[str, ...]):
+    """``value`` unchanged when None or one or more of ``known``; else ValueError naming the rest."""
+    if value is None:
+        return value
+    unknown = sorted(set(value) - set(known))
+    if unknown or not value:
+        raise ValueError(f"{key} must name one or more of {list(known)}; unknown: {unknown}")
+    return value
+
+
 class PolicySpec(BaseModel):
     """A validated policy file."""
 
@@ -61,6 +73,14 @@ class PolicySpec(BaseModel):
     missing_orders: MissingOrders = "against_claim"
     panel_rules: tuple[str, ...] | None = None
     multiplicity: Multiplicity = "holm"
+    populations: tuple[str, ...] | None = None
+
+    @field_validator("populations")
+    @classmethod
+    def _known_populations(cls, value):
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"populations lists a population twice: {list(value)}")
+        return _some_of("populations", value, POPULATIONS)
 
     @field_validator("multiplicity")
     @classmethod
@@ -75,12 +95,7 @@ class PolicySpec(BaseModel):
     @field_validator("panel_rules")
     @classmethod
     def _known_panel_rules(cls, value):
-        if value is None:
-            return value
-        unknown = sorted(set(value) - set(PANEL_RULES))
-        if unknown or not value:
-            raise ValueError(f"panel_rules must name one or more of {list(PANEL_RULES)}; unknown: {unknown}")
-        return value
+        return _some_of("panel_rules", value, PANEL_RULES)
 
     @field_validator("thresholds")
     @classmethod
@@ -132,6 +147,18 @@ def load_policy(path: str | Path | None) -> Policy:
         for name, value in spec.thresholds.items()
         if (message := threshold_problem(name, value)) is not None
     ]
+    populations = Policy().populations if spec.populations is None else tuple(spec.populations)
+    default = spec.thresholds.get("default_population", THRESHOLDS.default_population)
+    if not problems and default not in populations:
+        problems.append(
+            Problem(
+                str(path),
+                None,
+                "thresholds.default_population",
+                f"{default!r} is not among the populations the policy allows ({', '.join(populations)})",
+                "list it under `populations:` or choose a default among them",
+            )
+        )
     if problems:
         raise PolicyError(f"Policy file {path} sets thresholds that cannot be used.", problems)
     source = f"policy file {path.resolve()}"
@@ -144,5 +171,6 @@ def load_policy(path: str | Path | None) -> Policy:
         missing_orders=spec.missing_orders,
         panel_rules=PANEL_RULES if spec.panel_rules is None else tuple(spec.panel_rules),
         multiplicity=spec.multiplicity,
+        populations=populations,
     )
     return replace(policy, sources=tuple((d["key"], source) for d in policy.deviations()))
