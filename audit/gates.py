@@ -22,6 +22,7 @@ from types import MappingProxyType
 from honestci.audit.checks.calibration import GATE_TIE_POLICY, CalibrationResult
 from honestci.audit.checks.claimed import ClaimedFigureAudit
 from honestci.audit.checks.context import AuditContext, BayesCheck, CheckFailed, ComparisonCheck
+from honestci.audit.checks.evidence import EvidenceCheck
 from honestci.audit.checks.leakage import LeakageScan
 from honestci.audit.checks.length_bias import LengthBiasCheck
 from honestci.audit.checks.position_bias import ONE_ORDER_FIXED, PositionBiasResult
@@ -796,6 +797,94 @@ def gate_training_healthy(result: TrainingHealth | None) -> GateResult:
     )
 
 
+def _bar_verdict(ci_low: float | None, n_clusters: int, bar: float, thresholds: Thresholds) -> Verdict:
+    """What the bar gate says of a CI-low from ``n_clusters`` vignettes (without its notes)."""
+    if ci_low is None or n_clusters < thresholds.min_clusters:
+        return Verdict.INCONCLUSIVE
+    return Verdict.PASS if clears_bar(ci_low, bar) else Verdict.FAIL
+
+
+def gate_evidence_intact(check: EvidenceCheck | None, thresholds: Thresholds = THRESHOLDS) -> GateResult:
+    """``evidence_intact``: FAIL when a finding asks for it (a name the claim reads has a look-alike,
+    an opponent's rows under the policy's name) or when the bar gate's verdict on the unmerged
+    contests differs from its verdict on the merged ones (the copies decide the verdict); WARN when
+    a finding asks for it (copied or near-copied prompts, other look-alike names) or merging removed
+    more than ``evidence_merged_share_warn`` of the claim's contests; PASS otherwise (repeats below
+    that share are merged and listed). The findings table is read whole: a new kind of finding
+    needs no change here."""
+    name = "evidence_intact"
+    if check is None:
+        return GateResult(name, Verdict.INCONCLUSIVE, "not run: nothing has been judged yet", ran=False)
+    merged = _bar_verdict(check.ci_low_merged, check.n_clusters_merged, check.bar, thresholds)
+    unmerged = _bar_verdict(check.ci_low_unmerged, check.n_clusters_unmerged, check.bar, thresholds)
+    limit = thresholds.evidence_merged_share_warn
+    evidence = {
+        # the findings table is the check's report section; here each finding's kind, count and verdict
+        # (and the items of those that decide the verdict)
+        "findings": [
+            {"kind": f.kind, "count": f.count, "verdict": str(f.verdict)}
+            | ({"items": list(f.items)} if f.verdict != Verdict.PASS else {})
+            for f in check.findings
+        ],
+        "method": check.method,
+        "population": check.population,
+        "bar": check.bar,
+        "ci_low_merged": check.ci_low_merged,
+        "ci_low_unmerged": check.ci_low_unmerged,
+        "n_contests_merged": check.n_contests_merged,
+        "n_contests_unmerged": check.n_contests_unmerged,
+        "n_clusters_merged": check.n_clusters_merged,
+        "n_clusters_unmerged": check.n_clusters_unmerged,
+        "merged_share": check.merged_share,
+        "merged_share_warn": limit,
+    }
+    counts: dict[str, int] = {}
+    for finding in check.findings:
+        counts[finding.kind] = counts.get(finding.kind, 0) + finding.count
+    found = "; ".join(f"{kind.replace('_', ' ')}: {n}" for kind, n in counts.items())
+    blocking = [f for f in check.findings if f.verdict == Verdict.FAIL]
+    if merged != unmerged or blocking:
+        reasons = [f"{f.kind.replace('_', ' ')}: {f.detail}" for f in blocking]
+        if merged != unmerged:
+
+            def low(value: float | None) -> str:
+                return "none" if value is None else f"{value:.3f}"
+
+            reasons.insert(
+                0,
+                f"merging copies changes the bar verdict from {unmerged} to {merged} ({check.method} CI-low "
+                f"{low(check.ci_low_unmerged)} on {check.n_contests_unmerged} contests and "
+                f"{check.n_clusters_unmerged} vignettes as given, {low(check.ci_low_merged)} on "
+                f"{check.n_contests_merged} and {check.n_clusters_merged} merged)",
+            )
+        return GateResult(
+            name,
+            Verdict.FAIL,
+            "; ".join(reasons) + ": give each vignette, response and judgment once under one id, and systems and "
+            "judges names that cannot be read as each other",
+            evidence,
+        )
+    warned = [f for f in check.findings if f.verdict == Verdict.WARN]
+    if warned or check.merged_share > limit:
+        return GateResult(
+            name,
+            Verdict.WARN,
+            f"copied or look-alike evidence found ({found}); merged before every interval, the bar verdict is the "
+            f"same either way ({check.n_contests_unmerged} contests as given, {check.n_contests_merged} merged): "
+            "remove the copies (or rename the look-alikes) and re-audit",
+            evidence,
+        )
+    if check.findings:
+        return GateResult(
+            name,
+            Verdict.PASS,
+            f"repeats merged before every interval ({found}; {check.merged_share:.1%} of the claim's contests, at "
+            f"most {limit:.0%} allowed); the bar verdict is the same either way",
+            evidence,
+        )
+    return GateResult(name, Verdict.PASS, "no copied prompts, responses or judgments and no look-alike names", evidence)
+
+
 # --- the registry: each gate as a function of the audit context ------------------------------
 
 
@@ -979,6 +1068,10 @@ def _leakage(context: AuditContext) -> GateResult:
     return gate_leakage(None if check is None else check.scan)
 
 
+def _evidence_intact(context: AuditContext) -> GateResult:
+    return gate_evidence_intact(context.checks.get("evidence"), context.claim.thresholds)
+
+
 def _training_healthy(context: AuditContext) -> GateResult:
     return gate_training_healthy(context.checks.get("training_health"))
 
@@ -994,6 +1087,7 @@ GATES: Mapping[str, Callable[[AuditContext], GateResult]] = MappingProxyType(
         "claimed_figures_reproduce": _claimed_figures_reproduce,
         "judge_calibrated": _judge_calibrated,
         "position_bias": _position_bias,
+        "evidence_intact": _evidence_intact,
         "multiple_comparisons": _multiple_comparisons,
         "length_bias": _length_bias,
         "winners_curse": _winners_curse,
@@ -1005,6 +1099,7 @@ GATES: Mapping[str, Callable[[AuditContext], GateResult]] = MappingProxyType(
 
 #: The check each gate reads, where it reads one (key in ``context.checks``).
 GATE_CHECK = {
+    "evidence_intact": "evidence",
     "valid_verdicts": "valid_verdicts",
     "judge_calibrated": "calibration",
     "position_bias": "position_bias",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from honestci import __version__
 from honestci.audit.checks.context import AuditContext, BayesCheck, CheckFailed, ComparisonCheck
-from honestci.audit.errors import ClaimError, Problem
+from honestci.audit.errors import ClaimError, InputError, Problem
 from honestci.audit.policy import (
     DEFAULT_SEED,
     EXIT_BLOCKED,
@@ -373,7 +373,6 @@ def _comparisons(
     seed: int,
     progress: ProgressLike = None,
 ) -> tuple[ComparisonCheck, ...]:
-    from honestci.audit.errors import InputError
     from honestci.audit.stats.compare import paired_difference
 
     spec, checks = claim.spec, []
@@ -491,26 +490,48 @@ def audit_context(
         )
     # After the imports above, which load every BLAS library the audit calls.
     with single_threaded_blas():
-        progress("assembling contests (design detected from the judgments)")
-        contests = build_claim_contests(
+        progress("checking the evidence for copies and look-alike names")
+        from honestci.audit.checks.evidence import scan_evidence
+
+        # Copies are merged before any contest is built: every interval and check reads the merged study.
+        evidence = scan_evidence(
             study,
-            spec.policy,
-            spec.opponent,
-            judge=spec.judge,
-            panel=spec.panel,
-            panel_rule=spec.panel_rule,
-            missing_orders=rules.missing_orders,
+            policy=spec.policy,
+            opponent=spec.opponent,
+            judges=tuple(spec.panel or ()) or ((spec.judge,) if spec.judge else ()),
+            thresholds=thresholds,
         )
-        if spec.pool is not None:
-            contests = _contests_in_pool(contests, study, spec.pool)
-        family_contests = None
-        if spec.vignette_families is not None:
-            family_contests = contests
-            contests = _contests_in_families(contests, study, spec.vignette_families, claim.path)
+        study = evidence.study
+
+        def claim_contests(data: Study) -> tuple[ContestTable, ContestTable | None]:
+            """The claim's contests of ``data`` and, with a family restriction, those before it."""
+            built = build_claim_contests(
+                data,
+                spec.policy,
+                spec.opponent,
+                judge=spec.judge,
+                panel=spec.panel,
+                panel_rule=spec.panel_rule,
+                missing_orders=rules.missing_orders,
+            )
+            if spec.pool is not None:
+                built = _contests_in_pool(built, data, spec.pool)
+            if spec.vignette_families is None:
+                return built, None
+            return _contests_in_families(built, data, spec.vignette_families, claim.path), built
+
+        progress("assembling contests (design detected from the judgments)")
+        contests, family_contests = claim_contests(study)
+        unmerged_contests = None
+        if evidence.merged:
+            try:
+                unmerged_contests = claim_contests(evidence.raw)[0]
+            except InputError:  # the copies alone made the claim's contests buildable: compared with none
+                unmerged_contests = None
         scored = contests.scores("both_orders", invalid=rules.invalid_verdicts)
         level = thresholds.confidence_level
 
-        def interval_table(at_level: float) -> IntervalTable:
+        def interval_table(at_level: float, scored=scored, contests=contests) -> IntervalTable:
             return winrate_table(
                 scored.values,
                 scored.clusters,
@@ -545,6 +566,8 @@ def audit_context(
                 (),
                 seed=seed,
                 family_contests=family_contests,
+                evidence=evidence,
+                unmerged_contests=unmerged_contests,
             )
             progress("running the checks")
             context.checks.update(run_checks(context))
@@ -565,15 +588,23 @@ def audit_context(
         claimed_audit = None
         if spec.claimed is not None:
             # The card's figures are reproduced at the card's level; the gate keeps the policy's.
+            # The card's arithmetic is checked on the data as given (copies included: the card counted
+            # them); whether those data can be trusted is the evidence_intact gate's question.
             stated_level = spec.claimed.level
             as_stated = intervals
-            if stated_level != level:
+            given_study, given = study, contests
+            if unmerged_contests is not None:
+                given_study, given = evidence.raw, unmerged_contests
+                as_stated = interval_table(
+                    stated_level, given.scores("both_orders", invalid=rules.invalid_verdicts), given
+                )
+            elif stated_level != level:
                 as_stated = interval_table(stated_level)
             claimed_audit = audit_claimed_figures(spec.claimed.model_dump(exclude={"comparisons", "table"}), as_stated)
             if spec.claimed.table:
                 progress("recomputing the other rows of the claimed table")
                 claimed_audit = audit_claimed_table(
-                    claimed_audit, _claimed_rows(claim, study, contests, stated_level, seed)
+                    claimed_audit, _claimed_rows(claim, given_study, given, stated_level, seed)
                 )
         context = replace(
             context,

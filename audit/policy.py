@@ -159,6 +159,22 @@ class Thresholds:
     #: Leakage: word-Jaccard (over windows of each document) from which a corpus passage counts
     #: as a near duplicate (paraphrase) of an eval answer: WARN. Above 1 switches it off.
     leakage_near_duplicate_jaccard: float = 0.35
+    #: Evidence integrity (audit/checks/evidence.py): two vignette prompts are near duplicates (one
+    #: scenario, merged into one cluster) when the Jaccard of their word n-gram sets reaches this, with
+    #: n = ``evidence_near_duplicate_ngram`` (the shorter prompt whole when it has fewer words). Word
+    #: bigrams at 0.75 catch a 34-word prompt with two words edited (0.78) but not the composed
+    #: fixture's variants, which share a scenario and differ in a closing sentence (0.70 at most):
+    #: those are distinct prompts. A short prompt with one word edited (0.56 at 8 words) is a
+    #: different question ("2+2" vs "3+3"), never merged; exact copies after normalisation always are.
+    evidence_near_duplicate_jaccard: float = 0.75
+    evidence_near_duplicate_ngram: int = 2
+    #: Evidence integrity: copies are always merged before any interval; the gate WARNs when merging
+    #: removed more than this share of the claim's contests. Identical outputs recur between
+    #: independent samples (short or templated answers, greedy decoding: 4 of the fixture's 720
+    #: contests repeat one text pair), and a copy below the share cannot move the verdict unseen:
+    #: the intervals read the merged evidence and the gate FAILs when unmerged evidence would give
+    #: another bar verdict.
+    evidence_merged_share_warn: float = 0.01
     # --- training health (training/health.py; read from the trainer's log_history) ---------
     # Heuristic limits for a GRPO run, not derived from a model: override them per claim.
     #: Fewer logged steps than this: the run's health cannot be judged (INCONCLUSIVE).
@@ -237,6 +253,7 @@ DEFAULT_REQUIRED_GATES = (
     "claimed_figures_reproduce",
     "judge_calibrated",
     "position_bias",
+    "evidence_intact",
 )
 #: Every gate, in the order they run and are reported.
 #: ``length_bias`` is required by a policy rule when the two systems' answers differ in length
@@ -310,6 +327,11 @@ TIGHTENS = {
     "leakage_min_overlap": "lower",
     "leakage_ngram": "lower",
     "leakage_near_duplicate_jaccard": "lower",
+    # A lower Jaccard merges more prompts; a lower share WARNs on fewer merged contests. A shorter
+    # n-gram raises every Jaccard of an edited copy (module of the check), so it also flags more.
+    "evidence_near_duplicate_jaccard": "lower",
+    "evidence_near_duplicate_ngram": "lower",
+    "evidence_merged_share_warn": "lower",
     "training_min_steps": "higher",
     "training_min_reward_gain": "higher",
     "training_max_kl": "lower",
@@ -455,6 +477,8 @@ def threshold_problem(name: str, value) -> str | None:
         return f"{value!r} is not between 0 and 1"
     if name == "min_clusters" and value < 2:
         return f"{value!r} is below 2: no variance between vignettes can be estimated from fewer"
+    if name == "evidence_near_duplicate_ngram" and value < 1:
+        return f"{value!r} is below 1: an n-gram has at least one word"
     if name == "min_seeds" and value < 2:
         return f"{value!r} is below 2: no variance between seeds can be estimated from fewer"
     return None

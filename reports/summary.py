@@ -167,6 +167,8 @@ REMEDIES = {
     "or collect more human labels to narrow its interval",
     "position_bias": "judge every contest in both orders with a judge whose order effect lies within the "
     "policy's tolerance; more vignettes narrow that interval",
+    "evidence_intact": "give each vignette, response and judgment once under one id (copies are merged "
+    "before any interval) and systems and judges names that cannot be read as each other",
     "winners_curse": "evaluate the selected candidate on a fresh held-out pool that took no part in the selection",
     "leakage": "drop the leaked items from the evaluation (or retrain without them) and re-audit",
     "training_healthy": "fix the training run the log shows (reward flat, KL or entropy out of bounds) and re-evaluate",

@@ -1,5 +1,5 @@
 """Every way a claim file once loosened its own audit (issue "the policy decides, not the claim"),
-tried on the fixture's committee claim, whose honest CI-low (0.726, the posterior quantile)
+tried on the fixture's committee claim, whose honest CI-low (0.728 on the merged evidence, the posterior quantile)
 misses its bar (0.773): each now exits as the built-in policy says."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_a_claimed_method_or_level_never_drives_the_gate(study, tmp_path, change
     assert result.exit_code == 1, result.output
     gate = next(g for g in verdict["gates"] if g["gate"] == "ci_low_clears_bar")
     assert gate["verdict"] == "FAIL" and gate["evidence"]["method"] == "bayes_logit_normal"
-    assert abs(gate["evidence"]["ci_low"] - 0.726) < 0.001 and verdict["exit_code"] == 1
+    assert abs(gate["evidence"]["ci_low"] - 0.728) < 0.001 and verdict["exit_code"] == 1
 
 
 @pytest.mark.parametrize(

@@ -313,7 +313,7 @@ def test_summary_heads_every_report_with_the_blocking_gate(tmp_path, headline_re
     data = headline_report.data
     summary = summarize(data)
     assert [g.name for g in summary.blocking] == ["claimed_figures_reproduce", "length_bias"] and summary.exit_code == 1
-    assert summary.interval_figures == "0.843 [0.725, 0.884] vs bar 0.608"
+    assert summary.interval_figures == "0.843 [0.728, 0.884] vs bar 0.608"
     markdown = render(headline_report, "md")
     head = markdown.split("## Claim and policy")[0]
     assert "**Verdict: INCONCLUSIVE**" in head and "**claimed_figures_reproduce** (WARN)" in head
@@ -331,7 +331,7 @@ def test_a_failing_bar_gate_says_how_far_and_roughly_how_many_vignettes(headline
     gate.update(verdict="FAIL", evidence=gate["evidence"] | {"bar": 0.773})
     summary = summarize(data)
     reason = next(g.reason for g in summary.blocking if g.name == "ci_low_clears_bar")
-    assert reason == "the gate interval's lower end 0.725 is below the bar 0.773 (short by 0.0476)"
+    assert reason == "the gate interval's lower end 0.728 is below the bar 0.773 (short by 0.0453)"
     # 6 * ((0.843 - 0.7254) / (0.843 - 0.773))^2 = 16.9 -> 17 vignettes, 11 more.
     assert any("about 11 more vignettes (17 in all" in s and "approximate" in s for s in summary.change)
     assert units_to_clear_bar(0.8, 0.7, 0.75, 10) == 40  # 10 * (0.1 / 0.05)^2

@@ -14,6 +14,7 @@ from honestci.audit.policy import DEFAULT_SEED
 
 if TYPE_CHECKING:
     from honestci.audit.checks.claimed import ClaimedFigureAudit
+    from honestci.audit.checks.evidence import EvidenceScan
     from honestci.audit.data.claims import Claim
     from honestci.audit.data.contests import ContestTable
     from honestci.audit.data.io import Study
@@ -101,6 +102,11 @@ class AuditContext:
     #: The claim's contests before its ``family:``/``families:`` restriction (None when the claim
     #: has none): the per-family table of the populations check reads every family.
     family_contests: ContestTable | None = None
+    #: The evidence-integrity scan of the study as loaded (``study`` is its merged study; None
+    #: where no scan ran) and the claim's contests built from the unmerged study (None when
+    #: merging changed nothing): the ``evidence_intact`` gate compares the two.
+    evidence: EvidenceScan | None = None
+    unmerged_contests: ContestTable | None = None
 
     @property
     def contest_method(self) -> str:

@@ -1,4 +1,4 @@
-"""The checks of the audit, explicitly and in order (invalid verdicts, calibration, position bias,
+"""The checks of the audit, explicitly and in order (evidence integrity, invalid verdicts, calibration, position bias,
 panel of judges, length bias, populations by vignette family, systems compared, training seeds, winner's curse,
 leakage, composed interval, training health).
 
@@ -17,6 +17,7 @@ from typing import Any
 from honestci.audit.checks.calibration import calibration_check
 from honestci.audit.checks.composed import composed_check
 from honestci.audit.checks.context import AuditContext, CheckFailed
+from honestci.audit.checks.evidence import evidence_check
 from honestci.audit.checks.leakage import leakage_check
 from honestci.audit.checks.length_bias import length_bias_check
 from honestci.audit.checks.panel import panel_check
@@ -31,6 +32,7 @@ from honestci.audit.errors import EstimationError
 
 #: (key in ``context.checks``, check); the order is the order of the report's sections.
 CHECKS: tuple[tuple[str, Callable[[AuditContext], Any]], ...] = (
+    ("evidence", evidence_check),
     ("valid_verdicts", valid_verdicts_check),
     ("calibration", calibration_check),
     ("position_bias", position_bias_check),

@@ -1,0 +1,545 @@
+"""Evidence integrity: copied prompts and responses, contests judged more often than the design
+says, look-alike names and other systems' rows under the policy's name, found and merged before
+any interval is formed.
+
+The data come from the people being audited (DESIGN.md, "Evidence is adversarial"). The audit
+(:func:`honestci.audit.pipeline.audit_context`) calls :func:`scan_evidence` on the loaded study
+before it builds a contest, and every interval and check reads the merged study it returns:
+
+- **vignettes** whose normalised prompts are equal (:func:`~honestci.audit.checks.duplicates.normalized_text`),
+  or near duplicates (word n-gram Jaccard ≥ ``evidence_near_duplicate_jaccard``, n =
+  ``evidence_near_duplicate_ngram``), become one cluster under the id that comes first in the file;
+- **responses** of one system on one (merged) vignette and pool with equal normalised text become
+  one response (the first id), so a contest re-added under copied responses is the same contest;
+- **judgments** then repeated (same judge, same two responses, same order) are *over-judged*: the
+  repeats collapse to one verdict per order. Where the claim's policy is in the pair the verdict
+  kept is the one least favourable to it (loss, then invalid, then tie, then win; the smallest
+  preference for it): adding repeats can then never raise its score, whatever their number or
+  order (a majority or the first could be outvoted or reordered by whoever adds rows). Elsewhere
+  agreeing repeats keep one row and disagreeing ones become one ``invalid`` verdict (the judge
+  contradicted itself on the same content), scored as the policy's ``invalid_verdicts`` says;
+- human ratings and pairs follow the merged ids (a rater's repeated ratings averaged, contradicting
+  labels of one pair a tie); rows merged away are counted in each table's ``dropped``.
+
+Not merged, but found: system and judge names that are Unicode confusables of each other
+(:func:`~honestci.audit.checks.duplicates.confusable_groups`; FAIL when one of them is a name the
+claim reads: the audit may be reading the wrong system's rows), and a policy response whose text
+is an opponent's response on the same vignette (the opponent's rows under the policy's name: FAIL).
+A text the policy shares with a third system is not a finding: checkpoints of one model share
+outputs (the fixture's policy shares a fifth of its texts with its earlier version).
+
+:func:`evidence_check` adds the bar gate's CI-low on the unmerged contests beside the merged one;
+the ``evidence_intact`` gate (:func:`honestci.audit.gates.gate_evidence_intact`) reads its
+findings table. A new kind of finding is one more entry of :data:`FINDING_KINDS` and one more
+function in :data:`STUDY_DETECTORS` (reads the study) or :data:`CONTEST_DETECTORS` (reads the
+audit context: e.g. the share of contests judged in one order only); the gate needs no change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from honestci.audit.checks.context import AuditContext, ReportSection
+from honestci.audit.checks.duplicates import confusable_groups, near_duplicate_pairs, normalized_text
+from honestci.audit.data.io import LoadedTable, Study
+from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.policy import THRESHOLDS, VIGNETTE_POPULATIONS, Thresholds, Verdict
+
+if TYPE_CHECKING:
+    from honestci.audit.data.contests import ContestTable
+
+#: Every kind of finding, with what it means; the findings table's ``kind`` is one of these.
+FINDING_KINDS: Mapping[str, str] = {
+    "duplicate_vignette": "vignettes with the same normalised prompt: merged into one cluster",
+    "near_duplicate_vignette": "vignettes whose prompts differ by a few words: merged into one cluster",
+    "duplicate_response": "one system's responses with the same normalised text on one vignette: merged",
+    "over_judged": "the same contest judged more than once in one order: one verdict kept per order",
+    "confusable_names": "system or judge names that read alike (NFKC + confusable skeleton): not merged",
+    "other_system_rows": "policy responses whose text is an opponent's response on the same vignette",
+}
+#: How many ids a finding's ``items`` lists before it says how many more there are.
+MAX_ITEMS = 8
+#: A judged order's value for the policy, by verdict, when the policy was shown first.
+_AS_FIRST = {"first": 1.0, "second": 0.0, "tie": 0.5}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One row of the findings table: what was found, the items involved (ids or names), how many
+    rows it concerns, what they were merged into (None when nothing was merged), and the verdict
+    the finding asks of the ``evidence_intact`` gate by itself (PASS: informative; the gate adds
+    its rules on merged share and on the bar verdict)."""
+
+    kind: str
+    items: tuple[str, ...]
+    count: int
+    merged_into: str | None
+    verdict: Verdict
+    detail: str
+
+    def as_row(self) -> dict:
+        return {
+            "kind": self.kind,
+            "items": ", ".join(self.items),
+            "count": self.count,
+            "merged_into": self.merged_into,
+            "verdict": str(self.verdict),
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class EvidenceScan:
+    """What :func:`scan_evidence` found and the merged study every interval reads (``raw`` is the
+    study as loaded)."""
+
+    findings: tuple[Finding, ...]
+    study: Study
+    raw: Study
+
+    @property
+    def merged(self) -> bool:
+        """Whether merging changed any table."""
+        return self.study is not self.raw
+
+
+# --- the scan and the merge --------------------------------------------------------------------
+
+
+def _components(n: int, pairs) -> np.ndarray:
+    """Each of ``n`` items' component root (the smallest index) under the union of ``pairs``."""
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a, b in pairs:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    return np.array([find(i) for i in range(n)], dtype=np.int64)
+
+
+def _listed(items: Sequence[str]) -> tuple[str, ...]:
+    items = tuple(items)
+    return items if len(items) <= MAX_ITEMS else (*items[:MAX_ITEMS], f"… {len(items) - MAX_ITEMS} more")
+
+
+def _normalized(texts: pd.Series) -> np.ndarray:
+    """:func:`normalized_text` of each text, each distinct text normalised once."""
+    codes, distinct = pd.factorize(texts.astype(str))
+    return np.array([normalized_text(t) for t in distinct], dtype=object)[codes] if len(codes) else np.array([])
+
+
+def _vignette_map(vignettes: pd.DataFrame, thresholds: Thresholds) -> tuple[dict[str, str], list[Finding]]:
+    ids = vignettes["vignette_id"].astype(str).to_numpy()
+    norm = _normalized(vignettes["text"])
+    codes, distinct = pd.factorize(norm)
+    first = np.unique(codes, return_index=True)[1]  # each distinct prompt's first vignette
+    pairs = [(i, int(first[c])) for i, c in enumerate(codes)]
+    near = near_duplicate_pairs(
+        list(distinct), thresholds.evidence_near_duplicate_ngram, thresholds.evidence_near_duplicate_jaccard
+    )
+    pairs += [(int(first[a]), int(first[b])) for a, b, _ in near]
+    roots = _components(len(ids), pairs)
+    jaccard = {(int(first[a]), int(first[b])): j for a, b, j in near}
+    mapping, findings = {}, []
+    for root in np.unique(roots[roots != np.arange(len(ids))]).tolist():
+        members = np.flatnonzero(roots == root)
+        mapping.update({ids[i]: ids[root] for i in members if i != root})
+        exact = len(set(codes[members].tolist())) == 1
+        scores = [j for (a, b), j in jaccard.items() if roots[a] == root]
+        findings.append(
+            Finding(
+                "duplicate_vignette" if exact else "near_duplicate_vignette",
+                _listed(ids[members].tolist()),
+                int(members.size),
+                str(ids[root]),
+                Verdict.WARN,
+                "the same prompt after normalisation"
+                if exact
+                else f"word {thresholds.evidence_near_duplicate_ngram}-gram Jaccard {min(scores):.2f}"
+                + (f" to {max(scores):.2f}" if max(scores) > min(scores) else ""),
+            )
+        )
+    return mapping, findings
+
+
+def _recode(column: pd.Series, mapping: Mapping[str, str]) -> pd.Series:
+    """``column`` with its values renamed by ``mapping`` (a categorical keeps sorted categories)."""
+    if not mapping:
+        return column
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        renamed = np.array([mapping.get(c, c) for c in column.cat.categories], dtype=object)
+        values = renamed[column.cat.codes.to_numpy()]
+        return pd.Series(pd.Categorical(values, categories=sorted(set(values.tolist()))), index=column.index)
+    return column.map(lambda v: mapping.get(v, v)).astype(column.dtype)
+
+
+def _table(table: LoadedTable, frame: pd.DataFrame, keep: np.ndarray | None, merged: int) -> LoadedTable:
+    """``table`` with ``frame`` (its rows ``keep``), the rows merged away counted in ``dropped``."""
+    lines = table.lines if keep is None else table.lines[keep]
+    if keep is not None:
+        frame = frame[keep].reset_index(drop=True)
+    dropped = dict(table.dropped) | ({"merged_duplicates": merged} if merged else {})
+    return replace(table, frame=frame, lines=lines, dropped=dropped)
+
+
+def _policy_value(verdict: str, preference: float, policy_first: bool) -> tuple[float, int]:
+    """Sort key of a judged order for the policy: (value, invalid), lowest least favourable."""
+    if verdict == "invalid":
+        return (0.0, 1)
+    value = preference if np.isfinite(preference) else _AS_FIRST[verdict]
+    return (value if policy_first else 1.0 - value, 0)
+
+
+def _collapse_judgments(
+    judgments: pd.DataFrame, system_of: Mapping[str, str], policy: str
+) -> tuple[np.ndarray, pd.DataFrame, list[Finding]]:
+    """Rows kept of the over-judged groups (module doc), the frame with verdicts set, findings."""
+    key = ["judge", "response_first", "response_second"]
+    repeated = judgments.duplicated(subset=key, keep=False).to_numpy()
+    keep = np.ones(len(judgments), dtype=bool)
+    if not repeated.any():
+        return keep, judgments, []
+    preference = (
+        judgments["preference_first"].to_numpy(dtype=float)
+        if "preference_first" in judgments
+        else np.full(len(judgments), np.nan)
+    )
+    verdicts = judgments["verdict"].astype(object).to_numpy()
+    contradicted: list[int] = []
+    per_judge: dict[str, list[str]] = {}
+    contradicted_by_judge: dict[str, int] = {}
+    rows = np.flatnonzero(repeated)
+    groups = judgments.iloc[rows].groupby(key, observed=True, sort=False).indices
+    for (judge, first, second), positions in groups.items():
+        members = rows[positions]
+        keep[members] = False
+        if system_of.get(first) == policy or system_of.get(second) == policy:
+            policy_first = system_of.get(first) == policy
+            chosen = min(members, key=lambda i: (_policy_value(verdicts[i], float(preference[i]), policy_first), i))
+        else:
+            chosen = members[0]
+            same = {(verdicts[i], None if np.isnan(preference[i]) else preference[i]) for i in members}
+            if len(same) > 1:
+                contradicted.append(int(chosen))
+                contradicted_by_judge[str(judge)] = contradicted_by_judge.get(str(judge), 0) + 1
+        keep[chosen] = True
+        per_judge.setdefault(str(judge), []).extend(f"{first}/{second}" for _ in members[1:])
+    if contradicted:
+        judgments = judgments.copy()
+        values = verdicts.copy()
+        values[contradicted] = "invalid"
+        judgments["verdict"] = pd.Categorical(values, categories=sorted(set(values.tolist())))
+        if "preference_first" in judgments:
+            preference = preference.copy()
+            preference[contradicted] = np.nan
+            judgments["preference_first"] = preference
+    findings = [
+        Finding(
+            "over_judged",
+            _listed(sorted(set(pairs))),
+            len(pairs),
+            "one verdict per order",
+            Verdict.PASS,
+            f"judge {judge}: {len(pairs)} repeated judgment(s) of the same responses in the same order; the policy's "
+            "contests keep the verdict least favourable to it"
+            + (
+                f", {contradicted_by_judge[judge]} contradicting repeat(s) elsewhere became invalid"
+                if contradicted_by_judge.get(judge)
+                else ""
+            ),
+        )
+        for judge, pairs in per_judge.items()
+    ]
+    return keep, judgments, findings
+
+
+def _merge_humans(study: Study, vignettes: Mapping[str, str], responses: Mapping[str, str]) -> dict:
+    """The human tables with merged ids (module doc)."""
+    out: dict = {}
+    if study.human_ratings is not None:
+        frame = study.human_ratings.frame.copy()
+        frame["response_id"] = _recode(frame["response_id"], responses)
+        key = ["response_id", "rater_id"]
+        frame["score"] = frame.groupby(key, sort=False)["score"].transform("mean")
+        keep = ~frame.duplicated(subset=key).to_numpy()
+        out["human_ratings"] = _table(study.human_ratings, frame, keep, int((~keep).sum()))
+    if study.human_pairs is not None:
+        frame = study.human_pairs.frame.copy()
+        for column, mapping in (("vignette_id", vignettes), ("response_a", responses), ("response_b", responses)):
+            frame[column] = _recode(frame[column], mapping)
+        a, b = frame["response_a"].astype(str), frame["response_b"].astype(str)
+        swap = (a > b).to_numpy()
+        label = frame["label"].astype(str).to_numpy().copy()
+        label[swap] = np.where(label[swap] == "a", "b", np.where(label[swap] == "b", "a", label[swap]))
+        key = pd.DataFrame({"low": np.where(swap, b, a), "high": np.where(swap, a, b), "rater": frame["rater_id"]})
+        key["label"] = label
+        agree = key.groupby(["low", "high", "rater"], sort=False)["label"].transform("nunique") == 1
+        # contradicting labels of one pair by one rater: no preference (a tie)
+        frame.loc[~agree.to_numpy(), "label"] = "tie"
+        keep = (~key.duplicated(subset=["low", "high", "rater"]) & (key["low"] != key["high"])).to_numpy()
+        out["human_pairs"] = _table(study.human_pairs, frame, keep, int((~keep).sum()))
+    return out
+
+
+def scan_evidence(
+    study: Study,
+    *,
+    policy: str,
+    opponent: str,
+    judges: Sequence[str] = (),
+    thresholds: Thresholds = THRESHOLDS,
+) -> EvidenceScan:
+    """Find copied evidence in ``study`` and merge it (module doc); ``policy``, ``opponent`` and
+    ``judges`` are the names the claim reads (no judge named: every judge counts as read).
+
+    Returns
+    -------
+    EvidenceScan
+        The findings, the merged study (``study`` itself when nothing was merged) and ``study``.
+    """
+    findings: list[Finding] = []
+    vignette_map, found = _vignette_map(study.vignettes.frame, thresholds)
+    findings += found
+    r = study.responses.frame
+    vignette_of = _recode(r["vignette_id"], vignette_map)
+    norm = _normalized(r["text"])
+    # the pool is part of the key: a held-out answer equal to a selection-pool one stays held out
+    pool = r["pool"].astype(str) if "pool" in r else pd.Series("", index=r.index)
+    codes, _ = pd.factorize(pd.MultiIndex.from_arrays([vignette_of.astype(str), r["system"].astype(str), pool, norm]))
+    first = np.unique(codes, return_index=True)[1][codes]
+    ids = r["response_id"].astype(str).to_numpy()
+    copies = np.flatnonzero(first != np.arange(len(ids)))
+    response_map = dict(zip(ids[copies].tolist(), ids[first[copies]].tolist()))
+    systems = r["system"].astype(str).to_numpy()
+    for system in sorted(set(systems[copies].tolist())):
+        mine = copies[systems[copies] == system]
+        findings.append(
+            Finding(
+                "duplicate_response",
+                _listed(ids[mine].tolist()),
+                int(mine.size),
+                f"{np.unique(first[mine]).size} response(s)",
+                Verdict.PASS,
+                f"{system}: {mine.size} response id(s) repeat the text of an earlier response on the same vignette",
+            )
+        )
+    merged = study
+    if vignette_map or response_map:
+        kept = np.ones(len(r), dtype=bool)
+        kept[copies] = False
+        frame = r.assign(vignette_id=vignette_of)
+        tables: dict = {"responses": _table(study.responses, frame, kept, int(copies.size))}
+        v = study.vignettes.frame
+        keep_v = ~v["vignette_id"].astype(str).isin(set(vignette_map)).to_numpy()
+        tables["vignettes"] = _table(study.vignettes, v, keep_v, int((~keep_v).sum()))
+        j = study.judgments.frame.copy()
+        j["vignette_id"] = _recode(j["vignette_id"], vignette_map)
+        for column in ("response_first", "response_second"):
+            j[column] = _recode(j[column], response_map)
+        same = (j["response_first"].astype(str) == j["response_second"].astype(str)).to_numpy()
+        system_of = dict(zip(ids.tolist(), systems.tolist()))
+        keep_j, j, found = _collapse_judgments(j, system_of, policy)
+        keep_j &= ~same
+        if same.any():
+            found.append(
+                Finding(
+                    "over_judged",
+                    (),
+                    int(same.sum()),
+                    None,
+                    Verdict.PASS,
+                    f"{int(same.sum())} judgment(s) compared a response with a copy of itself: left out",
+                )
+            )
+        findings += found
+        tables["judgments"] = _table(study.judgments, j, keep_j, int((~keep_j).sum()))
+        tables |= _merge_humans(study, vignette_map, response_map)
+        merged = replace(study, **tables)
+    scan = EvidenceScan(tuple(findings), merged, study)
+    extra = [f for detect in STUDY_DETECTORS for f in detect(scan, policy, opponent, tuple(judges))]
+    return replace(scan, findings=(*scan.findings, *extra))
+
+
+def confusable_names(scan: EvidenceScan, policy: str, opponent: str, judges: tuple[str, ...]) -> list[Finding]:
+    """System and judge names of the study that read alike (:func:`confusable_groups`): FAIL when
+    a name the claim reads is among them, WARN otherwise."""
+    raw = scan.raw
+    systems = set(raw.responses.frame["system"].astype(str))
+    all_judges = set(raw.judgments.frame["judge"].astype(str))
+    read = {policy, opponent, *(judges or all_judges)}
+    found = []
+    for group in confusable_groups(sorted(systems | all_judges)):
+        claim = read & set(group)
+        found.append(
+            Finding(
+                "confusable_names",
+                group,
+                len(group),
+                None,
+                Verdict.FAIL if claim else Verdict.WARN,
+                (
+                    f"the claim reads {', '.join(sorted(claim))}: the audit may be reading the wrong system's rows"
+                    if claim
+                    else "names that read alike in reports"
+                )
+                + " ("
+                + "; ".join(f"{name!r} = {name.encode('unicode_escape').decode()}" for name in group)
+                + ")",
+            )
+        )
+    return found
+
+
+def other_system_rows(scan: EvidenceScan, policy: str, opponent: str, judges: tuple[str, ...]) -> list[Finding]:
+    """Policy responses whose normalised text is an opponent response on the same vignette."""
+    r = scan.study.responses.frame
+    sides = {}
+    for system in (policy, opponent):
+        mine = r[(r["system"] == system).to_numpy()]
+        sides[system] = pd.DataFrame(
+            {
+                "vignette_id": mine["vignette_id"].astype(str).to_numpy(),
+                "text": _normalized(mine["text"]),
+                "response_id": mine["response_id"].astype(str).to_numpy(),
+            }
+        )
+    both = sides[policy].merge(sides[opponent], on=["vignette_id", "text"], suffixes=("", "_opponent"))
+    if both.empty:
+        return []
+    return [
+        Finding(
+            "other_system_rows",
+            _listed(sorted(set(both["response_id"]))),
+            int(both["response_id"].nunique()),
+            None,
+            Verdict.FAIL,
+            f"{both['response_id'].nunique()} response(s) of {policy} repeat a response of {opponent} on the same "
+            f"vignette ({', '.join(sorted(set(both['response_id_opponent']))[:3])}…): rows of one system under the "
+            "other's name",
+        )
+    ]
+
+
+#: Detectors run on the study (after the merge): (scan, policy, opponent, judges) -> findings.
+STUDY_DETECTORS: tuple[Callable[[EvidenceScan, str, str, tuple[str, ...]], list[Finding]], ...] = (
+    confusable_names,
+    other_system_rows,
+)
+#: Detectors run on the audit context (its contests built from the merged study) -> findings; the
+#: place for one that reads the contests (e.g. orders missing, and whether at random).
+CONTEST_DETECTORS: tuple[Callable[[AuditContext], list[Finding]], ...] = ()
+
+
+# --- the check -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvidenceCheck:
+    """The findings table and the bar gate's CI-low on merged and on unmerged evidence.
+
+    ``method``/``population``: the interval compared (the policy's gate interval, or
+    ``bayes_logit_normal`` when the gate reads one the win-rate table does not give). A CI-low is
+    None where that interval has no honest bound; ``n_clusters_*`` say how many vignettes each had.
+    """
+
+    findings: tuple[Finding, ...]
+    method: str
+    population: str
+    bar: float
+    n_contests_merged: int
+    n_contests_unmerged: int
+    n_clusters_merged: int
+    n_clusters_unmerged: int
+    ci_low_merged: float | None
+    ci_low_unmerged: float | None
+
+    @property
+    def merged_share(self) -> float:
+        """Share of the claim's unmerged contests that merging removed."""
+        removed = self.n_contests_unmerged - self.n_contests_merged
+        return removed / self.n_contests_unmerged if self.n_contests_unmerged else 0.0
+
+    def to_frame(self) -> pd.DataFrame:
+        """The findings table: kind, items, count, merged_into, verdict, detail."""
+        return pd.DataFrame(
+            [f.as_row() for f in self.findings], columns=["kind", "items", "count", "merged_into", "verdict", "detail"]
+        )
+
+    def report_section(self) -> ReportSection:
+        def low(value: float | None) -> str:
+            return "none" if value is None else f"{value:.3f}"
+
+        lines = (
+            f"{len(self.findings)} finding(s); the claim's contests: {self.n_contests_unmerged} as given, "
+            f"{self.n_contests_merged} merged ({self.n_clusters_unmerged} and {self.n_clusters_merged} vignettes)",
+            f"{self.method} ({self.population}) CI-low: {low(self.ci_low_unmerged)} as given, "
+            f"{low(self.ci_low_merged)} merged (bar {self.bar:g}); every interval of the audit reads the merged evidence",
+        )
+        return ReportSection("evidence", "Evidence integrity", lines, tuple(f.as_row() for f in self.findings))
+
+
+def _gate_row(contests: ContestTable, context: AuditContext, method: str, population: str):
+    """The ``method`` interval of ``contests`` (None when it cannot be estimated)."""
+    from honestci.audit.stats.winrate import winrate_table
+
+    scored = contests.scores("both_orders", invalid=context.claim.policy.invalid_verdicts)
+    thresholds = context.claim.thresholds
+    try:
+        table = winrate_table(
+            scored.values,
+            scored.clusters,
+            methods=(method,),
+            level=thresholds.confidence_level,
+            seed=context.seed,
+            thresholds=thresholds,
+            trials_per_contest=contests.trials_per_contest,
+        )
+        return table.get(method, population)
+    except (EstimationError, InputError, KeyError):
+        return None
+
+
+def evidence_check(context: AuditContext) -> EvidenceCheck | None:
+    """The findings of the audit's :class:`EvidenceScan` and of :data:`CONTEST_DETECTORS`, with the
+    bar gate's CI-low on the merged and the unmerged contests (None before anything is judged)."""
+    from honestci.audit.stats.winrate import ALL_METHODS
+
+    scan, contests = context.evidence, context.contests
+    if scan is None or contests is None:
+        return None
+    # a claim about new seeds compares the policy seed's new-vignette interval, as the other checks do
+    population = context.claim.spec.population
+    method, population = context.contest_method, population if population in VIGNETTE_POPULATIONS else "new_vignettes"
+    if method not in ALL_METHODS:
+        method, population = "bayes_logit_normal", "new_vignettes"
+    unmerged = context.unmerged_contests if context.unmerged_contests is not None else contests
+    merged_row = _gate_row(contests, context, method, population)
+    unmerged_row = merged_row if unmerged is contests else _gate_row(unmerged, context, method, population)
+
+    def low(row) -> float | None:
+        return None if row is None or not row.reportable else float(row.ci_low)
+
+    findings = (*scan.findings, *(f for detect in CONTEST_DETECTORS for f in detect(context)))
+    return EvidenceCheck(
+        findings,
+        method,
+        population,
+        context.claim.spec.bar,
+        n_contests_merged=len(contests.frame),
+        n_contests_unmerged=len(unmerged.frame),
+        n_clusters_merged=int(contests.frame["vignette_id"].nunique()),
+        n_clusters_unmerged=int(unmerged.frame["vignette_id"].nunique()),
+        ci_low_merged=low(merged_row),
+        ci_low_unmerged=low(unmerged_row),
+    )
