@@ -134,11 +134,13 @@ def test_result_does_not_depend_on_the_number_of_processes():
 
 
 def test_the_gate_methods_are_the_certified_ones():
-    from honestci.audit.policy import CERTIFIED_GATE_METHODS
+    from honestci.audit.policy import CERTIFIED_GATE_METHODS, NEW_SEED_METHOD
 
-    # "composed" is certified by its own coverage study (judge error, leakage and selection are not
-    # in this grid's design): tests/test_composed.py::test_composed_coverage_grid.
-    assert {m for methods in CERTIFIED_GATE_METHODS.values() for m in methods} == set(HONEST_METHODS) | {"composed"}
+    # "composed" and the new-seed interval are certified by their own coverage studies (judge error,
+    # leakage, selection and seeds are not in this grid's design):
+    # tests/test_composed.py::test_composed_coverage_grid, tests/test_seeds.py::test_new_seed_ci_low_one_sided_error.
+    certified = {m for methods in CERTIFIED_GATE_METHODS.values() for m in methods}
+    assert certified == set(HONEST_METHODS) | {"composed", NEW_SEED_METHOD}
 
 
 @pytest.mark.coverage

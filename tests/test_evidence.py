@@ -282,3 +282,47 @@ def test_a_pure_relabelling_changes_nothing(study_dir):
         assert after[name].verdict == before[name].verdict, name
     for key in ("ci_low_merged", "ci_low_unmerged", "n_contests_merged"):
         assert after["evidence_intact"].evidence[key] == pytest.approx(before["evidence_intact"].evidence[key]), key
+
+
+def _unjudge(folder: Path, lost_only: bool, at_most: int | None = None) -> int:
+    """Leave out every judgment by the claim's judge of some policy responses (those of contests the
+    policy lost in an order, with ``lost_only``; the first ``at_most`` otherwise): how many."""
+    responses, judgments = _read(folder, "responses"), _read(folder, "judgments")
+    system = {r["response_id"]: r["system"] for r in responses}
+    chosen: list[str] = []
+    for j in judgments:
+        if j["judge"] != JUDGE or {system[j["response_first"]], system[j["response_second"]]} != {POLICY, OPPONENT}:
+            continue
+        mine = j["response_first"] if system[j["response_first"]] == POLICY else j["response_second"]
+        lost = j["verdict"] != "tie" and (j["verdict"] == "first") != (mine == j["response_first"])
+        if (lost or not lost_only) and mine not in chosen:
+            chosen.append(mine)
+    gone = set(chosen[:at_most])
+    _write(
+        folder,
+        "judgments",
+        [j for j in judgments if not (j["judge"] == JUDGE and {j["response_first"], j["response_second"]} & gone)],
+    )
+    return len(gone)
+
+
+def test_a_few_unjudged_responses_are_listed(study_dir):
+    assert _unjudge(study_dir, lost_only=False, at_most=3) == 3
+    gate = _gates(study_dir)["evidence_intact"]
+    found = [f for f in gate.evidence["findings"] if f["kind"] == "unjudged_responses"]
+    assert len(found) == 1 and found[0]["count"] == 3 and found[0]["verdict"] == "PASS"
+    assert gate.verdict == Verdict.PASS
+
+
+def test_lost_contests_left_out_whole_block_the_release(study_dir):
+    """Every contest the policy lost in an order judged in neither: no missing order to count, the
+    bar gate passes on what is left, and the responses left unjudged decide the verdict."""
+    assert _unjudge(study_dir, lost_only=True) > 100
+    gates = _gates(study_dir)
+    assert gates["ci_low_clears_bar"].verdict == Verdict.PASS  # what the attack was for
+    gate = gates["evidence_intact"]
+    found = [f for f in gate.evidence["findings"] if f["kind"] == "unjudged_responses"]
+    assert len(found) == 1 and found[0]["verdict"] == "FAIL" and found[0]["count"] > 90 and found[0]["items"]
+    assert (
+        gate.verdict == Verdict.FAIL and "could decide the release" in gate.message and gates["verdict"] != Verdict.PASS
+    )

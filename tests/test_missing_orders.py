@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from honestci.audit.checks.evidence import scan_evidence
 from honestci.audit.checks.verdicts import missing_at_random
 from honestci.audit.data.contests import build_contests
 from honestci.audit.data.io import load_study
@@ -22,7 +23,8 @@ from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
 
 def _lost_orders_dropped(folder: Path) -> tuple[Path, int]:
-    """A copy of the fixture study where every contest with a lost order keeps only its best order."""
+    """A copy of the fixture study where every contest with a lost order keeps only its best order,
+    and how many single-order contests the audit reads in it (copied responses merged first)."""
     shutil.copytree(DEFAULT_STUDY_DIR, folder)
     study = load_study({t: folder / f"{t}.jsonl" for t in ("vignettes", "responses", "judgments")})
     frame = build_contests(study, "reappraisal-4b-grpo", "gpt-4-0314", judge="llama-3.1-70b").frame
@@ -36,7 +38,14 @@ def _lost_orders_dropped(folder: Path) -> tuple[Path, int]:
     path.write_text("".join(line for number, line in enumerate(lines, start=1) if number not in gone))
     claim = folder / "claim.yaml"
     claim.write_text("\n".join(line for line in claim.read_text().splitlines() if not line.startswith("claimed:")))
-    return claim, int(lost.sum())
+    attacked = load_study({t: folder / f"{t}.jsonl" for t in ("vignettes", "responses", "judgments")})
+    merged = scan_evidence(attacked, policy="reappraisal-4b-grpo", opponent="gpt-4-0314", judges=("llama-3.1-70b",))
+    read = build_contests(
+        merged.study, "reappraisal-4b-grpo", "gpt-4-0314", judge="llama-3.1-70b", single_order="against_claim"
+    )
+    # a copy's contest merges into its original's: at most as many as were dropped
+    assert 0 <= lost.sum() - read.n_missing_orders <= 4
+    return claim, read.n_missing_orders
 
 
 def _gate(result, name):

@@ -24,7 +24,9 @@ before it builds a contest, and every interval and check reads the merged study 
 Not merged, but found: system and judge names that are Unicode confusables of each other
 (:func:`~honestci.audit.checks.duplicates.confusable_groups`; FAIL when one of them is a name the
 claim reads: the audit may be reading the wrong system's rows), and a policy response whose text
-is an opponent's response on the same vignette (the opponent's rows under the policy's name: FAIL).
+is an opponent's response on the same vignette (the opponent's rows under the policy's name: FAIL),
+and policy responses no judgment of the claim's judges reads (contests left out whole:
+:func:`unjudged_responses`).
 A text the policy shares with a third system is not a finding: checkpoints of one model share
 outputs (the fixture's policy shares a fifth of its texts with its earlier version).
 
@@ -32,7 +34,8 @@ outputs (the fixture's policy shares a fifth of its texts with its earlier versi
 the ``evidence_intact`` gate (:func:`honestci.audit.gates.gate_evidence_intact`) reads its
 findings table. A new kind of finding is one more entry of :data:`FINDING_KINDS` and one more
 function in :data:`STUDY_DETECTORS` (reads the study) or :data:`CONTEST_DETECTORS` (reads the
-audit context: e.g. the share of contests judged in one order only); the gate needs no change.
+audit context); the gate needs no change. Orders missing from a contest are the ``valid_verdicts``
+gate's (:mod:`honestci.audit.checks.verdicts`).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.checks.duplicates import confusable_groups, near_duplicate_pairs, normalized_text
 from honestci.audit.data.io import LoadedTable, Study
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import THRESHOLDS, VIGNETTE_POPULATIONS, Thresholds, Verdict
+from honestci.audit.policy import THRESHOLDS, VIGNETTE_POPULATIONS, Thresholds, Verdict, clears_bar
 
 if TYPE_CHECKING:
     from honestci.audit.data.contests import ContestTable
@@ -61,6 +64,7 @@ FINDING_KINDS: Mapping[str, str] = {
     "over_judged": "the same contest judged more than once in one order: one verdict kept per order",
     "confusable_names": "system or judge names that read alike (NFKC + confusable skeleton): not merged",
     "other_system_rows": "policy responses whose text is an opponent's response on the same vignette",
+    "unjudged_responses": "policy responses the claim's judges never judged: contests left out whole",
 }
 #: How many ids a finding's ``items`` lists before it says how many more there are.
 MAX_ITEMS = 8
@@ -436,9 +440,82 @@ STUDY_DETECTORS: tuple[Callable[[EvidenceScan, str, str, tuple[str, ...]], list[
     confusable_names,
     other_system_rows,
 )
+
+
+def _gate_interval(context: AuditContext) -> tuple[str, str]:
+    """The interval the check compares: the bar gate's (the policy seed's new-vignette one for a
+    claim about new seeds; ``bayes_logit_normal`` where the gate reads one the win-rate table does
+    not give, such as ``composed``)."""
+    from honestci.audit.stats.winrate import ALL_METHODS
+
+    population = context.claim.spec.population
+    method, population = context.contest_method, population if population in VIGNETTE_POPULATIONS else "new_vignettes"
+    if method not in ALL_METHODS:
+        return "bayes_logit_normal", "new_vignettes"
+    return method, population
+
+
+def unjudged_responses(context: AuditContext) -> list[Finding]:
+    """The claim's policy responses (in its pool and families, when it names them) that no judgment
+    of the claim's judges reads. Left out whole, a contest the policy lost leaves no trace in the
+    judgments (no missing order to count), but its response stays in the generation record. FAIL
+    when the bar gate's verdict changes with each counted as one contest lost by the policy on its
+    vignette (they alone could decide the release), WARN when they are more than
+    ``evidence_merged_share_warn`` of the claim's contests, PASS (listed) otherwise. A response
+    judged against another system counts as judged: what a contest was for is not in the data."""
+    contests, spec, study = context.contests, context.claim.spec, context.study
+    if contests is None:
+        return []
+    r = study.responses.frame
+    mine = (r["system"].astype(str) == spec.policy).to_numpy()
+    if spec.pool is not None and "pool" in r:
+        mine = mine & (r["pool"].astype(str) == spec.pool).to_numpy()
+    if spec.vignette_families is not None:
+        v = study.vignettes.frame
+        chosen = (
+            set(v.loc[v["family"].isin(spec.vignette_families), "vignette_id"].astype(str)) if "family" in v else set()
+        )
+        mine = mine & r["vignette_id"].astype(str).isin(chosen).to_numpy()
+    j = study.judgments.frame
+    read = j[j["judge"].astype(str).isin(set(contests.panel or (contests.judge,))).to_numpy()]
+    judged = set(read["response_first"].astype(str)) | set(read["response_second"].astype(str))
+    ids = r["response_id"].astype(str)
+    unjudged = mine & ~ids.isin(judged).to_numpy()
+    if not unjudged.any():
+        return []
+    thresholds, bar = context.claim.thresholds, spec.bar
+    method, population = _gate_interval(context)
+    vignettes = r.loc[unjudged, "vignette_id"].astype(str).to_numpy()
+    as_given = _gate_row(contests, context, method, population)
+    as_lost = _gate_row(contests, context, method, population, (np.zeros(vignettes.size), vignettes))
+    count, share = int(unjudged.sum()), unjudged.sum() / (len(contests.frame) + unjudged.sum())
+
+    def low(row) -> float | None:
+        return None if row is None or not row.reportable else float(row.ci_low)
+
+    given, lost = low(as_given), low(as_lost)
+    decides = given is not None and lost is not None and clears_bar(given, bar) != clears_bar(lost, bar)
+    verdict = (
+        Verdict.FAIL if decides else Verdict.WARN if share > thresholds.evidence_merged_share_warn else Verdict.PASS
+    )
+    shown = "none" if lost is None else f"{lost:.3f}"
+    return [
+        Finding(
+            "unjudged_responses",
+            _listed(ids[unjudged].tolist()),
+            count,
+            None,
+            verdict,
+            f"{count} response(s) of {spec.policy} ({share:.1%} of its contests with them) judged by none of "
+            f"{', '.join(contests.panel or (contests.judge,))}: {method} CI-low {shown} with each counted as a lost "
+            f"contest (bar {bar:g})" + (": they alone could decide the release; judge them" if decides else ""),
+        )
+    ]
+
+
 #: Detectors run on the audit context (its contests built from the merged study) -> findings; the
-#: place for one that reads the contests (e.g. orders missing, and whether at random).
-CONTEST_DETECTORS: tuple[Callable[[AuditContext], list[Finding]], ...] = ()
+#: place for one that reads the contests.
+CONTEST_DETECTORS: tuple[Callable[[AuditContext], list[Finding]], ...] = (unjudged_responses,)
 
 
 # --- the check -------------------------------------------------------------------------------
@@ -489,16 +566,27 @@ class EvidenceCheck:
         return ReportSection("evidence", "Evidence integrity", lines, tuple(f.as_row() for f in self.findings))
 
 
-def _gate_row(contests: ContestTable, context: AuditContext, method: str, population: str):
-    """The ``method`` interval of ``contests`` (None when it cannot be estimated)."""
+def _gate_row(
+    contests: ContestTable,
+    context: AuditContext,
+    method: str,
+    population: str,
+    added: tuple[np.ndarray, np.ndarray] | None = None,
+):
+    """The ``method`` interval of ``contests`` (None when it cannot be estimated), with the
+    contests ``added`` (their scores, their vignettes) scored beside them."""
     from honestci.audit.stats.winrate import winrate_table
 
     scored = contests.scores("both_orders", invalid=context.claim.policy.invalid_verdicts)
+    values, clusters = scored.values, scored.clusters
+    if added is not None:
+        values = np.concatenate([values, added[0]])
+        clusters = np.concatenate([clusters.astype(object), added[1].astype(object)])
     thresholds = context.claim.thresholds
     try:
         table = winrate_table(
-            scored.values,
-            scored.clusters,
+            values,
+            clusters,
             methods=(method,),
             level=thresholds.confidence_level,
             seed=context.seed,
@@ -513,16 +601,10 @@ def _gate_row(contests: ContestTable, context: AuditContext, method: str, popula
 def evidence_check(context: AuditContext) -> EvidenceCheck | None:
     """The findings of the audit's :class:`EvidenceScan` and of :data:`CONTEST_DETECTORS`, with the
     bar gate's CI-low on the merged and the unmerged contests (None before anything is judged)."""
-    from honestci.audit.stats.winrate import ALL_METHODS
-
     scan, contests = context.evidence, context.contests
     if scan is None or contests is None:
         return None
-    # a claim about new seeds compares the policy seed's new-vignette interval, as the other checks do
-    population = context.claim.spec.population
-    method, population = context.contest_method, population if population in VIGNETTE_POPULATIONS else "new_vignettes"
-    if method not in ALL_METHODS:
-        method, population = "bayes_logit_normal", "new_vignettes"
+    method, population = _gate_interval(context)
     unmerged = context.unmerged_contests if context.unmerged_contests is not None else contests
     merged_row = _gate_row(contests, context, method, population)
     unmerged_row = merged_row if unmerged is contests else _gate_row(unmerged, context, method, population)
