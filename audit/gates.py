@@ -866,10 +866,11 @@ def gate_evidence_intact(check: EvidenceCheck | None, thresholds: Thresholds = T
         )
     warned = [f for f in check.findings if f.verdict == Verdict.WARN]
     if warned or check.merged_share > limit:
+        why = "; ".join(dict.fromkeys(f.detail for f in warned))
         return GateResult(
             name,
             Verdict.WARN,
-            f"copied or look-alike evidence found ({found}); merged before every interval, the bar verdict is the "
+            f"copied or look-alike evidence found ({found}){': ' + why if why else ''}; merged before every interval, the bar verdict is the "
             f"same either way ({check.n_contests_unmerged} contests as given, {check.n_contests_merged} merged): "
             "remove the copies (or rename the look-alikes) and re-audit",
             evidence,

@@ -227,14 +227,18 @@ def test_a_lookalike_pair_the_claim_does_not_read_warns(study_dir):
     assert gate.verdict == Verdict.WARN and "grpo-ckpt-l" in json.dumps(gate.evidence["findings"])
 
 
-def test_opponent_rows_under_the_policys_name_fail(study_dir):
+def test_an_opponent_answer_under_the_policys_name_is_listed_and_counted_as_lost(study_dir):
+    """Independent models answer alike now and then: one such answer is listed, its contests counted
+    as lost by the policy, and it cannot decide this verdict (the attack is in
+    tests/test_evidence_property.py, where the copies turn losses into ties and FAIL)."""
     responses = _read(study_dir, "responses")
     opponent_text = next(r["text"] for r in responses if r["system"] == OPPONENT and r["vignette_id"] == "v1")
     first = next(i for i, r in enumerate(responses) if r["system"] == POLICY and r["vignette_id"] == "v1")
     responses[first] = responses[first] | {"text": opponent_text}
     _write(study_dir, "responses", responses)
     gate = _gates(study_dir)["evidence_intact"]
-    assert gate.verdict == Verdict.FAIL and any(f["kind"] == "other_system_rows" for f in gate.evidence["findings"])
+    found = [f for f in gate.evidence["findings"] if f["kind"] == "other_system_rows"]
+    assert len(found) == 1 and found[0]["count"] == 1 and found[0]["verdict"] == "PASS"
 
 
 def test_an_over_judged_contest_keeps_the_verdict_least_favourable_to_the_policy(study_dir):

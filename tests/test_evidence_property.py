@@ -225,6 +225,24 @@ def move_lost_to_look_alike(rows: dict, rng: np.random.Generator, share: float, 
     return {**rows, "responses": responses}
 
 
+def copy_opponent_into_lost(rows: dict, rng: np.random.Generator, share: float) -> dict:
+    """The lost contests' policy answers replaced by the opponent's, their verdicts ties (what a judge
+    gives two equal answers): a loss turned into half a win."""
+    system = {r["response_id"]: r["system"] for r in rows["responses"]}
+    text = {r["response_id"]: r["text"] for r in rows["responses"]}
+    copied = {
+        pair[0]: text[pair[1]]
+        for pair, js in _contests(rows).items()
+        if any(_lost(j, system) for j in js) and rng.random() < share
+    }
+    responses = [{**r, "text": copied.get(r["response_id"], r["text"])} for r in rows["responses"]]
+    judgments = [
+        {**j, "verdict": "tie"} if {j["response_first"], j["response_second"]} & set(copied) else j
+        for j in rows["judgments"]
+    ]
+    return {**rows, "responses": responses, "judgments": judgments}
+
+
 EDITS = st.lists(
     st.one_of(
         st.tuples(st.just(drop_lost_orders), st.floats(0.3, 1.0)),
@@ -232,6 +250,7 @@ EDITS = st.lists(
         st.tuples(st.just(copy_vignettes), st.floats(0.2, 1.0), st.sampled_from(["exact", "respaced", "one_word"])),
         st.tuples(st.just(copy_won_contests), st.integers(1, 3)),
         st.tuples(st.just(move_lost_to_look_alike), st.floats(0.3, 1.0), st.sampled_from([POLICY, OPPONENT])),
+        st.tuples(st.just(copy_opponent_into_lost), st.floats(0.3, 1.0)),
     ),
     min_size=1,
     max_size=3,
@@ -329,6 +348,11 @@ def test_copied_vignettes_would_clear_the_bar_unmerged(bars, tmp_path):
             lambda rows: move_lost_to_look_alike(rows, np.random.default_rng(0), 1.0, OPPONENT),
             "confusable_names",
             id="lost-to-look-alike",
+        ),
+        pytest.param(
+            lambda rows: copy_opponent_into_lost(rows, np.random.default_rng(0), 1.0),
+            "other_system_rows",
+            id="opponent-answers-copied-into-lost",
         ),
     ],
 )

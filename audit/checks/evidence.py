@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 #: Every kind of finding, with what it means; the findings table's ``kind`` is one of these.
 FINDING_KINDS: Mapping[str, str] = {
     "duplicate_vignette": "vignettes with the same normalised prompt: merged into one cluster",
-    "near_duplicate_vignette": "vignettes whose prompts differ by a few words: merged into one cluster",
+    "near_duplicate_vignette": "prompts that differ by a few words, a system's answers repeated: one cluster",
     "duplicate_response": "one system's responses with the same normalised text on one vignette: merged",
     "over_judged": "the same contest judged more than once in one order: one verdict kept per order",
     "confusable_names": "system or judge names that read alike (NFKC + confusable skeleton): not merged",
@@ -143,7 +143,22 @@ def _normalized(texts: pd.Series) -> np.ndarray:
     return np.array([normalized_text(t) for t in distinct], dtype=object)[codes] if len(codes) else np.array([])
 
 
-def _vignette_map(vignettes: pd.DataFrame, thresholds: Thresholds) -> tuple[dict[str, str], list[Finding]]:
+def _shared_answers(near: list, codes: np.ndarray, ids: np.ndarray, answers: pd.DataFrame) -> list:
+    """The near-duplicate prompt pairs (of distinct prompts' codes) on which some system gave the
+    same normalised answer: a copy, where a template filled in differently (AlpacaEval's "recipe
+    for <dish>" prompts) gets other answers."""
+    code_of = dict(zip(ids.tolist(), codes.tolist()))
+    keyed = answers.assign(code=answers["vignette_id"].map(code_of)).dropna(subset=["code"])
+    said = keyed.groupby("code")[["system", "text"]].apply(lambda g: set(zip(g["system"], g["text"])))
+    return [pair for pair in near if said.get(pair[0], set()) & said.get(pair[1], set())]
+
+
+def _vignette_map(
+    vignettes: pd.DataFrame, thresholds: Thresholds, answers: pd.DataFrame
+) -> tuple[dict[str, str], list[Finding]]:
+    """Vignettes merged into the first of their kind: the same normalised prompt, or near-duplicate
+    prompts (word n-gram Jaccard) on which a system's answers repeat (``answers``: vignette_id,
+    system, normalised text)."""
     ids = vignettes["vignette_id"].astype(str).to_numpy()
     norm = _normalized(vignettes["text"])
     codes, distinct = pd.factorize(norm)
@@ -152,6 +167,8 @@ def _vignette_map(vignettes: pd.DataFrame, thresholds: Thresholds) -> tuple[dict
     near = near_duplicate_pairs(
         list(distinct), thresholds.evidence_near_duplicate_ngram, thresholds.evidence_near_duplicate_jaccard
     )
+    if near:
+        near = _shared_answers(near, codes, ids, answers)
     pairs += [(int(first[a]), int(first[b])) for a, b, _ in near]
     roots = _components(len(ids), pairs)
     jaccard = {(int(first[a]), int(first[b])): j for a, b, j in near}
@@ -171,7 +188,8 @@ def _vignette_map(vignettes: pd.DataFrame, thresholds: Thresholds) -> tuple[dict
                 "the same prompt after normalisation"
                 if exact
                 else f"word {thresholds.evidence_near_duplicate_ngram}-gram Jaccard {min(scores):.2f}"
-                + (f" to {max(scores):.2f}" if max(scores) > min(scores) else ""),
+                + (f" to {max(scores):.2f}" if max(scores) > min(scores) else "")
+                + ", with answers repeated",
             )
         )
     return mapping, findings
@@ -313,11 +331,14 @@ def scan_evidence(
         The findings, the merged study (``study`` itself when nothing was merged) and ``study``.
     """
     findings: list[Finding] = []
-    vignette_map, found = _vignette_map(study.vignettes.frame, thresholds)
-    findings += found
     r = study.responses.frame
-    vignette_of = _recode(r["vignette_id"], vignette_map)
     norm = _normalized(r["text"])
+    answers = pd.DataFrame(
+        {"vignette_id": r["vignette_id"].astype(str), "system": r["system"].astype(str), "text": norm}
+    )
+    vignette_map, found = _vignette_map(study.vignettes.frame, thresholds, answers)
+    findings += found
+    vignette_of = _recode(r["vignette_id"], vignette_map)
     # the pool is part of the key: a held-out answer equal to a selection-pool one stays held out
     pool = r["pool"].astype(str) if "pool" in r else pd.Series("", index=r.index)
     codes, _ = pd.factorize(pd.MultiIndex.from_arrays([vignette_of.astype(str), r["system"].astype(str), pool, norm]))
@@ -405,41 +426,8 @@ def confusable_names(scan: EvidenceScan, policy: str, opponent: str, judges: tup
     return found
 
 
-def other_system_rows(scan: EvidenceScan, policy: str, opponent: str, judges: tuple[str, ...]) -> list[Finding]:
-    """Policy responses whose normalised text is an opponent response on the same vignette."""
-    r = scan.study.responses.frame
-    sides = {}
-    for system in (policy, opponent):
-        mine = r[(r["system"] == system).to_numpy()]
-        sides[system] = pd.DataFrame(
-            {
-                "vignette_id": mine["vignette_id"].astype(str).to_numpy(),
-                "text": _normalized(mine["text"]),
-                "response_id": mine["response_id"].astype(str).to_numpy(),
-            }
-        )
-    both = sides[policy].merge(sides[opponent], on=["vignette_id", "text"], suffixes=("", "_opponent"))
-    if both.empty:
-        return []
-    return [
-        Finding(
-            "other_system_rows",
-            _listed(sorted(set(both["response_id"]))),
-            int(both["response_id"].nunique()),
-            None,
-            Verdict.FAIL,
-            f"{both['response_id'].nunique()} response(s) of {policy} repeat a response of {opponent} on the same "
-            f"vignette ({', '.join(sorted(set(both['response_id_opponent']))[:3])}…): rows of one system under the "
-            "other's name",
-        )
-    ]
-
-
 #: Detectors run on the study (after the merge): (scan, policy, opponent, judges) -> findings.
-STUDY_DETECTORS: tuple[Callable[[EvidenceScan, str, str, tuple[str, ...]], list[Finding]], ...] = (
-    confusable_names,
-    other_system_rows,
-)
+STUDY_DETECTORS: tuple[Callable[[EvidenceScan, str, str, tuple[str, ...]], list[Finding]], ...] = (confusable_names,)
 
 
 def _gate_interval(context: AuditContext) -> tuple[str, str]:
@@ -455,50 +443,69 @@ def _gate_interval(context: AuditContext) -> tuple[str, str]:
     return method, population
 
 
-def unjudged_responses(context: AuditContext) -> list[Finding]:
-    """The claim's policy responses (in its pool and families, when it names them) that no judgment
-    of the claim's judges reads. Left out whole, a contest the policy lost leaves no trace in the
-    judgments (no missing order to count), but its response stays in the generation record. FAIL
-    when the bar gate's verdict changes with each counted as one contest lost by the policy on its
-    vignette (they alone could decide the release), WARN when they are more than
-    ``evidence_merged_share_warn`` of the claim's contests, PASS (listed) otherwise. A response
-    judged against another system counts as judged: what a contest was for is not in the data."""
-    contests, spec, study = context.contests, context.claim.spec, context.study
-    if contests is None:
-        return []
-    r = study.responses.frame
-    mine = (r["system"].astype(str) == spec.policy).to_numpy()
-    if spec.pool is not None and "pool" in r:
-        mine = mine & (r["pool"].astype(str) == spec.pool).to_numpy()
-    if spec.vignette_families is not None:
-        v = study.vignettes.frame
-        chosen = (
-            set(v.loc[v["family"].isin(spec.vignette_families), "vignette_id"].astype(str)) if "family" in v else set()
-        )
-        mine = mine & r["vignette_id"].astype(str).isin(chosen).to_numpy()
-    j = study.judgments.frame
-    read = j[j["judge"].astype(str).isin(set(contests.panel or (contests.judge,))).to_numpy()]
-    judged = set(read["response_first"].astype(str)) | set(read["response_second"].astype(str))
-    ids = r["response_id"].astype(str)
-    unjudged = mine & ~ids.isin(judged).to_numpy()
-    if not unjudged.any():
-        return []
-    thresholds, bar = context.claim.thresholds, spec.bar
+def _verdict_if_lost(
+    context: AuditContext, given: ContestTable, rest: ContestTable, lost_vignettes: np.ndarray, share: float
+) -> tuple[Verdict, str, bool]:
+    """What counting one lost contest per entry of ``lost_vignettes`` (beside ``rest``, the claim's
+    contests ``given`` without them) does to the bar gate: FAIL when its verdict changes from the
+    one on ``given`` (they alone could decide the release), WARN when ``share`` is above
+    ``evidence_merged_share_warn``, PASS otherwise; with the method and CI-low said, and whether
+    they decide."""
+    thresholds, bar = context.claim.thresholds, context.claim.spec.bar
     method, population = _gate_interval(context)
-    vignettes = r.loc[unjudged, "vignette_id"].astype(str).to_numpy()
-    as_given = _gate_row(contests, context, method, population)
-    as_lost = _gate_row(contests, context, method, population, (np.zeros(vignettes.size), vignettes))
-    count, share = int(unjudged.sum()), unjudged.sum() / (len(contests.frame) + unjudged.sum())
+    as_given = _gate_row(given, context, method, population)
+    as_lost = _gate_row(rest, context, method, population, (np.zeros(lost_vignettes.size), lost_vignettes))
 
     def low(row) -> float | None:
         return None if row is None or not row.reportable else float(row.ci_low)
 
-    given, lost = low(as_given), low(as_lost)
-    decides = given is not None and lost is not None and clears_bar(given, bar) != clears_bar(lost, bar)
+    low_given, lost = low(as_given), low(as_lost)
+    decides = low_given is not None and lost is not None and clears_bar(low_given, bar) != clears_bar(lost, bar)
     verdict = (
         Verdict.FAIL if decides else Verdict.WARN if share > thresholds.evidence_merged_share_warn else Verdict.PASS
     )
     shown = "none" if lost is None else f"{lost:.3f}"
+    said = f"{method} CI-low {shown} with each counted as a contest lost by the policy (bar {bar:g})"
+    return verdict, said + (": they alone could decide the release" if decides else ""), decides
+
+
+def _claim_responses(context: AuditContext) -> np.ndarray:
+    """Which rows of the responses are the claim's policy's (in its pool and families, when it
+    names them)."""
+    spec, r = context.claim.spec, context.study.responses.frame
+    mine = (r["system"].astype(str) == spec.policy).to_numpy()
+    if spec.pool is not None and "pool" in r:
+        mine = mine & (r["pool"].astype(str) == spec.pool).to_numpy()
+    if spec.vignette_families is not None:
+        v = context.study.vignettes.frame
+        chosen = (
+            set(v.loc[v["family"].isin(spec.vignette_families), "vignette_id"].astype(str)) if "family" in v else set()
+        )
+        mine = mine & r["vignette_id"].astype(str).isin(chosen).to_numpy()
+    return mine
+
+
+def unjudged_responses(context: AuditContext) -> list[Finding]:
+    """The claim's policy responses that no judgment of the claim's judges reads. Left out whole, a
+    contest the policy lost leaves no trace in the judgments (no missing order to count), but its
+    response stays in the generation record. Each counts as one contest lost by the policy on its
+    vignette (:func:`_verdict_if_lost`). A response judged against another system counts as
+    judged: what a contest was for is not in the data."""
+    contests, study = context.contests, context.study
+    if contests is None:
+        return []
+    r = study.responses.frame
+    j = study.judgments.frame
+    read = j[j["judge"].astype(str).isin(set(contests.panel or (contests.judge,))).to_numpy()]
+    judged = set(read["response_first"].astype(str)) | set(read["response_second"].astype(str))
+    ids = r["response_id"].astype(str)
+    unjudged = _claim_responses(context) & ~ids.isin(judged).to_numpy()
+    if not unjudged.any():
+        return []
+    count = int(unjudged.sum())
+    share = count / (len(contests.frame) + count)
+    vignettes = r.loc[unjudged, "vignette_id"].astype(str).to_numpy()
+    verdict, said, decides = _verdict_if_lost(context, contests, contests, vignettes, share)
     return [
         Finding(
             "unjudged_responses",
@@ -506,16 +513,63 @@ def unjudged_responses(context: AuditContext) -> list[Finding]:
             count,
             None,
             verdict,
-            f"{count} response(s) of {spec.policy} ({share:.1%} of its contests with them) judged by none of "
-            f"{', '.join(contests.panel or (contests.judge,))}: {method} CI-low {shown} with each counted as a lost "
-            f"contest (bar {bar:g})" + (": they alone could decide the release; judge them" if decides else ""),
+            f"{count} response(s) of {context.claim.spec.policy} ({share:.1%} of its contests with them) judged by "
+            f"none of {', '.join(contests.panel or (contests.judge,))}: {said}" + ("; judge them" if decides else ""),
+        )
+    ]
+
+
+def other_system_rows(context: AuditContext) -> list[Finding]:
+    """The claim's policy responses whose normalised text is an opponent response on the same
+    vignette. Independent models do give the same answer (a quotation, a one-word extraction,
+    ``<noinput>``: 11 of PandaLM's 111 llama-7b/bloom-7b contests, 3 of AlpacaEval 2.0's 805 for one
+    pair), and so does a copy of the opponent's rows under the policy's name, which turns the
+    policy's losses into ties. Their contests count as lost by the policy
+    (:func:`_verdict_if_lost`): FAIL only when that changes the bar verdict."""
+    contests, spec = context.contests, context.claim.spec
+    if contests is None:
+        return []
+    r = context.study.responses.frame
+
+    def side(rows: np.ndarray) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "vignette_id": r.loc[rows, "vignette_id"].astype(str).to_numpy(),
+                "text": _normalized(r.loc[rows, "text"]),
+                "response_id": r.loc[rows, "response_id"].astype(str).to_numpy(),
+            }
+        )
+
+    theirs = side((r["system"].astype(str) == spec.opponent).to_numpy())
+    both = side(_claim_responses(context)).merge(theirs[["vignette_id", "text"]].drop_duplicates())
+    ids = set(both["response_id"])
+    if not ids:
+        return []
+    hit = contests.frame["policy_response"].astype(str).isin(ids).to_numpy()
+    if not hit.any():
+        return []
+    rows = contests.frame.loc[hit, ["vignette_id", "policy_response", "opponent_response"]].astype(str)
+    lost = rows.drop_duplicates(["policy_response", "opponent_response"])["vignette_id"].to_numpy()
+    ids = set(rows["policy_response"])  # those the claim's contests read
+    rest = contests.where(lambda frame: ~frame["policy_response"].astype(str).isin(ids).to_numpy(), "other_system_rows")
+    share = lost.size / max(len(contests.frame), 1)
+    verdict, said, _ = _verdict_if_lost(context, contests, rest, lost, share)
+    return [
+        Finding(
+            "other_system_rows",
+            _listed(sorted(ids)),
+            len(ids),
+            None,
+            verdict,
+            f"{len(ids)} response(s) of {spec.policy} repeat a response of {spec.opponent} on the same vignette "
+            f"({lost.size} contest(s), {share:.1%}): {said}",
         )
     ]
 
 
 #: Detectors run on the audit context (its contests built from the merged study) -> findings; the
 #: place for one that reads the contests.
-CONTEST_DETECTORS: tuple[Callable[[AuditContext], list[Finding]], ...] = (unjudged_responses,)
+CONTEST_DETECTORS: tuple[Callable[[AuditContext], list[Finding]], ...] = (other_system_rows, unjudged_responses)
 
 
 # --- the check -------------------------------------------------------------------------------
