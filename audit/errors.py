@@ -68,6 +68,19 @@ class InputError(HonestCIError):
         return "\n".join(lines)
 
 
+def level_problem(level: float) -> str | None:
+    """What is wrong with a confidence ``level`` (None when it lies strictly between 0 and 1; NaN
+    does not)."""
+    return None if 0 < level < 1 else f"level = {level!r} must lie strictly between 0 and 1"
+
+
+def check_level(level: float) -> None:
+    """Raise :class:`InputError` unless ``level`` lies strictly between 0 and 1."""
+    problem = level_problem(level)
+    if problem is not None:
+        raise InputError(f"{problem}.", fix="use e.g. 0.95")
+
+
 class SchemaError(InputError):
     """A data file does not match its table's schema."""
 

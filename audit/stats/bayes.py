@@ -82,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.special import expit
 
-from honestci.audit.errors import HonestCIError, InputError, Problem
+from honestci.audit.errors import HonestCIError, InputError, Problem, check_level
 from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict, clears_bar, worst
 from honestci.audit.progress import Meter, Progress, ProgressLike, as_progress
 from honestci.audit.stats.estimands import unique_inverse
@@ -1378,8 +1378,7 @@ def _check_sampling_sizes(chains: int, draws: int, tune: int, level: float) -> N
         raise InputError("R-hat needs at least two chains.", fix="Use chains >= 2 (4 recommended).")
     if draws < 1 or tune < 0:
         raise InputError(f"draws={draws}, tune={tune} are not valid.", fix="Use draws >= 1 and tune >= 0.")
-    if not 0.0 < level < 1.0:
-        raise InputError(f"level {level} is not in (0, 1).", fix="Use e.g. 0.95.")
+    check_level(level)
 
 
 @dataclass(frozen=True)

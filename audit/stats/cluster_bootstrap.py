@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.errors import EstimationError, InputError, check_level
 from honestci.audit.stats.estimands import unique_inverse
 from honestci.audit.stats.random_state import resolve_rng
 
@@ -122,8 +122,7 @@ def _check_inputs(y, clusters, B, method, level) -> tuple[np.ndarray, np.ndarray
         raise InputError(f"B must be an integer >= 2, got {B!r}.", fix="use e.g. B=4999.")
     if method not in ("percentile", "bca"):
         raise InputError(f"method={method!r} is not supported.", fix="use method='percentile' or 'bca'.")
-    if not 0.0 < level < 1.0:
-        raise InputError(f"level must be in (0, 1), got {level!r}.", fix="use e.g. level=0.95.")
+    check_level(level)
     return y, cluster_index.astype(np.intp), labels.size
 
 

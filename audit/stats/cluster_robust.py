@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.errors import EstimationError, InputError, check_level, level_problem
 from honestci.audit.stats.design_effect import cluster_codes
 
 VCOV_TYPES = ("CR0", "CR1", "CR1S", "CR2")
@@ -322,8 +322,7 @@ def linear_contrast(
             fix="fit first with cluster_robust_ols, or pass the three inputs as a tuple",
         )
     level = fit.level if level is None else level
-    if not (0 < level < 1):
-        raise InputError(f"level = {level!r} must lie strictly between 0 and 1.", fix="use e.g. 0.95")
+    check_level(level)
 
     k = len(fit.coef_names)
     if isinstance(contrast, Mapping):
@@ -375,8 +374,8 @@ def _validate(X, y, clusters, vcov, level, df, coef_names):
         problems.append(f"vcov {vcov!r} is not one of {', '.join(VCOV_TYPES)}")
     if df not in DF_METHODS:
         problems.append(f"df {df!r} is not one of {', '.join(DF_METHODS)}")
-    if not (0 < level < 1):
-        problems.append(f"level = {level!r} must lie strictly between 0 and 1")
+    if (problem := level_problem(level)) is not None:
+        problems.append(problem)
     X_arr = np.asarray(X, dtype=float)
     if X_arr.ndim == 1:
         X_arr = X_arr[:, None]

@@ -12,7 +12,7 @@ import math
 
 from scipy import stats
 
-from honestci.audit.errors import InputError
+from honestci.audit.errors import InputError, level_problem
 from honestci.audit.stats.intervals import RATE_SPACE, bound_to_space
 
 PROPORTION_METHODS = ("wilson", "wald", "agresti_coull", "clopper_pearson")
@@ -72,8 +72,8 @@ def proportion_ci(successes: float, n: int, method: str = "wilson", level: float
         problems.append(f"n = {n!r} must be a whole number of trials >= 1")
     if not (math.isfinite(successes) and 0 <= successes <= n):
         problems.append(f"successes = {successes!r} must lie in [0, n] with n = {n!r}")
-    if not (0 < level < 1):
-        problems.append(f"level = {level!r} must lie strictly between 0 and 1")
+    if (problem := level_problem(level)) is not None:
+        problems.append(problem)
     if problems:
         raise InputError(
             "Cannot compute a proportion interval: " + "; ".join(problems) + ".",

@@ -53,7 +53,7 @@ from typing import Literal, cast
 
 import numpy as np
 
-from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.errors import EstimationError, InputError, check_level
 from honestci.audit.stats.estimands import unique_inverse
 from honestci.audit.stats.random_state import resolve_rng
 
@@ -620,8 +620,7 @@ def wild_cluster_ci(
     bracket; each endpoint is a crossing of p(theta0) - alpha; seeded coverage simulations with
     G = 6 and 12 clusters of 0/0.5/1 scores (``tests/test_wild_bootstrap.py``, marker ``coverage``).
     """
-    if not 0.0 < level < 1.0:
-        raise InputError(f"level must be in (0, 1), got {level!r}.", fix="use e.g. level=0.95.")
+    check_level(level)
     if not (isinstance(grid_points, (int, np.integer)) and grid_points >= 2):
         raise InputError(f"grid_points must be an integer >= 2, got {grid_points!r}.", fix="use the default 16.")
     _check_pvalue_type(pvalue_type)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize, special
 
-from honestci.audit.errors import EstimationError, InputError
+from honestci.audit.errors import EstimationError, InputError, level_problem
 from honestci.audit.policy import DEFAULT_SEED
 from honestci.audit.stats.random_state import resolve_rng
 
@@ -295,8 +295,8 @@ def winner_inference(
         problems.append("covariance must be symmetric")
     if len(names) != k:
         problems.append(f"{len(names)} candidate names for {k} estimates")
-    if not 0 < level < 1:
-        problems.append(f"level {level} must lie strictly between 0 and 1")
+    if (problem := level_problem(level)) is not None:
+        problems.append(problem)
     alpha = 1 - level
     beta = alpha / 10 if beta is None else beta
     if not 0 < beta < alpha:
