@@ -870,8 +870,8 @@ def gate_evidence_intact(check: EvidenceCheck | None, thresholds: Thresholds = T
         return GateResult(
             name,
             Verdict.WARN,
-            f"copied or look-alike evidence found ({found}){': ' + why if why else ''}; merged before every interval, the bar verdict is the "
-            f"same either way ({check.n_contests_unmerged} contests as given, {check.n_contests_merged} merged): "
+            f"copied or look-alike evidence found ({found}){': ' + why if why else ''}; merged before every "
+            f"interval, the bar verdict is the same either way ({check.n_contests_unmerged} contests as given, {check.n_contests_merged} merged): "
             "remove the copies (or rename the look-alikes) and re-audit",
             evidence,
         )

@@ -24,9 +24,10 @@ before it builds a contest, and every interval and check reads the merged study 
 Not merged, but found: system and judge names that are Unicode confusables of each other
 (:func:`~honestci.audit.checks.duplicates.confusable_groups`; FAIL when one of them is a name the
 claim reads: the audit may be reading the wrong system's rows), and a policy response whose text
-is an opponent's response on the same vignette (the opponent's rows under the policy's name: FAIL),
-and policy responses no judgment of the claim's judges reads (contests left out whole:
-:func:`unjudged_responses`).
+is an opponent's response on the same vignette (the opponent's rows under the policy's name:
+:func:`other_system_rows`), and policy responses no judgment of the claim's judges reads (contests
+left out whole: :func:`unjudged_responses`); both count their contests as lost by the policy and
+FAIL when that changes the bar verdict.
 A text the policy shares with a third system is not a finding: checkpoints of one model share
 outputs (the fixture's policy shares a fifth of its texts with its earlier version).
 
@@ -453,7 +454,9 @@ def _verdict_if_lost(
     they decide."""
     thresholds, bar = context.claim.thresholds, context.claim.spec.bar
     method, population = _gate_interval(context)
-    as_given = _gate_row(given, context, method, population)
+    as_given = _claim_row(context, method, population) if given is context.contests else None
+    if as_given is None:
+        as_given = _gate_row(given, context, method, population)
     as_lost = _gate_row(rest, context, method, population, (np.zeros(lost_vignettes.size), lost_vignettes))
 
     def low(row) -> float | None:
@@ -522,7 +525,7 @@ def unjudged_responses(context: AuditContext) -> list[Finding]:
 def other_system_rows(context: AuditContext) -> list[Finding]:
     """The claim's policy responses whose normalised text is an opponent response on the same
     vignette. Independent models do give the same answer (a quotation, a one-word extraction,
-    ``<noinput>``: 11 of PandaLM's 111 llama-7b/bloom-7b contests, 3 of AlpacaEval 2.0's 805 for one
+    ``<noinput>``: 2 of PandaLM's 111 llama-7b/bloom-7b contests, 3 of AlpacaEval 2.0's 805 for one
     pair), and so does a copy of the opponent's rows under the policy's name, which turns the
     policy's losses into ties. Their contests count as lost by the policy
     (:func:`_verdict_if_lost`): FAIL only when that changes the bar verdict."""
@@ -542,10 +545,7 @@ def other_system_rows(context: AuditContext) -> list[Finding]:
 
     theirs = side((r["system"].astype(str) == spec.opponent).to_numpy())
     both = side(_claim_responses(context)).merge(theirs[["vignette_id", "text"]].drop_duplicates())
-    ids = set(both["response_id"])
-    if not ids:
-        return []
-    hit = contests.frame["policy_response"].astype(str).isin(ids).to_numpy()
+    hit = contests.frame["policy_response"].astype(str).isin(set(both["response_id"])).to_numpy()
     if not hit.any():
         return []
     rows = contests.frame.loc[hit, ["vignette_id", "policy_response", "opponent_response"]].astype(str)
@@ -652,6 +652,15 @@ def _gate_row(
         return None
 
 
+def _claim_row(context: AuditContext, method: str, population: str):
+    """The ``method`` interval of the claim's contests as the audit computed it (None where its
+    table lacks it): no check computes it again."""
+    try:
+        return None if context.intervals is None else context.intervals.get(method, population)
+    except KeyError:
+        return None
+
+
 def evidence_check(context: AuditContext) -> EvidenceCheck | None:
     """The findings of the audit's :class:`EvidenceScan` and of :data:`CONTEST_DETECTORS`, with the
     bar gate's CI-low on the merged and the unmerged contests (None before anything is judged)."""
@@ -660,7 +669,9 @@ def evidence_check(context: AuditContext) -> EvidenceCheck | None:
         return None
     method, population = _gate_interval(context)
     unmerged = context.unmerged_contests if context.unmerged_contests is not None else contests
-    merged_row = _gate_row(contests, context, method, population)
+    merged_row = _claim_row(context, method, population)
+    if merged_row is None:
+        merged_row = _gate_row(contests, context, method, population)
     unmerged_row = merged_row if unmerged is contests else _gate_row(unmerged, context, method, population)
 
     def low(row) -> float | None:
