@@ -29,6 +29,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def _case_study_steps():
     spec = importlib.util.spec_from_file_location("case_studies", REPO_ROOT / "tests" / "test_case_studies.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
