@@ -15,37 +15,32 @@ never PASS. Every comparison of an interval's lower bound with a bar goes throug
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
-from types import MappingProxyType
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from honestci.audit.checks.calibration import GATE_TIE_POLICY, CalibrationResult
-from honestci.audit.checks.claimed import ClaimedFigureAudit
-from honestci.audit.checks.context import AuditContext, BayesCheck, CheckFailed, ComparisonCheck
-from honestci.audit.checks.evidence import EvidenceCheck
-from honestci.audit.checks.leakage import LeakageScan
-from honestci.audit.checks.length_bias import LengthBiasCheck
-from honestci.audit.checks.position_bias import ONE_ORDER_FIXED, PositionBiasResult
-from honestci.audit.checks.seeds import SeedsCheck
-from honestci.audit.checks.selection import SelectionAnalysis, WinnerInference
-from honestci.audit.checks.systems import SystemsCheck
-from honestci.audit.checks.training_health import TrainingHealth
-from honestci.audit.checks.verdicts import MissingOrders, VerdictValidity
 from honestci.audit.policy import (
-    GATE_ORDER,
-    NEW_SEED_METHOD,
-    REQUIRED_WHEN_EVIDENCE_GIVEN,
+    GATE_TIE_POLICY,
     THRESHOLDS,
     GateResult,
     Thresholds,
     Verdict,
     clears_bar,
-    length_bias_required,
     worst,
 )
-from honestci.audit.stats.estimands import size_association
-from honestci.audit.stats.intervals import IntervalResult
-from honestci.audit.stats.length_bias import LengthBiasResult
+
+if TYPE_CHECKING:  # the rules read these results' figures; importing them would load pandas and scipy
+    from honestci.audit.checks.calibration import CalibrationResult
+    from honestci.audit.checks.claimed import ClaimedFigureAudit
+    from honestci.audit.checks.context import BayesCheck, ComparisonCheck
+    from honestci.audit.checks.evidence import EvidenceCheck
+    from honestci.audit.checks.leakage import LeakageScan
+    from honestci.audit.checks.position_bias import PositionBiasResult
+    from honestci.audit.checks.seeds import SeedsCheck
+    from honestci.audit.checks.selection import SelectionAnalysis, WinnerInference
+    from honestci.audit.checks.systems import SystemsCheck
+    from honestci.audit.checks.training_health import TrainingHealth
+    from honestci.audit.checks.verdicts import MissingOrders, VerdictValidity
+    from honestci.audit.stats.length_bias import LengthBiasResult
 
 # --- the win rate -----------------------------------------------------------------------------
 
@@ -459,6 +454,8 @@ def gate_position_bias(result: PositionBiasResult | None, thresholds: Thresholds
     The tolerance is a closed equivalence band, not a bar: an interval that touches a bound is
     inside on that side.
     """
+    from honestci.audit.data.contests import ONE_ORDER_FIXED  # a design label; the module loads pandas
+
     name = "position_bias"
     if result is None:
         return GateResult(
@@ -711,29 +708,6 @@ def _gate_best_of(policy: str, inference: WinnerInference, bar: float, what: str
     return GateResult("winners_curse", verdict, f"{message} ({why})", evidence)
 
 
-def evidence_given(context: AuditContext) -> tuple[str, ...]:
-    """The gates of :data:`honestci.audit.policy.REQUIRED_WHEN_EVIDENCE_GIVEN` whose evidence the
-    claim supplies (their check ran); ``winners_curse`` also when the claim says the policy is the
-    best of its ``systems``, or the policy is the observed best of its training ``seeds`` (a
-    selection on the claim's own contests); ``length_bias`` when the policy's rule
-    :func:`honestci.audit.policy.length_bias_required` finds the two systems' answers differ in length."""
-    given = [gate for gate, check in REQUIRED_WHEN_EVIDENCE_GIVEN.items() if context.checks.get(check) is not None]
-    if "winners_curse" not in given and _selections_on_claim_data(context):
-        given.append("winners_curse")
-    if _length_bias_required(context) is not None:
-        given.append("length_bias")
-    return tuple(given)
-
-
-def _length_bias_required(context: AuditContext) -> str | None:
-    """Why the policy requires ``length_bias`` on this claim (None when it does not)."""
-    check = context.checks.get("length_bias")
-    if not isinstance(check, LengthBiasCheck):
-        return None
-    result = check.result
-    return length_bias_required(result.median_length_policy, result.median_length_opponent, context.claim.thresholds)
-
-
 def gate_leakage(scan: LeakageScan | None) -> GateResult:
     """``leakage``: FAIL when an eval answer's n-gram overlap with the training corpus reaches the
     scan's ``min_overlap``, WARN on near duplicates (paraphrases) only, INCONCLUSIVE without a
@@ -886,130 +860,6 @@ def gate_evidence_intact(check: EvidenceCheck | None, thresholds: Thresholds = T
     return GateResult(name, Verdict.PASS, "no copied prompts, responses or judgments and no look-alike names", evidence)
 
 
-# --- the registry: each gate as a function of the audit context ------------------------------
-
-
-def _nothing_judged(name: str) -> GateResult:
-    return GateResult(name, Verdict.INCONCLUSIVE, "not run: nothing has been judged yet", ran=False)
-
-
-def _enough_clusters(context: AuditContext) -> GateResult:
-    if context.intervals is None:
-        return _nothing_judged("enough_clusters")
-    return gate_enough_clusters(context.intervals.rows[0].n_clusters, context.claim.thresholds)
-
-
-def _ci_low_clears_bar(context: AuditContext) -> GateResult:
-    spec, method = context.claim.spec, context.gate_method
-    if context.intervals is None:
-        return _nothing_judged("ci_low_clears_bar")
-    try:
-        row = context.intervals.get(method, spec.population)
-    except KeyError:
-        return gate_ci_low_clears_bar(
-            None,
-            spec.bar,
-            method,
-            spec.population,
-            reason_if_missing=f"method {method} gives no {spec.population} interval",
-        )
-    result = gate_ci_low_clears_bar(
-        row.ci_low if row.reportable else None, spec.bar, method, spec.population, reason_if_missing=row.note
-    )
-    if method == NEW_SEED_METHOD:
-        return _on_the_new_seed_interval(result, row, context)
-    return _with_size_association(result, context)
-
-
-def _on_the_new_seed_interval(result: GateResult, row: IntervalResult, context: AuditContext) -> GateResult:
-    """A claim about the recipe: the bar gate's message and evidence say it read the seeds check's
-    new-seed interval on new vignettes, and show the policy seed's own CI-low beside it (what a claim
-    about the checkpoint would have read; never gated on here)."""
-    rules = context.claim.policy
-    own_method = rules.contest_method(context.claim.spec.population)
-    rows = () if context.intervals is None else context.intervals.rows
-    own = next((r for r in rows if r.method == own_method and r.population == "new_vignettes"), None)
-    own_low = own.ci_low if own is not None and own.reportable else None
-    evidence = {
-        **result.evidence,
-        "interval": "new-seed interval (seeds check): a new training seed of the recipe on new vignettes",
-        "n_seeds": len(row.details.get("seeds", ())),
-        "n_shared_vignettes": row.n_clusters,
-        "df": row.df,
-        "policy_seed_method": own_method,
-        "policy_seed_ci_low": own_low,
-    }
-    if result.evidence["ci_low"] is None:
-        message = f"no new-seed interval for a claim about the recipe: {row.note}"
-    else:
-        relation = ">=" if result.verdict == Verdict.PASS else "<"
-        message = (
-            f"new-seed interval CI-low {row.ci_low:.3f} {relation} bar {result.evidence['bar']:.3f} (a new training seed "
-            f"of the recipe on new vignettes: {row.note}, df {row.df:.1f})"
-        )
-        if own_low is not None:
-            message += f"; the policy's own seed alone: {own_method} CI-low {own_low:.3f}, not what this claim asserts"
-    return replace(result, message=message, evidence=evidence)
-
-
-def _with_size_association(result: GateResult, context: AuditContext) -> GateResult:
-    """The bar gate's evidence gains whether vignette sizes are informative (estimands): the gate
-    reads an equal-weight interval either way (each vignette once in the posterior's likelihood,
-    bayes_grid.rate_posterior), and says so when weighting by contests would differ."""
-    if context.contests is None:
-        return result
-    scored = context.contests.scores("both_orders", invalid=context.claim.policy.invalid_verdicts)
-    sizes = size_association(scored.values, scored.clusters)
-    alpha = context.claim.thresholds.informative_sizes_alpha
-    evidence = {
-        **result.evidence,
-        "sizes_kendall_tau": sizes.tau,
-        "sizes_p_value": sizes.p_value,
-        "equal_weight_rate": sizes.equal_weight,
-        "contest_weighted_rate": sizes.contest_weighted,
-        "sizes_informative": sizes.informative(alpha),
-    }
-    message = result.message
-    if sizes.informative(alpha):
-        message += (
-            f"; vignette sizes are informative (Kendall tau {sizes.tau:+.2f}, p = {sizes.p_value:.3g}): "
-            f"the pooled share of contests is {sizes.contest_weighted:.3f} against the equal-weight rate "
-            f"{sizes.equal_weight:.3f} the gate reads"
-        )
-    return replace(result, evidence=evidence, message=message)
-
-
-def _valid_verdicts(context: AuditContext) -> GateResult:
-    return gate_valid_verdicts(context.checks.get("valid_verdicts"), context.claim.thresholds)
-
-
-def _sampler_converged(context: AuditContext) -> GateResult:
-    return gate_sampler_converged(context.bayes)
-
-
-def _comparison_valid(context: AuditContext) -> GateResult:
-    return gate_comparison_valid(context.comparisons)
-
-
-def _multiple_comparisons(context: AuditContext) -> GateResult:
-    return gate_multiple_comparisons(context.checks.get("systems"))
-
-
-def _claimed_figures_reproduce(context: AuditContext) -> GateResult:
-    return gate_claimed_figures_reproduce(context.claimed_audit)
-
-
-def _judge_calibrated(context: AuditContext) -> GateResult:
-    return gate_judge_calibrated(context.checks.get("calibration"), context.claim.thresholds)
-
-
-def _position_bias(context: AuditContext) -> GateResult:
-    check = context.checks.get("position_bias")
-    if check is None or not check.panel:
-        return gate_position_bias(None if check is None else check.claim_judge, context.claim.thresholds)
-    return gate_panel_position_bias(check.gated(), context.claim.thresholds)
-
-
 def gate_panel_position_bias(results: Iterable[PositionBiasResult], thresholds: Thresholds = THRESHOLDS) -> GateResult:
     """``position_bias`` for a panel: :func:`gate_position_bias` on every panel judge, and the worst
     verdict (a FAIL when any judge favours a position beyond tolerance, whatever the panel rule:
@@ -1025,117 +875,3 @@ def gate_panel_position_bias(results: Iterable[PositionBiasResult], thresholds: 
         {"tolerance": thresholds.position_bias_tolerance, "judges": [g.evidence for g in gates]},
         ran=all(g.ran for g in gates),
     )
-
-
-def _length_bias(context: AuditContext) -> GateResult:
-    check: LengthBiasCheck | None = context.checks.get("length_bias")
-    gate = gate_length_bias(None if check is None else check.result, context.claim.thresholds)
-    why = _length_bias_required(context)
-    return gate if why is None else replace(gate, evidence=gate.evidence | {"required_because": why})
-
-
-def _selections_on_claim_data(context: AuditContext) -> dict[str, GateResult]:
-    """The winners_curse findings of the selections made on the claim's own contests, by source."""
-    systems, seeds, bar = context.checks.get("systems"), context.checks.get("seeds"), context.claim.spec.bar
-    found = {}
-    if isinstance(systems, SystemsCheck) and systems.selection is not None:
-        found["best_of_systems"] = gate_best_of_systems_selection(systems, bar)
-    if isinstance(seeds, SeedsCheck) and seeds.selection is not None:
-        found["best_seed"] = gate_best_seed_selection(seeds, bar)
-    return found
-
-
-def _winners_curse(context: AuditContext) -> GateResult:
-    pool = context.checks.get("winners_curse")
-    results = _selections_on_claim_data(context)
-    if pool is not None or not results:
-        results = {
-            "selection_pool": gate_winners_curse(pool, context.claim.spec.bar, context.claim.thresholds)
-        } | results
-    if len(results) == 1:
-        return next(iter(results.values()))
-    # Several selections (a selection pool, a best-of-systems claim, the best seed): each is checked, the worst decides.
-    verdict = worst(r.verdict for r in results.values())
-    return GateResult(
-        "winners_curse",
-        verdict,
-        "; ".join(r.message for r in results.values() if r.verdict == verdict),
-        {source: r.evidence for source, r in results.items()},
-    )
-
-
-def _leakage(context: AuditContext) -> GateResult:
-    check = context.checks.get("leakage")
-    return gate_leakage(None if check is None else check.scan)
-
-
-def _evidence_intact(context: AuditContext) -> GateResult:
-    return gate_evidence_intact(context.checks.get("evidence"), context.claim.thresholds)
-
-
-def _training_healthy(context: AuditContext) -> GateResult:
-    return gate_training_healthy(context.checks.get("training_health"))
-
-
-#: The one gate registry: every gate of :data:`honestci.audit.policy.GATE_ORDER`, in that order.
-GATES: Mapping[str, Callable[[AuditContext], GateResult]] = MappingProxyType(
-    {
-        "enough_clusters": _enough_clusters,
-        "ci_low_clears_bar": _ci_low_clears_bar,
-        "valid_verdicts": _valid_verdicts,
-        "sampler_converged": _sampler_converged,
-        "comparison_valid": _comparison_valid,
-        "claimed_figures_reproduce": _claimed_figures_reproduce,
-        "judge_calibrated": _judge_calibrated,
-        "position_bias": _position_bias,
-        "evidence_intact": _evidence_intact,
-        "multiple_comparisons": _multiple_comparisons,
-        "length_bias": _length_bias,
-        "winners_curse": _winners_curse,
-        "leakage": _leakage,
-        "training_healthy": _training_healthy,
-    }
-)
-
-
-#: The check each gate reads, where it reads one (key in ``context.checks``).
-GATE_CHECK = {
-    "evidence_intact": "evidence",
-    "valid_verdicts": "valid_verdicts",
-    "judge_calibrated": "calibration",
-    "position_bias": "position_bias",
-    "multiple_comparisons": "systems",
-    "length_bias": "length_bias",
-    "winners_curse": "winners_curse",
-    "leakage": "leakage",
-    "training_healthy": "training_health",
-}
-
-
-def run_gate(name: str, context: AuditContext) -> GateResult:
-    """Run the gate ``name`` of :data:`GATES` on ``context``; a gate whose check failed to
-    estimate did not run (INCONCLUSIVE, and never let through by ``--allow-inconclusive``)."""
-    if name not in GATES:
-        raise KeyError(f"unknown gate {name!r}; the gates are {', '.join(GATE_ORDER)}")
-    failed = context.checks.get(GATE_CHECK.get(name, ""))
-    if isinstance(failed, CheckFailed):
-        return GateResult(
-            name, Verdict.INCONCLUSIVE, f"not run: its check has no result from these data: {failed.reason}", ran=False
-        )
-    return GATES[name](context)
-
-
-def run_gates(context: AuditContext) -> tuple[GateResult, ...]:
-    """Every gate, in the order of :data:`honestci.audit.policy.GATE_ORDER`."""
-    return tuple(run_gate(name, context) for name in GATE_ORDER)
-
-
-def overall_verdict(results: Iterable[GateResult], required: Iterable[str]) -> Verdict:
-    """The worst verdict among the required gates (gates not required inform but never block).
-
-    A required gate with no result counts as INCONCLUSIVE: a gate that did not run never passes.
-    """
-    required = set(required)
-    results = list(results)
-    missing = required - {r.name for r in results}
-    return worst([r.verdict for r in results if r.name in required] + [Verdict.INCONCLUSIVE] * bool(missing))

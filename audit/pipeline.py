@@ -92,7 +92,7 @@ class AuditResult:
 
     @property
     def verdict(self) -> Verdict:
-        from honestci.audit.gates import overall_verdict
+        from honestci.audit.gate_registry import overall_verdict
 
         return overall_verdict(self.gates, self.required_gates)
 
@@ -758,7 +758,7 @@ def run_audit(
         progress=progress,
         while_fitting=per_vignette_table,  # the report's per-vignette table, beside the Bayesian fit
     )
-    from honestci.audit.gates import evidence_given, run_gates
+    from honestci.audit.gate_registry import evidence_given, run_gates
 
     claim, contests, intervals, bayes_result = context.claim, context.contests, context.intervals, context.bayes
     # audit_context always assembles both; only the training pipeline's preflight context lacks them.

@@ -221,6 +221,11 @@ GATE_METHOD_FOR_POPULATION = {
 }
 
 
+#: How the ``judge_calibrated`` gate scores ties (audit/checks/calibration.py ``TIE_POLICIES``): the
+#: judge's agreement on the contests a human decided, so a judge cannot raise it by calling ties.
+GATE_TIE_POLICY = "human_decided"
+
+
 def clears_bar(ci_low: float, bar: float) -> bool:
     """The one bar rule, used by every gate that tests a bar (the Bayesian verdict included):
     the interval's lower bound is at or above the bar."""
@@ -243,38 +248,119 @@ class GateResult:
         return {"gate": self.name, "verdict": str(self.verdict), "message": self.message, "ran": self.ran}
 
 
-#: Gates required by default, in the order they run.
-DEFAULT_REQUIRED_GATES = (
-    "enough_clusters",
-    "ci_low_clears_bar",
-    "valid_verdicts",
-    "sampler_converged",
-    "comparison_valid",
-    "claimed_figures_reproduce",
-    "judge_calibrated",
-    "position_bias",
-    "evidence_intact",
-)
+#: When a gate blocks by default: ``always``; ``when_evidence_given`` (its check ran because the
+#: claim supplied its evidence: a claimed family, a selection pool, a corpus, a training log —
+#: evidence given must pass); ``by_rule`` (a policy rule decides per claim: ``length_bias`` when the
+#: answers differ in length, :func:`length_bias_required`); ``on_request`` (only a policy file's
+#: ``required_gates`` makes it block).
+Requirement = Literal["always", "when_evidence_given", "by_rule", "on_request"]
+
+
+@dataclass(frozen=True)
+class GateRecord:
+    """One gate, everything about it but its rule (:mod:`honestci.audit.gates`) and the check that
+    computes its figures (:mod:`honestci.audit.checks`). The policy's gate order, the required
+    gates, the registry, the JUnit cases and the report summary's remedies all derive from
+    :data:`GATE_RECORDS`; adding a gate is its record, its rule and its check."""
+
+    name: str
+    #: The key of ``AuditContext.checks`` the gate reads (None: the audit's own figures).
+    reads: str | None
+    required: Requirement
+    #: What would turn the gate, when no figure-based sentence applies (the report summary).
+    remedy: str
+
+
 #: Every gate, in the order they run and are reported.
-#: ``length_bias`` is required by a policy rule when the two systems' answers differ in length
-#: (:func:`length_bias_required`): a judge's length preference can then move the win rate. Where
-#: the lengths match it only informs (a policy file may add it to ``required_gates``).
-GATE_ORDER = (
-    *DEFAULT_REQUIRED_GATES,
-    "multiple_comparisons",
-    "length_bias",
-    "winners_curse",
-    "leakage",
-    "training_healthy",
+GATE_RECORDS = (
+    GateRecord(
+        "enough_clusters",
+        None,
+        "always",
+        "add vignettes: the policy needs at least {min_clusters} for an interval on new vignettes",
+    ),
+    GateRecord("ci_low_clears_bar", None, "always", "see the gate's evidence below"),
+    GateRecord(
+        "valid_verdicts",
+        "valid_verdicts",
+        "always",
+        "re-judge the contests with invalid verdicts (fix the judge's prompt or its parser) so "
+        "that scoring them cannot move the CI-low across the bar",
+    ),
+    GateRecord(
+        "sampler_converged",
+        None,
+        "always",
+        "rerun the Bayesian fit with more tuning and draws until R-hat, ESS and divergences "
+        "meet the policy, or simplify the model",
+    ),
+    GateRecord(
+        "comparison_valid",
+        None,
+        "always",
+        "state the comparison as a paired, vignette-clustered difference "
+        "(kind: paired_difference) and let its interval exclude 0",
+    ),
+    GateRecord(
+        "claimed_figures_reproduce",
+        None,
+        "always",
+        "state the figures as recomputed here: a point, n, and an interval that respects "
+        "the clustering by vignette (the gate's interval, or CR2)",
+    ),
+    GateRecord(
+        "judge_calibrated",
+        "calibration",
+        "always",
+        "use a judge whose agreement with human preferences clears the policy's minimum, "
+        "or collect more human labels to narrow its interval",
+    ),
+    GateRecord(
+        "position_bias",
+        "position_bias",
+        "always",
+        "judge every contest in both orders with a judge whose order effect lies within the "
+        "policy's tolerance; more vignettes narrow that interval",
+    ),
+    GateRecord(
+        "evidence_intact",
+        "evidence",
+        "always",
+        "give each vignette, response and judgment once under one id (copies are merged "
+        "before any interval) and systems and judges names that cannot be read as each other",
+    ),
+    GateRecord("multiple_comparisons", "systems", "when_evidence_given", "see the gate's evidence below"),
+    GateRecord("length_bias", "length_bias", "by_rule", "see the gate's evidence below"),
+    GateRecord(
+        "winners_curse",
+        "winners_curse",
+        "when_evidence_given",
+        "evaluate the selected candidate on a fresh held-out pool that took no part in the selection",
+    ),
+    GateRecord(
+        "leakage",
+        "leakage",
+        "when_evidence_given",
+        "drop the leaked items from the evaluation (or retrain without them) and re-audit",
+    ),
+    GateRecord(
+        "training_healthy",
+        "training_health",
+        "when_evidence_given",
+        "fix the training run the log shows (reward flat, KL or entropy out of bounds) and re-evaluate",
+    ),
 )
-#: Gates required by default only when the claim supplies their evidence (their check ran): a
-#: corpus, a selection pool, a training log. Evidence given must pass.
+GATE_ORDER = tuple(record.name for record in GATE_RECORDS)
+#: Gates required by default, in the order they run.
+DEFAULT_REQUIRED_GATES = tuple(record.name for record in GATE_RECORDS if record.required == "always")
+#: Gate → the check whose evidence, when given, makes it required.
 REQUIRED_WHEN_EVIDENCE_GIVEN = {
-    "multiple_comparisons": "systems",
-    "leakage": "leakage",
-    "winners_curse": "winners_curse",
-    "training_healthy": "training_health",
+    record.name: record.reads for record in GATE_RECORDS if record.required == "when_evidence_given"
 }
+#: Gate → the check it reads, for the gates that read one.
+GATE_CHECK = {record.name: record.reads for record in GATE_RECORDS if record.reads is not None}
+#: Gate → what would turn it (the report summary's fallback sentence).
+GATE_REMEDY = {record.name: record.remedy for record in GATE_RECORDS}
 
 
 def length_bias_required(

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from honestci.audit.policy import GATE_REMEDY
+
 __all__ = ["BlockingGate", "VerdictSummary", "blocking_gates", "sig", "summarize", "units_to_clear_bar"]
 
 #: A reason longer than this is cut at its first clause (the full message is in the gates table).
@@ -152,29 +154,6 @@ def units_to_clear_bar(
 PLANNING_POWER = 0.8
 
 
-#: What would turn each gate, when no figure-based sentence applies.
-REMEDIES = {
-    "enough_clusters": "add vignettes: the policy needs at least {min_clusters} for an interval on new vignettes",
-    "valid_verdicts": "re-judge the contests with invalid verdicts (fix the judge's prompt or its parser) so "
-    "that scoring them cannot move the CI-low across the bar",
-    "sampler_converged": "rerun the Bayesian fit with more tuning and draws until R-hat, ESS and divergences "
-    "meet the policy, or simplify the model",
-    "comparison_valid": "state the comparison as a paired, vignette-clustered difference "
-    "(kind: paired_difference) and let its interval exclude 0",
-    "claimed_figures_reproduce": "state the figures as recomputed here: a point, n, and an interval that respects "
-    "the clustering by vignette (the gate's interval, or CR2)",
-    "judge_calibrated": "use a judge whose agreement with human preferences clears the policy's minimum, "
-    "or collect more human labels to narrow its interval",
-    "position_bias": "judge every contest in both orders with a judge whose order effect lies within the "
-    "policy's tolerance; more vignettes narrow that interval",
-    "evidence_intact": "give each vignette, response and judgment once under one id (copies are merged "
-    "before any interval) and systems and judges names that cannot be read as each other",
-    "winners_curse": "evaluate the selected candidate on a fresh held-out pool that took no part in the selection",
-    "leakage": "drop the leaked items from the evaluation (or retrain without them) and re-audit",
-    "training_healthy": "fix the training run the log shows (reward flat, KL or entropy out of bounds) and re-evaluate",
-}
-
-
 def _reason(gate: dict) -> str:
     evidence = gate.get("evidence") or {}
     if gate["gate"] == "ci_low_clears_bar" and evidence.get("ci_low") is not None and gate["verdict"] == "FAIL":
@@ -198,8 +177,8 @@ def _remedy(gate: dict, data: dict, row: dict | None) -> str:
     if name == "ci_low_clears_bar":
         return _bar_sentence(data, row)
     if name == "enough_clusters":
-        return REMEDIES[name].format(min_clusters=evidence.get("min_clusters", "the minimum"))
-    return REMEDIES.get(name, "see the gate's evidence below")
+        return GATE_REMEDY[name].format(min_clusters=evidence.get("min_clusters", "the minimum"))
+    return GATE_REMEDY[name]
 
 
 def _bar_sentence(data: dict, row: dict | None) -> str:

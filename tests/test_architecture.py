@@ -40,6 +40,7 @@ FLOORS = {
     f"{CORE}.stats": "stats",
     f"{CORE}.checks": "checks",
     f"{CORE}.gates": "gates",
+    f"{CORE}.gate_registry": "gates",
     f"{CORE}.report_model": "report_model",
     f"{CORE}.pipeline": "pipeline",
     f"{CORE}.cli": "cli",
@@ -65,8 +66,8 @@ ALLOWED = {
     "pipeline": {"errors", "policy", "data", "stats", "checks", "gates", "report_model", "pipeline"},
     "cli": CORE_BELOW_CLI | {"cli", "root", "reports", "judges", "training", "fixtures"},
     "entry": {"cli"},
-    # Renderers read the report model only (and raise the core's input errors).
-    "reports": {"errors", "report_model", "reports"},
+    # Renderers read the report model and the policy's gate records (and raise the core's input errors).
+    "reports": {"errors", "policy", "report_model", "reports"},
     # Judging and training use the core's public API (never its command line), and training uses
     # the judging backends and the renderers for the model card it publishes.
     "judges": CORE_BELOW_CLI | {"judges"},

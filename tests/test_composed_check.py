@@ -16,7 +16,7 @@ from honestci.audit.checks.leakage import LeakageCheck, LeakageScan
 from honestci.audit.data.claims import load_claim
 from honestci.audit.data.contests import build_contests
 from honestci.audit.data.io import load_study
-from honestci.audit.gates import run_gate
+from honestci.audit.gate_registry import run_gate
 from honestci.audit.policy import DEFAULT_SEED, Verdict
 from honestci.audit.stats.iid import proportion_ci
 from honestci.audit.stats.intervals import IntervalTable

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from honestci.audit.gates import overall_verdict
+from honestci.audit.gate_registry import overall_verdict
 from honestci.audit.pipeline import AuditResult
 from honestci.audit.policy import EXIT_BLOCKED, EXIT_PASS, GATE_ORDER, GateResult, Verdict
 from honestci.audit.stats.intervals import IntervalTable

@@ -1,11 +1,13 @@
-"""The gate registry: every gate of the policy is registered once, in audit/gates.py, and keeps the
-gate contract on the fixture study and on a context where no optional check ran; no other module
+"""The gate registry: every gate of the policy's records is registered once, in
+audit/gate_registry.py, and keeps the gate contract on the fixture study and on a context where no optional check ran; no other module
 makes a verdict, and no check reaches above its floor."""
 
 from __future__ import annotations
 
 import ast
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,9 +19,10 @@ from honestci.audit.checks.registry import CHECKS
 from honestci.audit.checks.systems import systems_check
 from honestci.audit.checks.training_health import assess_training_log
 from honestci.audit.data.io import load_table
-from honestci.audit.gates import GATES, gate_ci_low_clears_bar, gate_comparison_valid, run_gate, run_gates
+from honestci.audit.gate_registry import GATES, run_gate, run_gates
+from honestci.audit.gates import gate_ci_low_clears_bar, gate_comparison_valid
 from honestci.audit.pipeline import audit_context
-from honestci.audit.policy import GATE_ORDER, GateResult, Verdict
+from honestci.audit.policy import GATE_ORDER, GATE_RECORDS, GATE_REMEDY, GateResult, Verdict
 from honestci.audit.stats.compare import PairedDifference
 from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
@@ -73,7 +76,23 @@ def bare_context(fixture_context):
 
 
 def test_the_registry_holds_exactly_the_policy_gates_in_order():
-    assert tuple(GATES) == GATE_ORDER
+    assert tuple(GATES) == GATE_ORDER == tuple(record.name for record in GATE_RECORDS)
+
+
+def test_every_record_says_what_would_turn_its_gate():
+    """The report summary's remedies come from the records: one for every gate, none for a gate
+    that is not one, and every check a record reads is a check of the audit."""
+    assert set(GATE_REMEDY) == set(GATE_ORDER)
+    assert all(record.remedy.strip() for record in GATE_RECORDS)
+    assert {record.reads for record in GATE_RECORDS} - {None} <= {key for key, _ in CHECKS}
+
+
+def test_the_gate_rules_import_without_pandas_or_scipy():
+    """A one-check command applies a rule without loading the estimators: the rules import only
+    the policy at run time (the results they read are annotations)."""
+    probe = "import sys, honestci.audit.gates; print(sorted({'pandas', 'scipy'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("which", ["fixture_context", "bare_context"])
@@ -125,6 +144,7 @@ PACKAGES = ("audit", "judges", "training", "reports", "fixtures", "honestci")
 #: What a check module may not import: every floor above the checks.
 ABOVE_CHECKS = (
     "honestci.audit.gates",
+    "honestci.audit.gate_registry",
     "honestci.audit.pipeline",
     "honestci.audit.cli",
     "honestci.reports",
@@ -180,10 +200,11 @@ def _parse(path: Path) -> ast.AST:
 
 
 def test_only_audit_gates_makes_a_gate_result():
+    gate_modules = {ROOT / "audit" / "gates.py", ROOT / "audit" / "gate_registry.py"}
     offenders = [
         str(path.relative_to(ROOT))
         for path in _modules(*PACKAGES)
-        if path != ROOT / "audit" / "gates.py" and _makes_a_verdict(_parse(path))
+        if path not in gate_modules and _makes_a_verdict(_parse(path))
     ]
     assert offenders == []
 

@@ -30,7 +30,7 @@ from honestci.audit.data.claims import load_claim
 from honestci.audit.data.contests import build_contests
 from honestci.audit.data.io import load_study
 from honestci.audit.errors import InputError
-from honestci.audit.gates import run_gate
+from honestci.audit.gate_registry import run_gate
 from honestci.audit.policy import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from honestci.audit.cli import main
 from honestci.audit.data.claims import load_claim
 from honestci.audit.data.policy_file import PolicyError, load_policy
 from honestci.audit.errors import ClaimError
-from honestci.audit.gates import run_gate
+from honestci.audit.gate_registry import run_gate
 from honestci.audit.pipeline import audit_context
 from honestci.audit.policy import POPULATION_LABELS, Policy, Verdict
 from honestci.fixtures.simulate import DEFAULT_STUDY_DIR, SEED_SYSTEMS, SEEDS_DIR

@@ -14,7 +14,7 @@ from scipy.special import expit
 from honestci.audit.checks.seeds import seeds_check
 from honestci.audit.data.claims import load_claim
 from honestci.audit.errors import ClaimError, EstimationError, InputError
-from honestci.audit.gates import evidence_given, run_gate
+from honestci.audit.gate_registry import evidence_given, run_gate
 from honestci.audit.pipeline import audit_context
 from honestci.audit.policy import Verdict
 from honestci.audit.stats.estimands import standard_normal_nodes

@@ -8,7 +8,7 @@ gate passes, and otherwise refuses (exit 1) with the report explaining why.
   the reward models train on, and any extra ``corpus``) is checked against the held-out eval
   answers (the opponent's answers that no human table references) by the audit's own leakage
   check (:func:`honestci.audit.checks.leakage.leakage_check`) and gate
-  (:func:`honestci.audit.gates.run_gate` ``"leakage"``). When that check cannot be imported or run,
+  (:func:`honestci.audit.gate_registry.run_gate` ``"leakage"``). When that check cannot be imported or run,
   or its gate does not PASS, nothing is trained.
 - The audit's claim requires the default gates plus ``leakage`` and ``training_healthy``, and names
   the GRPO log (``training_log``, copied beside the claim) so the audit itself judges training health.
@@ -287,7 +287,7 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
     from honestci.audit.checks.context import AuditContext
     from honestci.audit.data.claims import Claim, ClaimSpec, tightened
     from honestci.audit.data.io import LoadedTable, Study, load_table
-    from honestci.audit.gates import run_gate
+    from honestci.audit.gate_registry import run_gate
 
     data = {
         "vignettes": "vignettes.jsonl",

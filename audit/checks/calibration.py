@@ -59,7 +59,7 @@ import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import DEFAULT_SEED, THRESHOLDS
+from honestci.audit.policy import DEFAULT_SEED, GATE_TIE_POLICY, THRESHOLDS
 from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
 from honestci.audit.stats.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
@@ -81,7 +81,6 @@ PREFERS_A, TIE, PREFERS_B = 1.0, 0.0, -1.0
 #: Ordered classes (b preferred < tie < a preferred), the order of every confusion table.
 CLASSES = (PREFERS_B, TIE, PREFERS_A)
 TIE_POLICIES = ("as_class", "human_decided", "decided")
-GATE_TIE_POLICY = "human_decided"
 LABEL_CODES = {"a": PREFERS_A, "tie": TIE, "b": PREFERS_B}
 #: Code of an invalid verdict under ``invalid_as="disagreement"``: off the -1/0/+1 scale, so it
 #: equals no human code, and its class index (code + 1 = 3) is the fourth row of the confusion table.
