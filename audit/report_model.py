@@ -92,6 +92,15 @@ class Report:
         return json.loads(self.document)
 
 
+def gate_row(data: dict[str, Any]) -> dict | None:
+    """The interval row of a report's ``data`` that the bar gate read (the policy's method for the
+    claim's population), None when the audit computed none: every renderer finds it here."""
+    for row in data["intervals"]:
+        if row["method"] == data["gate_method"] and row["population"] == data["claim"]["population"]:
+            return row
+    return None
+
+
 #: Where orjson spells a float otherwise than Python's ``float.__repr__`` (what ``json.dumps``
 #: writes): a one-digit negative exponent (``1e-7``, Python ``1e-07``) and the fixed notation below
 #: 1e-4 (``0.00001``, Python ``1e-05``). Each search has a literal prefix, which ``re`` finds fast.

@@ -11,11 +11,10 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-from honestci.audit.report_model import POPULATION_LABELS, Report
+from honestci.audit.report_model import POPULATION_LABELS, Report, gate_row
 from honestci.reports import plots
 from honestci.reports.markdown import (
     claimed_section,
-    gate_interval,
     model_card_section,
     policy_lines,
     vignette_rows,
@@ -45,7 +44,7 @@ def render_html(report: Report, posterior: Any | None = None) -> str:
         loader=PackageLoader("honestci.reports", "templates"), autoescape=select_autoescape(["html", "j2"])
     )
     claim = data["claim"]
-    gate = gate_interval(data)
+    gate = gate_row(data)
     bayes = data.get("bayes") or {}
     quantiles = bayes.get(f"posterior_quantiles_{claim['population']}")
     ppc = bayes.get("ppc")  # the check's table, in verdict.json: re-rendering keeps its plot
@@ -80,9 +79,7 @@ def render_html(report: Report, posterior: Any | None = None) -> str:
         sections=[s | {"headings_cells": section_table(s)} for s in data.get("sections", [])],
         bayes_rows=[(k.replace("_", " "), number(v)) for k, v in bayes.items() if not isinstance(v, (list, dict))],
         bayes_withheld=bayes.get("withheld"),
-        intervals_svg=Markup(
-            plots.intervals_plot(data["intervals"], claim["bar"], data["gate_method"], claim["population"])
-        ),
+        intervals_svg=Markup(plots.intervals_plot(data["intervals"], claim["bar"], gate)),
         vignette_svg=Markup(plots.vignette_plot(per_vignette, gate, claim["bar"])) if per_vignette else None,
         posterior_svg=Markup(plots.posterior_plot(quantiles, claim["bar"], claim["population"])) if quantiles else None,
         ppc=ppc,

@@ -6,7 +6,7 @@ import html
 
 import yaml
 
-from honestci.audit.report_model import POPULATION_LABELS, Report
+from honestci.audit.report_model import POPULATION_LABELS, Report, gate_row
 from honestci.reports.summary import sig, summarize
 from honestci.reports.tables import INTERVAL_COLUMNS, evidence_pairs, interval, interval_row, number, section_table
 
@@ -43,13 +43,6 @@ def interval_text(row: dict) -> str:
     return f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
 
 
-def gate_interval(data: dict) -> dict | None:
-    for row in data["intervals"]:
-        if row["method"] == data["gate_method"] and row["population"] == data["claim"]["population"]:
-            return row
-    return None
-
-
 def model_card_section(data: dict) -> str:
     """A model-card table with correctly labelled columns, and Hugging Face ``model-index`` YAML
     (written by a YAML library, so no name can break it) — only when the verdict is PASS: a
@@ -60,7 +53,7 @@ def model_card_section(data: dict) -> str:
             "a claim that passes every required gate."
         )
     claim = data["claim"]
-    honest = gate_interval(data)
+    honest = gate_row(data)
     naive = next((r for r in data["intervals"] if r["method"] == "wilson"), None)
     level = int(round(100 * (honest or naive or {"level": 0.95})["level"]))
     method = honest["label"] if honest else data["gate_method"]

@@ -47,7 +47,7 @@ MAX_LABELLED_VIGNETTES = 60
 CATERPILLAR_SAMPLE = 200
 
 
-def intervals_plot(intervals: list[dict], bar: float, gate_method: str | None = None, population: str = "") -> str:
+def intervals_plot(intervals: list[dict], bar: float, gate: dict | None = None) -> str:
     """Every interval side by side, coloured by population, against the bar; the interval the
     gate reads is drawn black and thick and labelled "gate"."""
     plt = _pyplot()
@@ -56,7 +56,7 @@ def intervals_plot(intervals: list[dict], bar: float, gate_method: str | None = 
     figure, axis = plt.subplots(figsize=(8, 0.32 * len(intervals) + 1.6))
     labels = []
     for i, row in enumerate(reversed(intervals)):
-        is_gate = row["method"] == gate_method and row["population"] == population
+        is_gate = row is gate
         colour = GATE_COLOUR if is_gate else POPULATION_COLOURS.get(row["population"], "grey")
         if row.get("ci_low") is not None and row.get("verdict") != "INCONCLUSIVE":
             axis.plot([row["ci_low"], row["ci_high"]], [i, i], color=colour, linewidth=5 if is_gate else 2.5)
@@ -66,7 +66,7 @@ def intervals_plot(intervals: list[dict], bar: float, gate_method: str | None = 
     axis.axvline(bar, color=BAR_COLOUR, linestyle="--", linewidth=1.5)
     axis.set_yticks(range(len(intervals)), labels)
     for tick, row in zip(axis.get_yticklabels(), reversed(intervals)):
-        if row["method"] == gate_method and row["population"] == population:
+        if row is gate:
             tick.set_fontweight("bold")
     axis.set_ylim(-0.7, len(intervals) - 0.3)
     axis.set_xlabel("win rate of the policy (contest score: 1 win both orders, ½ split, 0 lose both)")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from honestci.audit.policy import GATE_REMEDY
+from honestci.audit.report_model import gate_row
 
 __all__ = ["BlockingGate", "VerdictSummary", "blocking_gates", "sig", "summarize", "units_to_clear_bar"]
 
@@ -114,14 +115,6 @@ def blocking_gates(data: dict) -> list[dict]:
         else:
             out.append(gate)
     return out
-
-
-def gate_row(data: dict) -> dict | None:
-    """The interval row the bar gate reads (the policy's method for the claim's population)."""
-    for row in data["intervals"]:
-        if row["method"] == data["gate_method"] and row["population"] == data["claim"]["population"]:
-            return row
-    return None
 
 
 def units_to_clear_bar(
