@@ -3,13 +3,20 @@
     PYTHONPATH=. python bench/bench_audit_scale.py [--format parquet|jsonl] [--repeats 3]
     PYTHONPATH=. python bench/bench_audit_scale.py --profile      # one run under cProfile
     PYTHONPATH=. python bench/bench_audit_scale.py --no-bayes     # every stage but the Bayesian fit
+    PYTHONPATH=. python bench/bench_audit_scale.py --shape realistic   # heavy-tailed sizes (issue 34)
 
-Generates once (seeded; under ``/tmp/honestci-scale-<format>``, never committed) a study in the
+Generates once (seeded; under ``/tmp/honestci-scale-<shape>-<format>``, never committed) a study in the
 project's own input formats: 5,000 vignettes; per vignette 10 policy responses in each of 2 runs
 and 10 opponent responses; every (policy, opponent) response pair of a vignette is one contest
 judged in both orders by one judge (200 contests per vignette, 1,000,000 contests, 2,000,000
 judgment rows), with a claim YAML. Verdicts come from a logit model with a vignette effect
 N(0, 0.8), a run effect, a first-position bias, ties and 0.5% invalid outputs.
+
+``--shape realistic`` writes instead the shape of a leaderboard-style evaluation
+(:func:`honestci.fixtures.shapes.write_shaped_study`): 1,000,000 contests on 5,000 vignettes with
+heavy-tailed sizes from 1 to 1,000 (:func:`~honestci.fixtures.shapes.realistic_sizes`), rows in
+random order, 5% of contests judged in one order, about 20% ties, 0.2% invalid verdicts, and two
+judges judging every contest (4 million judgment rows minus the one-order share).
 
 Then runs ``honestci audit CLAIM --out DIR`` ``--repeats`` times, each a fresh process, and records
 its wall time, CPU time (user + sys of the process tree, from ``RUSAGE_CHILDREN``), peak resident
@@ -44,8 +51,6 @@ def generate(root: Path, fmt: str, seed: int = 20261201) -> Path:
     if claim.exists():
         return claim
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -105,17 +110,9 @@ def generate(root: Path, fmt: str, seed: int = 20261201) -> Path:
         "raw": raw.astype(object),
         "prompt_sha256": np.full(2 * n, SHA, dtype=object),
     }
-    ext = ".parquet" if fmt == "parquet" else ".jsonl"
-    for name, columns in (("vignettes", vignettes), ("responses", responses), ("judgments", judgments)):
-        table = pa.table({k: pa.array(list(v) if v.dtype == object else v) for k, v in columns.items()})
-        if fmt == "parquet":
-            pq.write_table(table, root / f"{name}{ext}")
-        else:
-            import orjson
+    from honestci.fixtures.shapes import write_tables
 
-            with open(root / f"{name}{ext}", "wb") as out:
-                for record in table.to_pylist():
-                    out.write(orjson.dumps(record) + b"\n")
+    ext = write_tables(root, {"vignettes": vignettes, "responses": responses, "judgments": judgments}, fmt)
     claim.write_text(
         "version: 1\n"
         f'name: "{POLICY} beats {OPPONENT} at scale"\n'
@@ -125,6 +122,19 @@ def generate(root: Path, fmt: str, seed: int = 20261201) -> Path:
         "claimed: {point: 0.62, n: 1000000, ci_low: 0.619, method: wilson, level: 0.95}\n"
     )
     return claim
+
+
+def realistic(root: Path, fmt: str, seed: int = 20261206) -> Path:
+    """The realistic shape (module doc) under ``root``, written once; its claim's path."""
+    claim = root / "claim.yaml"
+    if claim.exists():
+        return claim
+    import numpy as np
+
+    from honestci.fixtures.shapes import realistic_sizes, write_shaped_study
+
+    sizes = realistic_sizes(N_VIGNETTES, 1_000_000, np.random.default_rng(seed))
+    return write_shaped_study(root, sizes, seed=seed, fmt=fmt)
 
 
 def one_audit(claim: Path, out: Path, profile: Path | None = None, extra: tuple[str, ...] = ()) -> dict:
@@ -181,14 +191,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--root", type=Path, default=None, help="study folder (default /tmp/honestci-scale-FORMAT)")
+    parser.add_argument(
+        "--root", type=Path, default=None, help="study folder (default /tmp/honestci-scale-SHAPE-FORMAT)"
+    )
     parser.add_argument("--profile", action="store_true", help="one run under cProfile (/tmp/honestci-scale.prof)")
     parser.add_argument("--json", type=Path, default=None, help="also write every run's record here")
     parser.add_argument("--no-bayes", action="store_true", help="pass --no-bayes to the audit")
+    parser.add_argument("--shape", choices=("equal", "realistic"), default="equal", help="vignette sizes (module doc)")
     args = parser.parse_args()
-    root = args.root or Path(f"/tmp/honestci-scale-{args.format}")
+    root = args.root or Path(f"/tmp/honestci-scale-{args.shape}-{args.format}")
     t = time.perf_counter()
-    claim = generate(root, args.format)
+    claim = generate(root, args.format) if args.shape == "equal" else realistic(root, args.format)
     print(f"study at {root} ({time.perf_counter() - t:.1f} s to generate or find)")
     if args.profile:
         run = one_audit(
