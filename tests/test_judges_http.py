@@ -17,7 +17,8 @@ from honestci.judges.tables import read_rows
 
 
 def _backend(server, **options):
-    settings = dict(concurrency=8, timeout_s=0.25, max_retries=4, backoff_base_s=0.005, backoff_cap_s=0.02, seed=1)
+    # A client timeout far above a stub's answer time even on a loaded machine: only a stall fault reaches it.
+    settings = dict(concurrency=8, timeout_s=5.0, max_retries=4, backoff_base_s=0.005, backoff_cap_s=0.02, seed=1)
     settings.update(options)
     return OpenAICompatibleBackend(server.base_url, "stub-judge", **settings)
 
@@ -30,7 +31,7 @@ def test_every_contest_ends_judged_or_counted_invalid_under_faults(tmp_path):
     study = write_stub_study(tmp_path, n_contests=40)
     doomed = ("7", "6")  # this ordered pair always gets HTTP 500: retries run out
     config = StubConfig(
-        stall_s=1.0,
+        stall_s=4.0,  # well past the client's timeout below, which an unstalled answer never reaches
         seed=3,
         always_fail_pairs=frozenset({doomed}),
         scripted=FAULTS,
@@ -47,7 +48,7 @@ def test_every_contest_ends_judged_or_counted_invalid_under_faults(tmp_path):
         summary = run_judging(
             study["contests"],
             load_texts(study["vignettes"], study["responses"]),
-            _backend(server, timeout_s=0.5),
+            _backend(server, timeout_s=1.5),
             get_template(),
             tmp_path / "out.jsonl",
             seed=11,
