@@ -57,7 +57,11 @@ class Verdict(enum.IntEnum):
 
 
 def worst(verdicts: Iterable[Verdict]) -> Verdict:
-    """The most severe verdict of ``verdicts`` (PASS when there are none)."""
+    """The most severe verdict of ``verdicts`` (PASS when there are none).
+
+    >>> worst([Verdict.PASS, Verdict.WARN]), worst([])
+    (<Verdict.WARN: 1>, <Verdict.PASS: 0>)
+    """
     return max(verdicts, default=Verdict.PASS)
 
 
@@ -228,7 +232,11 @@ GATE_TIE_POLICY = "human_decided"
 
 def clears_bar(ci_low: float, bar: float) -> bool:
     """The one bar rule, used by every gate that tests a bar (the Bayesian verdict included):
-    the interval's lower bound is at or above the bar."""
+    the interval's lower bound is at or above the bar.
+
+    >>> clears_bar(0.6, 0.6), clears_bar(0.5999, 0.6)
+    (True, False)
+    """
     return ci_low >= bar
 
 

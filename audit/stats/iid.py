@@ -64,6 +64,12 @@ def proportion_ci(successes: float, n: int, method: str = "wilson", level: float
     -----------------
     ``statsmodels.stats.proportion.proportion_confint`` (methods ``"wilson"``, ``"normal"``,
     ``"agresti_coull"``, ``"beta"``) and Newcombe (1998) Table I; see ``tests/test_iid.py``.
+
+    Examples
+    --------
+    >>> low, high = proportion_ci(8.5, 12)  # 8 wins, one split, 3 losses
+    >>> round(low, 4), round(high, 4)
+    (0.4284, 0.8873)
     """
     problems = []
     if method not in PROPORTION_METHODS:

@@ -164,6 +164,19 @@ def winrate_ci(
     wildboottest); ``cr2_logit`` against R survey ``svyciprop(method = "logit")`` on balanced
     clusters, where CR2 equals survey's linearisation variance; on unbalanced clusters, the
     one-sample t interval of the vignette means (scipy.stats.ttest_1samp) (tests/test_winrate.py).
+
+    Examples
+    --------
+    Twelve contests on six vignettes (1 = the policy won both orders, ½ split, 0 lost both):
+
+    >>> scores = [1, 1, 0.5, 1, 0, 1, 1, 0.5, 1, 1, 0, 1]
+    >>> vignettes = ["a", "a", "b", "b", "c", "c", "d", "d", "e", "e", "f", "f"]
+    >>> row = winrate_ci(scores, vignettes, method="cr2")
+    >>> round(row.estimate, 3), round(row.ci_low, 3), round(row.ci_high, 3), row.df
+    (0.75, 0.515, 0.985, 5.0)
+    >>> gate = winrate_ci(scores, vignettes, method="bayes_logit_normal")  # what the bar gate reads
+    >>> round(gate.ci_low, 3), round(gate.ci_high, 3)
+    (0.405, 0.908)
     """
     scores, clusters = _check_inputs(scores, clusters)
     _check_method(method, trials_per_contest)
