@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import tomllib
 from pathlib import Path
 
 import pytest
