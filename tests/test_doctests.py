@@ -14,10 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 #: Source folder → the package it installs as (pyproject.toml's package-dir).
 PACKAGES = {
-    "audit": "honestci.audit",
-    "judges": "honestci.judges",
-    "reports": "honestci.reports",
-    "fixtures": "honestci.fixtures",
+    folder: package
+    for package, folder in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"
+    ].items()
 }
 
 
