@@ -17,6 +17,7 @@ contests) fit neither and are shown as the optimistic baseline (Wilson is what m
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -29,34 +30,9 @@ from honestci.audit.stats.design_effect import ClusteringSummary, clustering_sum
 from honestci.audit.stats.estimands import VignetteMeans, unique_inverse, vignette_means
 from honestci.audit.stats.intervals import RATE_SPACE, IntervalResult, IntervalTable, bound_to_space
 
-IID_METHODS = {
-    "wilson": "iid Wilson (optimistic)",
-    "wald": "iid Wald (optimistic)",
-    "agresti_coull": "iid Agresti-Coull (optimistic)",
-    "clopper_pearson": "iid Clopper-Pearson (optimistic)",
-}
-CLUSTER_METHODS = {
-    "cr0": "CR0, t(G-1)",
-    "cr1": "CR1, t(G-1)",
-    "cr2": "CR2, Bell-McCaffrey Satterthwaite df",
-    "cr2_logit": "CR2 on the logit scale, Bell-McCaffrey Satterthwaite df",
-    "wild_webb": "wild cluster bootstrap (WCR, Webb)",
-    "wild_rademacher": "wild cluster bootstrap (WCR, Rademacher)",
-    "cluster_bootstrap_percentile": "cluster bootstrap, percentile (under-covers at small G)",
-    "cluster_bootstrap_bca": "cluster bootstrap, BCa (under-covers at small G)",
-    "bayes_logit_normal": "Bayesian logit-normal vignettes, posterior quantiles",
-}
 #: Up to this many distinct wild-bootstrap draws are enumerated exactly rather than sampled.
 MAX_ENUMERATED_DRAWS = 100_000
 STRATIFIED_LABEL = "stratified within-vignette, Welch df"
-
-
-def method_label(method: str) -> str:
-    """The label a method's intervals carry in tables and reports."""
-    return {**IID_METHODS, "stratified": STRATIFIED_LABEL, **CLUSTER_METHODS}[method]
-
-
-ALL_METHODS = tuple(IID_METHODS) + ("stratified",) + tuple(CLUSTER_METHODS)
 DEFAULT_METHODS = (
     "wilson",
     "stratified",
@@ -240,10 +216,22 @@ def _refuse_degenerate(result: IntervalResult) -> IntervalResult:
     )
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What a method reads beside the contests: the caller's settings and the clustering figures
+    every row carries (``common``)."""
+
+    level: float
+    seed: int | None
+    bootstrap_draws: int | None
+    trials_per_contest: int
+    common: dict
+
+
 def _winrate_ci(
     contests: _Contests, method, level, seed, thresholds, bootstrap_draws, trials_per_contest
 ) -> IntervalResult:
-    scores, clusters, info, per_vignette = contests.scores, contests.clusters, contests.info, contests.per_vignette
+    info, per_vignette = contests.info, contests.per_vignette
     common = dict(
         level=level,
         n=info.n,
@@ -252,59 +240,57 @@ def _winrate_ci(
         design_effect=info.design_effect,
         n_effective=info.n_effective,
     )
-    if method in IID_METHODS:
-        low, high = iid.proportion_ci(float(scores.sum()), info.n, method=method, level=level)
-        return IntervalResult(
-            method,
-            IID_METHODS[method],
-            "iid",
-            float(scores.mean()),
-            low,
-            high,
-            note="treats contests as independent: optimistic when they share vignettes",
-            **common,
-        )
-
-    if method == "stratified":
-        return _stratified(scores, clusters, per_vignette, common, trials_per_contest)
-
-    label = CLUSTER_METHODS[method]
-    estimate = per_vignette.estimate
+    request = _Request(level, seed, bootstrap_draws, trials_per_contest, common)
+    spec = METHODS[method]
+    if spec.population != "new_vignettes":
+        return spec.compute(method, contests, request)
     no_interval = None
     if info.n_clusters < thresholds.min_clusters:
         no_interval = (
             f"only {info.n_clusters} vignette(s); at least {thresholds.min_clusters} are needed "
             "for any interval on new vignettes"
         )
-    elif np.ptp(per_vignette.means) == 0 and method != "bayes_logit_normal":
+    elif np.ptp(per_vignette.means) == 0 and spec.needs_spread:
         no_interval = "every vignette has the same mean score: no between-vignette variance can be estimated"
-    if no_interval is not None:
-        return IntervalResult(
-            method,
-            label,
-            "new_vignettes",
-            estimate,
-            None,
-            None,
-            verdict=Verdict.INCONCLUSIVE,
-            note=no_interval,
-            **common,
-        )
-    if method == "bayes_logit_normal":
-        return _posterior_interval(method, label, scores, clusters, estimate, common, trials_per_contest)
     try:
-        # One row per vignette: every clustered method then weights vignettes equally (estimands).
-        means = per_vignette.means
-        return _clustered(method, label, means, np.arange(means.size), seed, common, bootstrap_draws)
+        if no_interval is None:
+            return spec.compute(method, contests, request)
     except EstimationError as exc:
-        return IntervalResult(
-            method, label, "new_vignettes", estimate, None, None, verdict=Verdict.INCONCLUSIVE, note=str(exc), **common
-        )
+        no_interval = str(exc)
+    return IntervalResult(
+        method,
+        spec.label,
+        "new_vignettes",
+        per_vignette.estimate,
+        None,
+        None,
+        verdict=Verdict.INCONCLUSIVE,
+        note=no_interval,
+        **common,
+    )
 
 
-def _stratified(scores, clusters, per_vignette, common, trials_per_contest) -> IntervalResult:
-    """``clusters`` are codes (:class:`_Contests`)."""
-    codes, sizes, means = clusters, per_vignette.sizes, per_vignette.means
+def _iid(method: str, contests: _Contests, request: _Request) -> IntervalResult:
+    """The pooled contests' score total as a binomial count (:func:`iid.proportion_ci`)."""
+    scores = contests.scores
+    low, high = iid.proportion_ci(float(scores.sum()), scores.size, method=method, level=request.level)
+    return IntervalResult(
+        method,
+        METHODS[method].label,
+        "iid",
+        float(scores.mean()),
+        low,
+        high,
+        note="treats contests as independent: optimistic when they share vignettes",
+        **request.common,
+    )
+
+
+def _stratified(method: str, contests: _Contests, request: _Request) -> IntervalResult:
+    """Welch–Satterthwaite interval of these vignettes' equal-weight rate (:func:`winrate_ci`'s Notes)."""
+    scores, codes, common = contests.scores, contests.clusters, request.common
+    trials_per_contest = request.trials_per_contest
+    sizes, means = contests.per_vignette.sizes, contests.per_vignette.means
     sq = np.bincount(codes, weights=(scores - means[codes]) ** 2)
     weights = np.full(sizes.size, 1.0 / sizes.size)  # equal vignette weight (estimands)
     estimate = float(np.sum(weights * means))
@@ -344,58 +330,75 @@ def _stratified(scores, clusters, per_vignette, common, trials_per_contest) -> I
     )
 
 
-def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -> IntervalResult:
-    """``scores`` are the vignette means, one per cluster."""
-    level = common["level"]
-    design = np.ones((scores.size, 1))
-    if method in ("cr0", "cr1", "cr2", "cr2_logit"):
-        vcov = method.removesuffix("_logit").upper()
-        fit = cluster_robust.cluster_robust_ols(
-            design, scores, clusters, vcov=vcov, level=level, df="satterthwaite" if vcov == "CR2" else "G-1"
-        )
-        if method == "cr2_logit":
-            return _logit_interval(method, label, fit, common)
-        return IntervalResult(
-            method,
-            label,
-            "new_vignettes",
-            float(fit.coef[0]),
-            float(fit.ci_low[0]),
-            float(fit.ci_high[0]),
-            se=float(fit.se[0]),
-            df=float(fit.df[0]),
-            **common,
-        )
-    if method.startswith("wild_"):
-        from honestci.audit.stats.wild_bootstrap import wild_cluster_ci
+def _on_vignette_means(method: str, contests: _Contests, request: _Request):
+    """One row per vignette (its mean score), each its own cluster: every clustered method then
+    weights vignettes equally (estimands). The design, rows, clusters, label and level."""
+    means = contests.per_vignette.means
+    return np.ones((means.size, 1)), means, np.arange(means.size), METHODS[method].label, request.level
 
-        weights = method.removeprefix("wild_")
-        distinct_draws = (6 if weights == "webb" else 2) ** common["n_clusters"]
-        if 2 / distinct_draws > 1 - level:  # a draw and its mirror give the same |t|
-            raise EstimationError(
-                f"{weights} weights on {common['n_clusters']} vignettes give {distinct_draws} distinct "
-                f"draws, so no p-value falls below {2 / distinct_draws:.3f} > {1 - level:.3f}: "
-                "the interval would be unbounded"
-            )
-        # Enumerate every draw when there are few (6^6 = 46,656 Webb draws at G = 6): exact, no seed.
-        draws = bootstrap_draws or (None if distinct_draws <= MAX_ENUMERATED_DRAWS else 9999)
-        wild = wild_cluster_ci(design, scores, clusters, coef=0, level=level, weights=weights, B=draws, rng=seed)
-        note = "all draws enumerated" if wild.enumerated else f"B = {wild.B} draws"
-        return IntervalResult(
-            method,
-            label,
-            "new_vignettes",
-            float(wild.estimate),
-            float(wild.ci_low),
-            float(wild.ci_high),
-            note=note,
-            seed=seed,
-            **common,
+
+def _cluster_robust(method: str, contests: _Contests, request: _Request) -> IntervalResult:
+    """CR0/CR1 with G − 1 df, CR2 with Bell–McCaffrey Satterthwaite df, and CR2 on the logit scale."""
+    design, scores, clusters, label, level = _on_vignette_means(method, contests, request)
+    vcov = method.removesuffix("_logit").upper()
+    fit = cluster_robust.cluster_robust_ols(
+        design, scores, clusters, vcov=vcov, level=level, df="satterthwaite" if vcov == "CR2" else "G-1"
+    )
+    if method == "cr2_logit":
+        return _logit_interval(method, label, fit, request.common)
+    return IntervalResult(
+        method,
+        label,
+        "new_vignettes",
+        float(fit.coef[0]),
+        float(fit.ci_low[0]),
+        float(fit.ci_high[0]),
+        se=float(fit.se[0]),
+        df=float(fit.df[0]),
+        **request.common,
+    )
+
+
+def _wild(method: str, contests: _Contests, request: _Request) -> IntervalResult:
+    """Restricted wild cluster bootstrap, the interval by test inversion (Webb or Rademacher weights)."""
+    from honestci.audit.stats.wild_bootstrap import wild_cluster_ci
+
+    design, scores, clusters, label, level = _on_vignette_means(method, contests, request)
+    common = request.common
+    weights = method.removeprefix("wild_")
+    distinct_draws = (6 if weights == "webb" else 2) ** common["n_clusters"]
+    if 2 / distinct_draws > 1 - level:  # a draw and its mirror give the same |t|
+        raise EstimationError(
+            f"{weights} weights on {common['n_clusters']} vignettes give {distinct_draws} distinct "
+            f"draws, so no p-value falls below {2 / distinct_draws:.3f} > {1 - level:.3f}: "
+            "the interval would be unbounded"
         )
+    # Enumerate every draw when there are few (6^6 = 46,656 Webb draws at G = 6): exact, no seed.
+    draws = request.bootstrap_draws or (None if distinct_draws <= MAX_ENUMERATED_DRAWS else 9999)
+    wild = wild_cluster_ci(design, scores, clusters, coef=0, level=level, weights=weights, B=draws, rng=request.seed)
+    note = "all draws enumerated" if wild.enumerated else f"B = {wild.B} draws"
+    return IntervalResult(
+        method,
+        label,
+        "new_vignettes",
+        float(wild.estimate),
+        float(wild.ci_low),
+        float(wild.ci_high),
+        note=note,
+        seed=request.seed,
+        **common,
+    )
+
+
+def _cluster_bootstrap(method: str, contests: _Contests, request: _Request) -> IntervalResult:
+    """Pairs cluster bootstrap, percentile or BCa."""
     from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
 
+    _design, scores, clusters, label, level = _on_vignette_means(method, contests, request)
     kind = method.removeprefix("cluster_bootstrap_")
-    result = cluster_bootstrap_ci(scores, clusters, method=kind, level=level, rng=seed, B=bootstrap_draws or 4999)
+    result = cluster_bootstrap_ci(
+        scores, clusters, method=kind, level=level, rng=request.seed, B=request.bootstrap_draws or 4999
+    )
     return IntervalResult(
         method,
         label,
@@ -404,12 +407,12 @@ def _clustered(method, label, scores, clusters, seed, common, bootstrap_draws) -
         float(result.ci_low),
         float(result.ci_high),
         note=f"B = {result.B}",
-        seed=seed,
-        **common,
+        seed=request.seed,
+        **request.common,
     )
 
 
-def _posterior_interval(method, label, scores, clusters, estimate, common, trials_per_contest) -> IntervalResult:
+def _posterior_interval(method: str, contests: _Contests, request: _Request) -> IntervalResult:
     """Equal-tailed posterior interval of the new-vignette rate (:mod:`honestci.audit.stats.bayes_grid`).
 
     The posterior carries the uncertainty in the vignette spread σ into the rate, which keeps the
@@ -421,7 +424,8 @@ def _posterior_interval(method, label, scores, clusters, estimate, common, trial
     """
     from honestci.audit.stats.bayes_grid import rate_posterior
 
-    posterior = rate_posterior(scores, clusters, trials_per_contest)
+    clusters, common = contests.clusters, request.common
+    posterior = rate_posterior(contests.scores, clusters, request.trials_per_contest)
     tail = (1.0 - common["level"]) / 2.0
     note = "posterior quantiles by quadrature; mu ~ N(0, 1.5), sigma ~ HalfNormal(1)"
     if np.ptp(np.bincount(clusters)) > 0:
@@ -430,9 +434,9 @@ def _posterior_interval(method, label, scores, clusters, estimate, common, trial
         note += f"; likelihood tempered by dispersion {posterior.dispersion:.2f}"
     return IntervalResult(
         method,
-        label,
+        METHODS[method].label,
         "new_vignettes",
-        estimate,
+        contests.per_vignette.estimate,
         posterior.quantile(tail),
         posterior.quantile(1.0 - tail),
         note=note,
@@ -464,6 +468,55 @@ def _logit_interval(method, label, fit, common) -> IntervalResult:
         note="asymmetric: the CR2 interval on the logit scale, mapped back",
         **common,
     )
+
+
+@dataclass(frozen=True)
+class IntervalMethod:
+    """One interval method of :func:`winrate_ci`: the label its rows carry, the population its
+    interval is about (``iid`` fits neither), and the function that computes it from the checked
+    contests. A ``new_vignettes`` method runs only with at least ``min_clusters`` vignettes and,
+    when ``needs_spread``, only when the vignette means vary; an :class:`EstimationError` it raises
+    becomes an INCONCLUSIVE row."""
+
+    label: str
+    population: str
+    compute: Callable[[str, _Contests, _Request], IntervalResult]
+    needs_spread: bool = True
+
+
+#: Every interval method, in the order tables list them. Adding one is its entry and its function.
+METHODS = {
+    "wilson": IntervalMethod("iid Wilson (optimistic)", "iid", _iid),
+    "wald": IntervalMethod("iid Wald (optimistic)", "iid", _iid),
+    "agresti_coull": IntervalMethod("iid Agresti-Coull (optimistic)", "iid", _iid),
+    "clopper_pearson": IntervalMethod("iid Clopper-Pearson (optimistic)", "iid", _iid),
+    "stratified": IntervalMethod(STRATIFIED_LABEL, "these_vignettes", _stratified),
+    "cr0": IntervalMethod("CR0, t(G-1)", "new_vignettes", _cluster_robust),
+    "cr1": IntervalMethod("CR1, t(G-1)", "new_vignettes", _cluster_robust),
+    "cr2": IntervalMethod("CR2, Bell-McCaffrey Satterthwaite df", "new_vignettes", _cluster_robust),
+    "cr2_logit": IntervalMethod(
+        "CR2 on the logit scale, Bell-McCaffrey Satterthwaite df", "new_vignettes", _cluster_robust
+    ),
+    "wild_webb": IntervalMethod("wild cluster bootstrap (WCR, Webb)", "new_vignettes", _wild),
+    "wild_rademacher": IntervalMethod("wild cluster bootstrap (WCR, Rademacher)", "new_vignettes", _wild),
+    "cluster_bootstrap_percentile": IntervalMethod(
+        "cluster bootstrap, percentile (under-covers at small G)", "new_vignettes", _cluster_bootstrap
+    ),
+    "cluster_bootstrap_bca": IntervalMethod(
+        "cluster bootstrap, BCa (under-covers at small G)", "new_vignettes", _cluster_bootstrap
+    ),
+    # the posterior needs no spread: its prior bounds how far unseen vignettes may lie
+    "bayes_logit_normal": IntervalMethod(
+        "Bayesian logit-normal vignettes, posterior quantiles", "new_vignettes", _posterior_interval, needs_spread=False
+    ),
+}
+ALL_METHODS = tuple(METHODS)
+IID_METHODS = {name: method.label for name, method in METHODS.items() if method.population == "iid"}
+
+
+def method_label(method: str) -> str:
+    """The label a method's intervals carry in tables and reports."""
+    return METHODS[method].label
 
 
 def winrate_table(
