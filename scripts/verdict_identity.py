@@ -8,8 +8,9 @@ leaves behaviour unchanged (issue 33: byte-identical verdicts before and after a
 Each fixture claim (``fixtures/study/claim*.yaml``) is audited with the default policy; each page of
 docs/case-studies/ runs as its test runs it (tests/test_case_studies.py: bash from the repository
 root, ``$SCRATCH`` a fresh folder, the data from ``../shared/data``). Every verdict.json written is
-copied with its one commit-dependent field (``provenance.git_commit``) blanked, so that two
-commits' files compare byte for byte.
+copied with the fields that differ between two runs of the same code blanked (the commit, the
+Bayesian fit's wall time, the claim file's absolute path), so that two commits' files compare byte
+for byte.
 """
 
 from __future__ import annotations
@@ -54,11 +55,16 @@ def _run_case_studies(out: Path, slow: bool) -> None:
         scratch.mkdir(parents=True)
         pages._run(steps, scratch)  # asserts each step's exit code and shown lines, as the test does
         print(f"case study {name}: {len(steps)} commands", flush=True)
-    # The inspect_ai page is generated (tests/test_case_study_inspect.py); its audit reads committed files.
-    honestci = Path(sys.executable).parent / "honestci"
-    claim = pages.PAGES / "inspect-ai" / "claim.yaml"
-    subprocess.run([str(honestci), "audit", str(claim), "--out", str(out / "case" / "inspect-ai")], capture_output=True)
-    print("case study inspect-ai: its audit", flush=True)
+    # The inspect_ai page is generated (tests/test_case_study_inspect.py): its import (into files
+    # docs/case-studies/inspect-ai/.gitignore ignores) and its audit.
+    honestci = str(Path(sys.executable).parent / "honestci")
+    page = pages.PAGES / "inspect-ai"
+    for command in (
+        [honestci, "import", "inspect", "tests/data/inspect/pairwise.eval", "--out", str(page / "judgments.jsonl")],
+        [honestci, "audit", str(page / "claim.yaml"), "--out", str(out / "case" / "inspect-ai")],
+    ):
+        subprocess.run(command, cwd=REPO_ROOT, capture_output=True)
+    print("case study inspect-ai: 2 commands", flush=True)
 
 
 def _collect(out: Path) -> int:
@@ -68,7 +74,11 @@ def _collect(out: Path) -> int:
         if verdicts in path.parents:
             continue
         record = json.loads(path.read_text())
+        # what differs between two runs of the same code: the commit, the fit's wall time, the claim's folder
         record.get("provenance", {})["git_commit"] = ""
+        if record.get("bayes"):
+            record["bayes"]["runtime_seconds"] = 0.0
+        record["claim"]["path"] = ""
         target = verdicts / path.relative_to(out)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
