@@ -130,3 +130,12 @@ class EstimationError(HonestCIError):
 
     Callers turn this into an INCONCLUSIVE verdict rather than a number.
     """
+
+
+class DensityMismatchError(HonestCIError):
+    """The hand-derived density no longer matches the PyMC model it was derived from
+    (:class:`honestci.audit.stats.bayes_density.Derivation`): sampling it would ignore the edit."""
+
+    def __init__(self, message: str, fix: str):
+        self.message, self.fix = message, fix
+        super().__init__(f"{message}\nWhat to do: {fix}")

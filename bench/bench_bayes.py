@@ -24,7 +24,7 @@ At scale (issue 21: 1M contests on 5,000 vignettes, both orders judged, so 2M ve
         --repeats 3 --contenders honestci --bambi-python /tmp/bambi/bin/python --bambi binomial --timeout 900
 
 Posterior agreement: every contender's draws go through the same estimand code
-(honestci.audit.stats.bayes.winrate_estimand_draws); the table reports posterior mean and 95% interval of both
+(honestci.audit.stats.bayes_model.winrate_estimand_draws); the table reports posterior mean and 95% interval of both
 win rates. Run from the repository root:
 
     PYTHONPATH=$PWD /work/main/.venv/bin/python bench/bench_bayes.py [--bambi-python PATH]
@@ -113,16 +113,12 @@ def fit_honestci(data, seed, sampler):
 def fit_nutpie_pytensor(data, seed):
     import nutpie
 
-    from honestci.audit.stats.bayes import (
-        TARGET_ACCEPT,
-        _build_hierarchical_model,
-        _resolve_prior,
-        aggregate_cells,
-        winrate_estimand_draws,
-    )
+    from honestci.audit.stats.bayes_cells import aggregate_cells
+    from honestci.audit.stats.bayes_model import _build_hierarchical_model, resolve_prior, winrate_estimand_draws
+    from honestci.audit.stats.bayes_sampling import TARGET_ACCEPT
 
     cells = aggregate_cells(data["vignette"], data["order"], data["outcome"], run=data["run"])
-    compiled = nutpie.compile_pymc_model(_build_hierarchical_model(cells, _resolve_prior("halfnormal1"), True))
+    compiled = nutpie.compile_pymc_model(_build_hierarchical_model(cells, resolve_prior("halfnormal1"), True))
     idata = nutpie.sample(
         compiled,
         seed=seed,
@@ -143,7 +139,7 @@ def fit_bernoulli_pymc(data, seed):
 
     import pymc as pm
 
-    from honestci.audit.stats.bayes import winrate_estimand_draws
+    from honestci.audit.stats.bayes_model import winrate_estimand_draws
 
     logging.getLogger("pymc").setLevel(logging.WARNING)
     with pm.Model(coords={"vignette": range(SHAPE["vignettes"]), "run": range(SHAPE["runs"])}):
@@ -179,7 +175,7 @@ def _bambi_priors(bmb):
 
 
 def _fit_bambi_model(model, seed):
-    from honestci.audit.stats.bayes import winrate_estimand_draws
+    from honestci.audit.stats.bayes_model import winrate_estimand_draws
 
     idata = model.fit(random_seed=seed, progressbar=False, **SETTINGS)
     post = idata.posterior.stack(sample=("chain", "draw"))

@@ -239,7 +239,7 @@ def ppc_plot(ppc: Mapping) -> str:
     flagged group (x: rank).
 
     ``ppc`` is the report's ``bayes.ppc``: ``alpha``, ``level`` and ``groups``, the rows of
-    :meth:`honestci.audit.stats.bayes.PosteriorPredictiveCheck.to_frame`.
+    :meth:`honestci.audit.stats.bayes_predictive.PosteriorPredictiveCheck.to_frame`.
     """
     plt = _pyplot()
     from matplotlib.collections import LineCollection

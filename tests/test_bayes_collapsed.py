@@ -11,15 +11,11 @@ from scipy import integrate, stats
 from scipy.special import expit
 
 from honestci.audit.stats import bayes_collapsed as bc
-from honestci.audit.stats.bayes import (
-    COLLAPSED_MIN_VIGNETTES,
-    _check_replicates,
-    aggregate_contest_cells,
-    fit_contest_scores_hierarchical,
-    replicate_cell_wins,
-    uses_collapsed_sampler,
-)
+from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
+from honestci.audit.stats.bayes_cells import aggregate_contest_cells
 from honestci.audit.stats.bayes_grid import rate_posterior
+from honestci.audit.stats.bayes_model import COLLAPSED_MIN_VIGNETTES, uses_collapsed_sampler
+from honestci.audit.stats.bayes_predictive import check_replicates, replicate_cell_wins
 
 
 def _contests(seed, vignettes, per_vignette, runs=1, sd=0.8, centre=0.6, run_shift=0.2):
@@ -160,27 +156,27 @@ def test_exact_tails_where_replicates_cannot_resolve_them():
     cells = aggregate_contest_cells(labels, score, trials_per_contest=1)
     eta = np.log(0.6 / 0.4) + rng.normal(0, 0.05, (400, cells.n.size))
     replicated = replicate_cell_wins(cells, eta, rng)
-    check = _check_replicates(cells, replicated, 0.95, 0.05, eta)
+    check = check_replicates(cells, replicated, 0.95, 0.05, eta)
     for group, wins in ((0, 0), (1, 5)):
         trials = max(1.0, np.rint(cells.n[group]))
         observed = cells.wins[group] / cells.n[group]
         reference = np.mean(stats.binom.cdf(np.floor(trials * observed + 1e-9), trials, expit(eta[:, group])))
         assert check.p_value[group] == pytest.approx(2 * reference, rel=1e-10), wins
     assert check.flagged[0] and not check.flagged[1]
-    replicates_only = _check_replicates(cells, replicated, 0.95, 0.05)
+    replicates_only = check_replicates(cells, replicated, 0.95, 0.05)
     assert replicates_only.p_value[1] < 0.05 / 500 < check.p_value[1]  # 0 of 400: a false flag
 
 
 def test_predictive_arrays_are_thinned_at_scale():
-    from honestci.audit.stats import bayes
+    from honestci.audit.stats import bayes_predictive
 
     labels, score, run = _contests(6, 200, 4, runs=2)
-    old = bayes.PREDICTIVE_MAX_VALUES
-    bayes.PREDICTIVE_MAX_VALUES = 100_000  # 4 x 250 draws x 400 cells = 400,000: every 4th draw
+    old = bayes_predictive.PREDICTIVE_MAX_VALUES
+    bayes_predictive.PREDICTIVE_MAX_VALUES = 100_000  # 4 x 250 draws x 400 cells = 400,000: every 4th draw
     try:
         fit = fit_contest_scores_hierarchical(labels, score, run, sampler="collapsed", seed=3, draws=250)
     finally:
-        bayes.PREDICTIVE_MAX_VALUES = old
+        bayes_predictive.PREDICTIVE_MAX_VALUES = old
     assert fit.idata.posterior.sizes["draw"] == 250
     assert fit.idata.posterior_predictive.sizes["draw"] == 63
     np.testing.assert_array_equal(fit.idata.log_likelihood["draw"].values, np.arange(0, 250, 4))
@@ -193,7 +189,7 @@ def test_one_cell_groups_share_their_cells_replicates():
     cells = aggregate_contest_cells(labels, score, run)
     rng = np.random.default_rng(2)
     replicated = replicate_cell_wins(cells, rng.normal(0.4, 0.3, (300, cells.n.size)), rng)
-    check = _check_replicates(cells, replicated, 0.9, 0.05)
+    check = check_replicates(cells, replicated, 0.9, 0.05)
     cell_of = {
         (cells.vignette_labels[v], cells.run_labels[r]): c
         for c, (v, r) in enumerate(zip(cells.vignette_index, cells.run_index))
@@ -211,7 +207,7 @@ def test_saved_predictive_group_holds_the_replicates_the_check_read():
     fit = fit_contest_scores_hierarchical(labels, score, run, sampler="collapsed", seed=5, level=0.95)
     wins = fit.idata.posterior_predictive["wins"].values
     replicated = wins.reshape(-1, wins.shape[-1])
-    check = _check_replicates(aggregate_contest_cells(labels, score, run), replicated, 0.95, 0.05)
+    check = check_replicates(aggregate_contest_cells(labels, score, run), replicated, 0.95, 0.05)
     np.testing.assert_array_equal(check.predicted_mean, fit.ppc.predicted_mean)
     assert fit.idata.posterior_predictive is fit.idata["posterior_predictive"]  # built once, then kept
 

@@ -80,7 +80,7 @@ def test_systems_on_different_vignettes_are_refused():
 
 def test_an_edited_joint_model_refuses_the_density(monkeypatch):
     import honestci.audit.stats.bayes_compare as bayes_compare
-    from honestci.audit.stats.bayes import DensityMismatchError
+    from honestci.audit.errors import DensityMismatchError
 
     original = bayes_compare._model
 

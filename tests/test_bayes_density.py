@@ -28,12 +28,9 @@ import pytest
 from scipy.special import expit
 
 from honestci.audit.stats import bayes_density
-from honestci.audit.stats.bayes import (
-    SIGMA_PRIORS,
-    _build_hierarchical_model,
-    _build_pooled_model,
-    aggregate_cells,
-)
+from honestci.audit.stats.bayes_cells import aggregate_cells
+from honestci.audit.stats.bayes_model import SIGMA_PRIORS, _build_hierarchical_model
+from honestci.audit.stats.bayes_pooled import _build_pooled_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POINTS_PER_VARIANT = 40
@@ -181,7 +178,7 @@ def test_paired_model_logp_gradient_and_expansion_match_pymc():
 
 
 def test_pooled_model_logp_and_gradient_match_pymc():
-    """The conjugate model of honestci.audit.stats.bayes.fit_pooled_beta_binomial against its PyMC definition."""
+    """The conjugate model of honestci.audit.stats.bayes_pooled.fit_pooled_beta_binomial against its PyMC definition."""
     a, b, n, wins = 2.0, 3.5, 240.0, 131.5
     model = _build_pooled_model(a, b, n, wins)
     assert list(model.initial_point()) == ["p_logodds__"]
@@ -368,12 +365,12 @@ def test_fingerprint_follows_code_not_comments_docstrings_or_layout(tmp_path, ed
 
 
 def test_a_definition_without_source_is_refused(monkeypatch):
-    from honestci.audit.stats import bayes
-    from honestci.audit.stats.bayes import DensityMismatchError
+    from honestci.audit.errors import DensityMismatchError
+    from honestci.audit.stats import bayes_model
 
     namespace: dict = {}
     exec("def quasi_binomial_loglik(eta, n, wins):\n    return 0.0\n", namespace)  # no file: no source
-    monkeypatch.setattr(bayes, "quasi_binomial_loglik", namespace["quasi_binomial_loglik"])
+    monkeypatch.setattr(bayes_model, "quasi_binomial_loglik", namespace["quasi_binomial_loglik"])
     with pytest.raises(DensityMismatchError, match=r"fingerprint unknown \(OSError") as refused:
         bayes_density.POOLED.check()
     assert "POOLED" in str(refused.value) and "What to do" in str(refused.value)

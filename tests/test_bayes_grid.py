@@ -137,7 +137,7 @@ def test_vignette_posteriors_match_a_direct_integration():
     # Outside reference: the same model integrated directly on a (mu, sigma, z) grid with the normal
     # density in z (no eta cells, no tabulated kernel): p(mu, sigma | y) from the priors and each
     # vignette's Z_g, then E[expit(eta_g) | y] and the posterior CDF of expit(eta_g) at our ends.
-    from honestci.audit.stats.bayes import contest_dispersion
+    from honestci.audit.stats.bayes_cells import contest_dispersion
     from honestci.audit.stats.bayes_grid import vignette_rate_posteriors
 
     rng = np.random.default_rng(17)
@@ -301,7 +301,7 @@ def _reference_ci(scores, clusters, trials_per_contest=2, points=61):
     """The 2.5%, 50% and 97.5% quantiles of theta_new under the same model, computed independently."""
     from scipy import interpolate
 
-    from honestci.audit.stats.bayes import contest_dispersion
+    from honestci.audit.stats.bayes_cells import contest_dispersion
 
     _, codes = np.unique(clusters, return_inverse=True)
     phi = max(1.0, contest_dispersion(codes, scores, trials_per_contest)[0] or 1.0)

@@ -200,19 +200,23 @@ def test_bayesian_fit_counts_every_chains_draws_with_nutpie(monkeypatch):
     """In a log nutpie samples in the background and its trace is read while it runs: lines carry
     each chain's draws (summing to the count shown), rate and ETA, then the final line; the draws
     are those of the blocking call (a disabled Progress) with the same seed."""
-    from honestci.audit.stats import bayes
+    from honestci.audit.stats import bayes_cells, bayes_model, bayes_sampling
 
     # read the trace as often as it can be read (each read takes ~0.1 s) and write every read
-    monkeypatch.setattr(bayes, "_NUTPIE_POLL_S", 0.01)
+    monkeypatch.setattr(bayes_sampling, "_NUTPIE_POLL_S", 0.01)
     vignette, score = _tiny_contest_scores()
-    cells = bayes.aggregate_contest_cells(vignette, score)
-    prior = bayes.SIGMA_PRIORS["halfnormal1"]
+    cells = bayes_cells.aggregate_contest_cells(vignette, score)
+    prior = bayes_model.SIGMA_PRIORS["halfnormal1"]
     stream = io.StringIO()
     settings = {"chains": 2, "draws": 3000, "tune": 3000, "seed": 1, "label": "fit"}
-    polled = bayes._sample_nutpie(
-        bayes._density_model(cells, prior, False), progress=Progress(stream=stream, tty=False, every_s=0.0), **settings
+    polled = bayes_sampling._sample_nutpie(
+        bayes_model._density_model(cells, prior, False),
+        progress=Progress(stream=stream, tty=False, every_s=0.0),
+        **settings,
     )
-    blocking = bayes._sample_nutpie(bayes._density_model(cells, prior, False), progress=Progress.off(), **settings)
+    blocking = bayes_sampling._sample_nutpie(
+        bayes_model._density_model(cells, prior, False), progress=Progress.off(), **settings
+    )
     lines = _lines(stream)
     assert lines[0] == "fit with nutpie 0/12000 draws (0%)"
     # a read before any draw is made has no rate yet: rate and ETA from the first draw on

@@ -2,7 +2,7 @@
 
 Model (on contest scores, the estimand of the gates and of
 :func:`honestci.audit.stats.compare.paired_difference`; cells per vignette × system built by
-:func:`honestci.audit.stats.bayes.aggregate_contest_cells`: 2m trials with 2Σs wins, scaled by the
+:func:`honestci.audit.stats.bayes_cells.aggregate_contest_cells`: 2m trials with 2Σs wins, scaled by the
 system's quasi-binomial dispersion, order 0 in every cell)::
 
     logit E[s | v, system] = μ + δ·a + u_v + w_v·a,   a = 1 for system A, 0 for B
@@ -32,12 +32,12 @@ import pandas as pd
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS, Thresholds
 from honestci.audit.progress import ProgressLike
-from honestci.audit.stats.bayes import (
+from honestci.audit.stats.bayes_cells import aggregate_contest_cells
+from honestci.audit.stats.bayes_model import quasi_binomial_loglik
+from honestci.audit.stats.bayes_sampling import (
     PosteriorSummary,
     SamplerDiagnostics,
-    aggregate_contest_cells,
     diagnose_sampler,
-    quasi_binomial_loglik,
     resolve_seed,
     sample_posterior,
     stacked_draws,
@@ -64,7 +64,7 @@ class BayesDifference:
     sampler: str
     seed: int
     runtime_seconds: float
-    #: Why PyMC's NUTS sampled instead of the hand-derived density, when it did (see bayes.sample_posterior).
+    #: Why PyMC's NUTS sampled instead of the hand-derived density, when it did (see bayes_sampling.sample_posterior).
     sampler_note: str = ""
 
     def to_frame(self) -> pd.DataFrame:
@@ -164,7 +164,7 @@ def fit_paired_difference_bayes(
     AlpacaEval; entering one verdict as two agreeing trials overstated the within-vignette
     information, and the sampler's ESS fell below the gate on AlpacaEval 2.0's 805 instructions).
 
-    ``progress``: sampling progress, as for :func:`honestci.audit.stats.bayes.sample_posterior`.
+    ``progress``: sampling progress, as for :func:`honestci.audit.stats.bayes_sampling.sample_posterior`.
 
     Raises
     ------

@@ -1,8 +1,8 @@
 """Hand-derived log densities and gradients of audit's PyMC models, compiled by numba for nutpie.
 
-The PyMC models are the definitions: :func:`honestci.audit.stats.bayes._build_hierarchical_model` (the
+The PyMC models are the definitions: :func:`honestci.audit.stats.bayes_model._build_hierarchical_model` (the
 hierarchical win rate, documented below), :func:`honestci.audit.stats.bayes_compare._model` (the joint model of
-two systems) and :func:`honestci.audit.stats.bayes._build_pooled_model` (the pooled Beta-binomial; each
+two systems) and :func:`honestci.audit.stats.bayes_pooled._build_pooled_model` (the pooled Beta-binomial; each
 documented beside its kernel). This module writes the same functions out by hand so that nutpie
 can sample them without PyTensor: PyTensor graphs compiled by nutpie's numba backend are not cached
 across processes (6-19 s of compiling in every new process, bench/README.md), whereas these
@@ -19,7 +19,7 @@ callback 2-3x as expensive per gradient (bench/README.md).
 Provenance: each density records, as a :class:`Derivation`, the PyMC functions it was derived from
 and their :func:`model_fingerprint` at the time. Before sampling, the fingerprint of the functions
 in use is recomputed (~40 ms the first time in a process, ~4 ms after); when it differs (someone edited the PyMC model) the density refuses
-itself with :class:`honestci.audit.stats.bayes.DensityMismatchError`, and ``sampler="auto"`` samples
+itself with :class:`honestci.audit.errors.DensityMismatchError`, and ``sampler="auto"`` samples
 the PyMC model instead, with a warning, rather than silently ignoring the edit.
 
 Unconstrained parameter vector ``x`` (the order of ``model.initial_point()``)::
@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 
-from honestci.audit.stats.bayes import DensityMismatchError
+from honestci.audit.errors import DensityMismatchError
 from honestci.audit.stats.logistic_kernels import expit as _expit
 from honestci.audit.stats.logistic_kernels import log1pexp as _log1pexp
 from honestci.audit.stats.logistic_kernels import log1pexp_and_expit as _log1pexp_and_expit
@@ -145,7 +145,7 @@ class Derivation:
         return model_fingerprint(resolved)
 
     def check(self) -> None:
-        """Raise :class:`~honestci.audit.stats.bayes.DensityMismatchError` unless the definition in
+        """Raise :class:`~honestci.audit.errors.DensityMismatchError` unless the definition in
         use still has the recorded fingerprint."""
         try:
             current = self.current_fingerprint()
@@ -165,27 +165,27 @@ HIERARCHICAL = Derivation(
     "HIERARCHICAL",
     "hierarchical win-rate model",
     (
-        "honestci.audit.stats.bayes:_build_hierarchical_model",
-        "honestci.audit.stats.bayes:_sigma_with_prior",
-        "honestci.audit.stats.bayes:quasi_binomial_loglik",
+        "honestci.audit.stats.bayes_model:_build_hierarchical_model",
+        "honestci.audit.stats.bayes_model:_sigma_with_prior",
+        "honestci.audit.stats.bayes_model:quasi_binomial_loglik",
     ),
     "c9e4540ba0a1f774435de6b141a10eeef8b9c0112ad7c17e7591af592b060813",
 )
 PAIRED = Derivation(
     "PAIRED",
     "joint model of two systems",
-    ("honestci.audit.stats.bayes_compare:_model", "honestci.audit.stats.bayes:quasi_binomial_loglik"),
+    ("honestci.audit.stats.bayes_compare:_model", "honestci.audit.stats.bayes_model:quasi_binomial_loglik"),
     "048c82113c393a4b6f13e479e656d2c173723ca66e1f1d5e52c346375be7f8fa",
 )
 POOLED = Derivation(
     "POOLED",
     "pooled Beta-binomial model",
-    ("honestci.audit.stats.bayes:_build_pooled_model", "honestci.audit.stats.bayes:quasi_binomial_loglik"),
+    ("honestci.audit.stats.bayes_pooled:_build_pooled_model", "honestci.audit.stats.bayes_model:quasi_binomial_loglik"),
     "3daf63f522dee988a92ca39edaf8ac254f812612e5d72202b0af8f0c631f415d",
 )
 
 # --------------------------------------------------------------------------------------------
-# The hierarchical win-rate model (honestci.audit.stats.bayes._build_hierarchical_model)
+# The hierarchical win-rate model (honestci.audit.stats.bayes_model._build_hierarchical_model)
 # --------------------------------------------------------------------------------------------
 _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_MU_PRIOR_SD = math.log(1.5)  # mu ~ N(0, 1.5) in both PyMC models
@@ -448,7 +448,7 @@ def _nutpie_density(derivation, kernel, expand_draws, packed: np.ndarray, n_dim:
     """``kernel`` (a gufunc (packed, x) -> (log density, gradient)) as a nutpie model, built through
     nutpie's public Python-function interface ``nutpie.compiled_pyfunc.from_pyfunc``.
 
-    Refuses (:class:`honestci.audit.stats.bayes.DensityMismatchError`) when ``derivation``, the PyMC
+    Refuses (:class:`honestci.audit.errors.DensityMismatchError`) when ``derivation``, the PyMC
     model the kernel was written from, has changed since. nutpie calls the ufunc bound to
     ``packed`` once per gradient evaluation from its Rust chain threads, holding the GIL for the
     call. Initial points are PyMC's default for these models (support points, all 0 on the
@@ -473,7 +473,7 @@ def _nutpie_density(derivation, kernel, expand_draws, packed: np.ndarray, n_dim:
 
 
 def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool) -> NutpieDensity:
-    """The hierarchical model of :class:`honestci.audit.stats.bayes.WinRateCells` for nutpie (see _nutpie_density)."""
+    """The hierarchical model of :class:`honestci.audit.stats.bayes_cells.WinRateCells` for nutpie (see _nutpie_density)."""
     n_vignettes, n_runs, n_judges = cells.n_vignettes, cells.n_runs, cells.n_judges
     packed = pack(
         cells.vignette_index,
@@ -618,7 +618,7 @@ def paired_nutpie_model(labels, data: dict[str, np.ndarray]) -> NutpieDensity:
 
 
 # --------------------------------------------------------------------------------------------
-# The pooled conjugate model (honestci.audit.stats.bayes._build_pooled_model): the same sampling
+# The pooled conjugate model (honestci.audit.stats.bayes_pooled._build_pooled_model): the same sampling
 # path, checked end to end against a closed-form posterior
 # --------------------------------------------------------------------------------------------
 # x = [z = logit p]; log density = log Beta(p | a, b) + log p + log(1 - p)  (the logit transform's
