@@ -91,7 +91,7 @@ def pandalm_rows():
     data = REPO.parent / "shared" / "data"
     if not data.is_dir():
         pytest.skip(f"{data} is absent")
-    from honestci.judges.importers import import_pandalm
+    from honestci.judges.importers_alpaca import import_pandalm
 
     folder = data / "pandalm"
     imported = import_pandalm(

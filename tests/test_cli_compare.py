@@ -42,7 +42,7 @@ def test_compare_with_davidson_ties():
 @pytest.mark.e2e
 @pytest.mark.shared_data
 def test_compare_alpaca_eval2_raw_rates_equal_the_leaderboard(shared_data, tmp_path):
-    from honestci.judges.importers import import_alpaca_eval
+    from honestci.judges.importers_alpaca import import_alpaca_eval
 
     files = sorted((shared_data / "alpaca_eval2" / "raw_annotations").glob("*.annotations.json.gz"))
     paths = import_alpaca_eval(files).write(tmp_path / "judgments.jsonl")
@@ -75,7 +75,7 @@ def test_k_system_raw_rates_equal_the_alpaca_eval2_leaderboard(shared_data, tmp_
     from honestci.audit.data.contests import build_contests
     from honestci.audit.data.io import load_study
     from honestci.audit.stats.systems import k_system_winrates
-    from honestci.judges.importers import import_alpaca_eval
+    from honestci.judges.importers_alpaca import import_alpaca_eval
 
     files = sorted((shared_data / "alpaca_eval2" / "raw_annotations").glob("*.annotations.json.gz"))
     paths = import_alpaca_eval(files).write(tmp_path / "judgments.jsonl")

@@ -13,7 +13,10 @@ from click.testing import CliRunner
 from honestci.audit.cli.judges import import_command
 from honestci.audit.data.io import load_study
 from honestci.audit.errors import InputError
-from honestci.judges.importers import import_alpaca_eval, import_arena, import_inspect, import_lm_eval
+from honestci.judges.importers_alpaca import import_alpaca_eval
+from honestci.judges.importers_fastchat import import_arena
+from honestci.judges.importers_inspect import import_inspect
+from honestci.judges.importers_lm_eval import import_lm_eval
 from honestci.judges.tables import read_rows
 
 DATA = Path(__file__).parent / "data"

@@ -14,7 +14,7 @@ from inspect_support import rewrite_eval as _rewrite
 from honestci.audit.cli.judges import import_command
 from honestci.audit.data.io import load_study
 from honestci.audit.errors import InputError
-from honestci.judges.importers import import_inspect
+from honestci.judges.importers_inspect import import_inspect
 
 DATA = Path(__file__).parent / "data" / "inspect"
 CAPITALS = {tag: DATA / f"capitals_{tag}" for tag in ("paris-or-tokyo", "lima")}

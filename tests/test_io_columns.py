@@ -1,4 +1,4 @@
-"""The by-columns Parquet path (``_validate_arrow``) builds exactly the table of the per-record path,
+"""The by-columns Parquet path (``validate_arrow``) builds exactly the table of the per-record path,
 and hands every file with a problem to the per-record path (which names it)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from honestci.audit.data import io as loaders
+from honestci.audit.data import readers, validation
 from honestci.audit.data.schema import table_spec
 from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
@@ -22,10 +23,12 @@ def both_paths(table: pa.Table, name: str):
     buffer = io.BytesIO()
     pq.write_table(table, buffer, row_group_size=max(1, table.num_rows // 3))  # several row groups
     data = buffer.getvalue()
-    arrow = loaders._arrow_table(data, "t.parquet")
-    fast = loaders._validate_arrow(arrow, table_spec(name), "t.parquet", "sha")
+    arrow = readers._arrow_table(data, "t.parquet")
+    fast = validation.validate_arrow(arrow, table_spec(name), "t.parquet", "sha")
     try:
-        slow = loaders._validate(loaders._read_parquet(data, "t.parquet", arrow), table_spec(name), "t.parquet", "sha")
+        slow = validation.validate_records(
+            readers.read_parquet(data, "t.parquet", arrow), table_spec(name), "t.parquet", "sha"
+        )
     except loaders.SchemaError as error:
         slow = error
     return fast, slow
@@ -132,7 +135,7 @@ def test_a_problem_goes_to_the_per_record_path(name, columns):
         buffer = io.BytesIO()
         pq.write_table(pa.table(columns), buffer)
         path = DEFAULT_STUDY_DIR.parent / "never-written.parquet"  # only its name is used in messages
-        loaders._validate(loaders._read_parquet(buffer.getvalue(), str(path)), table_spec(name), str(path), "")
+        validation.validate_records(readers.read_parquet(buffer.getvalue(), str(path)), table_spec(name), str(path), "")
     assert caught.value.problems
 
 
@@ -147,25 +150,25 @@ def test_references_by_columns_match_row_by_row():
     # a categorical column (the judgments' spec) takes a new value once it is a category
     frame["response_first"] = frame["response_first"].cat.add_categories(["no-such-response"])
     frame.loc[3, "response_first"] = "no-such-response"
-    broken = {**tables, "judgments": loaders.LoadedTable("judgments", "j", "", frame, judgments.lines)}
+    broken = {**tables, "judgments": validation.LoadedTable("judgments", "j", "", frame, judgments.lines)}
     assert not loaders._references_resolve(broken)
     [problem] = loaders.check_references(broken)
     assert problem.line == int(judgments.lines[3]) and problem.field == "response_first"
     frame = tables["responses"].frame.copy()
     frame.loc[0, "vignette_id"] = "v2" if frame.loc[0, "vignette_id"] != "v2" else "v1"
-    moved = {**tables, "responses": loaders.LoadedTable("responses", "r", "", frame, tables["responses"].lines)}
+    moved = {**tables, "responses": validation.LoadedTable("responses", "r", "", frame, tables["responses"].lines)}
     assert not loaders._references_resolve(moved) and loaders.check_references(moved)
 
 
-# --- JSON Lines read by pyarrow (_arrow_jsonl) -----------------------------------------------
+# --- JSON Lines read by pyarrow (arrow_jsonl) ------------------------------------------------
 
 
 def jsonl_paths(data: bytes, name: str):
     """The table by pyarrow's reader and by columns (None where it is not taken), and by records."""
-    arrow = loaders._arrow_jsonl(data, table_spec(name))
-    fast = None if arrow is None else loaders._validate_arrow(arrow, table_spec(name), "t.jsonl", "sha")
+    arrow = readers.arrow_jsonl(data, table_spec(name))
+    fast = None if arrow is None else validation.validate_arrow(arrow, table_spec(name), "t.jsonl", "sha")
     try:
-        slow = loaders._validate(loaders._read_jsonl(data, "t.jsonl"), table_spec(name), "t.jsonl", "sha")
+        slow = validation.validate_records(readers.read_jsonl(data, "t.jsonl"), table_spec(name), "t.jsonl", "sha")
     except loaders.SchemaError as error:
         slow = error
     return fast, slow
@@ -197,7 +200,7 @@ def test_jsonl_that_pyarrow_reads_otherwise_goes_to_the_record_reader():
         + b"}\n",
     }
     for case, data in cases.items():
-        assert loaders._arrow_jsonl(data, table_spec("vignettes")) is None, case
+        assert readers.arrow_jsonl(data, table_spec("vignettes")) is None, case
     # what the record reader then makes of them (the blank line counted, the integer id as text)
     fast, slow = jsonl_paths(cases["a blank line (counted, and it shifts the line numbers)"], "vignettes")
     assert slow.dropped == {"blank line": 1} and slow.lines.tolist() == [1, 3]

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from honestci.audit.cli.judges import import_command, judge_command
 from honestci.audit.errors import InputError
 from honestci.judges.cache import CachedJudgment, CacheKey, JudgmentCache, texts_sha256
-from honestci.judges.importers import import_alpaca_eval
+from honestci.judges.importers_alpaca import import_alpaca_eval
 from honestci.judges.prompts import DEFAULT_TEMPLATE, PairwiseTemplate, get_template
 from honestci.judges.schedule import Contest, schedule_both_orders
 from honestci.judges.stub_server import StubConfig, StubJudgeServer, preferred_position, write_stub_study

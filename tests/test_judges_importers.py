@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 from honestci.audit.errors import InputError
-from honestci.judges.importers import import_alpaca_eval, import_generic, import_mtbench, import_pandalm, prompt_id
+from honestci.judges.importers import prompt_id
+from honestci.judges.importers_alpaca import import_alpaca_eval, import_pandalm
+from honestci.judges.importers_fastchat import import_mtbench
+from honestci.judges.importers_generic import import_generic
 from honestci.judges.tables import read_rows
 
 SCORE_OF_SECOND = {"second": 1.0, "tie": 0.5, "first": 0.0}

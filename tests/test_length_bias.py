@@ -214,7 +214,7 @@ def alpaca_eval2_table(shared_data, tmp_path_factory):
 def _alpaca_eval2_table(shared, tmp_path_factory):
     from honestci.audit.checks.length_bias import controlled_winrate_table
     from honestci.audit.data.io import load_study
-    from honestci.judges.importers import import_alpaca_eval
+    from honestci.judges.importers_alpaca import import_alpaca_eval
 
     files = sorted((shared / "alpaca_eval2" / "raw_annotations").glob("*.annotations.json.gz"))
     paths = import_alpaca_eval(files).write(tmp_path_factory.mktemp("ae2") / "judgments.jsonl")

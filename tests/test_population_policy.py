@@ -19,7 +19,8 @@ from honestci.audit.errors import ClaimError
 from honestci.audit.gate_registry import run_gate
 from honestci.audit.pipeline import audit_context
 from honestci.audit.policy import POPULATION_LABELS, Policy, Verdict
-from honestci.fixtures.simulate import DEFAULT_STUDY_DIR, SEED_SYSTEMS, SEEDS_DIR
+from honestci.fixtures.population_studies import SEED_SYSTEMS, SEEDS_DIR
+from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
 SEEDS = DEFAULT_STUDY_DIR / SEEDS_DIR
 RECIPE_POLICY = "version: 1\nname: recipe-claims\npopulations: [new_vignettes, new_seeds]\n"

@@ -19,7 +19,9 @@ from honestci.audit.stats.coverage_study import simulate_scores
 from honestci.audit.stats.estimands import unique_inverse, vignette_means
 from honestci.audit.stats.populations import transfer_gap, vignette_transfer_gap
 from honestci.audit.stats.winrate import winrate_ci
-from honestci.fixtures.simulate import CLAIM_JUDGE, DEFAULT_STUDY_DIR, OFFDIST_DIR
+from honestci.fixtures.design import CLAIM_JUDGE
+from honestci.fixtures.population_studies import OFFDIST_DIR
+from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
 OFFDIST = DEFAULT_STUDY_DIR / OFFDIST_DIR
 

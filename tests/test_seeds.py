@@ -20,7 +20,8 @@ from honestci.audit.policy import Verdict
 from honestci.audit.stats.estimands import standard_normal_nodes
 from honestci.audit.stats.seeds import seed_decomposition, seed_table, variance_component_interval
 from honestci.audit.stats.systems import k_system_winrates
-from honestci.fixtures.simulate import DEFAULT_STUDY_DIR, SEED_SYSTEMS, SEEDS_DIR
+from honestci.fixtures.population_studies import SEED_SYSTEMS, SEEDS_DIR
+from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
 SEEDS = DEFAULT_STUDY_DIR / SEEDS_DIR
 

@@ -26,14 +26,18 @@ from honestci.audit.errors import InputError
 from honestci.fixtures import (
     DEFAULT_SEED,
     DEFAULT_STUDY_DIR,
+    claims,
+    composed_study,
     default_claim_path,
+    design,
+    population_studies,
     simulate_study,
     write_study,
 )
 from honestci.fixtures import simulate as sim
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-MAIN_SYSTEMS = {sim.POLICY: 720, sim.POLICY_V1: 480, sim.BASE: 120, sim.REFERENCE: 240}
+MAIN_SYSTEMS = {design.POLICY: 720, design.POLICY_V1: 480, design.BASE: 120, design.REFERENCE: 240}
 Z_TOLERANCE = 4.0  # standard errors; P(|N(0,1)| > 4) = 6e-5 per comparison
 
 
@@ -48,7 +52,7 @@ def _contests(study, judge: str) -> pd.DataFrame:
     system_of = dict(zip(study.responses["response_id"], study.responses["system"]))
     rows = study.judgments[study.judgments["judge"] == judge]
     first_system = rows["response_first"].map(system_of)
-    system_first = first_system != sim.OPPONENT
+    system_first = first_system != design.OPPONENT
     table = pd.DataFrame(
         {
             "response": np.where(system_first, rows["response_first"], rows["response_second"]),
@@ -90,20 +94,22 @@ def test_same_seed_writes_identical_bytes(tmp_path):
         [p.relative_to(tmp_path / "a").as_posix() for p in first]
         == [p.relative_to(tmp_path / "b").as_posix() for p in second]
         == sorted(
-            list(sim.TABLE_FILES.values())
-            + ["claim.yaml", "truth.json", *sim.OTHER_CLAIM_FILES]
+            list(design.TABLE_FILES.values())
+            + ["claim.yaml", "truth.json", *claims.OTHER_CLAIM_FILES]
             + [
-                f"{sim.OFFDIST_DIR}/{name}"
-                for name in [sim.TABLE_FILES[t] for t in sim.OFFDIST_TABLES] + ["truth.json", *sim.OFFDIST_CLAIM_FILES]
+                f"{population_studies.OFFDIST_DIR}/{name}"
+                for name in [design.TABLE_FILES[t] for t in population_studies.OFFDIST_TABLES]
+                + ["truth.json", *population_studies.OFFDIST_CLAIM_FILES]
             ]
             + [
-                f"{sim.SEEDS_DIR}/{name}"
-                for name in [sim.TABLE_FILES[t] for t in sim.OFFDIST_TABLES] + ["truth.json", *sim.SEEDS_CLAIM_FILES]
+                f"{population_studies.SEEDS_DIR}/{name}"
+                for name in [design.TABLE_FILES[t] for t in population_studies.OFFDIST_TABLES]
+                + ["truth.json", *population_studies.SEEDS_CLAIM_FILES]
             ]
             + [
-                f"{sim.COMPOSED_DIR}/{name}"
-                for name in [sim.TABLE_FILES[t] for t in sim.COMPOSED_TABLES]
-                + ["truth.json", *sim.COMPOSED_CLAIM_FILES]
+                f"{composed_study.COMPOSED_DIR}/{name}"
+                for name in [design.TABLE_FILES[t] for t in composed_study.COMPOSED_TABLES]
+                + ["truth.json", *composed_study.COMPOSED_CLAIM_FILES]
             ]
         )
     )
@@ -192,9 +198,9 @@ def test_per_vignette_truth_matches_adaptive_quadrature(study, system):
         for vid, recorded in truth["estimands"][system][judge]["per_vignette"].items():
             mean = (
                 truth["alpha"][system]
-                - truth["alpha"][sim.OPPONENT]
+                - truth["alpha"][design.OPPONENT]
                 + truth["u"][system][vid]
-                - truth["u"][sim.OPPONENT][vid]
+                - truth["u"][design.OPPONENT][vid]
             )
 
             def score(x):
@@ -244,9 +250,9 @@ def test_new_vignette_truth_matches_monte_carlo(study, system):
         score, order, consistent = _monte_carlo_contests(
             rng,
             n,
-            truth["alpha"][system] - truth["alpha"][sim.OPPONENT],
+            truth["alpha"][system] - truth["alpha"][design.OPPONENT],
             truth["sigma"][system],
-            truth["sigma"][sim.OPPONENT],
+            truth["sigma"][design.OPPONENT],
             truth["tau"],
             params,
         )
@@ -259,13 +265,13 @@ def test_checkpoint_truth_matches_monte_carlo(study):
     truth = study.truth
     rng = np.random.default_rng(2024)
     n = 400_000
-    params = truth["judges"][sim.CHECKPOINT_JUDGE]
+    params = truth["judges"][design.CHECKPOINT_JUDGE]
     bon = truth["best_of_n"]
-    for ckpt in sim.CHECKPOINTS[:3]:
+    for ckpt in design.CHECKPOINTS[:3]:
         # Shared and own vignette effects are independent normals: their sum has the recorded SD.
         assert truth["sigma"][ckpt] == pytest.approx(math.hypot(bon["sigma_shared"], bon["sigma_own"]), abs=1e-9)
         score, _, _ = _monte_carlo_contests(
-            rng, n, truth["alpha"][ckpt], truth["sigma"][ckpt], truth["sigma"][sim.OPPONENT], truth["tau"], params
+            rng, n, truth["alpha"][ckpt], truth["sigma"][ckpt], truth["sigma"][design.OPPONENT], truth["tau"], params
         )
         se = score.std() / math.sqrt(n)
         recorded = bon["candidates"][ckpt]["win_rate_new_vignette"]
@@ -276,15 +282,17 @@ def test_human_agreement_truth_matches_monte_carlo(study):
     """Agreement of each judged order with the raters' summed-score preference, simulated."""
     truth = study.truth
     rating = truth["human_rating_model"]
-    biases = np.array([rating["rater_bias"][r] for r in sim.RATERS])
+    biases = np.array([rating["rater_bias"][r] for r in design.RATERS])
     rng = np.random.default_rng(99)
     for judge, params in truth["judges"].items():
         agree_parts, pref_parts = [], []
-        for vid in truth["u"][sim.OPPONENT]:
+        for vid in truth["u"][design.OPPONENT]:
             for system, weight in rating["rated_contests_per_vignette"].items():
                 n = 8_000 * weight
                 q_a = truth["alpha"][system] + truth["u"][system][vid] + rng.normal(0, truth["tau"], n)
-                q_b = truth["alpha"][sim.OPPONENT] + truth["u"][sim.OPPONENT][vid] + rng.normal(0, truth["tau"], n)
+                q_b = (
+                    truth["alpha"][design.OPPONENT] + truth["u"][design.OPPONENT][vid] + rng.normal(0, truth["tau"], n)
+                )
 
                 def scores(q):
                     latent = (
@@ -328,30 +336,30 @@ def test_truth_parameters_are_the_ones_that_generated_the_data(study):
     assert abs(e.mean()) < Z_TOLERANCE * truth["tau"] / math.sqrt(n)
     assert abs(e.std() - truth["tau"]) < Z_TOLERANCE * truth["tau"] / math.sqrt(2 * n)
     # The parameter values the brief asks for.
-    assert truth["alpha"][sim.OPPONENT] == 0.0
-    alphas = [truth["best_of_n"]["candidates"][c]["alpha"] for c in sim.CHECKPOINTS]
+    assert truth["alpha"][design.OPPONENT] == 0.0
+    alphas = [truth["best_of_n"]["candidates"][c]["alpha"] for c in design.CHECKPOINTS]
     assert max(alphas) - min(alphas) <= 0.1
-    assert all(abs(a - sim.CHECKPOINT_ALPHA_CENTRE) <= 0.05 for a in alphas)
+    assert all(abs(a - design.CHECKPOINT_ALPHA_CENTRE) <= 0.05 for a in alphas)
     judges = truth["judges"]
     assert set(judges) == {"llama-3.1-70b", "llama-3.1-405b", "small-judge"}
     assert truth["position_bias"]["llama-3.1-405b"]["b_logit"] == judges["llama-3.1-405b"]["b"]
 
 
 def test_true_win_rates_are_near_the_model_card(study):
-    new = {s: study.truth["estimands"][s][sim.CLAIM_JUDGE]["new_vignette"]["contest_score"] for s in MAIN_SYSTEMS}
-    targets = {sim.POLICY: 0.80, sim.POLICY_V1: 0.58, sim.BASE: 0.46, sim.REFERENCE: 0.77}
+    new = {s: study.truth["estimands"][s][design.CLAIM_JUDGE]["new_vignette"]["contest_score"] for s in MAIN_SYSTEMS}
+    targets = {design.POLICY: 0.80, design.POLICY_V1: 0.58, design.BASE: 0.46, design.REFERENCE: 0.77}
     for system, target in targets.items():
         assert new[system] == pytest.approx(target, abs=0.01)
     # Spread of the policy's per-vignette win rate over the vignette population (a property of
     # the parameters, not of one seed's draws): its 10th and 90th percentiles, at the quantiles
     # of u_policy - u_opponent ~ N(0, sqrt(sigma_p^2 + sigma_o^2)), span roughly 0.65-0.92.
     truth = study.truth
-    sd = math.hypot(truth["sigma"][sim.POLICY], truth["sigma"][sim.OPPONENT])
+    sd = math.hypot(truth["sigma"][design.POLICY], truth["sigma"][design.OPPONENT])
     z90 = 1.2815515655446004  # scipy.stats.norm.ppf(0.9)
-    params = truth["judges"][sim.CLAIM_JUDGE]
+    params = truth["judges"][design.CLAIM_JUDGE]
     quantile_rates = []
     for u in (-z90 * sd, z90 * sd):
-        mean = truth["alpha"][sim.POLICY] - truth["alpha"][sim.OPPONENT] + u
+        mean = truth["alpha"][design.POLICY] - truth["alpha"][design.OPPONENT] + u
 
         def score(x):
             wf, lf, ws, ls = _order_probs_from_rule(x, params["kappa"], params["b"], params["t"])
@@ -364,7 +372,7 @@ def test_true_win_rates_are_near_the_model_card(study):
 # --- the data agree with the truth -------------------------------------------------------
 
 
-@pytest.mark.parametrize("judge", list(sim.JUDGES))
+@pytest.mark.parametrize("judge", list(design.JUDGES))
 def test_empirical_win_rates_match_truth_on_these_vignettes(study, judge):
     scored = _score(_contests(study, judge))
     for system in MAIN_SYSTEMS:
@@ -375,9 +383,9 @@ def test_empirical_win_rates_match_truth_on_these_vignettes(study, judge):
 
 
 def test_empirical_per_vignette_policy_rates_match_truth(study):
-    scored = _score(_contests(study, sim.CLAIM_JUDGE))
-    truth = study.truth["estimands"][sim.POLICY][sim.CLAIM_JUDGE]["per_vignette"]
-    for vid, rows in scored[scored["system"] == sim.POLICY].groupby("vignette_id"):
+    scored = _score(_contests(study, design.CLAIM_JUDGE))
+    truth = study.truth["estimands"][design.POLICY][design.CLAIM_JUDGE]["per_vignette"]
+    for vid, rows in scored[scored["system"] == design.POLICY].groupby("vignette_id"):
         mean, se = _clustered_mean_se(rows["score"], rows["opponent"])
         assert abs(mean - truth[vid]["contest_score"]) < Z_TOLERANCE * se, vid
 
@@ -385,7 +393,7 @@ def test_empirical_per_vignette_policy_rates_match_truth(study):
 def _order_effect(study, judge):
     contests = _contests(study, judge)
     contests = contests[
-        (contests["system"] == sim.POLICY)
+        (contests["system"] == design.POLICY)
         & (contests["system_first"] != "invalid")
         & (contests["system_second"] != "invalid")
     ]
@@ -403,15 +411,15 @@ def test_position_biased_judge_shows_a_large_order_effect(study):
 
 
 def test_calibrated_judge_order_effect_is_near_zero(study):
-    effect, se = _order_effect(study, sim.CLAIM_JUDGE)
-    truth = study.truth["position_bias"][sim.CLAIM_JUDGE]["these_vignettes"]["order_effect"]
+    effect, se = _order_effect(study, design.CLAIM_JUDGE)
+    truth = study.truth["position_bias"][design.CLAIM_JUDGE]["these_vignettes"]["order_effect"]
     assert abs(effect) < 0.05
     assert abs(effect - truth) < Z_TOLERANCE * se
 
 
 def test_invalid_and_tie_rates(study):
     judgments = study.judgments
-    for judge, params in sim.JUDGES.items():
+    for judge, params in design.JUDGES.items():
         verdicts = judgments.loc[judgments["judge"] == judge, "verdict"]
         n = len(verdicts)
         invalid = (verdicts == "invalid").mean()
@@ -422,7 +430,7 @@ def test_invalid_and_tie_rates(study):
             assert abs(invalid - params.pi) < Z_TOLERANCE * se, judge
         # Tie rate of the policy's judged orders against its truth, and "a few percent".
         contests = _contests(study, judge)
-        contests = contests[contests["system"] == sim.POLICY]
+        contests = contests[contests["system"] == design.POLICY]
         orders = pd.concat(
             [
                 contests[["system_first", "opponent"]].set_axis(["v", "o"], axis=1),
@@ -431,7 +439,7 @@ def test_invalid_and_tie_rates(study):
         )
         orders = orders[orders["v"] != "invalid"]
         tie, tie_se = _clustered_mean_se((orders["v"] == "tie").to_numpy(float), orders["o"])
-        truth = study.truth["estimands"][sim.POLICY][judge]["these_vignettes"]["p_tie"]
+        truth = study.truth["estimands"][design.POLICY][judge]["these_vignettes"]["p_tie"]
         assert abs(tie - truth) < Z_TOLERANCE * tie_se, (judge, tie, truth)
         assert 0.01 < truth < 0.08, (judge, truth)
 
@@ -441,28 +449,28 @@ def test_invalid_and_tie_rates(study):
 
 def test_contest_counts_and_both_orders(study):
     assert len(study.vignettes) == 6
-    assert set(study.judgments["judge"]) == set(sim.JUDGES)
-    for judge in sim.JUDGES:
+    assert set(study.judgments["judge"]) == set(design.JUDGES)
+    for judge in design.JUDGES:
         contests = _contests(study, judge)
         # Both orders present for every contest: the pivot has no missing cell.
         assert contests[["system_first", "system_second"]].notna().all().all()
         counts = contests.groupby("system").size().to_dict()
         for system, n in MAIN_SYSTEMS.items():
             assert counts[system] == n, (judge, system)
-        if judge == sim.CHECKPOINT_JUDGE:
-            for ckpt in sim.CHECKPOINTS:
-                assert counts[ckpt] == 2 * 6 * sim.CHECKPOINT_CONTESTS_PER_VIGNETTE
+        if judge == design.CHECKPOINT_JUDGE:
+            for ckpt in design.CHECKPOINTS:
+                assert counts[ckpt] == 2 * 6 * design.CHECKPOINT_CONTESTS_PER_VIGNETTE
         else:
-            assert not set(counts) & set(sim.CHECKPOINTS)
+            assert not set(counts) & set(design.CHECKPOINTS)
     # 2 orders per contest, 3 judges for the main contests, 1 for the checkpoints.
     assert len(study.judgments) == 2 * (3 * sum(MAIN_SYSTEMS.values()) + 8 * 120)
     runs = study.responses.groupby("system")["run"].apply(lambda s: sorted(s.dropna().unique()))
-    assert runs[sim.POLICY] == ["run-1", "run-2", "run-3"]
-    assert runs[sim.POLICY_V1] == ["run-1", "run-2"]
-    opponent = study.responses[study.responses["system"] == sim.OPPONENT]
+    assert runs[design.POLICY] == ["run-1", "run-2", "run-3"]
+    assert runs[design.POLICY_V1] == ["run-1", "run-2"]
+    opponent = study.responses[study.responses["system"] == design.OPPONENT]
     assert (opponent.groupby("vignette_id").size() == 40).all()
     assert opponent["text"].is_unique
-    pools = study.responses[study.responses["system"].isin(sim.CHECKPOINTS)]
+    pools = study.responses[study.responses["system"].isin(design.CHECKPOINTS)]
     assert (pools.groupby(["system", "pool", "vignette_id"]).size() == 10).all()
     assert set(pools["pool"]) == {"selection", "heldout"}
 
@@ -472,10 +480,10 @@ def test_human_calibration_subset(study):
     responses = study.responses.set_index("response_id")
     assert (responses.loc[sorted(rated), "run"] == "run-1").all()
     by_system = responses.loc[sorted(rated)].groupby(["vignette_id", "system"]).size()
-    assert (by_system.xs(sim.POLICY, level="system") == 12).all()
-    assert (by_system.xs(sim.POLICY_V1, level="system") == 8).all()
+    assert (by_system.xs(design.POLICY, level="system") == 12).all()
+    assert (by_system.xs(design.POLICY_V1, level="system") == 8).all()
     ratings = study.human_ratings
-    assert set(ratings["rater_id"]) == set(sim.RATERS)
+    assert set(ratings["rater_id"]) == set(design.RATERS)
     assert ratings["score"].between(1, 7).all() and (ratings["score"] % 1 == 0).all()
     score = ratings.set_index(["response_id", "rater_id"])["score"]
     for row in study.human_pairs.itertuples():
@@ -496,7 +504,7 @@ def test_empirical_judge_agreement_matches_truth(study):
         diff = summed[row.response_a] - summed[row.response_b]
         if diff != 0:
             preferred[(row.response_a, row.response_b)] = "a" if diff > 0 else "b"
-    for judge in sim.JUDGES:
+    for judge in design.JUDGES:
         contests = _contests(study, judge).set_index(["response", "opponent"])
         agree, pref = [], []
         for key, human in preferred.items():
@@ -519,7 +527,7 @@ def test_claim_reproduces_from_the_data(study):
     claim = yaml.safe_load(default_claim_path().read_text())
     assert default_claim_path() == DEFAULT_STUDY_DIR / "claim.yaml"
     assert claim == study.claim
-    assert claim["policy"] == sim.POLICY and claim["opponent"] == sim.OPPONENT
+    assert claim["policy"] == design.POLICY and claim["opponent"] == design.OPPONENT
     assert claim["judge"] == "llama-3.1-70b" and claim["bar"] == 0.608
     assert claim["population"] == "new_vignettes" and claim["metric"] == "winrate"
     for filename in claim["data"].values():
@@ -561,20 +569,20 @@ NOT_SIMULATED = {"judgments": ("preference_first",)}
 
 def test_tables_have_exactly_the_documented_columns(study):
     documented = _documented_columns()
-    assert set(documented) == set(sim.TABLE_FILES)
+    assert set(documented) == set(design.TABLE_FILES)
     for name, columns in NOT_SIMULATED.items():
         for column in columns:
             assert documented[name].pop(column) is False  # optional
     for name, frame in study.tables.items():
         assert list(frame.columns) == list(documented[name]), name
-        assert tuple(frame.columns) == sim.TABLE_COLUMNS[name]
+        assert tuple(frame.columns) == design.TABLE_COLUMNS[name]
         for column, required in documented[name].items():
             if required:
                 assert frame[column].notna().all(), (name, column)
 
 
 def test_written_files_round_trip_to_the_tables(study):
-    for name, filename in sim.TABLE_FILES.items():
+    for name, filename in design.TABLE_FILES.items():
         lines = (DEFAULT_STUDY_DIR / filename).read_text(encoding="utf-8").splitlines()
         records = [json.loads(line) for line in lines]
         frame = study.tables[name]
@@ -602,7 +610,7 @@ def test_ids_are_unique_and_references_resolve(study):
     assert set(study.judgments["verdict"]) == {"first", "second", "tie", "invalid"}
     assert study.judgments["prompt_sha256"].str.fullmatch(r"[0-9a-f]{64}").all()
     assert set(study.human_pairs["label"]) == {"a", "b", "tie"}
-    seeds = study.responses.loc[study.responses["system"] != sim.OPPONENT, "seed"]
+    seeds = study.responses.loc[study.responses["system"] != design.OPPONENT, "seed"]
     assert seeds.notna().all() and str(seeds.dtype) == "Int64"
 
 
@@ -616,7 +624,7 @@ def test_judge_raw_outputs_match_verdicts(study):
 
 
 def test_policy_raw_holds_a_reasoning_trace_then_the_answer(study):
-    policy = study.responses[study.responses["system"] == sim.POLICY]
+    policy = study.responses[study.responses["system"] == design.POLICY]
     assert len(policy) == 720
     for raw, text in zip(policy["raw"], policy["text"]):
         assert raw.startswith("<think>") and raw.split("</think>", 1)[1].strip() == text
@@ -634,8 +642,8 @@ def _ngrams(text: str, n: int = 12) -> set[tuple[str, ...]]:
 
 def test_leaks_are_exactly_the_recorded_documents(study):
     responses = study.responses
-    opponent = responses[responses["system"] == sim.OPPONENT]
-    others = responses[responses["system"] != sim.OPPONENT]
+    opponent = responses[responses["system"] == design.OPPONENT]
+    others = responses[responses["system"] != design.OPPONENT]
     opponent_grams = {rid: _ngrams(text) for rid, text in zip(opponent["response_id"], opponent["text"])}
     # Every 12-word run of an opponent answer belongs to that answer alone ...
     counts: dict[tuple[str, ...], int] = {}
@@ -659,7 +667,7 @@ def test_leaks_are_exactly_the_recorded_documents(study):
     assert len(leaks["verbatim"]) == 4 and len(leaks["paraphrase"]) == 1
     leaked = {item["response_id"] for item in leaks["verbatim"] + leaks["paraphrase"]}
     # Every leaked answer is a held-out opponent answer that the headline contests use.
-    judged = set(_contests(study, sim.CLAIM_JUDGE).query("system == @sim.POLICY")["opponent"])
+    judged = set(_contests(study, design.CLAIM_JUDGE).query("system == @design.POLICY")["opponent"])
     assert leaked <= judged
 
 
@@ -680,11 +688,11 @@ def test_study_folder_stays_small():
     total = sum(p.stat().st_size for p in DEFAULT_STUDY_DIR.iterdir() if p.is_file())
     assert total < 4.5e6
     # The off-distribution study (offdist/: 180 contests, three judges) is about 0.6 MB.
-    assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / sim.OFFDIST_DIR).iterdir()) < 0.7e6
+    assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / population_studies.OFFDIST_DIR).iterdir()) < 0.7e6
     # The seeds study (seeds/: 300 contests, the claim judge only) is about 0.35 MB.
-    assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / sim.SEEDS_DIR).iterdir()) < 0.4e6
+    assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / population_studies.SEEDS_DIR).iterdir()) < 0.4e6
     # The composed study (composed/: 1,200 contests, one judge, 30 vignettes) is about 1.25 MB.
-    assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / sim.COMPOSED_DIR).iterdir()) < 1.6e6
+    assert sum(p.stat().st_size for p in (DEFAULT_STUDY_DIR / composed_study.COMPOSED_DIR).iterdir()) < 1.6e6
 
 
 def test_to_frame_lists_every_estimand(study):
@@ -702,10 +710,10 @@ def test_empirical_win_rates_are_unbiased_across_seeds():
     z = []
     for seed in range(30):
         study = simulate_study(seed)
-        scored = _score(_contests(study, sim.CLAIM_JUDGE))
-        rows = scored[scored["system"] == sim.POLICY]
+        scored = _score(_contests(study, design.CLAIM_JUDGE))
+        rows = scored[scored["system"] == design.POLICY]
         mean, se = _clustered_mean_se(rows["score"], rows["opponent"])
-        truth = study.truth["estimands"][sim.POLICY][sim.CLAIM_JUDGE]["these_vignettes"]
+        truth = study.truth["estimands"][design.POLICY][design.CLAIM_JUDGE]["these_vignettes"]
         z.append((mean - truth["contest_score"]) / se)
     assert abs(np.mean(z)) < Z_TOLERANCE / math.sqrt(len(z))
     assert 0.6 < np.std(z) < 1.4
@@ -716,7 +724,7 @@ def test_empirical_win_rates_are_unbiased_across_seeds():
 
 @pytest.fixture(scope="module")
 def composed():
-    return sim.simulate_composed_study(DEFAULT_SEED)
+    return composed_study.simulate_composed_study(DEFAULT_SEED)
 
 
 def test_composed_truth_matches_monte_carlo():
@@ -725,7 +733,7 @@ def test_composed_truth_matches_monte_carlo():
     from honestci.fixtures.truth import human_anchored_rates
 
     rng = np.random.default_rng(11)
-    human, error, n = sim.COMPOSED_HUMAN, sim.COMPOSED_JUDGE_ERROR, 400_000
+    human, error, n = composed_study.COMPOSED_HUMAN, composed_study.COMPOSED_JUDGE_ERROR, 400_000
     mean, sd = 0.45, 0.95
     d = rng.normal(mean, sd, n)
     z = human.kappa * d + rng.logistic(0.0, 1.0, n)
@@ -747,21 +755,23 @@ def test_composed_truth_matches_monte_carlo():
 def test_composed_study_design(composed):
     tables, truth = composed["tables"], composed["truth"]
     responses, judgments, pairs = tables["responses"], tables["judgments"], tables["human_pairs"]
-    assert tables["vignettes"]["vignette_id"].nunique() == sim.COMPOSED_N_VIGNETTES == 30
+    assert tables["vignettes"]["vignette_id"].nunique() == composed_study.COMPOSED_N_VIGNETTES == 30
     assert tables["vignettes"]["text"].nunique() == 30
-    candidates = responses[responses["system"] != sim.OPPONENT]
-    assert set(candidates["pool"]) == {"selection"} and set(candidates["system"]) == set(sim.COMPOSED_CANDIDATES)
+    candidates = responses[responses["system"] != design.OPPONENT]
+    assert set(candidates["pool"]) == {"selection"} and set(candidates["system"]) == set(
+        composed_study.COMPOSED_CANDIDATES
+    )
     assert len(candidates) == 4 * 30 * 10 and len(judgments) == 2 * len(candidates)
     # one label per labelled contest, on every candidate, about the stated share
     labelled = pairs["response_a"].map(dict(zip(responses["response_id"], responses["system"])))
-    assert set(labelled) == set(sim.COMPOSED_CANDIDATES) and not pairs["response_a"].duplicated().any()
-    assert abs(len(pairs) / len(candidates) - sim.COMPOSED_LABEL_SHARE) < 0.05
+    assert set(labelled) == set(composed_study.COMPOSED_CANDIDATES) and not pairs["response_a"].duplicated().any()
+    assert abs(len(pairs) / len(candidates) - composed_study.COMPOSED_LABEL_SHARE) < 0.05
     assert (
         truth["estimand"]["value"]
         == truth["candidates"][truth["estimand"]["claimed"]]["new_vignettes_non_leaked"]["human_score"]
     )
     assert sorted(leak["vignette_id"] for leak in truth["leakage"]) == truth["leaked_vignettes"]
-    assert len(truth["leaked_vignettes"]) == sim.COMPOSED_N_LEAKED
+    assert len(truth["leaked_vignettes"]) == composed_study.COMPOSED_N_LEAKED
 
 
 def test_composed_judge_errs_against_the_humans_at_the_stated_rates(composed):
@@ -777,7 +787,7 @@ def test_composed_judge_errs_against_the_humans_at_the_stated_rates(composed):
             v = verdict[(first, second)]
             named[pref].append("candidate" if v == mine else ("none" if v == "tie" else "opponent"))
     rates = {pref: np.mean(np.asarray(picks) == "candidate") for pref, picks in named.items()}
-    error = sim.COMPOSED_JUDGE_ERROR
+    error = composed_study.COMPOSED_JUDGE_ERROR
     for pref, expected in (("opponent", error["to_candidate"]), ("none", error["to_candidate"])):
         n = len(named[pref])
         assert abs(rates[pref] - expected) < Z_TOLERANCE * math.sqrt(expected * (1 - expected) / n), pref
@@ -795,7 +805,7 @@ def test_composed_claim_names_the_selection_pool_winner(composed):
     verdict = {(r.response_first, r.response_second): r.verdict for r in tables["judgments"].itertuples()}
     rows = []
     for (first, second), v in verdict.items():
-        if system[first] != sim.OPPONENT:
+        if system[first] != design.OPPONENT:
             back = verdict[(second, first)]
             score = 1.0 if (v, back) == ("first", "second") else (0.0 if (v, back) == ("second", "first") else 0.5)
             rows.append((system[first], first.split("-")[1], score))

@@ -286,7 +286,8 @@ def leakage_preflight(job: PipelineJob, paths: dict[str, Path], claim_path: Path
         ) from None
     from honestci.audit.checks.context import AuditContext
     from honestci.audit.data.claims import Claim, ClaimSpec, tightened
-    from honestci.audit.data.io import LoadedTable, Study, load_table
+    from honestci.audit.data.io import Study, load_table
+    from honestci.audit.data.validation import LoadedTable
     from honestci.audit.gate_registry import run_gate
 
     data = {

@@ -50,7 +50,8 @@ import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.checks.duplicates import confusable_groups, near_duplicate_pairs, normalized_text
-from honestci.audit.data.io import LoadedTable, Study
+from honestci.audit.data.io import Study
+from honestci.audit.data.validation import LoadedTable
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, VIGNETTE_POPULATIONS, Thresholds, Verdict, clears_bar
 

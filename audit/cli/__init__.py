@@ -124,12 +124,13 @@ def run() -> None:
     type=int,
     default=None,
     help="Simulator seed (default: the seed the embedded study was generated with, "
-    "honestci.fixtures.simulate.DEFAULT_SEED: a property of the study, not the audit's --seed).",
+    "honestci.fixtures.design.DEFAULT_SEED: a property of the study, not the audit's --seed).",
 )
 @_fail_cleanly
 def simulate(out_dir: Path, seed: int | None) -> None:
     """Regenerate the embedded fixture study (byte-identical for the same seed)."""
-    from honestci.fixtures.simulate import DEFAULT_SEED, write_study
+    from honestci.fixtures.design import DEFAULT_SEED
+    from honestci.fixtures.simulate import write_study
 
     paths = write_study(out_dir, seed=DEFAULT_SEED if seed is None else seed)
     for path in paths:

@@ -341,28 +341,37 @@ def import_command(
     heldout for a seeded --heldout-fraction of the vignettes) for the audit's
     winners_curse gate and `honestci winners-curse`.
     """
-    from honestci.judges import importers
+    from honestci.judges import (
+        importers,
+        importers_alpaca,
+        importers_fastchat,
+        importers_generic,
+        importers_inspect,
+        importers_lm_eval,
+    )
 
     if fmt not in ("alpaca_eval", "lm_eval", "inspect") and len(paths) > 1:
         raise InputError(f"{fmt} takes one PATH, got {len(paths)}.", fix="pass one file")
     if fmt == "alpaca_eval":
-        tables = importers.import_alpaca_eval(paths)
+        tables = importers_alpaca.import_alpaca_eval(paths)
     elif fmt == "pandalm":
         files = {}
         for spec in judge_files:
             name, sep, path = spec.rpartition("=")
-            files[name if sep else importers.pandalm_judge_name(Path(path))] = Path(path)
-        tables = importers.import_pandalm(paths[0], files)
+            files[name if sep else importers_alpaca.pandalm_judge_name(Path(path))] = Path(path)
+        tables = importers_alpaca.import_pandalm(paths[0], files)
     elif fmt == "mtbench":
-        tables = importers.import_mtbench(paths[0], questions=questions, answers_dir=answers)
+        tables = importers_fastchat.import_mtbench(paths[0], questions=questions, answers_dir=answers)
     elif fmt == "arena":
-        tables = importers.import_arena(paths[0])
+        tables = importers_fastchat.import_arena(paths[0])
     elif fmt == "lm_eval":
-        tables = importers.import_lm_eval(paths, metric=metric, cluster_key=cluster_key, filter_name=filter_name)
+        tables = importers_lm_eval.import_lm_eval(
+            paths, metric=metric, cluster_key=cluster_key, filter_name=filter_name
+        )
     elif fmt == "inspect":
-        tables = importers.import_inspect(paths, scorer=metric, cluster_key=cluster_key)
+        tables = importers_inspect.import_inspect(paths, scorer=metric, cluster_key=cluster_key)
     else:
-        tables = importers.import_generic(
+        tables = importers_generic.import_generic(
             paths[0], _pairs(mapping, "--map"), _pairs(verdict_map, "--verdict-map") or None, judge=judge_name
         )
     if candidates:

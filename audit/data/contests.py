@@ -36,7 +36,6 @@ import numpy as np
 import pandas as pd
 
 from honestci.audit.data.io import (
-    LoadedTable,
     Study,
     check_references,
     codes_of,
@@ -44,6 +43,7 @@ from honestci.audit.data.io import (
     release_arrow_memory,
     table_from_frame,
 )
+from honestci.audit.data.validation import LoadedTable
 from honestci.audit.errors import InputError, Problem, SchemaError
 from honestci.audit.policy import MISSING_ORDERS
 from honestci.audit.policy import PANEL_RULES as POLICY_PANEL_RULES
@@ -541,7 +541,7 @@ def build_contests(
     ----------
     study_or_frames
         A :class:`~honestci.audit.data.io.Study`, or a mapping with ``responses`` and ``judgments`` given as
-        :class:`~honestci.audit.data.io.LoadedTable` or DataFrames (validated and cross-checked here).
+        :class:`~honestci.audit.data.validation.LoadedTable` or DataFrames (validated and cross-checked here).
     policy, opponent
         Systems (the responses' ``system``) to compare; outcomes are the policy's.
     judge
