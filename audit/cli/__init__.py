@@ -16,7 +16,14 @@ from pathlib import Path
 import click
 
 from honestci import __version__
-from honestci.audit.cli.support import BAYES_MODULES, LazyGroup, level_option, policy_option, seed_option
+from honestci.audit.cli.support import (
+    BAYES_MODULES,
+    LazyGroup,
+    claim_contests,
+    level_option,
+    policy_option,
+    seed_option,
+)
 from honestci.audit.cli.support import fail_cleanly as _fail_cleanly
 from honestci.audit.errors import InputError, require_extra
 from honestci.audit.policy import DEFAULT_SEED
@@ -111,14 +118,22 @@ def run() -> None:
     os._exit(code)
 
 
+def _out_option(help_text: str, *, folder: bool, required: bool = False, default: Path | None = None):
+    """``--out``: the folder (``out_dir``) or the file (``out_file``) a command writes; a default
+    is shown in --help."""
+    return click.option(
+        "--out",
+        "out_dir" if folder else "out_file",
+        type=click.Path(file_okay=not folder, dir_okay=folder, path_type=Path),
+        required=required,
+        default=default,
+        show_default=default is not None,
+        help=help_text,
+    )
+
+
 @main.command()
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Folder to write the study into (created if missing).",
-)
+@_out_option("Folder to write the study into (created if missing).", folder=True, required=True)
 @click.option(
     "--seed",
     type=int,
@@ -241,12 +256,8 @@ def _run_and_report(
 
 @main.command()
 @click.argument("claim", type=click.Path(path_type=Path))
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Folder for report.md, report.html, verdict.json (and posterior.nc with --bayes).",
+@_out_option(
+    "Folder for report.md, report.html, verdict.json (and posterior.nc with --bayes).", folder=True, required=True
 )
 @click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
 @seed_option
@@ -307,14 +318,7 @@ def audit(
 
 
 @main.command()
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("honestci-demo"),
-    show_default=True,
-    help="Folder for the demo report.",
-)
+@_out_option("Folder for the demo report.", folder=True, default=Path("honestci-demo"))
 @click.option("--bayes/--no-bayes", default=True, show_default=True, help="Fit the Bayesian hierarchical model.")
 @policy_option
 @_fail_cleanly
@@ -331,13 +335,7 @@ def demo(out_dir: Path, bayes: bool, policy_file: Path | None) -> None:
 @main.command()
 @click.argument("result", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True)
-@click.option(
-    "--out",
-    "out_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write to this file (atomically) instead of standard output.",
-)
+@_out_option("Write to this file (atomically) instead of standard output.", folder=False)
 @_fail_cleanly
 def report(result: Path, fmt: str, out_file: Path | None) -> None:
     """Render RESULT (a verdict.json from `honestci audit`) as Markdown, HTML or JSON.
@@ -383,13 +381,7 @@ def report(result: Path, fmt: str, out_file: Path | None) -> None:
     help="Tabulate this system against the claim's opponent and judge instead of the claim's policy "
     "(repeatable: one block of rows per system).",
 )
-@click.option(
-    "--out",
-    "out_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also write the full table (every column, full precision) to this CSV file.",
-)
+@_out_option("Also write the full table (every column, full precision) to this CSV file.", folder=False)
 @policy_option
 @_fail_cleanly
 def winrate(
@@ -405,7 +397,6 @@ def winrate(
     import pandas as pd
 
     from honestci.audit.data.claims import load_claim
-    from honestci.audit.data.contests import build_claim_contests
     from honestci.audit.data.io import load_study
     from honestci.audit.data.policy_file import load_policy
     from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
@@ -419,15 +410,7 @@ def winrate(
     study = load_study(loaded.data_paths)
     frames = []
     for system in systems or (loaded.spec.policy,):
-        contests = build_claim_contests(
-            study,
-            system,
-            loaded.spec.opponent,
-            judge=loaded.spec.judge,
-            panel=loaded.spec.panel,
-            panel_rule=loaded.spec.panel_rule,
-            missing_orders=loaded.policy.missing_orders,
-        )
+        contests = claim_contests(loaded, study, system)
         scored = contests.scores("both_orders", invalid=loaded.policy.invalid_verdicts)
         table = winrate_table(
             scored.values,
@@ -468,13 +451,10 @@ def winrate(
 )
 @seed_option
 @click.option("--processes", type=click.IntRange(1), default=1, show_default=True, help="Worker processes.")
-@click.option(
-    "--out",
-    "out_file",
-    type=click.Path(dir_okay=False, path_type=Path),
+@_out_option(
+    "Markdown table to write, relative to the current folder (a CSV is written beside it).",
+    folder=False,
     default=Path("coverage.md"),
-    show_default=True,
-    help="Markdown table to write, relative to the current folder (a CSV is written beside it).",
 )
 @_fail_cleanly
 def coverage_study(reps: int, grid: str, methods: str, seed: int, processes: int, out_file: Path) -> None:

@@ -7,12 +7,14 @@ Register them in the CLI group with ``main.add_command``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from honestci.audit.cli.support import (
-    audit_policy,
+    audit_policy_and_level,
     exit_by_gate,
     fail_cleanly,
     level_option,
@@ -21,6 +23,9 @@ from honestci.audit.cli.support import (
 )
 from honestci.audit.errors import InputError
 from honestci.audit.stats.clustered_estimate import ESTIMATE_COLUMNS
+
+if TYPE_CHECKING:
+    from honestci.audit.data.contests import ContestTable
 
 _TABLE_OPTIONS = {
     "judgments": "judgments",
@@ -70,11 +75,33 @@ def _path_option(name: str):
     )
 
 
+def _option_stack(*decorators):
+    """One decorator that applies ``decorators`` as if they were written in this order above the
+    command (click lists the options in --help in that order)."""
+
+    def apply(command):
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return apply
+
+
+def _claim_and_tables(*tables: str):
+    """The optional CLAIM argument and a path option for each of ``tables`` (read by :func:`_tables`)."""
+    claim = click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path))
+    return _option_stack(claim, *map(_path_option, tables))
+
+
+def _common_check_options(*, seed: bool = True):
+    """The options every one-check command ends with: --level, --seed (where the check draws random
+    numbers), --policy and --allow-outside-data (read by :func:`audit_policy_and_level` and
+    :func:`_tables`)."""
+    return _option_stack(level_option, *([seed_option] if seed else []), policy_option, _allow_outside_data)
+
+
 @click.command("calibrate-judge")
-@click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@_path_option("judgments")
-@_path_option("human_pairs")
-@_path_option("human_ratings")
+@_claim_and_tables("judgments", "human_pairs", "human_ratings")
 @click.option("--judge", default=None, help="Judge to calibrate (default: the claim's judge, or the only judge).")
 @click.option(
     "--source",
@@ -105,10 +132,7 @@ def _path_option(name: str):
     help="Invalid (unparseable, refused, empty) verdicts: count as disagreements (conservative), as ties "
     "(PandaLM's rule), or leave out (counted in the report).",
 )
-@level_option
-@seed_option
-@policy_option
-@_allow_outside_data
+@_common_check_options()
 @fail_cleanly
 def calibrate_judge_command(
     claim,
@@ -129,9 +153,8 @@ def calibrate_judge_command(
     from honestci.audit.checks.calibration import calibrate_judge
     from honestci.audit.gates import gate_judge_calibrated
 
-    rules = audit_policy(policy_file)
+    rules, level = audit_policy_and_level(policy_file, level)
     thresholds = rules.thresholds
-    level = thresholds.confidence_level if level is None else level
     tables, spec = _tables(
         claim, {"judgments": judgments, "human_pairs": human_pairs, "human_ratings": human_ratings}, allow_outside_data
     )
@@ -177,25 +200,32 @@ def calibrate_judge_command(
     exit_by_gate(gate_judge_calibrated(result, thresholds))
 
 
-def _judged_pair_options(command):
-    """CLAIM, the judgments and responses tables, and the judge and the two systems to examine
-    (read by :func:`_judged_pair`)."""
-    options = [
-        click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path)),
-        _path_option("judgments"),
-        _path_option("responses"),
-        click.option("--judge", default=None, help="Judge to examine (default: the claim's judge, or the only judge)."),
-        click.option("--system", default=None, help="System whose wins are counted (default: the claim's policy)."),
-        click.option("--opponent", default=None, help="The other system (default: the claim's opponent)."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+#: CLAIM, the judgments and responses tables, and the judge and the two systems to examine (read by
+#: :func:`_judged_pair`).
+_judged_pair_options = _option_stack(
+    _claim_and_tables("judgments", "responses"),
+    click.option("--judge", default=None, help="Judge to examine (default: the claim's judge, or the only judge)."),
+    click.option("--system", default=None, help="System whose wins are counted (default: the claim's policy)."),
+    click.option("--opponent", default=None, help="The other system (default: the claim's opponent)."),
+)
 
 
-def _judged_pair(claim, judgments, responses, system, opponent, judge, allow_outside_data):
-    """The judgments and responses tables, and the two systems and the judge to examine: the
-    options where given, else the claim's."""
+@dataclass(frozen=True)
+class _JudgedPair:
+    """The tables, the opponent and the judge :func:`_judged_pair` settled on, and the contests of
+    the system against the opponent that have both orders judged."""
+
+    tables: dict
+    opponent: str
+    judge: str | None
+    contests: ContestTable
+
+
+def _judged_pair(claim, judgments, responses, system, opponent, judge, allow_outside_data) -> _JudgedPair:
+    """The judgments and responses tables, the two systems and the judge to examine (the options
+    where given, else the claim's), and their contests."""
+    from honestci.audit.data.contests import build_contests
+
     tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
     missing = [name for name in ("judgments", "responses") if name not in tables]
     if missing:
@@ -206,32 +236,25 @@ def _judged_pair(claim, judgments, responses, system, opponent, judge, allow_out
     opponent = opponent or (spec.opponent if spec else None)
     if policy is None or opponent is None:
         raise InputError("the two systems to compare are not named.", fix="pass --system and --opponent (or a claim)")
-    return tables, policy, opponent, judge or (spec.judge if spec else None)
+    judge = judge or (spec.judge if spec else None)
+    contests = build_contests(tables, policy, opponent, judge=judge, single_order="exclude")
+    return _JudgedPair(tables, opponent, judge, contests)
 
 
 @click.command("position-bias")
 @_judged_pair_options
-@level_option
-@seed_option
-@policy_option
-@_allow_outside_data
+@_common_check_options()
 @fail_cleanly
 def position_bias_command(
     claim, judgments, responses, judge, system, opponent, level, seed, policy_file, allow_outside_data
 ) -> None:
     """Position bias of a judge from both-order verdicts (single-order data: not identifiable)."""
     from honestci.audit.checks.position_bias import position_bias_from_contests
-    from honestci.audit.data.contests import build_contests
     from honestci.audit.gates import gate_position_bias
 
-    rules = audit_policy(policy_file)
-    thresholds = rules.thresholds
-    level = thresholds.confidence_level if level is None else level
-    tables, policy, opponent, judge = _judged_pair(
-        claim, judgments, responses, system, opponent, judge, allow_outside_data
-    )
-    contests = build_contests(tables, policy, opponent, judge=judge, single_order="exclude")
-    result = position_bias_from_contests(contests, level=level, rng=seed)
+    rules, level = audit_policy_and_level(policy_file, level)
+    pair = _judged_pair(claim, judgments, responses, system, opponent, judge, allow_outside_data)
+    result = position_bias_from_contests(pair.contests, level=level, rng=seed)
     for line in result.summary_lines():
         click.echo(f"- {line}")
     if result.identifiable:
@@ -246,7 +269,7 @@ def position_bias_command(
         import pandas as pd
 
         click.echo(pd.DataFrame(list(result.per_vignette)).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    exit_by_gate(gate_position_bias(result, thresholds))
+    exit_by_gate(gate_position_bias(result, rules.thresholds))
 
 
 @click.command("length-bias")
@@ -257,28 +280,22 @@ def position_bias_command(
     help="Also tabulate raw, length- and style-controlled win rates of every system against the opponent "
     "(a per-vignette difficulty term from the other systems' scores).",
 )
-@level_option
-@policy_option
-@_allow_outside_data
+@_common_check_options(seed=False)
 @fail_cleanly
 def length_bias_command(
     claim, judgments, responses, judge, system, opponent, all_systems, level, policy_file, allow_outside_data
 ) -> None:
     """Length and style bias of a judge, and length-controlled win rates (AlpacaEval 2.0's GLM)."""
     from honestci.audit.checks.length_bias import controlled_winrate_table, length_bias_from_contests
-    from honestci.audit.data.contests import build_contests
     from honestci.audit.gates import gate_length_bias
 
-    rules = audit_policy(policy_file)
+    rules, level = audit_policy_and_level(policy_file, level)
     thresholds = rules.thresholds
-    level = thresholds.confidence_level if level is None else level
-    tables, policy, opponent, judge = _judged_pair(
-        claim, judgments, responses, system, opponent, judge, allow_outside_data
-    )
+    pair = _judged_pair(claim, judgments, responses, system, opponent, judge, allow_outside_data)
+    tables, opponent, judge = pair.tables, pair.opponent, pair.judge
     invalid = rules.invalid_verdicts
-    contests = build_contests(tables, policy, opponent, judge=judge, single_order="exclude")
     result = length_bias_from_contests(
-        contests, tables["responses"].frame, invalid=invalid, level=level, min_clusters=thresholds.min_clusters
+        pair.contests, tables["responses"].frame, invalid=invalid, level=level, min_clusters=thresholds.min_clusters
     )
     for line in result.summary_lines():
         click.echo(f"- {line}")
@@ -296,9 +313,7 @@ def length_bias_command(
 
 
 @click.command("compare")
-@click.argument("claim", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@_path_option("judgments")
-@_path_option("responses")
+@_claim_and_tables("judgments", "responses")
 @click.option("--system", "systems", multiple=True, help="A system to compare (repeat; default: every system judged).")
 @click.option("--opponent", default=None, help="The common opponent (default: the claim's opponent).")
 @click.option(
@@ -323,10 +338,7 @@ def length_bias_command(
     help="Ties in the strength model: half a win (Bradley–Terry), or Davidson's (1970) tie parameter ν "
     "(needs scores 0, 1/2, 1).",
 )
-@level_option
-@seed_option
-@policy_option
-@_allow_outside_data
+@_common_check_options()
 @fail_cleanly
 def compare_command(
     claim,
@@ -349,9 +361,7 @@ def compare_command(
     from honestci.audit.data.contests import build_contests
     from honestci.audit.stats.systems import bradley_terry, k_system_winrates
 
-    rules = audit_policy(policy_file)
-    thresholds = rules.thresholds
-    level = thresholds.confidence_level if level is None else level
+    rules, level = audit_policy_and_level(policy_file, level)
     invalid = rules.invalid_verdicts
     tables, spec = _tables(claim, {"judgments": judgments, "responses": responses}, allow_outside_data)
     if "judgments" not in tables or "responses" not in tables:
@@ -375,7 +385,7 @@ def compare_command(
         "simultaneous": simultaneous,
         "B": draws,
         "rng": seed,
-        "min_clusters": thresholds.min_clusters,
+        "min_clusters": rules.thresholds.min_clusters,
     }
     winrates = k_system_winrates(scores, opponent=opponent, **options)
     battles = scores.rename(columns={"system": "system_a"}).assign(system_b=opponent)

@@ -139,6 +139,42 @@ def judge_command(
     vignettes,
     responses,
     out_path,
+    template,
+    temperature,
+    max_tokens,
+    seed,
+    cache_path,
+    retry_failed,
+    progress,
+    **backend_options,
+):
+    """Judge every contest in CONTESTS (vignette_id, response_a, response_b) in both orders."""
+    from honestci.judges.prompts import DEFAULT_TEMPLATE, get_template
+    from honestci.judges.run import load_texts, run_judging
+
+    chosen_template = get_template(template or DEFAULT_TEMPLATE)
+    texts = load_texts(vignettes, responses)
+    judge, fleet = _judge_backend(seed=seed, **backend_options)
+    summary = run_judging(
+        contests,
+        texts,
+        judge,
+        chosen_template,
+        out_path,
+        cache_path=cache_path,
+        seed=seed,
+        sampling={"temperature": temperature, "max_tokens": max_tokens},
+        retry_failed=retry_failed,
+        progress=progress,
+    )
+    click.echo(str(summary), err=True)
+    if fleet is not None:
+        click.echo("per endpoint:\n" + fleet.endpoint_table().to_string(index=False), err=True)
+    click.echo(str(out_path))
+
+
+def _judge_backend(
+    *,
     backend,
     base_urls,
     endpoints_path,
@@ -156,20 +192,13 @@ def judge_command(
     device,
     replay_path,
     judge_name,
-    template,
-    temperature,
-    max_tokens,
     seed,
-    cache_path,
-    retry_failed,
-    progress,
 ):
-    """Judge every contest in CONTESTS (vignette_id, response_a, response_b) in both orders."""
-    from honestci.judges.prompts import DEFAULT_TEMPLATE, get_template
-    from honestci.judges.run import load_texts, run_judging
+    """The judge that the backend options of ``honestci judge`` describe (keyword for keyword), and
+    the fleet behind it when it spreads the judging over several endpoints (else None).
 
-    chosen_template = get_template(template or DEFAULT_TEMPLATE)
-    texts = load_texts(vignettes, responses)
+    Its parameters are unannotated, as the commands' are: the checks here, not the types, make
+    sure that ``--model`` is given wherever a backend needs it."""
     fleet = None
     if use_batch and backend not in ("openai", "vllm"):
         raise InputError(f"--batch needs --backend openai, not {backend}.", fix="drop --batch or use --backend openai")
@@ -233,22 +262,7 @@ def judge_command(
         from honestci.judges.backends.replay import ReplayBackend
 
         judge = ReplayBackend(replay_path, judge=judge_name)
-    summary = run_judging(
-        contests,
-        texts,
-        judge,
-        chosen_template,
-        out_path,
-        cache_path=cache_path,
-        seed=seed,
-        sampling={"temperature": temperature, "max_tokens": max_tokens},
-        retry_failed=retry_failed,
-        progress=progress,
-    )
-    click.echo(str(summary), err=True)
-    if fleet is not None:
-        click.echo("per endpoint:\n" + fleet.endpoint_table().to_string(index=False), err=True)
-    click.echo(str(out_path))
+    return judge, fleet
 
 
 @click.command("import")

@@ -4,11 +4,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from honestci.audit.cli.support import fail_cleanly, policy_option, seed_option
+from honestci.audit.cli.support import claim_contests, fail_cleanly, policy_option, seed_option
 from honestci.audit.errors import InputError
+from honestci.audit.policy import Policy, Thresholds
+
+if TYPE_CHECKING:  # annotations only: `honestci plan --help` imports no SciPy
+    from honestci.audit.data.claims import Claim
+    from honestci.audit.stats.planning import Plan, Truth
 
 
 def _contest_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -150,31 +156,10 @@ def plan_command(
     thresholds = policy.thresholds
     pilot = None
     if claim is not None:
-        from honestci.audit.data.claims import load_claim
-        from honestci.audit.data.contests import build_claim_contests
-        from honestci.audit.data.io import load_study
-
-        loaded = load_claim(claim, policy=policy)
+        loaded, pilot = _read_pilot(claim, policy, order_bias)
         thresholds = loaded.thresholds
-        contests_table = build_claim_contests(
-            load_study(loaded.data_paths),
-            loaded.spec.policy,
-            loaded.spec.opponent,
-            judge=loaded.spec.judge,
-            panel=loaded.spec.panel,
-            panel_rule=loaded.spec.panel_rule,
-            missing_orders=loaded.policy.missing_orders,
-        )
-        scored = contests_table.scores("both_orders", invalid=loaded.policy.invalid_verdicts)
-        pilot = planning.truth_from_pilot(scored.values, scored.clusters, order_bias)
         bar = loaded.spec.bar if bar is None else bar
         population = population or loaded.spec.population
-        icc_text = "undefined: no score varies" if pilot.icc != pilot.icc else f"{pilot.icc:.3f}"  # NaN
-        click.echo(
-            f"pilot {claim}: {scored.clusters.size} contests on {len(set(scored.clusters))} vignettes; "
-            f"rate {pilot.rate:.3f}, vignette logit sd {pilot.sd:.2f} (ICC {icc_text}), "
-            f"ties {pilot.ties:.1%} of judged orders"
-        )
     population = population or thresholds.default_population
     if population == "new_seeds":
         raise InputError(
@@ -185,20 +170,7 @@ def plan_command(
         )
     if bar is None:
         raise InputError("No bar to plan for.", fix="give --bar, or a CLAIM whose bar it is")
-    rate = rate if rate is not None else (pilot.rate if pilot else None)
-    if rate is None:
-        raise InputError("No rate to plan for.", fix="give --rate, or a pilot CLAIM")
-    if sd is None and icc is None and pilot is None:
-        raise InputError("No between-vignette spread to plan with.", fix="give --sd or --icc, or a pilot CLAIM")
-    tie_share = ties if ties is not None else (pilot.ties if pilot else 0.0)
-    # The tie half-width and σ depend on each other through the rate: two passes.
-    spread = sd if sd is not None else (pilot.sd if pilot and icc is None else 0.0)
-    halfwidth = 0.0
-    for _ in range(2):
-        halfwidth = planning.halfwidth_for_ties(tie_share, rate, spread, order_bias)
-        if icc is not None:
-            spread = planning.sd_for_icc(icc, rate, halfwidth, order_bias)
-    truth = planning.Truth(rate, spread, halfwidth, order_bias)
+    truth = _planned_truth(rate, sd, icc, ties, order_bias, pilot)
     result = planning.plan_design(
         truth,
         bar,
@@ -221,16 +193,69 @@ def plan_command(
     frame = result.to_frame()
     click.echo(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
     if agreement is not None:
-        items = planning.human_labels_needed(agreement, power, rater_accuracy=rater_accuracy, thresholds=thresholds)
-        observed = planning.observed_agreement(agreement, rater_accuracy)
-        click.echo(
-            f"human labels: about {items} labelled items (both orders judged) for the judge_calibrated gate "
-            f"(observed agreement {observed:.3f} vs minimum {thresholds.min_judge_agreement:g}) at {power:.0%} power "
-            "(analytic, unclustered; not simulated)"
-            if items is not None
-            else f"human labels: the observed agreement {observed:.3f} is not above the minimum "
-            f"{thresholds.min_judge_agreement:g}: no number of labels passes the judge_calibrated gate"
-        )
+        _echo_human_labels(agreement, rater_accuracy, power, thresholds)
+    _echo_recommendation(result, power)
+
+
+def _read_pilot(claim: Path, policy: Policy, order_bias: float) -> tuple[Claim, Truth]:
+    """The pilot CLAIM (judged by ``policy``) and the truth its contests estimate; says what it read."""
+    from honestci.audit.data.claims import load_claim
+    from honestci.audit.data.io import load_study
+    from honestci.audit.stats import planning
+
+    loaded = load_claim(claim, policy=policy)
+    contests_table = claim_contests(loaded, load_study(loaded.data_paths), loaded.spec.policy)
+    scored = contests_table.scores("both_orders", invalid=loaded.policy.invalid_verdicts)
+    pilot = planning.truth_from_pilot(scored.values, scored.clusters, order_bias)
+    icc_text = "undefined: no score varies" if pilot.icc != pilot.icc else f"{pilot.icc:.3f}"  # NaN
+    click.echo(
+        f"pilot {claim}: {scored.clusters.size} contests on {len(set(scored.clusters))} vignettes; "
+        f"rate {pilot.rate:.3f}, vignette logit sd {pilot.sd:.2f} (ICC {icc_text}), "
+        f"ties {pilot.ties:.1%} of judged orders"
+    )
+    return loaded, pilot
+
+
+def _planned_truth(
+    rate: float | None, sd: float | None, icc: float | None, ties: float | None, order_bias: float, pilot: Truth | None
+) -> Truth:
+    """The truth to plan for: each of --rate, --sd (or --icc) and --ties where given, else the pilot's."""
+    from honestci.audit.stats import planning
+
+    rate = rate if rate is not None else (pilot.rate if pilot else None)
+    if rate is None:
+        raise InputError("No rate to plan for.", fix="give --rate, or a pilot CLAIM")
+    if sd is None and icc is None and pilot is None:
+        raise InputError("No between-vignette spread to plan with.", fix="give --sd or --icc, or a pilot CLAIM")
+    tie_share = ties if ties is not None else (pilot.ties if pilot else 0.0)
+    # The tie half-width and σ depend on each other through the rate: two passes.
+    spread = sd if sd is not None else (pilot.sd if pilot and icc is None else 0.0)
+    halfwidth = 0.0
+    for _ in range(2):
+        halfwidth = planning.halfwidth_for_ties(tie_share, rate, spread, order_bias)
+        if icc is not None:
+            spread = planning.sd_for_icc(icc, rate, halfwidth, order_bias)
+    return planning.Truth(rate, spread, halfwidth, order_bias)
+
+
+def _echo_human_labels(agreement: float, rater_accuracy: float, power: float, thresholds: Thresholds) -> None:
+    """The human labels the judge_calibrated gate needs at this power (--agreement)."""
+    from honestci.audit.stats import planning
+
+    items = planning.human_labels_needed(agreement, power, rater_accuracy=rater_accuracy, thresholds=thresholds)
+    observed = planning.observed_agreement(agreement, rater_accuracy)
+    click.echo(
+        f"human labels: about {items} labelled items (both orders judged) for the judge_calibrated gate "
+        f"(observed agreement {observed:.3f} vs minimum {thresholds.min_judge_agreement:g}) at {power:.0%} power "
+        "(analytic, unclustered; not simulated)"
+        if items is not None
+        else f"human labels: the observed agreement {observed:.3f} is not above the minimum "
+        f"{thresholds.min_judge_agreement:g}: no number of labels passes the judge_calibrated gate"
+    )
+
+
+def _echo_recommendation(result: Plan, power: float) -> None:
+    """The recommended design and how its power was checked, or that no design reaches ``power``."""
     best = result.recommended
     if best is None or best.vignettes is None:
         click.echo("recommendation: none of these designs reaches the target power (see the table).")

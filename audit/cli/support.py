@@ -1,5 +1,6 @@
 """Shared pieces of the command line: bad input exits 2 with a readable message, no traceback; the
-one ``--seed`` option; the group that imports a command only when it is used."""
+one ``--seed``, ``--level`` and ``--policy`` options; the group that imports a command only when it
+is used; the opening of the one-check commands and the claim's contests."""
 
 from __future__ import annotations
 
@@ -7,11 +8,17 @@ import functools
 import importlib
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.policy import DEFAULT_SEED, EXIT_BAD_INPUT, EXIT_BLOCKED, EXIT_PASS, Verdict
+from honestci.audit.policy import DEFAULT_SEED, EXIT_BAD_INPUT, EXIT_BLOCKED, EXIT_PASS, Policy, Verdict
+
+if TYPE_CHECKING:  # annotations only: the command line's startup imports no pandas (tests/test_cli_startup.py)
+    from honestci.audit.data.claims import Claim
+    from honestci.audit.data.contests import ContestTable
+    from honestci.audit.data.io import Study
 
 #: What the Bayesian fit imports from the bayes extra (audit/stats/bayes*.py import them lazily).
 BAYES_MODULES = ("pymc", "arviz", "nutpie", "xarray", "h5netcdf")
@@ -146,8 +153,27 @@ def exit_by_gate(gate) -> None:
     sys.exit(EXIT_PASS if gate.verdict == Verdict.PASS else EXIT_BLOCKED)
 
 
-def audit_policy(policy_file: Path | None):
-    """The auditor's policy from ``--policy`` (the built-in one when None)."""
+def audit_policy_and_level(policy_file: Path | None, level: float | None) -> tuple[Policy, float]:
+    """The opening of the one-check commands (audit/cli/checks.py): the auditor's policy from
+    ``--policy`` (the built-in one when None) and the confidence level, ``--level`` or else the
+    policy's."""
     from honestci.audit.data.policy_file import load_policy
 
-    return load_policy(policy_file)
+    rules = load_policy(policy_file)
+    return rules, rules.thresholds.confidence_level if level is None else level
+
+
+def claim_contests(claim: Claim, study: Study, system: str) -> ContestTable:
+    """The contests of ``system`` against the claim's opponent, judged as the claim says (its
+    judge, or its panel by its rule; single-order contests as its policy says)."""
+    from honestci.audit.data.contests import build_claim_contests
+
+    return build_claim_contests(
+        study,
+        system,
+        claim.spec.opponent,
+        judge=claim.spec.judge,
+        panel=claim.spec.panel,
+        panel_rule=claim.spec.panel_rule,
+        missing_orders=claim.policy.missing_orders,
+    )
