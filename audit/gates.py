@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
-from honestci.audit.checks.calibration import GATE_TIE_POLICY, CalibrationResult
+from honestci.audit.checks.calibration import CalibrationResult
+from honestci.audit.checks.calibration_agreement import GATE_TIE_POLICY
 from honestci.audit.checks.claimed import ClaimedFigureAudit
 from honestci.audit.checks.context import AuditContext, BayesCheck, CheckFailed, ComparisonCheck
 from honestci.audit.checks.evidence import EvidenceCheck
