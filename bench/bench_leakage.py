@@ -6,7 +6,7 @@ peak resident memory is its own:
 
 - ``honestci``: :func:`honestci.audit.checks.leakage.scan_corpus` (one process, one core);
 - ``dask``: :func:`honestci.audit.checks.leakage.scan_corpus_dask` on a local cluster of ``--workers`` processes;
-- ``baseline``: orjson per line, :func:`honestci.audit.checks.leakage.normalize`, ``str.split``, and
+- ``baseline``: orjson per line, :func:`honestci.audit.checks.ngram_index.normalize`, ``str.split``, and
   ``hash(tuple(tokens[i:i+n])) in index`` for every n-gram (the usual decontamination loop);
 - ``datatrove-split`` / ``datatrove-spacy``: datatrove's ``NGramsDecontFilter`` with a
   ``str.split`` tokenizer / its default English tokenizer (spaCy ``blank("en")``), run by
@@ -105,7 +105,8 @@ def _planted_in_prefix(limit: int | None) -> set[str]:
 
 
 def run_honestci(limit: int | None) -> dict:
-    from honestci.audit.checks.leakage import build_index, scan_corpus
+    from honestci.audit.checks.leakage import scan_corpus
+    from honestci.audit.checks.ngram_index import build_index
 
     items, planted = _eval_items()
     corpus = CORPUS
@@ -133,7 +134,8 @@ def run_honestci(limit: int | None) -> dict:
 def run_dask(limit: int | None, workers: int) -> dict:
     from distributed import Client, LocalCluster
 
-    from honestci.audit.checks.leakage import build_index, scan_corpus_dask
+    from honestci.audit.checks.leakage import scan_corpus_dask
+    from honestci.audit.checks.ngram_index import build_index
 
     items, planted = _eval_items()
     index = build_index(items, N)
@@ -166,7 +168,7 @@ def run_dask(limit: int | None, workers: int) -> dict:
 def run_baseline(limit: int | None) -> dict:
     import orjson
 
-    from honestci.audit.checks.leakage import normalize
+    from honestci.audit.checks.ngram_index import normalize
 
     items, planted = _eval_items()
     index: dict[int, set[str]] = {}

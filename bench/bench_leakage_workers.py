@@ -54,7 +54,8 @@ def _delta(after: dict, before: dict) -> dict:
 
 
 def run_serial(corpus: Path, repeat: int) -> list[dict]:
-    from honestci.audit.checks.leakage import build_index, scan_corpus
+    from honestci.audit.checks.leakage import scan_corpus
+    from honestci.audit.checks.ngram_index import build_index
 
     items, planted = bench_leakage._eval_items()
     index = build_index(items, bench_leakage.N)
@@ -79,7 +80,8 @@ def run_dask(corpus: Path, repeat: int, workers: int, block_bytes: int, worker_e
     import dask
     from distributed import Client, LocalCluster
 
-    from honestci.audit.checks.leakage import build_index, scan_corpus_dask
+    from honestci.audit.checks.leakage import scan_corpus_dask
+    from honestci.audit.checks.ngram_index import build_index
 
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
     for key, value in worker_env.items():

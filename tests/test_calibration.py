@@ -10,21 +10,23 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from honestci.audit.checks.calibration import (
-    CLASSES,
-    INVALID_CODE,
+from honestci.audit.checks.calibration import calibrate_judge
+from honestci.audit.checks.calibration_agreement import (
     agreement_ci,
-    calibrate_judge,
-    calibration_items,
     classification_metrics,
     cohen_kappa,
     human_ceiling,
-    judged_rows,
     krippendorff_alpha,
+)
+from honestci.audit.checks.calibration_items import (
+    CLASSES,
+    INVALID_CODE,
+    calibration_items,
+    judged_rows,
     majority_preference,
-    select_judge,
     verdict_to_preference,
 )
+from honestci.audit.checks.judge_selection import select_judge
 from honestci.audit.gates import gate_judge_calibrated
 from honestci.audit.policy import Verdict
 from honestci.audit.stats.ppi import ppi_mean, ppi_mean_clustered
@@ -160,7 +162,7 @@ def test_kappa_matches_statsmodels(weights):
     from statsmodels.stats.inter_rater import cohens_kappa
 
     judge, human = _random_codes(3)
-    from honestci.audit.checks.calibration import confusion_table
+    from honestci.audit.checks.calibration_agreement import confusion_table
 
     ref = cohens_kappa(confusion_table(judge, human)[:3], wt=weights)  # no invalid row here
     ours = cohen_kappa(judge, human, np.arange(judge.size), weights=weights, rng=None)

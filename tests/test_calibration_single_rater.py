@@ -15,14 +15,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from honestci.audit.checks.calibration import (
+from honestci.audit.checks.calibration import calibrate_judge
+from honestci.audit.checks.calibration_agreement import cohen_kappa, confusion_table
+from honestci.audit.checks.calibration_items import (
     CLASSES,
     INVALID_AS,
     INVALID_AS_FROM_POLICY,
-    calibrate_judge,
     calibration_items,
-    cohen_kappa,
-    confusion_table,
     judged_rows,
 )
 from honestci.audit.errors import InputError
@@ -295,7 +294,7 @@ def _winner_coverage(reps: int, n_judges: int, n_clusters: int, seed: int) -> di
     # 10 human-decided rows per vignette. Truth: E[expit(1 + N(0, 0.45))] by Gauss-Hermite.
     from scipy.special import expit
 
-    from honestci.audit.checks.calibration import judge_winner
+    from honestci.audit.checks.judge_selection import judge_winner
 
     nodes, weights = np.polynomial.hermite_e.hermegauss(60)
     truth = float(np.sum(weights * expit(1.0 + np.sqrt(0.45) * nodes)) / weights.sum())

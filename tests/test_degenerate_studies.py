@@ -175,7 +175,7 @@ def test_equal_vignette_means_are_inconclusive_not_a_bootstrap_error():
 
 
 def test_krippendorff_alpha_of_one_class_is_an_estimation_error():
-    from honestci.audit.checks.calibration import krippendorff_alpha
+    from honestci.audit.checks.calibration_agreement import krippendorff_alpha
 
     with pytest.raises(EstimationError, match="undefined"):
         krippendorff_alpha(np.ones((6, 3)), np.arange(6))

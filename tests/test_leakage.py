@@ -11,19 +11,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from honestci.audit.checks.corpus_reader import iter_corpus
 from honestci.audit.checks.leakage import (
-    build_index,
     byte_ranges,
     check_claim_leakage,
-    hash_documents,
-    iter_corpus,
     leak_effect,
-    normalize,
-    reference_ngram_hashes,
-    reference_token_hash,
     scan_corpus,
     scan_corpus_dask,
     scan_texts,
+)
+from honestci.audit.checks.ngram_index import (
+    build_index,
+    hash_documents,
+    normalize,
+    reference_ngram_hashes,
+    reference_token_hash,
     tokenize,
 )
 from honestci.audit.data.claims import load_claim

@@ -10,19 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from honestci.audit.checks import corpus_reader, ngram_index
 from honestci.audit.checks import leakage as L
 from honestci.audit.checks import ngram_kernel as K
+from honestci.audit.checks.corpus_reader import DEFAULT_CHUNK_BYTES, iter_corpus
 from honestci.audit.checks.leakage import (
     JsonlBlockBuffers,
-    build_index,
     byte_ranges,
-    hash_documents,
-    iter_corpus,
     scan_batch,
     scan_corpus,
     scan_jsonl_block,
     summarize_matches,
 )
+from honestci.audit.checks.ngram_index import build_index, hash_documents
 from honestci.audit.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ OTHER = ["naïve", "ﬁne", "東京", "\x01", "é", "\u2028", "😀"]  # \u esca
 KEYS = ["doc_id", "source", "text_", "xtext", "context", "Text", "meta", "n"]
 
 
-def _exact(index, path, text_field="text", id_field="doc_id", chunk_bytes=L.DEFAULT_CHUNK_BYTES, byte_range=None):
+def _exact(index, path, text_field="text", id_field="doc_id", chunk_bytes=DEFAULT_CHUNK_BYTES, byte_range=None):
     """The exact path: iter_corpus (orjson, one JSON array per block) and scan_batch (normalize + kernel)."""
     total = L._Matches()
     for ids, texts in iter_corpus(path, text_field, id_field, chunk_bytes, byte_range):
@@ -54,8 +54,8 @@ def _exact(index, path, text_field="text", id_field="doc_id", chunk_bytes=L.DEFA
     return total
 
 
-def _fast(index, path, text_field="text", id_field="doc_id", chunk_bytes=L.DEFAULT_CHUNK_BYTES, byte_range=None):
-    assert L._corpus_kind(str(path)) == "jsonl"
+def _fast(index, path, text_field="text", id_field="doc_id", chunk_bytes=DEFAULT_CHUNK_BYTES, byte_range=None):
+    assert corpus_reader.corpus_kind(str(path)) == "jsonl"
     total = L._Matches()
     for part in L._scan_file(index, str(path), text_field, id_field, chunk_bytes, None, 0.0, byte_range):
         total.merge(part)
@@ -149,14 +149,14 @@ def _kernel(block: bytes, n: int, text_field: str = "text", buffers: JsonlBlockB
     data = np.frombuffer(block, np.uint8)
     b.fit(data.size)
     key = np.frombuffer(text_field.encode(), np.uint8)
-    bitmap, shift = L._PASS_ALL
+    bitmap, shift = ngram_index._PASS_ALL
     while True:
         args = (b.tokens, b.scratch, b.hashes, b.doc, b.position, b.line, b.start, b.end, b.fast)
         docs, found, chars, status = K.scan_jsonl_block(
             data,
             data[: data.size // 8 * 8].view(np.uint64),
             key,
-            L._BYTE_TABLE,
+            ngram_index.BYTE_TABLE,
             K.STRING_CLASS,
             K.SIMPLE_ESCAPE,
             n,
@@ -282,7 +282,7 @@ def test_the_fixture_corpus_leaks_are_found_by_the_fast_path():
 def test_scan_jsonl_block_names_documents_by_line_without_ids():
     index = build_index({"e": "one two three four"}, 2)
     block = b'{"text": "zero"}\n\n{"text": "x one two y"}\n{"text": "one two \\u00e9"}\n'
-    out = scan_jsonl_block(index, block, L._Locator("f.jsonl", 10, 0, block), id_field=None)
+    out = scan_jsonl_block(index, block, corpus_reader.Locator("f.jsonl", 10, 0, block), id_field=None)
     assert out.doc_ids == ["f.jsonl:13", "f.jsonl:14"] and out.n_docs == 3
     assert out.n_bytes == len("zero") + len("x one two y") + len("one two é")
 

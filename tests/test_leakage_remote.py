@@ -13,14 +13,9 @@ import numpy as np
 import pytest
 
 from honestci.audit.checks.corpus_files import corpus_size, expand_corpus, open_corpus, parse_storage_options
-from honestci.audit.checks.leakage import (
-    build_index,
-    iter_corpus,
-    parquet_row_groups,
-    plan_tasks,
-    scan_corpus,
-    scan_corpus_dask,
-)
+from honestci.audit.checks.corpus_reader import iter_corpus, parquet_row_groups
+from honestci.audit.checks.leakage import plan_tasks, scan_corpus, scan_corpus_dask
+from honestci.audit.checks.ngram_index import build_index
 from honestci.audit.errors import InputError, MissingExtraError
 
 #: Two answers planted in the corpus, one too short to have an 8-gram.
@@ -234,9 +229,9 @@ def test_parquet_row_groups_equal_the_whole_file_read(tmp_path, with_ids):
     target = compressed // 3  # about three runs of row groups
     runs = parquet_row_groups(str(path), target)
     assert len(runs) > 2 and sum(runs, []) == list(range(pq.ParquetFile(path).metadata.num_row_groups))
-    from honestci.audit.checks.leakage import _iter_parquet
+    from honestci.audit.checks.corpus_reader import iter_parquet
 
-    pieces = [batch for run in runs for batch in _iter_parquet(str(path), "text", id_field, 50_000, row_groups=run)]
+    pieces = [batch for run in runs for batch in iter_parquet(str(path), "text", id_field, 50_000, row_groups=run)]
     assert sum((p[0] for p in pieces), []) == expected_ids and sum((p[1] for p in pieces), []) == texts
     index = build_index(EVAL, 8)
     serial = scan_corpus(index, path, id_field=id_field)
@@ -316,7 +311,9 @@ def test_local_globs_expand_sorted_and_an_empty_glob_is_an_input_error(tmp_path)
 
 _FAULTS_SCRIPT = """
 import json, resource, sys
-from honestci.audit.checks.leakage import CorpusTask, _Matches, _scan_range, build_index, iter_corpus, scan_batch
+from honestci.audit.checks.corpus_reader import iter_corpus
+from honestci.audit.checks.leakage import CorpusTask, _Matches, _scan_range, scan_batch
+from honestci.audit.checks.ngram_index import build_index
 path, index = sys.argv[1], build_index({"a": "an answer that appears nowhere in this corpus at all today"}, 8)
 faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 _scan_range(index, CorpusTask(path, 0, (0, 1 << 20)), "text", "doc_id", 1 << 20, None, 0.35, None)  # warm-up

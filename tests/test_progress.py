@@ -285,7 +285,7 @@ def test_leakage_reader_reports_every_byte_of_the_file_on_disk(tmp_path, suffix)
     import gzip
     import json
 
-    from honestci.audit.checks.leakage import iter_corpus
+    from honestci.audit.checks.corpus_reader import iter_corpus
 
     texts = [f"document {i} " + "word " * (i % 40) for i in range(3000)]
     path = tmp_path / f"corpus{suffix}"
@@ -308,7 +308,8 @@ def test_leakage_reader_reports_every_byte_of_the_file_on_disk(tmp_path, suffix)
 def test_leakage_scan_meters_megabytes_with_rate_and_eta(tmp_path):
     import json
 
-    from honestci.audit.checks.leakage import build_index, scan_corpus
+    from honestci.audit.checks.leakage import scan_corpus
+    from honestci.audit.checks.ngram_index import build_index
 
     rng = np.random.default_rng(3)
     vocab = [f"w{i}" for i in range(500)]
@@ -328,7 +329,8 @@ def test_leakage_scan_meters_megabytes_with_rate_and_eta(tmp_path):
 
 def test_dask_leakage_scan_meters_finished_tasks(tmp_path):
     distributed = pytest.importorskip("distributed")
-    from honestci.audit.checks.leakage import build_index, byte_ranges, scan_corpus_dask
+    from honestci.audit.checks.leakage import byte_ranges, scan_corpus_dask
+    from honestci.audit.checks.ngram_index import build_index
 
     path = tmp_path / "corpus.txt"
     path.write_text("".join(f"line {i} of a plain text corpus\n" for i in range(3000)))

@@ -26,8 +26,8 @@ from honestci.audit.data.claims import load_claim
 from honestci.audit.data.contests import ContestTable
 from honestci.audit.data.io import load_study
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.gates import gate_winners_curse
 from honestci.audit.gate_registry import run_gate
+from honestci.audit.gates import gate_winners_curse
 from honestci.audit.policy import DEFAULT_SEED, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ import yaml
 from honestci.audit.checks.systems import systems_check
 from honestci.audit.data.claims import ClaimedComparison, ClaimedFigures, ClaimError, load_claim
 from honestci.audit.data.policy_file import load_policy
-from honestci.audit.gates import gate_best_of_systems_selection, gate_multiple_comparisons
 from honestci.audit.gate_registry import evidence_given
+from honestci.audit.gates import gate_best_of_systems_selection, gate_multiple_comparisons
 from honestci.audit.pipeline import audit_context
 from honestci.audit.policy import Verdict
 from honestci.audit.stats.systems import holm

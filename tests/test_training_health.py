@@ -16,8 +16,8 @@ import pytest
 
 from honestci.audit.checks.context import ReportSection
 from honestci.audit.checks.training_health import assess_training_log, read_training_log, training_health_check
-from honestci.audit.gates import gate_training_healthy
 from honestci.audit.gate_registry import run_gate
+from honestci.audit.gates import gate_training_healthy
 from honestci.audit.policy import THRESHOLDS, Verdict
 from honestci.reports.plots import plot_training_health
 

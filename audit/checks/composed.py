@@ -1,7 +1,7 @@
 """The composed interval of the claim: judge error, clustering, leakage and selection corrected at once.
 
 Built from the claim's data when humans labelled some of its contests
-(:func:`honestci.audit.checks.calibration.contest_human_scores`): the candidates of the selection pool
+(:func:`honestci.audit.checks.calibration_items.contest_human_scores`): the candidates of the selection pool
 when the claim's policy was selected among them on that pool (the winner's-curse check), else the
 claim's contests alone; the leakage check's leaked answers exclude their vignettes. The statistics are
 :func:`honestci.audit.stats.composed.composed_interval`; the bar gate reads the composed row when the
@@ -107,7 +107,7 @@ def composed_check(context: AuditContext) -> ComposedCheck | None:
     policy's selection is corrected (AKM); otherwise the claim's contests alone. Reads the
     ``winners_curse`` and ``leakage`` checks, so it runs after them (registry order).
     """
-    from honestci.audit.checks.calibration import calibration_items, contest_human_scores
+    from honestci.audit.checks.calibration_items import calibration_items, contest_human_scores
     from honestci.audit.checks.selection import SelectionAnalysis, pool_scores
 
     study, contests = context.study, context.contests

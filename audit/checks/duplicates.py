@@ -4,7 +4,7 @@ near-duplicate pairs by word n-gram Jaccard (the leakage scan's hashing reused).
 Definitions:
 
 - ``normalized_text``: NFKC, full case folding, every run of non-word characters (punctuation,
-  ``_``, whitespace) one space (:func:`honestci.audit.checks.leakage.normalize` after casefold):
+  ``_``, whitespace) one space (:func:`honestci.audit.checks.ngram_index.normalize` after casefold):
   ``"It’s  FINE—really."`` and ``"its fine really"`` differ, ``"it s fine really"`` is both.
 - ``skeleton``: a name's confusable skeleton in the manner of Unicode TR39 §4: NFKC, each
   character replaced by its confusable class's representative, NFKC again. Two names with one
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from honestci.audit.checks.leakage import hash_documents, normalize
+from honestci.audit.checks.ngram_index import hash_documents, normalize
 
 
 def normalized_text(text: str) -> str:
@@ -111,7 +111,7 @@ def confusable_groups(names: Sequence[str]) -> list[tuple[str, ...]]:
 def near_duplicate_pairs(texts: Sequence[str], ngram: int, threshold: float) -> list[tuple[int, int, float]]:
     """(i, j, Jaccard) for every i < j whose word n-gram sets reach ``threshold`` (module doc).
 
-    Each text is hashed once at ``ngram`` (:func:`honestci.audit.checks.leakage.hash_documents`);
+    Each text is hashed once at ``ngram`` (:func:`honestci.audit.checks.ngram_index.hash_documents`);
     a text with fewer words is hashed whole at its own length. Candidate pairs are those sharing a
     hash (an inverted index), so the cost follows the shared shingles, not all pairs.
     """

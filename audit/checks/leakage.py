@@ -10,16 +10,8 @@ vignette-clustered interval for the difference (:func:`leak_effect`). An optiona
 pass (word-shingle Jaccard against windows of the documents) catches paraphrases that exact
 n-grams miss.
 
-Hashing is one compiled pass over the bytes of a whole chunk (:mod:`honestci.audit.checks.ngram_kernel`, numba):
-each document becomes normalised UTF-8 bytes (ASCII documents as they are, a byte table
-lower-cases letters and turns every other ASCII byte into a space; other documents through
-:func:`normalize`), the documents are joined into one buffer with their offsets, and the kernel
-walks it once: a token is a run of non-space bytes, its hash t = splitmix64(FNV-1a-64(bytes)),
-the hash of the n-gram starting at token i is splitmix64(Σ_{m<n} t_{i+m}·B^(n−1−m) mod 2⁶⁴) with
-B = 0x9E3779B97F4A7C15 (a rolling hash, restarted at every document), and only n-grams whose bit
-is set in the index's bitmap (its top hash bits) leave the kernel. They are confirmed by binary
-search in the index's sorted keys. The index is built by the same kernel, so eval items and corpus
-hash identically by construction; :func:`reference_ngram_hashes` is the pure-Python oracle.
+Normalising, hashing and the index live in :mod:`honestci.audit.checks.ngram_index`, reading corpus
+files in bounded batches in :mod:`honestci.audit.checks.corpus_reader`; this module scans and judges.
 JSONL is read in blocks of whole lines; a scan hashes each block from its raw bytes
 (:func:`scan_jsonl_block`: a compiled per-line JSON reader finds the top-level text string and
 hashes it in the same pass, no Python strings), and only lines it cannot read exactly go through
@@ -34,12 +26,9 @@ overlap); datatrove ``NGramsDecontFilter``; lm-evaluation-harness ``decontaminat
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
-import re
 import sys
 import threading
-import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,462 +37,36 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from honestci.audit.checks.context import AuditContext, ReportSection
-from honestci.audit.checks.corpus_files import corpus_name, corpus_size, expand_corpus, is_url, open_corpus
+from honestci.audit.checks.corpus_files import corpus_name, corpus_size, expand_corpus, is_url
+from honestci.audit.checks.corpus_reader import (
+    DEFAULT_CHUNK_BYTES,
+    Locator,
+    corpus_kind,
+    iter_blocks,
+    iter_corpus,
+    iter_parquet,
+    json_loads,
+    parquet_row_groups,
+    parse_jsonl_line,
+)
+from honestci.audit.checks.ngram_index import (
+    BYTE_TABLE,
+    DEFAULT_NGRAM,
+    EncodedDocuments,
+    NgramIndex,
+    build_index,
+    encode_documents,
+    hash_documents,
+)
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.progress import ProgressLike, as_progress
 
 if TYPE_CHECKING:
     import pandas as pd
 
-DEFAULT_NGRAM = 8
-GPT3_NGRAM = 13
-DEFAULT_CHUNK_BYTES = 4 << 20
 #: Near duplicates: word shingles of this length, and the window Jaccard that flags a document.
 NEAR_SHINGLE = 1
 NEAR_THRESHOLD = 0.35
-
-_MASK = (1 << 64) - 1
-_NGRAM_BASE = 0x9E3779B97F4A7C15
-_FNV_OFFSET = 0xCBF29CE484222325
-_FNV_PRIME = 0x100000001B3
-_NON_WORD = re.compile(r"[\W_]+")
-#: ASCII bytes: letters lower-cased, digits kept, everything else a space; bytes >= 128 kept.
-_ASCII_TABLE = bytes(
-    (b + 32 if 65 <= b <= 90 else b) if (48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122 or b >= 128) else 32
-    for b in range(256)
-)
-_BYTE_TABLE = np.frombuffer(_ASCII_TABLE, np.uint8)
-#: A bitmap that lets every n-gram through (1 bit of hash, both values set).
-_PASS_ALL = (np.array([3], np.uint64), 63)
-
-
-# --------------------------------------------------------------------------------------------
-# Normalisation and hashing
-
-
-def normalize(text: str) -> str:
-    """NFKC, lower-case, every run of non-word characters (punctuation, ``_``, whitespace) → one space.
-
-    >>> normalize("It’s  FINE—really_.")
-    'it s fine really'
-    """
-    return _NON_WORD.sub(" ", unicodedata.normalize("NFKC", text).lower()).strip()
-
-
-def _normalized_bytes(text: str) -> bytes:
-    if text.isascii():  # O(1) in CPython; the kernel's byte table does the rest
-        return text.encode("ascii")
-    return normalize(text).encode("utf-8")
-
-
-def tokenize(text: str) -> list[bytes]:
-    """Normalised word tokens (UTF-8 bytes) of ``text``: ``normalize(text).encode().split()``."""
-    return _normalized_bytes(text).translate(_ASCII_TABLE).split()
-
-
-@dataclass(frozen=True)
-class EncodedDocuments:
-    """Documents as one buffer of (not yet table-mapped) normalised bytes plus offsets."""
-
-    buffer: np.ndarray  # uint8
-    starts: np.ndarray  # int64, n_docs + 1
-
-
-def encode_documents(texts: Sequence[str]) -> EncodedDocuments:
-    """Join the documents' normalised bytes (:func:`_normalized_bytes`) into one buffer with offsets."""
-    parts = list(map(_normalized_bytes, texts))
-    starts = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)), out=starts[1:])
-    return EncodedDocuments(np.frombuffer(b"".join(parts), np.uint8), starts)
-
-
-@dataclass(frozen=True)
-class HashedChunk:
-    """The n-gram hashes of a batch of documents: hash, document index and token position.
-
-    With a prefilter only the n-grams that pass its bitmap appear (a superset of those in the
-    index; no other n-gram can match).
-    """
-
-    hashes: np.ndarray
-    doc: np.ndarray
-    position: np.ndarray
-    n_tokens: np.ndarray  # per document
-
-
-def hash_documents(texts: Sequence[str] | EncodedDocuments, n: int, prefilter: NgramIndex | None = None) -> HashedChunk:
-    """Hash the word n-grams of every text in one compiled pass (see the module docstring).
-
-    Token hash t = splitmix64(FNV-1a-64(token bytes)); the n-gram starting at token i hashes to
-    splitmix64(Σ_m t_{i+m}·B^(n−1−m) mod 2⁶⁴), B = 0x9E3779B97F4A7C15. An n-gram never spans two
-    documents. With ``prefilter`` (an index of the same n) only n-grams whose bit is set in its
-    bitmap are returned.
-    """
-    from honestci.audit.checks.ngram_kernel import ngram_hashes
-
-    if n < 1:
-        raise InputError(f"n = {n} must be at least 1", fix="use e.g. 8, or 13 for GPT-3-style checks")
-    if prefilter is not None and prefilter.n != n:
-        raise InputError(f"prefilter index has n = {prefilter.n}, not {n}", fix="hash with the index's n")
-    encoded = texts if isinstance(texts, EncodedDocuments) else encode_documents(texts)
-    bitmap, shift = (prefilter.bitmap, prefilter.bitmap_shift) if prefilter is not None else _PASS_ALL
-    hashes, doc, position, n_tokens = ngram_hashes(
-        encoded.buffer, encoded.starts, _BYTE_TABLE, n, bitmap, np.uint64(shift)
-    )
-    return HashedChunk(hashes, doc, position, n_tokens)
-
-
-def _mix(x: int) -> int:
-    x = (x + _NGRAM_BASE) & _MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
-    return x ^ (x >> 31)
-
-
-def reference_token_hash(token: bytes) -> int:
-    """splitmix64(FNV-1a-64(token)) in plain Python (the oracle of the kernel's token hash)."""
-    h = _FNV_OFFSET
-    for byte in token:
-        h = ((h ^ byte) * _FNV_PRIME) & _MASK
-    return _mix(h)
-
-
-def reference_ngram_hashes(text: str, n: int) -> list[int]:
-    """The hashes of :func:`hash_documents`, one n-gram at a time in plain Python ints (a test oracle).
-
-    Tokens are ``normalize(text).encode("utf-8").split()`` (no byte table, no fast path).
-    """
-    tokens = [reference_token_hash(t) for t in normalize(text).encode("utf-8").split()]
-    out = []
-    for i in range(len(tokens) - n + 1):
-        h = 0
-        for t in tokens[i : i + n]:
-            h = (h * _NGRAM_BASE + t) & _MASK
-        out.append(_mix(h))
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# The index of eval items
-
-
-@dataclass(frozen=True, eq=False)
-class NgramIndex:
-    """Sorted distinct n-gram hashes of the eval items, each with its (item, position) occurrences.
-
-    A packed bitmap over the top ``64 − bitmap_shift`` bits of the hashes (about 64 bits per key)
-    rejects almost every corpus n-gram inside the kernel; the survivors are confirmed by binary
-    search in ``keys``.
-    """
-
-    n: int
-    item_ids: tuple[str, ...]
-    item_ngrams: np.ndarray  # per item: number of n-grams
-    item_tokens: np.ndarray  # per item: number of tokens
-    keys: np.ndarray
-    occurrence_start: np.ndarray  # CSR into occurrence_item / occurrence_position
-    occurrence_item: np.ndarray
-    occurrence_position: np.ndarray
-    bitmap: np.ndarray = field(repr=False)  # uint64 words
-    bitmap_shift: int
-    item_keys: tuple = field(repr=False, default=())  # per item: its key indices (for near duplicates)
-
-    @property
-    def nbytes(self) -> int:
-        return int(
-            sum(
-                a.nbytes
-                for a in (self.keys, self.occurrence_start, self.occurrence_item, self.occurrence_position, self.bitmap)
-            )
-        )
-
-    def lookup(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(indices into ``hashes`` that are in the index, their key indices)."""
-        if hashes.size == 0 or self.keys.size == 0:
-            empty = np.zeros(0, np.int64)
-            return empty, empty
-        found = np.minimum(np.searchsorted(self.keys, hashes), self.keys.size - 1)
-        hit = np.flatnonzero(self.keys[found] == hashes)
-        return hit, found[hit]
-
-
-def build_index(items: Mapping[str, str], n: int = DEFAULT_NGRAM) -> NgramIndex:
-    """Index the word n-grams of eval items (id → text: held-out answers and, optionally, prompts)."""
-    if not items:
-        raise InputError("no eval items to index", fix="give at least one held-out answer")
-    ids = tuple(items)
-    chunk = hash_documents([items[i] for i in ids], n)
-    item_ngrams = np.bincount(chunk.doc, minlength=len(ids))
-    order = np.lexsort((chunk.position, chunk.doc, chunk.hashes))
-    hashes, doc, position = chunk.hashes[order], chunk.doc[order], chunk.position[order]
-    keys, first = np.unique(hashes, return_index=True)
-    starts = np.append(first, hashes.size).astype(np.int64)
-    bits = int(min(30, max(16, np.ceil(np.log2(max(1, keys.size) * 64)))))
-    shift = 64 - bits
-    bitmap = np.zeros(1 << (bits - 6), np.uint64)
-    slots = keys >> np.uint64(shift)
-    np.bitwise_or.at(bitmap, slots >> np.uint64(6), np.uint64(1) << (slots & np.uint64(63)))
-    key_of_row = np.repeat(np.arange(keys.size), np.diff(starts))
-    item_keys = tuple(np.unique(key_of_row[doc == j]) for j in range(len(ids)))
-    return NgramIndex(
-        n,
-        ids,
-        item_ngrams,
-        chunk.n_tokens,
-        keys,
-        starts,
-        doc.astype(np.int32),
-        position.astype(np.int32),
-        bitmap,
-        shift,
-        item_keys,
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# Reading corpora in bounded chunks
-
-
-def iter_corpus(
-    path: str | Path,
-    text_field: str = "text",
-    id_field: str | None = "doc_id",
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    byte_range: tuple[int, int] | None = None,
-    on_bytes: Callable[[int], None] | None = None,
-    storage_options: Mapping | None = None,
-) -> Iterator[tuple[list[str], list[str]]]:
-    """Yield (doc ids, texts) batches of about ``chunk_bytes`` from one corpus file.
-
-    ``path`` is a local path or an fsspec URL (``s3://``, ``gs://``, ``hf://``, ``file://``; opened
-    by :func:`honestci.audit.checks.corpus_files.open_corpus` with ``storage_options``).
-    Formats by suffix: ``.jsonl``/``.json``/``.ndjson`` (one object per line; ``.gz`` allowed),
-    ``.parquet`` (pyarrow, one row group at a time), anything else plain text with one document per
-    line (``.gz`` allowed). A missing id field gives ``<file>:<line>``. ``byte_range`` (uncompressed
-    JSONL/text only) reads the lines that start inside [start, stop), for distributed scans; ids
-    then fall back to ``<file>@<byte offset>``.
-
-    A block of whole lines is read at once; JSONL blocks are parsed by one ``orjson`` call as a
-    JSON array (lines joined by commas), and only a block that does not parse as one object per
-    line is parsed line by line, which names the bad line.
-
-    ``on_bytes`` is called after each batch with the bytes of the file on disk it took (gzip:
-    compressed bytes; Parquet: the file's size pro rata of rows), for progress meters.
-    """
-    path = os.fspath(path)
-    kind = _corpus_kind(path)
-    if kind == "parquet":
-        yield from _iter_parquet(path, text_field, id_field, chunk_bytes, on_bytes, storage_options=storage_options)
-        return
-    loads = _json_loads()
-    for block, locate in _iter_blocks(path, chunk_bytes, byte_range, on_bytes, storage_options):
-        if kind == "jsonl":
-            ids, texts, _ = _parse_jsonl_block(block, locate, text_field, id_field, loads)
-        else:
-            lines = block.split(b"\n")
-            if block.endswith(b"\n"):
-                lines.pop()
-            ids, texts = (
-                [locate(k) for k in range(len(lines))],
-                [raw.decode("utf-8", errors="replace") for raw in lines],
-            )
-        yield ids, texts
-
-
-def _corpus_kind(path: str) -> str:
-    """``"parquet"``, ``"jsonl"`` or ``"text"`` by the file name's suffix (see :func:`iter_corpus`)."""
-    name = corpus_name(path).lower()
-    if name.endswith(".parquet"):
-        return "parquet"
-    return "jsonl" if name.removesuffix(".gz").endswith((".jsonl", ".json", ".ndjson")) else "text"
-
-
-def _iter_blocks(
-    path: str,
-    chunk_bytes: int,
-    byte_range: tuple[int, int] | None,
-    on_bytes: Callable[[int], None] | None,
-    storage_options: Mapping | None = None,
-) -> Iterator[tuple[bytes, _Locator]]:
-    """Blocks of about ``chunk_bytes`` of whole lines of a JSONL or text file, each with its :class:`_Locator`.
-
-    ``byte_range``, ``on_bytes`` and ``storage_options`` as in :func:`iter_corpus`; ``on_bytes``
-    is called when the consumer asks for the next block.
-    """
-    from honestci.audit.checks.ngram_kernel import count_newlines
-
-    file_name = corpus_name(path)
-    name = file_name.lower()
-    if byte_range is not None and name.endswith(".gz"):
-        raise InputError(f"{path}: a gzip file cannot be split by byte range", fix="scan it whole")
-    with open_corpus(path, storage_options) as raw, _gunzip_if(name, raw) as handle:
-        consumed = raw.tell()
-        position: int = 0
-        stop: int | None = None
-        line_number: int | None = 0
-        if byte_range is not None:
-            start, stop = byte_range
-            if start > 0:
-                handle.seek(start - 1)
-                if handle.read(1) != b"\n":
-                    handle.readline()  # the line that starts before `start` belongs to the previous range
-            position, line_number = handle.tell(), None  # line numbers are unknown inside a range
-        while stop is None or position < stop:
-            block = handle.read(chunk_bytes if stop is None else min(chunk_bytes, stop - position))
-            if not block:
-                break
-            if not block.endswith(b"\n"):
-                block += handle.readline()  # finish the last line (it starts before `stop`)
-            yield block, _Locator(file_name, line_number, position, block)
-            if on_bytes is not None:
-                now = raw.tell()
-                on_bytes(now - consumed)
-                consumed = now
-            position += len(block)
-            if line_number is not None:
-                line_number += count_newlines(np.frombuffer(block, np.uint8)) + (not block.endswith(b"\n"))
-
-
-def _gunzip_if(name: str, raw):
-    """A gzip reader over ``raw`` for a ``.gz`` name (closing it leaves ``raw`` open), else ``raw``."""
-    return gzip.GzipFile(fileobj=raw, mode="rb") if name.endswith(".gz") else contextlib.nullcontext(raw)
-
-
-class _Locator:
-    """``<file>:<line>`` (or ``<file>@<byte offset>`` inside a byte range) of the k-th line of a block."""
-
-    def __init__(self, name: str, first_line: int | None, position: int, block: bytes):
-        self.name, self.first_line, self.position, self.block = name, first_line, position, block
-        self._line_starts: list[int] | None = None
-
-    def __call__(self, k: int) -> str:
-        if self.first_line is not None:
-            return f"{self.name}:{self.first_line + k + 1}"
-        if self._line_starts is None:  # only when ids are missing inside a byte range
-            newlines = np.flatnonzero(np.frombuffer(self.block, np.uint8) == 10)
-            self._line_starts = np.concatenate(([0], newlines + 1)).tolist()
-        return f"{self.name}@{self.position + self._line_starts[k]}"
-
-
-def _parse_jsonl_block(
-    block: bytes, locate: _Locator, text_field: str, id_field: str | None, loads
-) -> tuple[list[str], list[str], int]:
-    """(ids, texts, newlines in the block) of a block of whole JSONL lines."""
-    from honestci.audit.checks.ngram_kernel import jsonl_as_array
-
-    array, n_lines, newlines = jsonl_as_array(np.frombuffer(block, np.uint8))
-    try:
-        records = loads(array.data)
-    except ValueError:
-        records = None
-    if records is not None and len(records) == n_lines and all(type(r) is dict for r in records):
-        texts = [r.get(text_field) for r in records]
-        if all(type(t) is str for t in texts):
-            if not id_field:
-                return [locate(k) for k in range(n_lines)], texts, newlines
-            ids = [r.get(id_field) for r in records]
-            return [locate(k) if i is None else str(i) for k, i in enumerate(ids)], texts, newlines
-    # not one object with a text per line (blank lines, a bad line): line by line, naming the bad one
-    ids, texts = [], []
-    for k, raw in enumerate(block.split(b"\n")):
-        if raw.strip():
-            doc_id, text = _parse_jsonl_line(raw, k, locate, text_field, id_field, loads)
-            ids.append(doc_id)
-            texts.append(text)
-    return ids, texts, newlines
-
-
-def _parse_jsonl_line(raw: bytes, k: int, locate: _Locator, text_field: str, id_field: str | None, loads):
-    """(id, text) of the k-th line of a block; :class:`InputError` naming the line if it has no text."""
-    try:
-        record = loads(raw)
-    except ValueError as exc:
-        raise InputError(f"{locate(k)}: not valid JSON ({exc})", fix="fix or drop the line") from exc
-    text = record.get(text_field) if isinstance(record, dict) else None
-    if not isinstance(text, str):
-        raise InputError(f"{locate(k)}: no text field {text_field!r}", fix="name the text field")
-    doc_id = record.get(id_field) if id_field else None
-    return (str(doc_id) if doc_id is not None else locate(k)), text
-
-
-def _iter_parquet(
-    path: str,
-    text_field: str,
-    id_field: str | None,
-    chunk_bytes: int,
-    on_bytes: Callable[[int], None] | None = None,
-    row_groups: Sequence[int] | None = None,
-    storage_options: Mapping | None = None,
-):
-    """Batches of a Parquet file read one row group at a time (memory: one row group's text column).
-
-    ``row_groups`` (default: all) selects the groups, for one distributed task per group or run of
-    groups; a missing id column gives ``<file>:<row>`` with the row counted over the whole file, so
-    ids and results equal a whole-file read. ``on_bytes`` gets the file's size pro rata of the rows
-    read (of the selected groups' rows when ``row_groups`` is given).
-    """
-    import pyarrow.parquet as pq
-
-    with open_corpus(path, storage_options, sequential=False) as handle:
-        parquet = pq.ParquetFile(handle)
-        meta, names = parquet.metadata, parquet.schema_arrow.names
-        if text_field not in names:
-            raise InputError(f"{path}: no column {text_field!r}", fix="name the text column")
-        columns = [text_field] + ([id_field] if id_field and id_field in names else [])
-        group_rows = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
-        first_row = np.concatenate(([0], np.cumsum(group_rows, dtype=np.int64))).tolist()
-        groups = range(meta.num_row_groups) if row_groups is None else row_groups
-        size = handle.size if hasattr(handle, "size") else corpus_size(path, storage_options)
-        n_rows, done, reported = max(1, sum(group_rows[g] for g in groups)), 0, 0
-        file_name = corpus_name(path)
-        for group in groups:
-            row = first_row[group]
-            for batch in parquet.iter_batches(
-                batch_size=max(1, chunk_bytes // 2048), row_groups=[group], columns=columns
-            ):
-                texts = batch.column(text_field).to_pylist()
-                ids = (
-                    batch.column(id_field).to_pylist()
-                    if len(columns) == 2
-                    else [f"{file_name}:{row + k + 1}" for k in range(len(texts))]
-                )
-                row += len(texts)
-                done += len(texts)
-                yield [str(i) for i in ids], [t or "" for t in texts]
-                if on_bytes is not None:
-                    share = size * done // n_rows
-                    on_bytes(share - reported)
-                    reported = share
-
-
-def parquet_row_groups(path: str, target_bytes: int, storage_options: Mapping | None = None) -> list[list[int]]:
-    """A Parquet file's row groups in runs of about ``target_bytes`` (compressed) each, one run per task."""
-    import pyarrow.parquet as pq
-
-    with open_corpus(path, storage_options, sequential=False) as handle:
-        meta = pq.ParquetFile(handle).metadata
-    runs: list[list[int]] = []
-    run_bytes = 0
-    for group in range(meta.num_row_groups):
-        rg = meta.row_group(group)
-        group_bytes = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
-        if not runs or run_bytes + group_bytes > target_bytes:
-            runs.append([])
-            run_bytes = 0
-        runs[-1].append(group)
-        run_bytes += group_bytes
-    return runs or [[]]
-
-
-def _json_loads():
-    try:
-        import orjson
-
-        return orjson.loads
-    except ModuleNotFoundError:  # orjson is optional; the standard library is ~3x slower
-        import json
-
-        return json.loads
 
 
 # --------------------------------------------------------------------------------------------
@@ -612,7 +175,7 @@ class JsonlBlockBuffers:
 def scan_jsonl_block(
     index: NgramIndex,
     block: bytes,
-    locate: _Locator,
+    locate: Locator,
     text_field: str = "text",
     id_field: str | None = "doc_id",
     buffers: JsonlBlockBuffers | None = None,
@@ -632,7 +195,7 @@ def scan_jsonl_block(
     from honestci.audit.checks.ngram_kernel import scan_jsonl_block as kernel
 
     buffers = buffers if buffers is not None else JsonlBlockBuffers()
-    loads = loads if loads is not None else _json_loads()
+    loads = loads if loads is not None else json_loads()
     data = np.frombuffer(block if block.endswith(b"\n") else block + b"\n", np.uint8)
     buffers.fit(data.size)
     words = data[: data.size // 8 * 8].view(np.uint64)
@@ -641,7 +204,7 @@ def scan_jsonl_block(
     while True:
         b = buffers
         n_docs, found, n_chars, status = kernel(
-            data, words, key, _BYTE_TABLE, STRING_CLASS, SIMPLE_ESCAPE, index.n, index.bitmap, shift,
+            data, words, key, BYTE_TABLE, STRING_CLASS, SIMPLE_ESCAPE, index.n, index.bitmap, shift,
             b.tokens, b.scratch, b.hashes, b.doc, b.position, b.line, b.start, b.end, b.fast,
         )  # fmt: skip
         if status == 0:
@@ -652,7 +215,7 @@ def scan_jsonl_block(
     slow_ids: dict[int, str] = {}
     if slow.size:
         parsed = [
-            _parse_jsonl_line(block[b.start[d] : b.end[d]], int(b.line[d]), locate, text_field, id_field, loads)
+            parse_jsonl_line(block[b.start[d] : b.end[d]], int(b.line[d]), locate, text_field, id_field, loads)
             for d in slow
         ]
         slow_ids = {int(d): doc_id for d, (doc_id, _) in zip(slow, parsed)}
@@ -666,7 +229,7 @@ def scan_jsonl_block(
     def id_of(d: int) -> str:
         if d in slow_ids:
             return slow_ids[d]
-        return _parse_jsonl_line(block[b.start[d] : b.end[d]], int(b.line[d]), locate, text_field, id_field, loads)[0]
+        return parse_jsonl_line(block[b.start[d] : b.end[d]], int(b.line[d]), locate, text_field, id_field, loads)[0]
 
     out = _match(index, hashes, doc, position, id_of)
     out.n_docs, out.n_bytes = int(n_docs), int(n_chars)
@@ -925,9 +488,9 @@ def _scan_file(
 ) -> Iterator[_Matches]:
     """The matches of each block of one corpus file: JSONL from the raw bytes (:func:`scan_jsonl_block`),
     other formats, and any scan with near duplicates, through :func:`iter_corpus` and :func:`scan_batch`."""
-    if near_index is None and _corpus_kind(path) == "jsonl":
-        buffers, loads = JsonlBlockBuffers(), _json_loads()
-        for block, locate in _iter_blocks(path, chunk_bytes, byte_range, on_bytes, storage_options):
+    if near_index is None and corpus_kind(path) == "jsonl":
+        buffers, loads = JsonlBlockBuffers(), json_loads()
+        for block, locate in iter_blocks(path, chunk_bytes, byte_range, on_bytes, storage_options):
             yield scan_jsonl_block(index, block, locate, text_field, id_field, buffers, loads)
         return
     for ids, texts in iter_corpus(path, text_field, id_field, chunk_bytes, byte_range, on_bytes, storage_options):
@@ -1004,7 +567,7 @@ def _scan_range(
     index: NgramIndex, task: CorpusTask, text_field, id_field, chunk_bytes, near_index, near_threshold, storage_options
 ) -> _Matches:
     if task.row_groups is not None:
-        batches = _iter_parquet(
+        batches = iter_parquet(
             task.path, text_field, id_field, chunk_bytes, row_groups=task.row_groups, storage_options=storage_options
         )
         parts: Iterable[_Matches] = (

@@ -1,11 +1,12 @@
 """Compiled byte-level kernel of the leakage scan: tokens, word n-gram hashes and the index bitmap in one pass.
 
-Imported only by :mod:`honestci.audit.checks.leakage` when it hashes text (numba is a heavy import: about 0.6 s
-and 130 MB of resident LLVM). The kernels are compiled on first use (about 6 s) and cached on
+Imported only by the leakage scan's modules (:mod:`honestci.audit.checks.ngram_index`,
+:mod:`honestci.audit.checks.corpus_reader`, :mod:`honestci.audit.checks.leakage`) when they hash or read
+text (numba is a heavy import: about 0.6 s and 130 MB of resident LLVM). The kernels are compiled on first use (about 6 s) and cached on
 disk (``cache=True``: beside this module in ``__pycache__``, or numba's per-user cache directory
 when the install is read-only; with neither writable they are compiled in every process).
 
-Definition (``honestci.audit.checks.leakage.reference_ngram_hashes`` is the pure-Python oracle of the same thing):
+Definition (``honestci.audit.checks.ngram_index.reference_ngram_hashes`` is the pure-Python oracle of the same thing):
 
 - a byte is mapped by ``table`` (ASCII letters lower-cased, digits and bytes ≥ 128 kept, every other
   byte → space); a token is a maximal run of non-space bytes inside one document;

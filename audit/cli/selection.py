@@ -139,7 +139,8 @@ def leakage(
     The training pipeline runs this before it uses any text.
     """
     from honestci.audit.checks.corpus_files import parse_storage_options
-    from honestci.audit.checks.leakage import NEAR_SHINGLE, build_index, scan_corpus, scan_corpus_dask
+    from honestci.audit.checks.leakage import NEAR_SHINGLE, scan_corpus, scan_corpus_dask
+    from honestci.audit.checks.ngram_index import build_index
     from honestci.audit.gates import gate_leakage
     from honestci.audit.progress import Progress
 
