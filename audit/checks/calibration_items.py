@@ -171,7 +171,7 @@ def calibration_items(
     judgments compare, whose two responses both have ratings; a rater's code is the sign of their
     score difference, the reference the sign of the mean difference over raters who rated both
     beyond ``min_margin``. ``"auto"``: pairs when present, else ratings.
-    Tables may be :class:`honestci.audit.data.io.LoadedTable`, DataFrames or lists of row dicts.
+    Tables may be :class:`honestci.audit.data.validation.LoadedTable`, DataFrames or lists of row dicts.
     """
     pairs, ratings, judged = _frame(human_pairs), _frame(human_ratings), _frame(judgments)
     if source not in SOURCES:
