@@ -362,11 +362,13 @@ GATE_ORDER = tuple(record.name for record in GATE_RECORDS)
 #: Gates required by default, in the order they run.
 DEFAULT_REQUIRED_GATES = tuple(record.name for record in GATE_RECORDS if record.required == "always")
 #: Gate → the check whose evidence, when given, makes it required.
-REQUIRED_WHEN_EVIDENCE_GIVEN = {
-    record.name: record.reads for record in GATE_RECORDS if record.required == "when_evidence_given"
+REQUIRED_WHEN_EVIDENCE_GIVEN: dict[str, str] = {
+    record.name: record.reads
+    for record in GATE_RECORDS
+    if record.required == "when_evidence_given" and record.reads is not None
 }
 #: Gate → the check it reads, for the gates that read one.
-GATE_CHECK = {record.name: record.reads for record in GATE_RECORDS if record.reads is not None}
+GATE_CHECK: dict[str, str] = {record.name: record.reads for record in GATE_RECORDS if record.reads is not None}
 #: Gate → what would turn it (the report summary's fallback sentence).
 GATE_REMEDY = {record.name: record.remedy for record in GATE_RECORDS}
 

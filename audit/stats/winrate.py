@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 from scipy import special, stats
@@ -359,13 +360,21 @@ def _cluster_robust(method: str, contests: _Contests, request: _Request) -> Inte
     )
 
 
+#: The weights of each wild-bootstrap method, and the interval of each cluster-bootstrap one.
+_WILD_WEIGHTS: dict[str, Literal["webb", "rademacher"]] = {"wild_webb": "webb", "wild_rademacher": "rademacher"}
+_BOOTSTRAP_KINDS: dict[str, Literal["percentile", "bca"]] = {
+    "cluster_bootstrap_percentile": "percentile",
+    "cluster_bootstrap_bca": "bca",
+}
+
+
 def _wild(method: str, contests: _Contests, request: _Request) -> IntervalResult:
     """Restricted wild cluster bootstrap, the interval by test inversion (Webb or Rademacher weights)."""
     from honestci.audit.stats.wild_bootstrap import wild_cluster_ci
 
     design, scores, clusters, label, level = _on_vignette_means(method, contests, request)
     common = request.common
-    weights = method.removeprefix("wild_")
+    weights = _WILD_WEIGHTS[method]
     distinct_draws = (6 if weights == "webb" else 2) ** common["n_clusters"]
     if 2 / distinct_draws > 1 - level:  # a draw and its mirror give the same |t|
         raise EstimationError(
@@ -395,7 +404,7 @@ def _cluster_bootstrap(method: str, contests: _Contests, request: _Request) -> I
     from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
 
     _design, scores, clusters, label, level = _on_vignette_means(method, contests, request)
-    kind = method.removeprefix("cluster_bootstrap_")
+    kind = _BOOTSTRAP_KINDS[method]
     result = cluster_bootstrap_ci(
         scores, clusters, method=kind, level=level, rng=request.seed, B=request.bootstrap_draws or 4999
     )
