@@ -33,13 +33,14 @@ Formats
 
 Modules
 -------
-This module holds what every importer shares: :data:`FORMATS`, the :class:`ImportedTables` an
+This module holds what every importer shares: the :class:`ImportedTables` an
 importer returns and :func:`assign_pools`, the :class:`Collector` of rows and problems, the readers
 of JSON and JSON Lines files, and the metric contests of per-item scores. Each format family's
 importer lives in its own module: :mod:`honestci.judges.importers_alpaca` (``alpaca_eval``,
 ``pandalm``), :mod:`honestci.judges.importers_fastchat` (``mtbench``, ``arena``),
 :mod:`honestci.judges.importers_lm_eval`, :mod:`honestci.judges.importers_inspect` and
-:mod:`honestci.judges.importers_generic`.
+:mod:`honestci.judges.importers_generic`; ``honestci import`` maps each format to its importer
+(``IMPORTERS`` in :mod:`honestci.audit.cli.judges`).
 """
 
 from __future__ import annotations
@@ -63,8 +64,6 @@ from honestci.judges.tables import (
     sibling_path,
     write_table,
 )
-
-FORMATS = ("alpaca_eval", "pandalm", "mtbench", "arena", "lm_eval", "inspect", "generic")
 
 
 def prompt_id(text: str) -> str:

@@ -14,7 +14,6 @@ import click
 from honestci.audit.cli.support import fail_cleanly as _fail_cleanly
 from honestci.audit.cli.support import seed_option
 from honestci.audit.errors import InputError
-from honestci.judges.importers import FORMATS
 
 
 def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
@@ -265,8 +264,76 @@ def _judge_backend(
     return judge, fleet
 
 
+def _import_alpaca_eval(paths, options):
+    from honestci.judges.importers_alpaca import import_alpaca_eval
+
+    return import_alpaca_eval(paths)
+
+
+def _import_pandalm(paths, options):
+    from honestci.judges.importers_alpaca import import_pandalm, pandalm_judge_name
+
+    files = {}
+    for spec in options["judge_files"]:
+        name, sep, path = spec.rpartition("=")
+        files[name if sep else pandalm_judge_name(Path(path))] = Path(path)
+    return import_pandalm(paths[0], files)
+
+
+def _import_mtbench(paths, options):
+    from honestci.judges.importers_fastchat import import_mtbench
+
+    return import_mtbench(paths[0], questions=options["questions"], answers_dir=options["answers"])
+
+
+def _import_arena(paths, options):
+    from honestci.judges.importers_fastchat import import_arena
+
+    return import_arena(paths[0])
+
+
+def _import_lm_eval(paths, options):
+    from honestci.judges.importers_lm_eval import import_lm_eval
+
+    return import_lm_eval(
+        paths, metric=options["metric"], cluster_key=options["cluster_key"], filter_name=options["filter_name"]
+    )
+
+
+def _import_inspect(paths, options):
+    from honestci.judges.importers_inspect import import_inspect
+
+    return import_inspect(paths, scorer=options["metric"], cluster_key=options["cluster_key"])
+
+
+def _import_generic(paths, options):
+    from honestci.judges.importers_generic import import_generic
+
+    return import_generic(
+        paths[0],
+        _pairs(options["mapping"], "--map"),
+        _pairs(options["verdict_map"], "--verdict-map") or None,
+        judge=options["judge_name"],
+    )
+
+
+#: Every import format (``honestci import FORMAT``), in the order ``--help`` lists them: the paths
+#: and the command's options (click's parameters by name) → the tables. Adding a format is its importer module and its entry here.
+IMPORTERS = {
+    "alpaca_eval": _import_alpaca_eval,
+    "pandalm": _import_pandalm,
+    "mtbench": _import_mtbench,
+    "arena": _import_arena,
+    "lm_eval": _import_lm_eval,
+    "inspect": _import_inspect,
+    "generic": _import_generic,
+}
+#: The formats that read several files at once.
+MULTI_PATH_FORMATS = ("alpaca_eval", "lm_eval", "inspect")
+
+
 @click.command("import")
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMATS))
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(tuple(IMPORTERS)))
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--out",
@@ -355,39 +422,11 @@ def import_command(
     heldout for a seeded --heldout-fraction of the vignettes) for the audit's
     winners_curse gate and `honestci winners-curse`.
     """
-    from honestci.judges import (
-        importers,
-        importers_alpaca,
-        importers_fastchat,
-        importers_generic,
-        importers_inspect,
-        importers_lm_eval,
-    )
+    from honestci.judges import importers
 
-    if fmt not in ("alpaca_eval", "lm_eval", "inspect") and len(paths) > 1:
+    if fmt not in MULTI_PATH_FORMATS and len(paths) > 1:
         raise InputError(f"{fmt} takes one PATH, got {len(paths)}.", fix="pass one file")
-    if fmt == "alpaca_eval":
-        tables = importers_alpaca.import_alpaca_eval(paths)
-    elif fmt == "pandalm":
-        files = {}
-        for spec in judge_files:
-            name, sep, path = spec.rpartition("=")
-            files[name if sep else importers_alpaca.pandalm_judge_name(Path(path))] = Path(path)
-        tables = importers_alpaca.import_pandalm(paths[0], files)
-    elif fmt == "mtbench":
-        tables = importers_fastchat.import_mtbench(paths[0], questions=questions, answers_dir=answers)
-    elif fmt == "arena":
-        tables = importers_fastchat.import_arena(paths[0])
-    elif fmt == "lm_eval":
-        tables = importers_lm_eval.import_lm_eval(
-            paths, metric=metric, cluster_key=cluster_key, filter_name=filter_name
-        )
-    elif fmt == "inspect":
-        tables = importers_inspect.import_inspect(paths, scorer=metric, cluster_key=cluster_key)
-    else:
-        tables = importers_generic.import_generic(
-            paths[0], _pairs(mapping, "--map"), _pairs(verdict_map, "--verdict-map") or None, judge=judge_name
-        )
+    tables = IMPORTERS[fmt](paths, click.get_current_context().params)  # the options by parameter name
     if candidates:
         tables = importers.assign_pools(tables, candidates, heldout_fraction, seed)
     elif heldout_fraction:
