@@ -603,16 +603,8 @@ def run_pipeline(
     _stage(stages, "leakage check", started, verdict=str(leakage_gate.verdict))
 
     # Imported only now: the audit imports the leakage check, whose absence the preflight refuses.
-    from honestci.audit.checks.training_health import assess_training_log
-    from honestci.audit.pipeline import run_audit
-    from honestci.audit.report_model import Report, json_safe
     from honestci.judges.prompts import DEFAULT_TEMPLATE, get_template
-    from honestci.judges.run import load_texts, run_judging
-    from honestci.reports.plots import training_health_svg
-    from honestci.reports.render import write_report
-    from honestci.training.generate import GenerationJob, generate_responses
-    from honestci.training.grpo import GRPOJob, train_grpo
-    from honestci.training.reward_models import RewardModelJob, train_reward_models
+    from honestci.judges.run import load_texts
 
     # The judge's calibration record (if given) is checked now, before anything is trained: a stale
     # one stops the run (exit 2). Every response a human labelled is in the source responses.
@@ -629,6 +621,28 @@ def run_pipeline(
     record_path = _nested_path(judge.get("calibration_record"), base)
     recorded = None if record_path is None else load_calibration_record(record_path, bindings)
 
+    _reward_model_stage(job, paths, out, f"{config_path}", stages, progress)
+    grpo_run = _grpo_stage(job, paths, out, f"{config_path}", stages, progress)
+    policy_rows, responses_path = _generation_stage(job, paths, out, f"{config_path}", stages, progress)
+    backend, judge_note = _judging_stage(
+        job,
+        base,
+        judge,
+        template,
+        paths,
+        responses_path,
+        policy_rows,
+        calibration=(bindings, recorded, record_path),
+        stages=stages,
+        progress=progress,
+    )
+    return _audit_and_publish(job, out, paths, grpo_run, policy, stages, backend, judge_note, progress)
+
+
+def _reward_model_stage(job: PipelineJob, paths: dict, out: Path, config: str, stages: list, progress) -> None:
+    """Train the reward-model ensemble on the source responses and the human labels."""
+    from honestci.training.reward_models import RewardModelJob, train_reward_models
+
     started = time.perf_counter()
     rm_job = build_config(
         RewardModelJob,
@@ -642,7 +656,7 @@ def run_pipeline(
             "human_ratings": paths.get("human_ratings"),
             "prompt": job.prompt,
         },
-        source=f"{config_path}: reward_model",
+        source=f"{config}: reward_model",
     )
     rm_run = train_reward_models(rm_job, progress)
     _stage(
@@ -654,6 +668,11 @@ def run_pipeline(
         heldout_accuracy=rm_run.accuracy[-1].__dict__,
     )
 
+
+def _grpo_stage(job: PipelineJob, paths: dict, out: Path, config: str, stages: list, progress):
+    """Train the policy by GRPO against the reward models; its run (the training log among it)."""
+    from honestci.training.grpo import GRPOJob, train_grpo
+
     started = time.perf_counter()
     grpo_values = {
         **job.grpo,
@@ -663,7 +682,7 @@ def run_pipeline(
         "output_dir": out / "policy",
         "prompt": job.prompt,
     }
-    grpo_run = train_grpo(build_config(GRPOJob, grpo_values, source=f"{config_path}: grpo"), progress)
+    grpo_run = train_grpo(build_config(GRPOJob, grpo_values, source=f"{config}: grpo"), progress)
     _stage(
         stages,
         "GRPO",
@@ -675,8 +694,17 @@ def run_pipeline(
         prompt_sha256=grpo_run.prompt_sha256,
         unfinished_think=grpo_run.n_unfinished_think,
     )
+    return grpo_run
+
+
+def _generation_stage(
+    job: PipelineJob, paths: dict, out: Path, config: str, stages: list, progress
+) -> tuple[pd.DataFrame, Path]:
+    """The trained policy's answers to the held-out vignettes, and the responses table with them."""
+    from honestci.training.generate import GenerationJob, generate_responses
 
     started = time.perf_counter()
+    data_dir = out / "data"
     generation = {
         "backend": "transformers",
         **job.generation,
@@ -688,7 +716,7 @@ def run_pipeline(
     }
     if generation["backend"] == "transformers":
         generation.setdefault("model_path", out / "policy")
-    gen_run = generate_responses(build_config(GenerationJob, generation, source=f"{config_path}: generation"), progress)
+    gen_run = generate_responses(build_config(GenerationJob, generation, source=f"{config}: generation"), progress)
     policy_rows = _load(Path(gen_run.out), "responses")
     source = _load(paths["source_responses"], "responses")
     responses_path = _write_jsonl(pd.concat([source, policy_rows], ignore_index=True), data_dir / "responses.jsonl")
@@ -701,7 +729,29 @@ def run_pipeline(
         empty=gen_run.n_empty_answers,
         unfinished_think=gen_run.n_unfinished_think,
     )
+    return policy_rows, responses_path
 
+
+def _judging_stage(
+    job: PipelineJob,
+    base,
+    judge: dict,
+    template,
+    paths: dict,
+    responses_path: Path,
+    policy_rows,
+    *,
+    calibration,
+    stages,
+    progress,
+):
+    """Judge the policy's answers against the eval answers (and, without a calibration record, the
+    human-labelled pairs); ``calibration`` is (bindings, the recorded judgments or None, the record's
+    path or None). The backend and its note."""
+    from honestci.judges.run import load_texts, run_judging
+
+    bindings, recorded, record_path = calibration
+    data_dir = Path(job.output_dir) / "data"
     started = time.perf_counter()
     texts = load_texts(paths["vignettes"], responses_path)
     backend = _judge_backend(judge, job.seed, base, texts)
@@ -741,6 +791,21 @@ def run_pipeline(
         **({"stub": judge_note} if judge_note else {}),
     )
 
+    return backend, judge_note
+
+
+def _audit_and_publish(
+    job: PipelineJob, out: Path, paths: dict, grpo_run, policy: Policy, stages: list, backend, judge_note, progress
+) -> PipelineResult:
+    """Audit the claim the run makes, write the report and the training-health plot beside it, then
+    publish the model card or refuse (:class:`PipelineRefused`); ``pipeline.json`` is written either way."""
+    from honestci.audit.checks.training_health import assess_training_log
+    from honestci.audit.pipeline import run_audit
+    from honestci.audit.report_model import Report, json_safe
+    from honestci.reports.plots import training_health_svg
+    from honestci.reports.render import write_report
+
+    data_dir = out / "data"
     started = time.perf_counter()
     tables = {
         "vignettes": "vignettes.jsonl",
