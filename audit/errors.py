@@ -134,7 +134,7 @@ class EstimationError(HonestCIError):
 
 class DensityMismatchError(HonestCIError):
     """The hand-derived density no longer matches the PyMC model it was derived from
-    (:class:`honestci.audit.stats.bayes_density.Derivation`): sampling it would ignore the edit."""
+    (:class:`honestci.audit.stats.bayesian.density.Derivation`): sampling it would ignore the edit."""
 
     def __init__(self, message: str, fix: str):
         self.message, self.fix = message, fix

@@ -157,7 +157,7 @@ def _on_the_new_seed_interval(result: GateResult, row: IntervalResult, context: 
 def _with_size_association(result: GateResult, context: AuditContext) -> GateResult:
     """The bar gate's evidence gains whether vignette sizes are informative (estimands): the gate
     reads an equal-weight interval either way (each vignette once in the posterior's likelihood,
-    bayes_grid.rate_posterior), and says so when weighting by contests would differ."""
+    bayesian.grid.rate_posterior), and says so when weighting by contests would differ."""
     if context.contests is None:
         return result
     scored = context.contests.scores("both_orders", invalid=context.claim.policy.invalid_verdicts)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # the rules read these results' figures; importing them would
     from honestci.audit.checks.systems import SystemsCheck
     from honestci.audit.checks.training_health import TrainingHealth
     from honestci.audit.checks.verdicts import MissingOrders, VerdictValidity
-    from honestci.audit.stats.length_bias import LengthBiasResult
+    from honestci.audit.stats.judge_error.length_bias import LengthBiasResult
 
 # --- the win rate -----------------------------------------------------------------------------
 

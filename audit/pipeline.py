@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from honestci.audit.data.claims import Claim
     from honestci.audit.data.contests import ContestTable
     from honestci.audit.data.io import Study
-    from honestci.audit.stats.bayes import BayesWinRateResult
+    from honestci.audit.stats.bayesian.hierarchical import BayesWinRateResult
 
 
 @dataclass(frozen=True)
@@ -295,7 +295,7 @@ def _claimed_rows(
 ) -> dict[str, ClaimedFigureAudit]:
     """Audit each other row of the claimed table from its own contests (same opponent and judge or panel)."""
     from honestci.audit.checks.claimed import audit_claimed_figures
-    from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
+    from honestci.audit.stats.frequentist.winrate import ALL_METHODS, winrate_table
 
     spec, audits = claim.spec, {}
     for row in () if spec.claimed is None else spec.claimed.table:
@@ -317,14 +317,14 @@ def _claimed_rows(
 def _per_vignette(scored, study: Study, level: float, trials_per_contest: int) -> tuple[dict, ...]:
     """Per-vignette win rate with a within-vignette t interval and, from two vignettes on, the
     partially pooled rate and interval of the gate's logit-normal model
-    (:func:`honestci.audit.stats.bayes_grid.vignette_rate_posteriors`) for the caterpillar plot.
+    (:func:`honestci.audit.stats.bayesian.grid.vignette_rate_posteriors`) for the caterpillar plot.
 
     The vignettes are coded once in sorted-label order and every per-vignette sum is a bincount:
     the same figures as grouping the contests, without a million-row groupby."""
     import numpy as np
     from scipy import stats
 
-    from honestci.audit.stats.bayes_grid import vignette_rate_posteriors
+    from honestci.audit.stats.bayesian.grid import vignette_rate_posteriors
     from honestci.audit.stats.estimands import unique_inverse
 
     texts = dict(zip(study.vignettes.frame["vignette_id"], study.vignettes.frame["text"]))
@@ -373,7 +373,7 @@ def _comparisons(
     seed: int,
     progress: ProgressLike = None,
 ) -> tuple[ComparisonCheck, ...]:
-    from honestci.audit.stats.compare import paired_difference
+    from honestci.audit.stats.frequentist.compare import paired_difference
 
     spec, checks = claim.spec, []
     if spec.claimed is None:
@@ -400,7 +400,7 @@ def _comparisons(
             # The joint Bayesian model of the difference is per judged order of one judge; a
             # panel's comparison rests on the clustered test of its panel scores alone.
             if bayes and not contests.panel:
-                from honestci.audit.stats.bayes_compare import fit_paired_difference_bayes
+                from honestci.audit.stats.bayesian.compare import fit_paired_difference_bayes
 
                 posterior = fit_paired_difference_bayes(
                     policy_scores.values,
@@ -480,7 +480,7 @@ def audit_context(
     from honestci.audit.checks.claimed import audit_claimed_figures, audit_claimed_table
     from honestci.audit.checks.composed import COMPOSED_METHOD
     from honestci.audit.checks.registry import run_checks
-    from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
+    from honestci.audit.stats.frequentist.winrate import ALL_METHODS, winrate_table
 
     if spec.method is not None and spec.method not in ALL_METHODS:
         raise ClaimError(
@@ -628,18 +628,11 @@ def _import_audit_modules(bayes: bool) -> None:
     """Import the modules of the interval table and the checks and, with ``bayes``, what the
     Bayesian fit imports: its sampler (numba) and xarray, which imports dask at its first array.
     An error here is left for the step that needs the module to raise with its own message."""
-    import honestci.audit.checks.claimed
-    import honestci.audit.checks.composed
-    import honestci.audit.checks.registry
-    import honestci.audit.stats.winrate
 
     if not bayes:
         return
     import numpy as np
     import xarray as xr
-
-    import honestci.audit.stats.bayes
-    import honestci.audit.stats.bayes_collapsed  # noqa: F401
 
     xr.Dataset({"imports": ("x", np.zeros(1))})
 
@@ -854,7 +847,7 @@ def _fit_bayes_model(
     contests: ContestTable, bar: float, level: float, seed: int, invalid: str, progress: ProgressLike = None
 ) -> BayesWinRateResult:
     """The Bayesian hierarchical fit of the claim's contest scores (:func:`audit_context`)."""
-    from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
+    from honestci.audit.stats.bayesian.hierarchical import fit_contest_scores_hierarchical
 
     # The contest scores every interval reads, invalid verdicts scored as the audit policy says:
     # the Bayesian figures are then the same estimands (equal-weight contest-score rates).

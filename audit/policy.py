@@ -87,7 +87,7 @@ class Thresholds:
     #: Fewest training seeds for which the seeds check gives a new-seed interval: with fewer the
     #: between-seed variance rests on a single degree of freedom (docs/methods.md "Seeds and runs").
     min_seeds: int = 3
-    #: Below this many non-leaked vignettes the composed interval (stats/composed.py: clustered
+    #: Below this many non-leaked vignettes the composed interval (stats/judge_error/composed.py: clustered
     #: PPI++ × leakage exclusion × AKM selection) is INCONCLUSIVE: the smallest G of its seeded
     #: coverage study at which every cell was honest (docs/coverage.md, "The composed interval").
     composed_min_vignettes: int = 12
@@ -127,7 +127,7 @@ class Thresholds:
     fixed_order_position_bias_warn: bool = False
     #: Length-bias tolerance on the judge's length effect: the change in the policy's predicted win
     #: rate when its answer is one sd (of the answer-length differences) longer than the opponent's
-    #: instead of equally long (audit/stats/length_bias.py), in probability points. As for position
+    #: instead of equally long (audit/stats/judge_error/length_bias.py), in probability points. As for position
     #: bias, 0.10 is about the width honest intervals from a few hundred contests have anyway; a
     #: GPT-4-turbo judge on AlpacaEval 2.0 reaches 0.3-0.7 (docs/methods.md). FAIL when the
     #: clustered CI lies entirely outside +-tolerance, WARN when it straddles a bound, PASS inside.
@@ -210,11 +210,11 @@ POPULATION_LABELS = {
 }
 
 #: Interval whose CI-low the bar gate reads, by population. New vignettes: the posterior quantile
-#: of the logit-normal vignette model (audit/stats/bayes_grid.py), the one interval whose CI-low
+#: of the logit-normal vignette model (audit/stats/bayesian/grid.py), the one interval whose CI-low
 #: lies above the truth in at most 2.5% of replications (within Monte Carlo error) on the whole
 #: coverage grid, G = 6 to 100, vignette rates up to 0.95 with logit sd 1; there CR2 on the logit
 #: scale reaches 4-8% and the symmetric intervals 6-13% (docs/coverage.md).
-#: New seeds: the seeds check's new-seed interval (audit/stats/seeds.py: two-way seed x vignette mean
+#: New seeds: the seeds check's new-seed interval (audit/stats/selection/seeds.py: two-way seed x vignette mean
 #: squares, Satterthwaite df), the one interval about a new seed of the recipe rather than the policy's
 #: own seed; its one-sided lower error exceeds nominal (BUILTIN_POPULATIONS), so no built-in claim reads it.
 NEW_SEED_METHOD = "new_seed"
@@ -461,7 +461,7 @@ MULTIPLICITY: tuple[str, ...] = get_args(Multiplicity)
 CERTIFIED_MULTIPLICITY: tuple[str, ...] = ("holm", "bh")
 #: Intervals the coverage study certifies honest for each population's bar gate
 #: (docs/coverage.md); a policy may choose among these, a claim never.
-#: "composed" (audit/stats/composed.py: judge error, clustering, leakage and selection corrected at
+#: "composed" (audit/stats/judge_error/composed.py: judge error, clustering, leakage and selection corrected at
 #: once; its rate on non-leaked vignettes): one-sided error within 2.5% + 3 MC-SE in every cell of its
 #: grid (docs/coverage.md, "The composed interval"); INCONCLUSIVE below composed_min_vignettes.
 CERTIFIED_GATE_METHODS = {

@@ -6,8 +6,8 @@ model is the same model), 4 chains x (1000 tune + 1000 draws).
 Contenders, each timed as a cold process (imports + compile + sample, a fresh interpreter) and,
 where it makes sense, warm (a second fit on new data of the same shape in the same process):
 
-* ``honestci``        honestci.audit.stats.bayes.fit_winrate_hierarchical, sampler="auto": nutpie on the hand-derived
-                      log density of audit/stats/bayes_density.py (numba gufuncs, cached on disk)
+* ``honestci``        honestci.audit.stats.bayesian.hierarchical.fit_winrate_hierarchical, sampler="auto": nutpie on the hand-derived
+                      log density of audit/stats/bayesian/density.py (numba gufuncs, cached on disk)
                       through nutpie's public ``compiled_pyfunc.from_pyfunc``, 36 cells
 * ``nutpie-pytensor`` nutpie on the same PyMC model compiled from its PyTensor graph (what
                       sampler="auto" did before; numba compile in every new process)
@@ -24,7 +24,7 @@ At scale (issue 21: 1M contests on 5,000 vignettes, both orders judged, so 2M ve
         --repeats 3 --contenders honestci --bambi-python /tmp/bambi/bin/python --bambi binomial --timeout 900
 
 Posterior agreement: every contender's draws go through the same estimand code
-(honestci.audit.stats.bayes_model.winrate_estimand_draws); the table reports posterior mean and 95% interval of both
+(honestci.audit.stats.bayesian.model.winrate_estimand_draws); the table reports posterior mean and 95% interval of both
 win rates. Run from the repository root:
 
     PYTHONPATH=$PWD /work/main/.venv/bin/python bench/bench_bayes.py [--bambi-python PATH]
@@ -91,7 +91,7 @@ def summarise(estimands: dict[str, np.ndarray]) -> dict[str, list[float]]:
 
 # ------------------------------------------------------------------ contenders (child side)
 def fit_honestci(data, seed, sampler):
-    from honestci.audit.stats.bayes import fit_winrate_hierarchical
+    from honestci.audit.stats.bayesian.hierarchical import fit_winrate_hierarchical
 
     result = fit_winrate_hierarchical(
         data["vignette"], data["order"], data["outcome"], run=data["run"], sampler=sampler, seed=seed, **SETTINGS
@@ -113,9 +113,9 @@ def fit_honestci(data, seed, sampler):
 def fit_nutpie_pytensor(data, seed):
     import nutpie
 
-    from honestci.audit.stats.bayes_cells import aggregate_cells
-    from honestci.audit.stats.bayes_model import _build_hierarchical_model, resolve_prior, winrate_estimand_draws
-    from honestci.audit.stats.bayes_sampling import TARGET_ACCEPT
+    from honestci.audit.stats.bayesian.cells import aggregate_cells
+    from honestci.audit.stats.bayesian.model import _build_hierarchical_model, resolve_prior, winrate_estimand_draws
+    from honestci.audit.stats.bayesian.sampling import TARGET_ACCEPT
 
     cells = aggregate_cells(data["vignette"], data["order"], data["outcome"], run=data["run"])
     compiled = nutpie.compile_pymc_model(_build_hierarchical_model(cells, resolve_prior("halfnormal1"), True))
@@ -139,7 +139,7 @@ def fit_bernoulli_pymc(data, seed):
 
     import pymc as pm
 
-    from honestci.audit.stats.bayes_model import winrate_estimand_draws
+    from honestci.audit.stats.bayesian.model import winrate_estimand_draws
 
     logging.getLogger("pymc").setLevel(logging.WARNING)
     with pm.Model(coords={"vignette": range(SHAPE["vignettes"]), "run": range(SHAPE["runs"])}):
@@ -175,7 +175,7 @@ def _bambi_priors(bmb):
 
 
 def _fit_bambi_model(model, seed):
-    from honestci.audit.stats.bayes_model import winrate_estimand_draws
+    from honestci.audit.stats.bayesian.model import winrate_estimand_draws
 
     idata = model.fit(random_seed=seed, progressbar=False, **SETTINGS)
     post = idata.posterior.stack(sample=("chain", "draw"))

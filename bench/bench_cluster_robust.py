@@ -4,7 +4,7 @@ import timeit
 
 import numpy as np
 
-from honestci.audit.stats.cluster_robust import cluster_robust_ols
+from honestci.audit.stats.frequentist.cluster_robust import cluster_robust_ols
 
 
 def main() -> None:

@@ -47,7 +47,7 @@ def simulate(contests: int, vignettes: int):
 
 
 def one_run(contests: int, vignettes: int) -> dict:
-    from honestci.audit.stats.winrate import ALL_METHODS, winrate_ci
+    from honestci.audit.stats.frequentist.winrate import ALL_METHODS, winrate_ci
 
     scores, clusters = simulate(contests, vignettes)
     out: dict = {"methods": {}}
@@ -66,7 +66,7 @@ def wild_only(vignettes: int) -> dict:
     """One WCR p-value (Webb, B = 9,999, intercept only) on 200 contests per vignette."""
     import numpy as np
 
-    from honestci.audit.stats.wild_bootstrap import wild_cluster_pvalue
+    from honestci.audit.stats.frequentist.wild_bootstrap import wild_cluster_pvalue
 
     rng = np.random.default_rng(0)
     n = 200 * vignettes
@@ -80,7 +80,7 @@ def wild_only(vignettes: int) -> dict:
 #: Stata/statsmodels small-sample factor (CR1S) and normal quantiles, the contest-weighted mean.
 PEERS = {
     "honestci CR1S (cluster_robust_ols)": (
-        "from honestci.audit.stats.cluster_robust import cluster_robust_ols",
+        "from honestci.audit.stats.frequentist.cluster_robust import cluster_robust_ols",
         "r = cluster_robust_ols(np.ones((y.size, 1)), y, cluster, vcov='CR1S', df='z')\n"
         "figure = f'{r.coef[0]:.6f} se {r.se[0]:.6f}'",
     ),
@@ -90,7 +90,7 @@ PEERS = {
         "figure = f'{fit.params[0]:.6f} se {fit.bse[0]:.6f}'",
     ),
     "honestci wild bootstrap p-value": (
-        "from honestci.audit.stats.wild_bootstrap import wild_cluster_pvalue",
+        "from honestci.audit.stats.frequentist.wild_bootstrap import wild_cluster_pvalue",
         "figure = f'p = {wild_cluster_pvalue(np.ones((y.size, 1)), y, cluster, theta0=0.7, B=9999, rng=1):.4f}'",
     ),
     "wildboottest p-value": (

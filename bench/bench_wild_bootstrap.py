@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from honestci.audit.stats.wild_bootstrap import wild_cluster_ci, wild_cluster_pvalue
+from honestci.audit.stats.frequentist.wild_bootstrap import wild_cluster_ci, wild_cluster_pvalue
 
 WILDBOOTTEST_PYTHON = Path("/tmp/wbt/bin/python")
 

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from honestci.audit.stats.coverage_study import FULL_GRID, GATE_CANDIDATES, Grid, _run_cell
+from honestci.audit.stats.design.coverage_study import FULL_GRID, GATE_CANDIDATES, Grid, _run_cell
 
 #: The full grid without the informative size laws (the cells the power goal is stated for).
 NONINFORMATIVE_GRID = Grid(

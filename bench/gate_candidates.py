@@ -6,7 +6,7 @@ cells of the coverage study's full grid where vignette rates are most skewed (sd
 plus a mild one. Candidates built on the G vignette means m_g: the t interval; the same on the
 logit scale (delta method: CR2-logit); Hall's (1992) skewness-corrected t; a leave-one-vignette-out
 jackknife of logit(θ̂); the studentised cluster bootstrap on the logit scale; and the posterior
-quantile of the logit-normal vignette model (audit/stats/bayes_grid.py).
+quantile of the logit-normal vignette model (audit/stats/bayesian/grid.py).
 
     python bench/gate_candidates.py --reps 1000 --seed 7
 """
@@ -22,8 +22,8 @@ import numpy as np
 from scipy import stats
 from scipy.special import expit, logit
 
-from honestci.audit.stats.bayes_grid import rate_posterior
-from honestci.audit.stats.coverage_study import simulate_scores
+from honestci.audit.stats.bayesian.grid import rate_posterior
+from honestci.audit.stats.design.coverage_study import simulate_scores
 from honestci.audit.stats.estimands import vignette_means
 
 LEVEL = 0.95

@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from honestci.audit.stats import bayes_grid
-from honestci.audit.stats.coverage_study import FULL_GRID, HONEST_METHODS, _run_cell
+from honestci.audit.stats.bayesian import grid as bayes_grid
+from honestci.audit.stats.design.coverage_study import FULL_GRID, HONEST_METHODS, _run_cell
 
 mu_sd, shard, n_shards, reps, seed, out = (
     float(sys.argv[1]),

@@ -11,10 +11,10 @@ import time
 import numpy as np
 import pandas as pd
 
-from honestci.audit.stats import bayes_grid
+from honestci.audit.stats.bayesian import grid as bayes_grid
 from honestci.audit.stats.core_share import single_threaded_blas
-from honestci.audit.stats.coverage_study import _power, simulate_scores
-from honestci.audit.stats.winrate import winrate_ci
+from honestci.audit.stats.design.coverage_study import _power, simulate_scores
+from honestci.audit.stats.frequentist.winrate import winrate_ci
 
 VARIANTS = {
     "gate (mu N(0,1.5), sigma HN(1))": (1.5, 1.0),

@@ -239,7 +239,7 @@ def ppc_plot(ppc: Mapping) -> str:
     flagged group (x: rank).
 
     ``ppc`` is the report's ``bayes.ppc``: ``alpha``, ``level`` and ``groups``, the rows of
-    :meth:`honestci.audit.stats.bayes_predictive.PosteriorPredictiveCheck.to_frame`.
+    :meth:`honestci.audit.stats.bayesian.predictive.PosteriorPredictiveCheck.to_frame`.
     """
     plt = _pyplot()
     from matplotlib.collections import LineCollection
@@ -330,7 +330,7 @@ def rank_plot(posterior: Any) -> str:
     and localization", Bayesian Analysis 16(2)): each chain's histogram of its draws' ranks among
     all chains (:data:`RANK_PLOT_BINS` bins), one row per chain; chains that mix draw flat, alike
     histograms around the dashed line of the count a uniform rank gives. ``posterior`` is the
-    fit's InferenceData (or :class:`~honestci.audit.stats.posterior_groups.PosteriorGroups`)."""
+    fit's InferenceData (or :class:`~honestci.audit.stats.bayesian.posterior_groups.PosteriorGroups`)."""
     from scipy.stats import rankdata
 
     plt = _pyplot()

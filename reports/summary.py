@@ -122,7 +122,7 @@ def units_to_clear_bar(
 ) -> int | None:
     """Approximately how many vignettes (or contests) in all the gate needs to clear the bar with
     probability ``power`` if the true rate is the estimate (the planner's normal approximation,
-    :mod:`honestci.audit.stats.planning`, with the observed spread).
+    :mod:`honestci.audit.stats.design.planning`, with the observed spread).
 
     The gate's SE is read off the interval, SE = h / z with h = estimate − CI-low and
     z = z_((1+level)/2), and taken to shrink as 1/√units; the CI-low clears the bar with probability

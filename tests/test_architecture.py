@@ -174,7 +174,9 @@ def test_the_repository_folders_are_not_importable_by_their_bare_names():
 def test_the_floor_rules_catch_a_violation(tmp_path, monkeypatch):
     """The checker itself can fail: a stats module importing a gate is reported."""
     bad = tmp_path / "bad.py"
-    bad.write_text("from honestci.audit.gates import run_gate\nfrom honestci.audit.stats.bayes import _sample\n")
+    bad.write_text(
+        "from honestci.audit.gates import run_gate\nfrom honestci.audit.stats.bayesian.hierarchical import _sample\n"
+    )
     monkeypatch.setitem(MODULES, "honestci.audit.stats.bad", bad)
     found = [p for p in _violations() if "bad.py" in p]
     assert any("stats imports honestci.audit.gates (gates)" in p for p in found)
@@ -208,7 +210,7 @@ def test_wheel_installs_one_namespace_and_nothing_else(tmp_path):
     assert top == {"honestci", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
     for expected in (
         "honestci/audit/policy.py",
-        "honestci/audit/stats/bayes.py",
+        "honestci/audit/stats/bayesian/hierarchical.py",
         "honestci/fixtures/study/claim.yaml",
         "honestci/reports/templates/report.html.j2",
         "honestci/training/configs/grpo.yaml",

@@ -1489,7 +1489,7 @@ def test_hdf5_meeting_a_full_file_system_is_an_oserror_not_a_segfault(tmp_path):
         "import errno, resource, signal, sys\n"
         "from pathlib import Path\n"
         "import numpy as np, xarray as xr\n"
-        "from honestci.audit.stats.posterior_groups import PosteriorGroups\n"
+        "from honestci.audit.stats.bayesian.posterior_groups import PosteriorGroups\n"
         "from honestci.reports.render import write_posterior\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"

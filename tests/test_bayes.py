@@ -1,4 +1,4 @@
-"""Tests of the Bayesian hierarchical win rate (audit/bayes.py).
+"""Tests of the Bayesian hierarchical win rate (audit/stats/bayesian/hierarchical.py).
 
 Outside references: scipy.stats.beta (conjugate posterior), scipy.integrate.quad (quadrature),
 scipy.stats halfnorm / halfcauchy / t (sigma prior densities), and seeded simulations from the
@@ -19,17 +19,17 @@ from scipy.special import expit
 
 from honestci.audit.errors import DensityMismatchError, InputError
 from honestci.audit.policy import THRESHOLDS, Verdict, clears_bar
-from honestci.audit.stats import bayes_density
-from honestci.audit.stats.bayes import fit_winrate_hierarchical, fit_winrate_hierarchical_frame
-from honestci.audit.stats.bayes_cells import aggregate_cells
-from honestci.audit.stats.bayes_model import (
+from honestci.audit.stats.bayesian import density as bayes_density
+from honestci.audit.stats.bayesian.cells import aggregate_cells
+from honestci.audit.stats.bayesian.hierarchical import fit_winrate_hierarchical, fit_winrate_hierarchical_frame
+from honestci.audit.stats.bayesian.model import (
     SIGMA_PRIORS,
     _build_hierarchical_model,
     normal_quadrature,
     winrate_estimand_draws,
 )
-from honestci.audit.stats.bayes_pooled import fit_pooled_beta_binomial
-from honestci.audit.stats.bayes_sampling import DensityMismatchWarning
+from honestci.audit.stats.bayesian.pooled import fit_pooled_beta_binomial
+from honestci.audit.stats.bayesian.sampling import DensityMismatchWarning
 
 TEST_SAMPLING = dict(chains=2, draws=2000, tune=500)  # 2 x 1000 gave bulk ESS ~300-450
 ORIGINAL_HIERARCHICAL_MODEL = _build_hierarchical_model
@@ -123,7 +123,7 @@ def test_aggregate_cells_rejects_bad_input(arguments, match):
 def test_sigma_prior_density_matches_scipy(key):
     import pymc as pm
 
-    from honestci.audit.stats.bayes_model import _sigma_with_prior
+    from honestci.audit.stats.bayesian.model import _sigma_with_prior
 
     prior = SIGMA_PRIORS[key]
     with pm.Model() as model:
@@ -298,7 +298,7 @@ def _edited_hierarchical_model(cells, prior, centred):
 def test_an_edited_pymc_model_refuses_the_density_loudly_and_is_sampled_itself(monkeypatch, simulated, tmp_path):
     import arviz as az
 
-    import honestci.audit.stats.bayes_model as bayes_model
+    import honestci.audit.stats.bayesian.model as bayes_model
 
     (vignette, order, outcome, _), _, _ = simulated
     monkeypatch.setattr(bayes_model, "_build_hierarchical_model", _edited_hierarchical_model)
@@ -326,7 +326,7 @@ def test_an_edited_pymc_model_refuses_the_density_loudly_and_is_sampled_itself(m
     ],
 )
 def test_auto_sampler_lets_every_other_failure_propagate(density_model, error):
-    from honestci.audit.stats.bayes_sampling import sample_posterior
+    from honestci.audit.stats.bayesian.sampling import sample_posterior
 
     def pymc_model():
         pytest.fail("sampler='auto' fell back to PyMC instead of raising")
@@ -444,7 +444,7 @@ def simulate_contests(rng, rate=0.7, sd=0.5, order_bias=0.3, tie_share=0.3, n_vi
 
 
 def test_contest_cells_are_two_trials_per_contest():
-    from honestci.audit.stats.bayes_cells import aggregate_contest_cells
+    from honestci.audit.stats.bayesian.cells import aggregate_contest_cells
 
     cells = aggregate_contest_cells(["a", "a", "a", "b", "b"], [1, 0.5, 0.5, 0, 1], run=["r", "r", "s", "r", "r"])
     # cells (a, r), (a, s), (b, r): contests 2, 1, 2; wins 2 * (1.5, 0.5, 1); dispersion: only
@@ -465,7 +465,7 @@ def test_contest_dispersion_matches_closed_form():
     """Independent orders with ties: phi = Var(2s) / (2p(1 - p)) < 1; a judge that never splits the
     orders (s in {0, 1}): Var(2s) = 4p(1 - p), phi = 2. 40 000 contests in 4 cells: MC-SE ~0.01."""
     from honestci.audit.data.contests import score_contests
-    from honestci.audit.stats.bayes_cells import contest_dispersion
+    from honestci.audit.stats.bayesian.cells import contest_dispersion
 
     rng = np.random.default_rng(5)
     cell = np.repeat(np.arange(4), 10_000)
@@ -485,7 +485,7 @@ def test_contest_dispersion_matches_closed_form():
 @pytest.fixture(scope="module")
 def contest_fit():
     vignette, scores, truth = simulate_contests(np.random.default_rng(20240615))
-    from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
+    from honestci.audit.stats.bayesian.hierarchical import fit_contest_scores_hierarchical
 
     return fit_contest_scores_hierarchical(vignette, scores, bar=0.6, seed=3, **TEST_SAMPLING), truth
 
@@ -574,7 +574,7 @@ def misfitting_contests(rng, n_vignettes=8, per_cell=40):
 
 
 def test_a_failed_ppc_withholds_the_win_rate():
-    from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
+    from honestci.audit.stats.bayesian.hierarchical import fit_contest_scores_hierarchical
 
     vignette, scores, run = misfitting_contests(np.random.default_rng(8))
     result = fit_contest_scores_hierarchical(vignette, scores, run=run, bar=0.4, seed=2, **TEST_SAMPLING)
@@ -653,7 +653,7 @@ def test_the_audit_fits_contest_scores_and_a_failed_ppc_reads_inconclusive():
 def replicate_blocks(request, monkeypatch):
     """Both ways: every array in one block, and blocks of 7 values (a draw or a group at a time)."""
     if request.param:
-        monkeypatch.setattr("honestci.audit.stats.bayes_predictive._REPLICATE_BLOCK_VALUES", 7)
+        monkeypatch.setattr("honestci.audit.stats.bayesian.predictive._REPLICATE_BLOCK_VALUES", 7)
 
 
 def test_cell_linear_predictor_is_the_models_sum_to_the_bit(replicate_blocks):
@@ -661,7 +661,7 @@ def test_cell_linear_predictor_is_the_models_sum_to_the_bit(replicate_blocks):
     # as NumPy evaluates it left to right, on random shapes and scales (whole-array equality of bits).
     from types import SimpleNamespace
 
-    from honestci.audit.stats.bayes_predictive import cell_linear_predictor, replicate_cell_wins
+    from honestci.audit.stats.bayesian.predictive import cell_linear_predictor, replicate_cell_wins
 
     rng = np.random.default_rng(3)
     for _ in range(20):
@@ -696,7 +696,7 @@ def _check_in_one_piece(cells, replicated_wins, level, alpha):
     of :func:`test_posterior_predictive_check_is_the_same_in_blocks`."""
     from scipy import sparse
 
-    from honestci.audit.stats.bayes_cells import unique_rows
+    from honestci.audit.stats.bayesian.cells import unique_rows
 
     _, group_of_cell = unique_rows(
         (cells.vignette_index, cells.n_vignettes), (cells.run_index, cells.n_runs), (cells.judge_index, cells.n_judges)
@@ -719,8 +719,8 @@ def _check_in_one_piece(cells, replicated_wins, level, alpha):
 def test_posterior_predictive_check_is_the_same_in_blocks(unit, monkeypatch):
     # A block of groups at a time (one-cell groups gathered from the replicates, several-cell
     # groups summed first): the same figures as the whole (S, groups) array, however it is cut.
-    from honestci.audit.stats import bayes_predictive
-    from honestci.audit.stats.bayes_cells import aggregate_cells, aggregate_contest_cells
+    from honestci.audit.stats.bayesian import predictive as bayes_predictive
+    from honestci.audit.stats.bayesian.cells import aggregate_cells, aggregate_contest_cells
 
     rng = np.random.default_rng(11)
     vignette = rng.integers(0, 40, 3000).astype(str)

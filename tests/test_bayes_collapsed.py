@@ -1,4 +1,4 @@
-"""The collapsed sampler of the hierarchical model (audit/stats/bayes_collapsed.py) and the parts of
+"""The collapsed sampler of the hierarchical model (audit/stats/bayesian/collapsed.py) and the parts of
 the fit it brought: exact posterior predictive tails, thinned predictive arrays, PosteriorGroups."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pytest
 from scipy import integrate, stats
 from scipy.special import expit
 
-from honestci.audit.stats import bayes_collapsed as bc
-from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
-from honestci.audit.stats.bayes_cells import aggregate_contest_cells
-from honestci.audit.stats.bayes_grid import rate_posterior
-from honestci.audit.stats.bayes_model import COLLAPSED_MIN_VIGNETTES, uses_collapsed_sampler
-from honestci.audit.stats.bayes_predictive import check_replicates, replicate_cell_wins
+from honestci.audit.stats.bayesian import collapsed as bc
+from honestci.audit.stats.bayesian.cells import aggregate_contest_cells
+from honestci.audit.stats.bayesian.grid import rate_posterior
+from honestci.audit.stats.bayesian.hierarchical import fit_contest_scores_hierarchical
+from honestci.audit.stats.bayesian.model import COLLAPSED_MIN_VIGNETTES, uses_collapsed_sampler
+from honestci.audit.stats.bayesian.predictive import check_replicates, replicate_cell_wins
 
 
 def _contests(seed, vignettes, per_vignette, runs=1, sd=0.8, centre=0.6, run_shift=0.2):
@@ -168,7 +168,7 @@ def test_exact_tails_where_replicates_cannot_resolve_them():
 
 
 def test_predictive_arrays_are_thinned_at_scale():
-    from honestci.audit.stats import bayes_predictive
+    from honestci.audit.stats.bayesian import predictive as bayes_predictive
 
     labels, score, run = _contests(6, 200, 4, runs=2)
     old = bayes_predictive.PREDICTIVE_MAX_VALUES
@@ -233,7 +233,7 @@ def test_written_groups_are_the_checks_arrays_whether_kept_or_built_again(tmp_pa
 
 def test_deferred_groups_are_built_when_read_or_written(tmp_path):
     xr = pytest.importorskip("xarray")
-    from honestci.audit.stats.posterior_groups import PosteriorGroups
+    from honestci.audit.stats.bayesian.posterior_groups import PosteriorGroups
 
     built = []
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from honestci.audit.stats.bayes_compare import fit_paired_difference_bayes
-from honestci.audit.stats.compare import paired_difference
+from honestci.audit.stats.bayesian.compare import fit_paired_difference_bayes
+from honestci.audit.stats.frequentist.compare import paired_difference
 
 
 def _expit(x):
@@ -79,7 +79,7 @@ def test_systems_on_different_vignettes_are_refused():
 
 
 def test_an_edited_joint_model_refuses_the_density(monkeypatch):
-    import honestci.audit.stats.bayes_compare as bayes_compare
+    import honestci.audit.stats.bayesian.compare as bayes_compare
     from honestci.audit.errors import DensityMismatchError
 
     original = bayes_compare._model

@@ -1,4 +1,4 @@
-"""The hand-derived log densities of audit/stats/bayes_density.py against the PyMC models they
+"""The hand-derived log densities of audit/stats/bayesian/density.py against the PyMC models they
 were derived from, and the fingerprints that record which PyMC definitions those were.
 
 Outside reference: PyMC's own ``model.compile_logp()`` / ``model.compile_dlogp()`` (log density
@@ -27,10 +27,10 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from honestci.audit.stats import bayes_density
-from honestci.audit.stats.bayes_cells import aggregate_cells
-from honestci.audit.stats.bayes_model import SIGMA_PRIORS, _build_hierarchical_model
-from honestci.audit.stats.bayes_pooled import _build_pooled_model
+from honestci.audit.stats.bayesian import density as bayes_density
+from honestci.audit.stats.bayesian.cells import aggregate_cells
+from honestci.audit.stats.bayesian.model import SIGMA_PRIORS, _build_hierarchical_model
+from honestci.audit.stats.bayesian.pooled import _build_pooled_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POINTS_PER_VARIANT = 40
@@ -77,7 +77,7 @@ def _assert_fingerprint_current(derivation: bayes_density.Derivation) -> None:
     assert current == derivation.fingerprint, (
         f"The PyMC definition of the {derivation.model} ({', '.join(derivation.functions)}) changed since "
         f"its density was derived. The density-vs-PyMC check above passed on the edited model, so set "
-        f"{derivation.name}'s fingerprint in audit/stats/bayes_density.py to {current!r}. (Had the log "
+        f"{derivation.name}'s fingerprint in audit/stats/bayesian/density.py to {current!r}. (Had the log "
         "density changed, that check would have failed first: re-derive the kernel, then update the fingerprint.)"
     )
 
@@ -137,9 +137,9 @@ def test_logp_gradient_and_expansion_match_pymc(n_runs, n_judges, centred):
 
 
 def test_paired_model_logp_gradient_and_expansion_match_pymc():
-    """The joint two-system model of audit/bayes_compare.py against its PyMC definition."""
-    from honestci.audit.stats.bayes_compare import _cells as paired_cells
-    from honestci.audit.stats.bayes_compare import _model as paired_model
+    """The joint two-system model of audit/stats/bayesian/compare.py against its PyMC definition."""
+    from honestci.audit.stats.bayesian.compare import _cells as paired_cells
+    from honestci.audit.stats.bayesian.compare import _model as paired_model
 
     rng = np.random.default_rng(5)
 
@@ -178,7 +178,7 @@ def test_paired_model_logp_gradient_and_expansion_match_pymc():
 
 
 def test_pooled_model_logp_and_gradient_match_pymc():
-    """The conjugate model of honestci.audit.stats.bayes_pooled.fit_pooled_beta_binomial against its PyMC definition."""
+    """The conjugate model of honestci.audit.stats.bayesian.pooled.fit_pooled_beta_binomial against its PyMC definition."""
     a, b, n, wins = 2.0, 3.5, 240.0, 131.5
     model = _build_pooled_model(a, b, n, wins)
     assert list(model.initial_point()) == ["p_logodds__"]
@@ -227,11 +227,11 @@ def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
     numba's own NUMBA_DEBUG_CACHE log says), and the default fit (sampler="auto") runs without
     importing pymc or pytensor."""
     script = (
-        "import json, sys, numpy as np, honestci.audit.stats.bayes_density as b\n"
+        "import json, sys, numpy as np, honestci.audit.stats.bayesian.density as b\n"
         "packed = b.pack([0, 1], [.5, -.5], [0, 0], [0, 0], [1., 1.], [1., 0.], 2, 1, 1, True, 0., 1.)\n"
         "b.logp_and_gradient(packed, np.zeros(5))\n"
         "if sys.argv[1] == 'fit':\n"
-        "    from honestci.audit.stats.bayes import fit_winrate_hierarchical\n"
+        "    from honestci.audit.stats.bayesian.hierarchical import fit_winrate_hierarchical\n"
         "    sampler = fit_winrate_hierarchical(['a', 'a', 'b', 'b'] * 20, [.5, -.5] * 40, [1., 0., 1., 1.] * 20,\n"
         "                                       chains=2, draws=50, tune=50, seed=1).sampler\n"
         "else:\n"
@@ -246,7 +246,7 @@ def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
         stdout = subprocess.run(
             [sys.executable, "-c", script, mode], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
         ).stdout
-        cache_log = re.findall(r"^\[cache\] data (saved|loaded) .*bayes_density\.(\w+)-\d+", stdout, re.MULTILINE)
+        cache_log = re.findall(r"^\[cache\] data (saved|loaded) .*/density\.(\w+)-\d+", stdout, re.MULTILINE)
         runs.append(
             (
                 {kernel for event, kernel in cache_log if event == "saved"},
@@ -262,7 +262,7 @@ def test_a_new_process_reuses_the_disk_cache_and_never_imports_pymc(tmp_path):
 
 
 _COLD_IMPORT = (
-    "import numpy as np, honestci.audit.stats.bayes_density as b\n"
+    "import numpy as np, honestci.audit.stats.bayesian.density as b\n"
     "packed = b.pack([0, 1], [.5, -.5], [0, 0], [0, 0], [1., 1.], [1., 0.], 2, 1, 1, True, 0., 1.)\n"
     "print(float(b.logp_and_gradient(packed, np.zeros(5))[0]))\n"
 )
@@ -366,7 +366,7 @@ def test_fingerprint_follows_code_not_comments_docstrings_or_layout(tmp_path, ed
 
 def test_a_definition_without_source_is_refused(monkeypatch):
     from honestci.audit.errors import DensityMismatchError
-    from honestci.audit.stats import bayes_model
+    from honestci.audit.stats.bayesian import model as bayes_model
 
     namespace: dict = {}
     exec("def quasi_binomial_loglik(eta, n, wins):\n    return 0.0\n", namespace)  # no file: no source
@@ -378,7 +378,7 @@ def test_a_definition_without_source_is_refused(monkeypatch):
 
 def test_fused_softplus_and_expit_are_the_separate_functions_to_the_last_bit():
     # the kernels take both from one exp: the values (and so every posterior draw) must not move
-    from honestci.audit.stats.bayes_density import _expit, _log1pexp, _log1pexp_and_expit
+    from honestci.audit.stats.bayesian.density import _expit, _log1pexp, _log1pexp_and_expit
 
     rng = np.random.default_rng(7)
     xs = [0.0, -0.0, 5e-324, -5e-324, 1e-300, -1e-300, 36.0, -36.0, 710.0, -745.0, 800.0, -800.0, float("nan")]

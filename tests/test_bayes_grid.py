@@ -1,4 +1,4 @@
-"""The quadrature posterior of the new-vignette rate (audit/stats/bayes_grid.py)."""
+"""The quadrature posterior of the new-vignette rate (audit/stats/bayesian/grid.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from scipy import integrate, stats
 from scipy.special import expit, log_expit
 
 from honestci.audit.stats import estimands
-from honestci.audit.stats.bayes_grid import MU_PRIOR_SD, SIGMA_PRIOR_SCALE, log_posterior_on_grid, rate_posterior
+from honestci.audit.stats.bayesian.grid import MU_PRIOR_SD, SIGMA_PRIOR_SCALE, log_posterior_on_grid, rate_posterior
 
 
 def _scores(rng, n_vignettes, per_vignette, rate, sd, tie_halfwidth=0.0):
@@ -81,7 +81,7 @@ def test_posterior_quantiles_match_the_same_model_sampled_by_nuts():
     # The NUTS fit of the hierarchical contest-score model with one run and one judge is the same
     # posterior: its quantiles agree within Monte Carlo error (~0.004 here at 4 x 2000 draws).
     scores, clusters = _scores(np.random.default_rng(31), 12, 40, 0.85, 0.8)
-    from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
+    from honestci.audit.stats.bayesian.hierarchical import fit_contest_scores_hierarchical
 
     nuts = fit_contest_scores_hierarchical(clusters, scores, chains=4, draws=2000, tune=1000, seed=5)
     grid = rate_posterior(scores, clusters)
@@ -137,8 +137,8 @@ def test_vignette_posteriors_match_a_direct_integration():
     # Outside reference: the same model integrated directly on a (mu, sigma, z) grid with the normal
     # density in z (no eta cells, no tabulated kernel): p(mu, sigma | y) from the priors and each
     # vignette's Z_g, then E[expit(eta_g) | y] and the posterior CDF of expit(eta_g) at our ends.
-    from honestci.audit.stats.bayes_cells import contest_dispersion
-    from honestci.audit.stats.bayes_grid import vignette_rate_posteriors
+    from honestci.audit.stats.bayesian.cells import contest_dispersion
+    from honestci.audit.stats.bayesian.grid import vignette_rate_posteriors
 
     rng = np.random.default_rng(17)
     scores, clusters = _scores(rng, 5, 12, 0.7, 0.9)
@@ -176,7 +176,7 @@ def test_vignettes_with_equal_counts_share_one_pooled_posterior():
     # Each distinct (wins, losses) pair is computed once. Vignettes 8 and 9 repeat vignette 0's
     # contests: their pooled posteriors are vignette 0's to the bit. Reference: the same data with
     # one contest of vignette 8 moved by 1e-9 (its pair then distinct, computed apart), within 1e-6.
-    from honestci.audit.stats.bayes_grid import vignette_rate_posteriors
+    from honestci.audit.stats.bayesian.grid import vignette_rate_posteriors
 
     rng = np.random.default_rng(5)
     scores, clusters = _scores(rng, 8, 10, 0.6, 0.8)
@@ -220,7 +220,7 @@ def test_products_without_subnormals_give_the_figures_of_every_value(data, monke
     # The grid's products first take values below NEGLIGIBLE as 0 (no subnormal arithmetic), and
     # take them again with every value wherever a cell that could carry mass has an evidence too
     # small for that. Reference: the same computations with nothing dropped (NEGLIGIBLE = 0).
-    from honestci.audit.stats import bayes_grid
+    from honestci.audit.stats.bayesian import grid as bayes_grid
 
     scores, clusters = data()
 
@@ -246,7 +246,7 @@ def test_products_without_subnormals_give_the_figures_of_every_value(data, monke
 def test_without_taking_the_products_again_an_outlier_would_move_the_interval(monkeypatch):
     # Why the second pass: on these data the fast products alone (the check switched off) move the
     # posterior median by 0.007, where the checked products agree with every value's to 1e-12.
-    from honestci.audit.stats import bayes_grid
+    from honestci.audit.stats.bayesian import grid as bayes_grid
 
     scores, clusters = _with_outlier(2000, 100, 1000, 0.98)
     checked = rate_posterior(scores, clusters, equal_weight=False).quantile(0.5)
@@ -301,7 +301,7 @@ def _reference_ci(scores, clusters, trials_per_contest=2, points=61):
     """The 2.5%, 50% and 97.5% quantiles of theta_new under the same model, computed independently."""
     from scipy import interpolate
 
-    from honestci.audit.stats.bayes_cells import contest_dispersion
+    from honestci.audit.stats.bayesian.cells import contest_dispersion
 
     _, codes = np.unique(clusters, return_inverse=True)
     phi = max(1.0, contest_dispersion(codes, scores, trials_per_contest)[0] or 1.0)
@@ -389,7 +389,7 @@ def test_quantiles_match_an_independent_fine_computation(vignettes, sizes, mu, s
 def test_fine_grid_resolves_the_posterior_at_a_million_contests():
     # The resolution rule itself: the fine grid's steps are at most a tenth of the posterior SD of
     # mu and of sigma, and no mu point holds most of the mass (90% sat on one before).
-    from honestci.audit.stats.bayes_grid import _grid_posterior
+    from honestci.audit.stats.bayesian.grid import _grid_posterior
 
     scores, clusters = _logit_normal_contests(1, 5000, _equal(200), 0.4, 0.3)
     grid = _grid_posterior(scores, clusters)
@@ -403,7 +403,7 @@ def test_theta_spline_matches_the_quadrature_on_the_fine_grid():
     # theta_new on the fine grid is the bicubic spline of its exact-grid values: within 1e-5 of the
     # 40-node quadrature at every fine point that carries mass (1.3e-6 seen at G = 6, where the
     # grid spans sigma up to ~3; quantiles are asked to 5e-4).
-    from honestci.audit.stats.bayes_grid import _grid_posterior
+    from honestci.audit.stats.bayesian.grid import _grid_posterior
 
     for scores, clusters in (
         _logit_normal_contests(2, 6, _equal(20), 1.5, 0.8),

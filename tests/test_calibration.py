@@ -29,7 +29,7 @@ from honestci.audit.checks.calibration_items import (
 from honestci.audit.checks.judge_selection import select_judge
 from honestci.audit.gates import gate_judge_calibrated
 from honestci.audit.policy import Verdict
-from honestci.audit.stats.ppi import ppi_mean, ppi_mean_clustered
+from honestci.audit.stats.judge_error.ppi import ppi_mean, ppi_mean_clustered
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "fixtures" / "study"

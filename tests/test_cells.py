@@ -1,4 +1,4 @@
-"""Fits on cells of equal (cluster, covariate row) are the fits on the rows (audit/stats/cells.py)."""
+"""Fits on cells of equal (cluster, covariate row) are the fits on the rows (audit/stats/frequentist/cells.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from scipy import special
 
 from honestci.audit.errors import EstimationError
-from honestci.audit.stats.cells import cluster_robust_ols_of_cells, design_cells
-from honestci.audit.stats.cluster_robust import cluster_robust_ols
-from honestci.audit.stats.length_bias import (
+from honestci.audit.stats.frequentist.cells import cluster_robust_ols_of_cells, design_cells
+from honestci.audit.stats.frequentist.cluster_robust import cluster_robust_ols
+from honestci.audit.stats.judge_error.length_bias import (
     _BOLD,
     _HEADER,
     _LIST,
@@ -95,7 +95,7 @@ def test_integer_labels_give_the_cells_hashed_labels_give(n_clusters, per):
 
 
 def test_first_appearance_codes_are_factorize_codes():
-    from honestci.audit.stats.cells import _first_appearance_codes
+    from honestci.audit.stats.frequentist.cells import _first_appearance_codes
 
     rng = np.random.default_rng(7)
     for size in (1, 5, 1000):

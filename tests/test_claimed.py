@@ -13,7 +13,7 @@ from honestci.audit.checks.claimed import (
 )
 from honestci.audit.gates import gate_claimed_figures_reproduce
 from honestci.audit.policy import Verdict
-from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
+from honestci.audit.stats.frequentist.winrate import ALL_METHODS, winrate_table
 
 
 @pytest.fixture(scope="module")

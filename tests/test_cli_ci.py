@@ -173,7 +173,7 @@ def test_coverage_study_writes_into_the_working_folder_by_default(monkeypatch, t
 
             return pd.DataFrame({"a": [1]})
 
-    monkeypatch.setattr("honestci.audit.stats.coverage_study.run_coverage_study", lambda **kwargs: Study())
+    monkeypatch.setattr("honestci.audit.stats.design.coverage_study.run_coverage_study", lambda **kwargs: Study())
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["coverage-study", "--reps", "10"])
     assert result.exit_code == 0, result.output

@@ -74,7 +74,7 @@ def test_compare_alpaca_eval2_raw_rates_equal_the_leaderboard(shared_data, tmp_p
 def test_k_system_raw_rates_equal_the_alpaca_eval2_leaderboard(shared_data, tmp_path):
     from honestci.audit.data.contests import build_contests
     from honestci.audit.data.io import load_study
-    from honestci.audit.stats.systems import k_system_winrates
+    from honestci.audit.stats.selection.systems import k_system_winrates
     from honestci.judges.importers_alpaca import import_alpaca_eval
 
     files = sorted((shared_data / "alpaca_eval2" / "raw_annotations").glob("*.annotations.json.gz"))

@@ -104,7 +104,7 @@ def test_the_library_functions_behind_the_commands_default_to_the_same_seed():
     import inspect
 
     from honestci.audit.checks import calibration, position_bias, selection
-    from honestci.audit.stats.coverage_study import run_coverage_study
+    from honestci.audit.stats.design.coverage_study import run_coverage_study
 
     functions = (
         run_coverage_study,

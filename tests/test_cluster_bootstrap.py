@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.stats.cluster_bootstrap import ClusterBootstrapResult, cluster_bootstrap_ci
+from honestci.audit.stats.frequentist.cluster_bootstrap import ClusterBootstrapResult, cluster_bootstrap_ci
 
 
 @pytest.mark.reference
@@ -51,7 +51,7 @@ def test_vectorised_mean_equals_resampling_rows_of_whole_clusters(method):
 @pytest.mark.parametrize("equal_sizes", [True, False])
 def test_sums_taken_by_blocks_of_draws_are_the_whole_matrix_sums(monkeypatch, equal_sizes):
     # each draw's resampled sum is its own row's: blocks of 7 draws give the same values to the bit
-    from honestci.audit.stats import cluster_bootstrap
+    from honestci.audit.stats.frequentist import cluster_bootstrap
 
     rng = np.random.default_rng(4)
     clusters = np.repeat(np.arange(40), 3 if equal_sizes else rng.integers(1, 6, 40))

@@ -16,8 +16,8 @@ import statsmodels.api as sm
 from scipy import stats
 
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
-from honestci.audit.stats.iid import proportion_ci
+from honestci.audit.stats.frequentist.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
+from honestci.audit.stats.frequentist.iid import proportion_ci
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = REPO_ROOT / "tests" / "reference"

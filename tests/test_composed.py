@@ -11,10 +11,10 @@ from scipy import special, stats
 
 from honestci.audit.checks.selection import selection_covariance
 from honestci.audit.policy import THRESHOLDS, Verdict
-from honestci.audit.stats.composed import composed_coverage, composed_interval, joint_ppi
-from honestci.audit.stats.iid import proportion_ci
-from honestci.audit.stats.ppi import ppi_mean_clustered
-from honestci.audit.stats.winner import winner_inference
+from honestci.audit.stats.frequentist.iid import proportion_ci
+from honestci.audit.stats.judge_error.composed import composed_coverage, composed_interval, joint_ppi
+from honestci.audit.stats.judge_error.ppi import ppi_mean_clustered
+from honestci.audit.stats.selection.winner import winner_inference
 
 
 def _contests(seed, G=14, m=10, n_lab=3, K=1, shift=0.0):

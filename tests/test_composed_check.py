@@ -18,7 +18,7 @@ from honestci.audit.data.contests import build_contests
 from honestci.audit.data.io import load_study
 from honestci.audit.gate_registry import run_gate
 from honestci.audit.policy import DEFAULT_SEED, Verdict
-from honestci.audit.stats.iid import proportion_ci
+from honestci.audit.stats.frequentist.iid import proportion_ci
 from honestci.audit.stats.intervals import IntervalTable
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "study"

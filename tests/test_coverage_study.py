@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from honestci.audit.stats.coverage_study import (
+from honestci.audit.stats.design.coverage_study import (
     FULL_GRID,
     HONEST_METHODS,
     UNBALANCED_RANGE,

@@ -24,9 +24,9 @@ from honestci.audit.cli import main
 from honestci.audit.errors import EstimationError
 from honestci.audit.pipeline import run_audit
 from honestci.audit.policy import THRESHOLDS, Verdict
-from honestci.audit.stats.clustered_estimate import clustered_mean
+from honestci.audit.stats.frequentist.clustered_estimate import clustered_mean
+from honestci.audit.stats.frequentist.winrate import winrate_ci
 from honestci.audit.stats.intervals import DIFFERENCE_SPACE, RATE_SPACE, bound_to_space
-from honestci.audit.stats.winrate import winrate_ci
 
 STUDIES = {
     "all-win": dict(outcome="win"),

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.stats.design_effect import (
+from honestci.audit.stats.frequentist.design_effect import (
     ClusteringSummary,
     clustering_summary,
     design_effect,

@@ -35,7 +35,11 @@ MODULES = _modules_with_examples()
 
 
 def test_the_public_entry_points_have_examples():
-    for module in ("honestci.audit.stats.winrate", "honestci.audit.stats.iid", "honestci.audit.policy"):
+    for module in (
+        "honestci.audit.stats.frequentist.winrate",
+        "honestci.audit.stats.frequentist.iid",
+        "honestci.audit.policy",
+    ):
         assert module in MODULES
 
 

@@ -7,8 +7,8 @@ import pytest
 from scipy import integrate, stats
 
 from honestci.audit.stats import estimands
-from honestci.audit.stats.coverage_study import simulate_scores
-from honestci.audit.stats.winrate import winrate_ci
+from honestci.audit.stats.design.coverage_study import simulate_scores
+from honestci.audit.stats.frequentist.winrate import winrate_ci
 
 
 @pytest.mark.parametrize("mu,sd,bias,tie", [(0.4, 0.3, 0.0, 0.0), (2.2, 1.0, 0.5, 1.0), (3.5, 1.0, 0.5, 0.0)])

@@ -23,7 +23,7 @@ from honestci.audit.gate_registry import GATES, run_gate, run_gates
 from honestci.audit.gates import gate_ci_low_clears_bar, gate_comparison_valid
 from honestci.audit.pipeline import audit_context
 from honestci.audit.policy import GATE_ORDER, GATE_RECORDS, GATE_REMEDY, GateResult, Verdict
-from honestci.audit.stats.compare import PairedDifference
+from honestci.audit.stats.frequentist.compare import PairedDifference
 from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,7 +222,7 @@ def test_no_check_imports_a_floor_above_the_checks():
 #: no pandas; tests/test_cli_startup.py checks every entry resolves), the probe of an optional
 #: extra's third-party modules, and the fingerprint of the PyMC definitions a hand-derived density
 #: was derived from (bayes imports the density module, so the density names bayes' functions).
-NAME_LOADERS = {"audit/cli/support.py", "audit/errors.py", "audit/stats/bayes_density.py"}
+NAME_LOADERS = {"audit/cli/support.py", "audit/errors.py", "audit/stats/bayesian/density.py"}
 
 
 def test_no_module_is_loaded_by_a_string():

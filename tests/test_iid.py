@@ -8,7 +8,7 @@ from scipy import special, stats
 from statsmodels.stats.proportion import proportion_confint
 
 from honestci.audit.errors import InputError
-from honestci.audit.stats.iid import PROPORTION_METHODS, proportion_ci
+from honestci.audit.stats.frequentist.iid import PROPORTION_METHODS, proportion_ci
 
 # honestci method name -> statsmodels proportion_confint method name
 STATSMODELS_METHOD = {

@@ -240,7 +240,7 @@ def test_alpaca_eval_2_continuous_preferences_reproduce_the_published_leaderboar
     import pandas as pd
 
     from honestci.audit.data.contests import build_contests
-    from honestci.audit.stats.winrate import winrate_ci
+    from honestci.audit.stats.frequentist.winrate import winrate_ci
 
     folder = shared_data / "alpaca_eval2"
     board = pd.read_csv(folder / "leaderboards" / "weighted_alpaca_eval_gpt4_turbo_leaderboard.csv", index_col=0)

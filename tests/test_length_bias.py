@@ -11,7 +11,7 @@ from scipy import special
 
 from honestci.audit.gates import gate_length_bias
 from honestci.audit.policy import Thresholds, Verdict
-from honestci.audit.stats.length_bias import (
+from honestci.audit.stats.judge_error.length_bias import (
     controlled_winrate,
     fit_logistic_glm,
     length_bias,
@@ -81,8 +81,8 @@ def test_firth_fit_matches_a_direct_maximisation_of_the_penalised_likelihood(sep
     # Outside reference: _firth_by_scipy above (scipy.optimize.minimize(method="BFGS") on
     # -(ℓ(β) + ½ log|I(β)|) over the rows), against firth_logistic_cells on the cells (repeated
     # covariate rows, fractional outcomes among them).
-    from honestci.audit.stats.cells import design_cells
-    from honestci.audit.stats.length_bias import firth_logistic_cells
+    from honestci.audit.stats.frequentist.cells import design_cells
+    from honestci.audit.stats.judge_error.length_bias import firth_logistic_cells
 
     rng = np.random.default_rng(31)
     x = np.repeat(np.round(rng.normal(size=20), 1), 3)
@@ -98,7 +98,7 @@ def test_firth_fit_of_a_saturated_2x2_table_is_the_haldane_correction():
     # Known closed form: with one binary covariate the model is saturated (h = 1 in each of the two
     # cells), and Firth's estimate is the ML estimate of the 2x2 table with ½ added to every cell
     # (Firth 1993; Heinze & Schemper 2002 use it to explain the method).
-    from honestci.audit.stats.length_bias import firth_logistic_cells
+    from honestci.audit.stats.judge_error.length_bias import firth_logistic_cells
 
     # x = 0: 10 rows, 5 events; x = 1: 10 rows, 10 events (quasi-complete separation).
     X = np.array([[1.0, 0.0], [1.0, 1.0]])

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from honestci.audit.errors import InputError, check_level, level_problem
-from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
-from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
-from honestci.audit.stats.iid import proportion_ci
-from honestci.audit.stats.wild_bootstrap import wild_cluster_ci
-from honestci.audit.stats.winner import winner_inference
+from honestci.audit.stats.frequentist.cluster_bootstrap import cluster_bootstrap_ci
+from honestci.audit.stats.frequentist.cluster_robust import cluster_robust_ols, linear_contrast
+from honestci.audit.stats.frequentist.iid import proportion_ci
+from honestci.audit.stats.frequentist.wild_bootstrap import wild_cluster_ci
+from honestci.audit.stats.selection.winner import winner_inference
 
 BAD_LEVELS = [0.0, 1.0, -0.5, 1.5, math.nan]
 rng = np.random.default_rng(0)

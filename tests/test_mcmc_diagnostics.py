@@ -1,11 +1,11 @@
-"""R-hat and ESS without ArviZ (audit/stats/mcmc_diagnostics.py), pinned to ArviZ itself."""
+"""R-hat and ESS without ArviZ (audit/stats/bayesian/mcmc_diagnostics.py), pinned to ArviZ itself."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from honestci.audit.stats.mcmc_diagnostics import ess_bulk, ess_tail, rhat_rank
+from honestci.audit.stats.bayesian.mcmc_diagnostics import ess_bulk, ess_tail, rhat_rank
 
 az = pytest.importorskip("arviz")
 xr = pytest.importorskip("xarray")

@@ -23,8 +23,8 @@ from honestci.audit.data.io import load_study
 from honestci.audit.errors import ClaimError, SchemaError
 from honestci.audit.policy import Policy, Verdict
 from honestci.audit.stats.estimands import standard_normal_nodes
-from honestci.audit.stats.panel import judge_differences, krippendorff_alpha, verdict_codes
-from honestci.audit.stats.winrate import winrate_ci
+from honestci.audit.stats.frequentist.winrate import winrate_ci
+from honestci.audit.stats.judge_error.panel import judge_differences, krippendorff_alpha, verdict_codes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Three judges of different leniency toward the policy (logit shifts) and order effects.

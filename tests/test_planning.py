@@ -1,4 +1,4 @@
-"""The planner (audit/stats/planning.py): its approximation against closed forms, its monotonicity,
+"""The planner (audit/stats/design/planning.py): its approximation against closed forms, its monotonicity,
 the pilot estimates, and the key property: the recommended design's simulated power (with the
 real gate interval) is within 3 points of the target."""
 
@@ -14,9 +14,8 @@ from scipy import stats
 from honestci.audit.cli import main
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS
-from honestci.audit.stats.coverage_study import simulate_scores
-from honestci.audit.stats.design_effect import icc_oneway
-from honestci.audit.stats.planning import (
+from honestci.audit.stats.design.coverage_study import simulate_scores
+from honestci.audit.stats.design.planning import (
     SimulatedPower,
     Truth,
     VignetteSearch,
@@ -31,6 +30,7 @@ from honestci.audit.stats.planning import (
     simulated_power,
     truth_from_pilot,
 )
+from honestci.audit.stats.frequentist.design_effect import icc_oneway
 
 
 def test_no_spread_no_ties_reduces_to_the_binomial_closed_forms():
@@ -240,7 +240,7 @@ def test_plan_command_reads_a_pilot_claim():
 def test_human_labels_match_the_one_sample_proportion_power_of_statsmodels():
     from statsmodels.stats.power import NormalIndPower
 
-    from honestci.audit.stats.planning import human_labels_needed, observed_agreement
+    from honestci.audit.stats.design.planning import human_labels_needed, observed_agreement
 
     a, minimum = 0.8, 0.65  # the policy's min_judge_agreement
     # One order per item, no clustering: the one-sample normal power (ratio=0), one-sided at 2.5%.

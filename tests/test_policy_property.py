@@ -23,7 +23,7 @@ from honestci.audit.data.policy_file import load_policy
 from honestci.audit.errors import InputError
 from honestci.audit.pipeline import run_audit
 from honestci.audit.policy import GATE_ORDER, THRESHOLDS, TIGHTENS, Verdict
-from honestci.audit.stats.winrate import ALL_METHODS, winrate_ci
+from honestci.audit.stats.frequentist.winrate import ALL_METHODS, winrate_ci
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

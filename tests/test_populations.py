@@ -15,10 +15,10 @@ from honestci.audit.checks.populations import populations_check
 from honestci.audit.data.claims import load_claim
 from honestci.audit.errors import ClaimError, EstimationError, InputError
 from honestci.audit.pipeline import audit_context
-from honestci.audit.stats.coverage_study import simulate_scores
+from honestci.audit.stats.design.coverage_study import simulate_scores
 from honestci.audit.stats.estimands import unique_inverse, vignette_means
-from honestci.audit.stats.populations import transfer_gap, vignette_transfer_gap
-from honestci.audit.stats.winrate import winrate_ci
+from honestci.audit.stats.frequentist.populations import transfer_gap, vignette_transfer_gap
+from honestci.audit.stats.frequentist.winrate import winrate_ci
 from honestci.fixtures.design import CLAIM_JUDGE
 from honestci.fixtures.population_studies import OFFDIST_DIR
 from honestci.fixtures.simulate import DEFAULT_STUDY_DIR

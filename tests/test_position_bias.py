@@ -263,7 +263,7 @@ def test_the_issue_case_54_contests_one_per_vignette():
 
 
 def test_score_interval_is_tangos():
-    from honestci.audit.stats.iid import paired_difference_ci
+    from honestci.audit.stats.frequentist.iid import paired_difference_ci
 
     # k+ = n: Z(δ0) = sqrt(n (1 - δ0)/(1 + δ0)), so the lower end is (n - z²)/(n + z²)
     z = stats.norm.isf(0.025)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from honestci.audit.policy import Verdict
-from honestci.audit.stats.ppi import ppi_clustered_coverage, ppi_mean_clustered
+from honestci.audit.stats.judge_error.ppi import ppi_clustered_coverage, ppi_mean_clustered
 
 
 def _balanced(seed, G=12, m_lab=6, m_unl=18):

@@ -182,7 +182,7 @@ def _tiny_contest_scores():
 def test_bayesian_fit_writes_a_start_and_final_line_per_fit_with_nutpie():
     """A fit's lines are headed by its label: a start line, then (after any lines read while
     sampling) a final line with every chain's draws, the elapsed time and divergences."""
-    from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
+    from honestci.audit.stats.bayesian.hierarchical import fit_contest_scores_hierarchical
 
     vignette, score = _tiny_contest_scores()
     stream = io.StringIO()
@@ -200,7 +200,9 @@ def test_bayesian_fit_counts_every_chains_draws_with_nutpie(monkeypatch):
     """In a log nutpie samples in the background and its trace is read while it runs: lines carry
     each chain's draws (summing to the count shown), rate and ETA, then the final line; the draws
     are those of the blocking call (a disabled Progress) with the same seed."""
-    from honestci.audit.stats import bayes_cells, bayes_model, bayes_sampling
+    from honestci.audit.stats.bayesian import cells as bayes_cells
+    from honestci.audit.stats.bayesian import model as bayes_model
+    from honestci.audit.stats.bayesian import sampling as bayes_sampling
 
     # read the trace as often as it can be read (each read takes ~0.1 s) and write every read
     monkeypatch.setattr(bayes_sampling, "_NUTPIE_POLL_S", 0.01)
@@ -243,7 +245,7 @@ def test_bayesian_fit_counts_every_chains_draws_with_nutpie(monkeypatch):
 @pytest.mark.slow
 def test_bayesian_fit_counts_every_chains_draws_with_pymc():
     """PyMC calls back after every draw: lines carry each chain's count, rate and ETA."""
-    from honestci.audit.stats.bayes import fit_contest_scores_hierarchical
+    from honestci.audit.stats.bayesian.hierarchical import fit_contest_scores_hierarchical
 
     vignette, score = _tiny_contest_scores()
     stream = io.StringIO()
@@ -265,7 +267,7 @@ def test_bayesian_fit_counts_every_chains_draws_with_pymc():
 
 
 def test_coverage_study_meters_its_cells():
-    from honestci.audit.stats.coverage_study import Grid, run_coverage_study
+    from honestci.audit.stats.design.coverage_study import Grid, run_coverage_study
 
     seen: list[str] = []
     grid = Grid((6, 8), ("balanced",), (1.0,), (0.8,), (0.0, 1.0))  # 4 cells

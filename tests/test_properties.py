@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from honestci.audit.data.contests import score_contests
 from honestci.audit.policy import Verdict
-from honestci.audit.stats.cluster_robust import cluster_robust_ols
-from honestci.audit.stats.winrate import ALL_METHODS, winrate_ci
+from honestci.audit.stats.frequentist.cluster_robust import cluster_robust_ols
+from honestci.audit.stats.frequentist.winrate import ALL_METHODS, winrate_ci
 
 settings.register_profile("estimators", derandomize=True, max_examples=60, deadline=None)
 PROFILE = settings.get_profile("estimators")

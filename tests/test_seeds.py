@@ -1,4 +1,4 @@
-"""Training seeds as a level of the model (audit/stats/seeds.py, audit/checks/seeds.py, fixtures/study/seeds/)."""
+"""Training seeds as a level of the model (audit/stats/selection/seeds.py, audit/checks/seeds.py, fixtures/study/seeds/)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from honestci.audit.gate_registry import evidence_given, run_gate
 from honestci.audit.pipeline import audit_context
 from honestci.audit.policy import Verdict
 from honestci.audit.stats.estimands import standard_normal_nodes
-from honestci.audit.stats.seeds import seed_decomposition, seed_table, variance_component_interval
-from honestci.audit.stats.systems import k_system_winrates
+from honestci.audit.stats.selection.seeds import seed_decomposition, seed_table, variance_component_interval
+from honestci.audit.stats.selection.systems import k_system_winrates
 from honestci.fixtures.population_studies import SEED_SYSTEMS, SEEDS_DIR
 from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 

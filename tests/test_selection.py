@@ -620,7 +620,7 @@ def test_alpaca_eval_best_of_n_pairs(base, selected):
     path = ALPACA / "alpaca_eval_gpt4_preferences_long.csv"
     if not path.exists():
         pytest.skip("../shared/data/alpaca_eval is absent")
-    from honestci.audit.stats.compare import paired_difference
+    from honestci.audit.stats.frequentist.compare import paired_difference
 
     long = pd.read_csv(path)
     long = long[long["model"].isin([base, selected]) & long["preference"].notna()]

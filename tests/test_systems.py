@@ -1,4 +1,4 @@
-"""K systems: win rates, Bradley–Terry strengths, multiplicity and rank intervals (audit/stats/systems.py)."""
+"""K systems: win rates, Bradley–Terry strengths, multiplicity and rank intervals (audit/stats/selection/systems.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from scipy import special
 
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.stats.compare import paired_difference
-from honestci.audit.stats.systems import (
+from honestci.audit.stats.frequentist.compare import paired_difference
+from honestci.audit.stats.selection.systems import (
     benjamini_hochberg,
     bradley_terry,
     holm,

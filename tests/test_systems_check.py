@@ -17,7 +17,7 @@ from honestci.audit.gate_registry import evidence_given
 from honestci.audit.gates import gate_best_of_systems_selection, gate_multiple_comparisons
 from honestci.audit.pipeline import audit_context
 from honestci.audit.policy import Verdict
-from honestci.audit.stats.systems import holm
+from honestci.audit.stats.selection.systems import holm
 from honestci.fixtures.simulate import DEFAULT_STUDY_DIR
 
 POLICY, OPPONENT = "reappraisal-4b-grpo", "gpt-4-0314"

@@ -11,7 +11,7 @@ pytest.importorskip("trl")
 
 from training_support import changed_tensors, tiny_base, tiny_study
 
-from honestci.audit.stats.winrate import winrate_ci
+from honestci.audit.stats.frequentist.winrate import winrate_ci
 from honestci.training.config import TrainingConfigError
 from honestci.training.reward_models import (
     RewardEnsemble,

@@ -15,7 +15,7 @@ import pytest
 from scipy import stats
 
 from honestci.audit.errors import InputError
-from honestci.audit.stats.wild_bootstrap import (
+from honestci.audit.stats.frequentist.wild_bootstrap import (
     WEIGHT_VALUES,
     WildBootstrapResult,
     wild_cluster_ci,

@@ -6,7 +6,7 @@ import statsmodels.api as sm
 from scipy import stats
 
 from honestci.audit.policy import Verdict
-from honestci.audit.stats.winrate import ALL_METHODS, winrate_ci, winrate_table
+from honestci.audit.stats.frequentist.winrate import ALL_METHODS, winrate_ci, winrate_table
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
 

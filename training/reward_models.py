@@ -18,13 +18,13 @@ Three recipes, each trained K times with different seeds and combined as an ense
 Held-out accuracy: a share ``heldout_fraction`` of the human pairs, drawn within each vignette, is
 kept out of training together with every rating of their responses; on them the accuracy is the
 share of pairs whose majority-preferred response the ensemble scores higher, with a CR2 interval
-clustered by vignette (:func:`honestci.audit.stats.winrate.winrate_ci`, method ``cr2``) beside the optimistic iid
+clustered by vignette (:func:`honestci.audit.stats.frequentist.winrate.winrate_ci`, method ``cr2``) beside the optimistic iid
 Wilson one.
 
 Weights are written with safetensors only and loaded with ``use_safetensors=True`` from local
 folders (no pickle, nothing downloaded).
 
-Validated against: the CR2 interval is :mod:`honestci.audit.stats.cluster_robust` (pinned to R clubSandwich in
+Validated against: the CR2 interval is :mod:`honestci.audit.stats.frequentist.cluster_robust` (pinned to R clubSandwich in
 tests/test_cluster_robust.py); the training loop is TRL's own. tests/test_training_rm.py checks
 that training moves the weights and that the ensemble formula matches a direct computation.
 """
@@ -492,11 +492,11 @@ def heldout_accuracy(
 ) -> RMAccuracy:
     """Share of held-out pairs whose human-preferred answer scores higher (equal scores count ½).
 
-    Interval: CR2 with Satterthwaite df, clustered by vignette (:func:`honestci.audit.stats.winrate.winrate_ci`);
+    Interval: CR2 with Satterthwaite df, clustered by vignette (:func:`honestci.audit.stats.frequentist.winrate.winrate_ci`);
     INCONCLUSIVE (no interval) with fewer vignettes than ``THRESHOLDS.min_clusters``.
     """
-    from honestci.audit.stats import iid
-    from honestci.audit.stats.winrate import winrate_ci
+    from honestci.audit.stats.frequentist import iid
+    from honestci.audit.stats.frequentist.winrate import winrate_ci
 
     preferred_reward, other_reward = np.asarray(preferred_reward, float), np.asarray(other_reward, float)
     correct = np.where(preferred_reward > other_reward, 1.0, np.where(preferred_reward == other_reward, 0.5, 0.0))

@@ -92,12 +92,16 @@ from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.checks.judge_selection import JudgeSelection, select_unbiased_judge
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import DEFAULT_SEED, GATE_TIE_POLICY, THRESHOLDS
-from honestci.audit.stats.clustered_estimate import DEFAULT_BOOTSTRAP_DRAWS, ESTIMATE_COLUMNS, ClusteredEstimate
+from honestci.audit.stats.frequentist.clustered_estimate import (
+    DEFAULT_BOOTSTRAP_DRAWS,
+    ESTIMATE_COLUMNS,
+    ClusteredEstimate,
+)
 from honestci.audit.stats.intervals import RATE_SPACE
 
 if TYPE_CHECKING:
     from honestci.audit.policy import Thresholds
-    from honestci.audit.stats.ppi import PPIResult
+    from honestci.audit.stats.judge_error.ppi import PPIResult
 
 
 # --- one judge, everything -------------------------------------------------------------------
@@ -437,7 +441,7 @@ def ppi_winrate(
     both-order contest score. Labelled: contests with a human reference; unlabelled: the rest.
     None when no contest has a human reference.
     """
-    from honestci.audit.stats.ppi import ppi_mean_clustered
+    from honestci.audit.stats.judge_error.ppi import ppi_mean_clustered
 
     scored = contests.scores("both_orders").frame  # carries each contest's policy and opponent responses
     keys = pair_key(scored["vignette_id"], scored["policy_response"], scored["opponent_response"])

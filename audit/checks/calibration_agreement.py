@@ -18,8 +18,8 @@ import pandas as pd
 from honestci.audit.checks.calibration_items import TIE, majority_preference, preference_from_difference
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import GATE_TIE_POLICY, THRESHOLDS
-from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
-from honestci.audit.stats.clustered_estimate import (
+from honestci.audit.stats.frequentist.cluster_robust import cluster_robust_ols, linear_contrast
+from honestci.audit.stats.frequentist.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
     ClusteredEstimate,
     clustered_mean,

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from honestci.audit.errors import EstimationError
-from honestci.audit.stats import iid
+from honestci.audit.stats.frequentist import iid
+from honestci.audit.stats.frequentist.winrate import IID_METHODS
 from honestci.audit.stats.intervals import IntervalTable
-from honestci.audit.stats.winrate import IID_METHODS
 
 #: Design effect from which an iid interval on clustered data is flagged: unlabelled, it counts as
 #: presented as the honest one; labelled (``method: wilson``), it reproduces but ignores clustering.

@@ -4,7 +4,7 @@ Built from the claim's data when humans labelled some of its contests
 (:func:`honestci.audit.checks.calibration_items.contest_human_scores`): the candidates of the selection pool
 when the claim's policy was selected among them on that pool (the winner's-curse check), else the
 claim's contests alone; the leakage check's leaked answers exclude their vignettes. The statistics are
-:func:`honestci.audit.stats.composed.composed_interval`; the bar gate reads the composed row when the
+:func:`honestci.audit.stats.judge_error.composed.composed_interval`; the bar gate reads the composed row when the
 policy's gate method for the population is ``"composed"``.
 """
 
@@ -18,8 +18,8 @@ import pandas as pd
 
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.stats.composed import ComposedInterval, composed_interval
 from honestci.audit.stats.intervals import IntervalResult
+from honestci.audit.stats.judge_error.composed import ComposedInterval, composed_interval
 
 #: The name of the composed interval as a gate method (audit/policy.py CERTIFIED_GATE_METHODS).
 COMPOSED_METHOD = "composed"

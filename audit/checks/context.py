@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from honestci.audit.data.claims import Claim
     from honestci.audit.data.contests import ContestTable
     from honestci.audit.data.io import Study
-    from honestci.audit.stats.bayes import BayesWinRateResult
-    from honestci.audit.stats.bayes_compare import BayesDifference
-    from honestci.audit.stats.compare import PairedDifference
+    from honestci.audit.stats.bayesian.compare import BayesDifference
+    from honestci.audit.stats.bayesian.hierarchical import BayesWinRateResult
+    from honestci.audit.stats.frequentist.compare import PairedDifference
     from honestci.audit.stats.intervals import IntervalResult, IntervalTable
 
 

@@ -436,7 +436,7 @@ def _gate_interval(context: AuditContext) -> tuple[str, str]:
     """The interval the check compares: the bar gate's (the policy seed's new-vignette one for a
     claim about new seeds; ``bayes_logit_normal`` where the gate reads one the win-rate table does
     not give, such as ``composed``)."""
-    from honestci.audit.stats.winrate import ALL_METHODS
+    from honestci.audit.stats.frequentist.winrate import ALL_METHODS
 
     population = context.claim.spec.population
     method, population = context.contest_method, population if population in VIGNETTE_POPULATIONS else "new_vignettes"
@@ -630,7 +630,7 @@ def _gate_row(
 ):
     """The ``method`` interval of ``contests`` (None when it cannot be estimated), with the
     contests ``added`` (their scores, their vignettes) scored beside them."""
-    from honestci.audit.stats.winrate import winrate_table
+    from honestci.audit.stats.frequentist.winrate import winrate_table
 
     scored = contests.scores("both_orders", invalid=context.claim.policy.invalid_verdicts)
     values, clusters = scored.values, scored.clusters

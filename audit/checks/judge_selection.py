@@ -17,7 +17,7 @@ import pandas as pd
 from honestci.audit.checks.calibration_items import CalibrationItems
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS
-from honestci.audit.stats.clustered_estimate import ClusteredEstimate, clustered_mean
+from honestci.audit.stats.frequentist.clustered_estimate import ClusteredEstimate, clustered_mean
 from honestci.audit.stats.intervals import RATE_SPACE
 from honestci.audit.stats.random_state import resolve_rng
 

@@ -744,9 +744,9 @@ class LeakEffect:
 def leak_effect(scores, clusters, leaked, level: float = 0.95) -> LeakEffect:
     """Clean-vs-leaked comparison of contest scores (see :class:`LeakEffect`).
 
-    Validated against: :func:`honestci.audit.stats.cluster_robust.cluster_robust_ols` (pinned to R clubSandwich).
+    Validated against: :func:`honestci.audit.stats.frequentist.cluster_robust.cluster_robust_ols` (pinned to R clubSandwich).
     """
-    from honestci.audit.stats.cluster_robust import cluster_robust_ols
+    from honestci.audit.stats.frequentist.cluster_robust import cluster_robust_ols
 
     y = np.asarray(scores, float)
     groups = np.asarray(clusters)

@@ -2,7 +2,7 @@
 
 The contest scores of the claim (invalid verdicts scored as the policy says) are regressed on the
 length (and markdown style) difference between the policy's and the opponent's answers by
-:func:`honestci.audit.stats.length_bias.length_bias`; the ``length_bias`` gate reads the judge's
+:func:`honestci.audit.stats.judge_error.length_bias.length_bias`; the ``length_bias`` gate reads the judge's
 length effect (the win-rate change when the policy's answer is one sd longer) against the policy's
 ``length_bias_tolerance``. Without answer texts (or lengths that never differ) the effect is not
 identifiable and the gate is INCONCLUSIVE.
@@ -29,7 +29,7 @@ from honestci.audit.data.contests import ContestTable
 from honestci.audit.data.io import Study
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS
-from honestci.audit.stats.length_bias import LengthBiasResult, length_bias_from_counts, style_counts
+from honestci.audit.stats.judge_error.length_bias import LengthBiasResult, length_bias_from_counts, style_counts
 
 
 def length_bias_from_contests(
@@ -41,12 +41,12 @@ def length_bias_from_contests(
     level: float = THRESHOLDS.confidence_level,
     min_clusters: int = THRESHOLDS.min_clusters,
 ) -> LengthBiasResult:
-    """:func:`honestci.audit.stats.length_bias.length_bias_from_counts` on ``contests`` (scored by
+    """:func:`honestci.audit.stats.judge_error.length_bias.length_bias_from_counts` on ``contests`` (scored by
     ``invalid``), with the answers' texts from the ``responses`` table (response_id, text), each
-    distinct answer's :func:`~honestci.audit.stats.length_bias.style_counts` counted once.
+    distinct answer's :func:`~honestci.audit.stats.judge_error.length_bias.style_counts` counted once.
 
     ``kept``: covariates kept at their observed values, one row per scored contest (e.g.
-    :func:`honestci.audit.stats.length_bias.instruction_difficulty` mapped to each contest's vignette).
+    :func:`honestci.audit.stats.judge_error.length_bias.instruction_difficulty` mapped to each contest's vignette).
     """
     scored = contests.scores("both_orders", invalid=invalid)
     # Each distinct answer counted once (a response meets many opponents), then gathered per contest.
@@ -140,14 +140,14 @@ def controlled_winrate_table(
     (``study``: a loaded study, or its tables by name as the check commands hold them).
 
     With ``difficulty`` each system's GLM keeps a per-vignette term estimated from the *other*
-    systems' scores on the same vignettes (:func:`honestci.audit.stats.length_bias.instruction_difficulty`;
+    systems' scores on the same vignettes (:func:`honestci.audit.stats.judge_error.length_bias.instruction_difficulty`;
     variants of the same model by :func:`verbosity_family` are left out too), in the place of
     AlpacaEval 2.0's instruction difficulty, which is not published with its data.
     One row per system: raw, lc (with CI), sc (with CI), length_effect (with CI), the length
     coefficient, n and G.
     """
     from honestci.audit.data.contests import build_contests
-    from honestci.audit.stats.length_bias import instruction_difficulty
+    from honestci.audit.stats.judge_error.length_bias import instruction_difficulty
 
     responses = (study["responses"] if isinstance(study, Mapping) else study.responses).frame
     contests = {s: build_contests(study, s, opponent, judge=judge, single_order="exclude") for s in systems}

@@ -11,7 +11,7 @@ observation and no further clustering is needed. This check adds what a panel ha
   opponent), a vignette-weighted rate with its CR2 interval, and Krippendorff's α of the judges'
   verdicts (nominal) and of their scores (interval) with vignette-clustered bootstrap intervals;
 - judge main effect: every pairwise difference of the judges' win rates with Bonferroni-
-  simultaneous clustered intervals (:func:`honestci.audit.stats.panel.judge_differences`); the
+  simultaneous clustered intervals (:func:`honestci.audit.stats.judge_error.panel.judge_differences`); the
   largest one is reported, and the judges differ when some interval excludes 0.
 
 Position bias is measured per panel judge by :mod:`honestci.audit.checks.position_bias`.
@@ -24,15 +24,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from honestci.audit.checks.context import AuditContext, ReportSection
+from honestci.audit.stats.frequentist.winrate import winrate_ci
 from honestci.audit.stats.intervals import IntervalResult
-from honestci.audit.stats.panel import (
+from honestci.audit.stats.judge_error.panel import (
     AlphaResult,
     JudgeDifferences,
     judge_differences,
     krippendorff_alpha,
     verdict_codes,
 )
-from honestci.audit.stats.winrate import winrate_ci
 
 
 @dataclass(frozen=True)

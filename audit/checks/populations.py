@@ -5,7 +5,7 @@ column), this check reports, for each family, its equal-vignette-weight win rate
 the policy's bar gate reads for the claim's population (:meth:`honestci.audit.policy.Policy.gate_method`),
 computed from that family's contests alone, and the family's gap to the other vignettes,
 θ_rest − θ_family, with the vignette-clustered CR2 interval of
-:func:`honestci.audit.stats.populations.transfer_gap`.
+:func:`honestci.audit.stats.frequentist.populations.transfer_gap`.
 
 A claim restricted to families (``family:``/``families:``) is audited on those families' contests
 only (:func:`honestci.audit.pipeline.audit_context`): its interval never borrows the other
@@ -26,9 +26,9 @@ import numpy as np
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError
 from honestci.audit.stats.estimands import unique_inverse, vignette_means
+from honestci.audit.stats.frequentist.populations import TransferGap, vignette_transfer_gap
+from honestci.audit.stats.frequentist.winrate import winrate_ci
 from honestci.audit.stats.intervals import IntervalResult
-from honestci.audit.stats.populations import TransferGap, vignette_transfer_gap
-from honestci.audit.stats.winrate import winrate_ci
 
 #: Family label of vignettes whose ``family`` is missing.
 NO_FAMILY = "(no family)"

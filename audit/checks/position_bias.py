@@ -12,12 +12,12 @@ second}:
 
 The gate's order-effect interval (:func:`order_effect_within_contests`) is Tango's score interval
 for the paired difference, Rao-Scott adjusted by the CR2 design effect and referred to t with the
-CR2 Satterthwaite df (:func:`honestci.audit.stats.iid.paired_difference_ci`): with one contest per
+CR2 Satterthwaite df (:func:`honestci.audit.stats.frequentist.iid.paired_difference_ci`): with one contest per
 vignette it is Tango's interval (the Wald one under-covers there when few contests are discordant),
 with several it carries the clustering; where every D is the same it is the exact pooled bound of
 :func:`exact_order_effect`. Its variance comes from CR2 with Satterthwaite df on the per-order model
 ``win ~ 1 + policy_first`` (δ is the slope; the logit contrast is its delta-method
-linearisation through :func:`honestci.audit.stats.cluster_robust.linear_contrast`), with a percentile cluster
+linearisation through :func:`honestci.audit.stats.frequentist.cluster_robust.linear_contrast`), with a percentile cluster
 bootstrap of the contest differences D = W₁ − W₂ beside it. The test of δ = 0 flips the order
 label within contests: under no position bias each contest's two verdicts are exchangeable, so
 D → −D independently per contest; the exact null law of Σ D is Binomial(#{D ≠ 0}, ½) on the
@@ -41,7 +41,7 @@ names), two cases:
 References: Zheng et al. (2023), "Judging LLM-as-a-judge with MT-Bench and Chatbot Arena"
 (consistency, position bias); Wang et al. (2023), "Large language models are not fair evaluators";
 McNemar (1947); Pustejovsky & Tipton (2018) CR2.
-Validated against: R clubSandwich through :mod:`honestci.audit.stats.cluster_robust`; ``scipy.stats.binomtest``;
+Validated against: R clubSandwich through :mod:`honestci.audit.stats.frequentist.cluster_robust`; ``scipy.stats.binomtest``;
 the fixture's exact truth (``fixtures/truth.py``) and seeded coverage simulations
 (``tests/test_position_bias.py``).
 """
@@ -60,16 +60,16 @@ from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.data.contests import BOTH_ORDERS, ONE_ORDER_FIXED, ONE_ORDER_RANDOMISED
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import DEFAULT_SEED, THRESHOLDS, Verdict
-from honestci.audit.stats.cells import cluster_robust_ols_of_cells, design_cells
-from honestci.audit.stats.cluster_robust import cluster_robust_ols, linear_contrast
-from honestci.audit.stats.clustered_estimate import (
+from honestci.audit.stats.estimands import unique_inverse
+from honestci.audit.stats.frequentist.cells import cluster_robust_ols_of_cells, design_cells
+from honestci.audit.stats.frequentist.cluster_robust import cluster_robust_ols, linear_contrast
+from honestci.audit.stats.frequentist.clustered_estimate import (
     DEFAULT_BOOTSTRAP_DRAWS,
     ClusteredEstimate,
     clustered_mean,
     from_contrast,
 )
-from honestci.audit.stats.estimands import unique_inverse
-from honestci.audit.stats.iid import paired_difference_ci, proportion_ci
+from honestci.audit.stats.frequentist.iid import paired_difference_ci, proportion_ci
 from honestci.audit.stats.intervals import DIFFERENCE_SPACE, RATE_SPACE
 from honestci.audit.stats.random_state import resolve_rng
 
@@ -294,7 +294,7 @@ def exact_order_effect(difference, groups, level: float) -> ClusteredEstimate:
 
     L and U the one-sided Clopper-Pearson bounds of a binomial proportion out of n, each at error
     α' = (1 - level)/4 (the two-sided interval at 1 - 2α' of
-    :func:`honestci.audit.stats.iid.proportion_ci`): each end misses with probability at most
+    :func:`honestci.audit.stats.frequentist.iid.proportion_ci`): each end misses with probability at most
     2α' = (1 - level)/2 (Bonferroni over its two bounds). Every d = 1 gives
     [2(α')^(1/n) - 1, 1], which excludes 0 from n = 6 contests at level 0.95 (0.844 at n = 54).
 
@@ -386,7 +386,7 @@ def order_effect_within_contests(
 
     Per contest D = W₁ − W₂ ∈ {−1, 0, 1}; δ̂ = D̄ is the slope of ``win ~ 1 + policy_first`` on
     the 2n judged orders, whose CR2 interval, clustered by vignette with the Satterthwaite df
-    (:func:`honestci.audit.stats.cluster_robust.cluster_robust_ols`), holds for any design: with
+    (:func:`honestci.audit.stats.frequentist.cluster_robust.cluster_robust_ols`), holds for any design: with
     one contest per vignette the clusters are the contests (the cluster block of the hat matrix is
     I/n, as for the paired D̄), with several the vignette's contests share one cluster. A
     percentile cluster bootstrap of D̄ sits beside it (``rng=None`` skips it). Where the CR2
@@ -463,7 +463,7 @@ def order_effect_within_contests(
 
 def _score_interval(cr2: ClusteredEstimate, difference: np.ndarray) -> ClusteredEstimate:
     """The CR2 order effect with Tango's score interval in place of the Wald one, Rao–Scott
-    adjusted by the CR2 design effect (:func:`honestci.audit.stats.iid.paired_difference_ci`)."""
+    adjusted by the CR2 design effect (:func:`honestci.audit.stats.frequentist.iid.paired_difference_ci`)."""
     if not cr2.reportable or cr2.se is None or cr2.df is None or cr2.estimate is None:
         return cr2
     n = difference.size
@@ -633,7 +633,7 @@ def position_bias_between_contests(
 
     δ̂ = v̄(shown first) − v̄(shown second) is the slope of the OLS ``v ~ 1 + policy_first`` on the
     contests' order values v ∈ [0, 1]; its interval is CR2 clustered by vignette with the
-    Satterthwaite df (:func:`honestci.audit.stats.cluster_robust.cluster_robust_ols`), and the logit
+    Satterthwaite df (:func:`honestci.audit.stats.frequentist.cluster_robust.cluster_robust_ols`), and the logit
     contrast logit v̄₁ − logit v̄₂ its delta-method linearisation. Below ``min_clusters``
     vignettes, or without contests in both positions, the effect carries no interval.
 

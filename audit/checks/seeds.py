@@ -4,9 +4,9 @@ When the claim lists ``seeds:`` (independent training seeds of the claimed recip
 them, each judged against the claim's opponent by the claim's judge), this check reports:
 
 - each seed's win rate with its CR2 interval clustered by vignette
-  (:func:`honestci.audit.stats.systems.k_system_winrates`, seeds as systems);
+  (:func:`honestci.audit.stats.selection.systems.k_system_winrates`, seeds as systems);
 - the between-seed variance component and the win rate of a **new seed** of the recipe, on these
-  vignettes and on new vignettes (:func:`honestci.audit.stats.seeds.seed_decomposition`, on the
+  vignettes and on new vignettes (:func:`honestci.audit.stats.selection.seeds.seed_decomposition`, on the
   vignettes every seed was judged on);
 - when the policy is the best of the K seeds on these contests, the card reports a selected maximum:
   Andrews–Kitagawa–McCloskey inference on the best seed (:func:`best_of_k_inference` on the K
@@ -40,8 +40,8 @@ from honestci.audit.checks.systems import claim_system_scores
 from honestci.audit.errors import EstimationError
 from honestci.audit.policy import NEW_SEED_METHOD, Verdict
 from honestci.audit.stats.intervals import IntervalResult
-from honestci.audit.stats.seeds import SeedDecomposition, seed_decomposition, seed_table
-from honestci.audit.stats.systems import KSystemResult, k_system_winrates
+from honestci.audit.stats.selection.seeds import SeedDecomposition, seed_decomposition, seed_table
+from honestci.audit.stats.selection.systems import KSystemResult, k_system_winrates
 
 #: The population of the new-seed interval as the bar gate reads it (a new seed, new vignettes).
 NEW_SEED_POPULATION = "new_seeds"

@@ -29,10 +29,10 @@ from scipy import special
 from honestci.audit.checks.context import AuditContext, ReportSection
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import DEFAULT_SEED, THRESHOLDS, Thresholds
-from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.estimands import vignette_means
+from honestci.audit.stats.frequentist.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.intervals import RATE_SPACE, bound_to_space
-from honestci.audit.stats.winner import (  # noqa: F401 - the AKM core, re-exported for existing callers
+from honestci.audit.stats.selection.winner import (  # noqa: F401 - the AKM core, re-exported for existing callers
     DEFAULT_PROJECTION_DRAWS,
     SelectionNull,
     WinnerInference,
@@ -44,7 +44,7 @@ from honestci.audit.stats.winner import (  # noqa: F401 - the AKM core, re-expor
 
 if TYPE_CHECKING:
     from honestci.audit.data.contests import ContestScores
-    from honestci.audit.stats.systems import KSystemResult
+    from honestci.audit.stats.selection.systems import KSystemResult
 
 # --------------------------------------------------------------------------------------------
 # Estimates and their clustered covariance from contest scores
@@ -286,7 +286,7 @@ def candidate_winner_inference(
 def best_of_k_inference(rates: KSystemResult, *, level: float, seed: int | np.random.Generator) -> WinnerInference:
     """AKM inference on the best of K systems (or training seeds) judged on the same contests.
 
-    The K equal-weight win rates of :func:`honestci.audit.stats.systems.k_system_winrates` and their
+    The K equal-weight win rates of :func:`honestci.audit.stats.selection.systems.k_system_winrates` and their
     vignette-clustered CR2 covariance go through :func:`candidate_winner_inference` (the logit
     scale, Σ scaled by (t_{G−1}/z)² with G the fewest vignettes any of them was judged on), the
     path the selection pool's winner takes, whose coverage with an estimated Σ is simulated in

@@ -3,7 +3,7 @@ every claimed comparison tested with the policy's multiplicity control.
 
 When the claim lists ``systems:`` (other systems judged against the same opponent on the same
 vignettes), or claims two or more comparisons, this check runs the K-system analysis of
-:mod:`honestci.audit.stats.systems` on the policy and those systems against the claim's opponent,
+:mod:`honestci.audit.stats.selection.systems` on the policy and those systems against the claim's opponent,
 judged by the claim's judge and scored as the policy says:
 
 - win rates with CR2 intervals clustered by vignette, simultaneous intervals and rank intervals
@@ -46,7 +46,13 @@ from honestci.audit.checks.length_bias import controlled_winrate_table
 from honestci.audit.checks.selection import WinnerInference, best_of_k_inference
 from honestci.audit.data.contests import build_contests
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.stats.systems import KSystemResult, benjamini_hochberg, bradley_terry, holm, k_system_winrates
+from honestci.audit.stats.selection.systems import (
+    KSystemResult,
+    benjamini_hochberg,
+    bradley_terry,
+    holm,
+    k_system_winrates,
+)
 
 #: Draws of the max-|t| wild cluster bootstrap when the policy's multiplicity is ``maxt``.
 MAXT_DRAWS = 1999

@@ -30,10 +30,10 @@ from honestci.audit.data.contests import INVALID_ORDER_VALUE, MIXED, ContestTabl
 from honestci.audit.data.io import Study
 from honestci.audit.errors import EstimationError
 from honestci.audit.policy import THRESHOLDS, Thresholds
-from honestci.audit.stats.cluster_robust import ContrastResult, cluster_robust_ols, linear_contrast
 from honestci.audit.stats.estimands import unique_inverse
+from honestci.audit.stats.frequentist.cluster_robust import ContrastResult, cluster_robust_ols, linear_contrast
+from honestci.audit.stats.frequentist.winrate import ALL_METHODS, winrate_ci
 from honestci.audit.stats.intervals import IntervalResult
-from honestci.audit.stats.winrate import ALL_METHODS, winrate_ci
 
 
 @dataclass(frozen=True)

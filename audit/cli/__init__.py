@@ -399,7 +399,7 @@ def winrate(
     from honestci.audit.data.claims import load_claim
     from honestci.audit.data.io import load_study
     from honestci.audit.data.policy_file import load_policy
-    from honestci.audit.stats.winrate import ALL_METHODS, winrate_table
+    from honestci.audit.stats.frequentist.winrate import ALL_METHODS, winrate_table
     from honestci.reports.writing import atomic_write_text
 
     loaded = load_claim(claim, policy=load_policy(policy_file))
@@ -459,8 +459,13 @@ def winrate(
 @_fail_cleanly
 def coverage_study(reps: int, grid: str, methods: str, seed: int, processes: int, out_file: Path) -> None:
     """Seeded simulation of every interval's two-sided coverage and one-sided (CI-low) error."""
-    from honestci.audit.stats.coverage_study import GATE_CANDIDATES, HONEST_METHODS, STUDY_METHODS, run_coverage_study
-    from honestci.audit.stats.winrate import ALL_METHODS
+    from honestci.audit.stats.design.coverage_study import (
+        GATE_CANDIDATES,
+        HONEST_METHODS,
+        STUDY_METHODS,
+        run_coverage_study,
+    )
+    from honestci.audit.stats.frequentist.winrate import ALL_METHODS
     from honestci.reports.writing import atomic_write_text
 
     named = {"all": ALL_METHODS, "gate": HONEST_METHODS, "candidates": GATE_CANDIDATES}

@@ -22,7 +22,7 @@ from honestci.audit.cli.support import (
     seed_option,
 )
 from honestci.audit.errors import InputError
-from honestci.audit.stats.clustered_estimate import ESTIMATE_COLUMNS
+from honestci.audit.stats.frequentist.clustered_estimate import ESTIMATE_COLUMNS
 
 if TYPE_CHECKING:
     from honestci.audit.data.contests import ContestTable
@@ -359,7 +359,7 @@ def compare_command(
     import pandas as pd
 
     from honestci.audit.data.contests import build_contests
-    from honestci.audit.stats.systems import bradley_terry, k_system_winrates
+    from honestci.audit.stats.selection.systems import bradley_terry, k_system_winrates
 
     rules, level = audit_policy_and_level(policy_file, level)
     invalid = rules.invalid_verdicts

@@ -1,5 +1,5 @@
 """``honestci plan``: how many vignettes × contests per vignette the bar gate needs
-(:mod:`honestci.audit.stats.planning`)."""
+(:mod:`honestci.audit.stats.design.planning`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from honestci.audit.policy import Policy, Thresholds
 
 if TYPE_CHECKING:  # annotations only: `honestci plan --help` imports no SciPy
     from honestci.audit.data.claims import Claim
-    from honestci.audit.stats.planning import Plan, Truth
+    from honestci.audit.stats.design.planning import Plan, Truth
 
 
 def _contest_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -148,7 +148,7 @@ def plan_command(
 ) -> None:
     """Vignettes × contests per vignette for the bar gate to pass a true rate with the given power."""
     from honestci.audit.data.policy_file import load_policy
-    from honestci.audit.stats import planning
+    from honestci.audit.stats.design import planning
 
     if sd is not None and icc is not None:
         raise InputError("Give --sd or --icc, not both.")
@@ -201,7 +201,7 @@ def _read_pilot(claim: Path, policy: Policy, order_bias: float) -> tuple[Claim, 
     """The pilot CLAIM (judged by ``policy``) and the truth its contests estimate; says what it read."""
     from honestci.audit.data.claims import load_claim
     from honestci.audit.data.io import load_study
-    from honestci.audit.stats import planning
+    from honestci.audit.stats.design import planning
 
     loaded = load_claim(claim, policy=policy)
     contests_table = claim_contests(loaded, load_study(loaded.data_paths), loaded.spec.policy)
@@ -220,7 +220,7 @@ def _planned_truth(
     rate: float | None, sd: float | None, icc: float | None, ties: float | None, order_bias: float, pilot: Truth | None
 ) -> Truth:
     """The truth to plan for: each of --rate, --sd (or --icc) and --ties where given, else the pilot's."""
-    from honestci.audit.stats import planning
+    from honestci.audit.stats.design import planning
 
     rate = rate if rate is not None else (pilot.rate if pilot else None)
     if rate is None:
@@ -240,7 +240,7 @@ def _planned_truth(
 
 def _echo_human_labels(agreement: float, rater_accuracy: float, power: float, thresholds: Thresholds) -> None:
     """The human labels the judge_calibrated gate needs at this power (--agreement)."""
-    from honestci.audit.stats import planning
+    from honestci.audit.stats.design import planning
 
     items = planning.human_labels_needed(agreement, power, rater_accuracy=rater_accuracy, thresholds=thresholds)
     observed = planning.observed_agreement(agreement, rater_accuracy)

@@ -23,10 +23,10 @@ informative. An unbiased point is not enough for a gate, which reads a CI-low: a
 interval that weights vignettes by their precision (a hierarchical likelihood with each vignette at
 its own size) centres on the contest-weighted rate when sizes are informative, so the bar gate's
 posterior enters every vignette at the harmonic mean size instead
-(:func:`honestci.audit.stats.bayes_grid.rate_posterior`), and the coverage study certifies its
+(:func:`honestci.audit.stats.bayesian.grid.rate_posterior`), and the coverage study certifies its
 CI-low on informative size laws (docs/coverage.md).
 
-Truth of the simulations (:mod:`honestci.audit.stats.coverage_study`): vignette v has a logit
+Truth of the simulations (:mod:`honestci.audit.stats.design.coverage_study`): vignette v has a logit
 location η_v = μ + u_v, u_v ~ N(0, σ); per judged order the policy wins with probability
 S(η_v ± b − t) and loses with probability S(−η_v ∓ b − t) (S the logistic CDF, b the first-position
 bias, t the tie half-width; the two orders carry +b and −b), independently. Then

@@ -14,7 +14,7 @@ so both files always come from one process. ``njit`` caches need no lock: a cach
 function carries the code of the functions it calls and is written with one atomic rename.
 
 Imported only by the compiled kernels (:mod:`honestci.audit.checks.ngram_kernel`,
-:mod:`honestci.audit.stats.bayes_density`).
+:mod:`honestci.audit.stats.bayesian.density`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The pooled Beta-binomial model: the conjugate special case that checks the sampling path.
 
-p ~ Beta(a, b) with the quasi-binomial likelihood of :mod:`honestci.audit.stats.bayes_model`,
+p ~ Beta(a, b) with the quasi-binomial likelihood of :mod:`honestci.audit.stats.bayesian.model`,
 sampled, diagnosed and summarised by the code every Bayesian fit uses
-(:mod:`honestci.audit.stats.bayes_sampling`), beside its closed-form posterior
+(:mod:`honestci.audit.stats.bayesian.sampling`), beside its closed-form posterior
 Beta(a + w, b + n - w) (scipy.stats.beta).
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS, Thresholds
-from honestci.audit.stats.bayes_model import quasi_binomial_loglik
-from honestci.audit.stats.bayes_sampling import (
+from honestci.audit.stats.bayesian.model import quasi_binomial_loglik
+from honestci.audit.stats.bayesian.sampling import (
     PosteriorSummary,
     SamplerDiagnostics,
     check_sampling_sizes,
@@ -105,9 +105,9 @@ def fit_pooled_beta_binomial(
 
     The posterior is Beta(a + w, b + n - w) in closed form; sampling it with the same
     likelihood, sampler, summary and diagnostics code as
-    :func:`~honestci.audit.stats.bayes.fit_winrate_hierarchical` (by default nutpie on a hand-written
+    :func:`~honestci.audit.stats.bayesian.hierarchical.fit_winrate_hierarchical` (by default nutpie on a hand-written
     compiled density through the same interface,
-    :func:`honestci.audit.stats.bayes_density.pooled_nutpie_model`) checks that path. Validated
+    :func:`honestci.audit.stats.bayesian.density.pooled_nutpie_model`) checks that path. Validated
     against scipy.stats.beta.
     """
     if n < 1 or not 0 <= wins <= n:
@@ -118,7 +118,7 @@ def fit_pooled_beta_binomial(
     seed_int = resolve_seed(seed)
 
     def density_model():
-        from honestci.audit.stats.bayes_density import pooled_nutpie_model
+        from honestci.audit.stats.bayesian.density import pooled_nutpie_model
 
         return pooled_nutpie_model(a, b, float(n), float(wins))
 

@@ -1,8 +1,8 @@
 """Hand-derived log densities and gradients of audit's PyMC models, compiled by numba for nutpie.
 
-The PyMC models are the definitions: :func:`honestci.audit.stats.bayes_model._build_hierarchical_model` (the
-hierarchical win rate, documented below), :func:`honestci.audit.stats.bayes_compare._model` (the joint model of
-two systems) and :func:`honestci.audit.stats.bayes_pooled._build_pooled_model` (the pooled Beta-binomial; each
+The PyMC models are the definitions: :func:`honestci.audit.stats.bayesian.model._build_hierarchical_model` (the
+hierarchical win rate, documented below), :func:`honestci.audit.stats.bayesian.compare._model` (the joint model of
+two systems) and :func:`honestci.audit.stats.bayesian.pooled._build_pooled_model` (the pooled Beta-binomial; each
 documented beside its kernel). This module writes the same functions out by hand so that nutpie
 can sample them without PyTensor: PyTensor graphs compiled by nutpie's numba backend are not cached
 across processes (6-19 s of compiling in every new process, bench/README.md), whereas these
@@ -52,7 +52,7 @@ check the recorded fingerprints (tests/test_bayes_density.py); end to end, the p
 posterior against scipy.stats.beta and the hierarchical one against PyMC's NUTS (tests/test_bayes.py).
 
 References: Hoffman & Gelman (2014), "The No-U-Turn Sampler", JMLR 15 (the sampler nutpie
-implements); the models' references are in :mod:`honestci.audit.stats.bayes` and :mod:`honestci.audit.stats.bayes_compare`.
+implements); the models' references are in :mod:`honestci.audit.stats.bayesian.hierarchical` and :mod:`honestci.audit.stats.bayesian.compare`.
 """
 
 from __future__ import annotations
@@ -71,9 +71,9 @@ from typing import Any
 import numpy as np
 
 from honestci.audit.errors import DensityMismatchError
-from honestci.audit.stats.logistic_kernels import expit as _expit
-from honestci.audit.stats.logistic_kernels import log1pexp as _log1pexp
-from honestci.audit.stats.logistic_kernels import log1pexp_and_expit as _log1pexp_and_expit
+from honestci.audit.stats.bayesian.logistic_kernels import expit as _expit
+from honestci.audit.stats.bayesian.logistic_kernels import log1pexp as _log1pexp
+from honestci.audit.stats.bayesian.logistic_kernels import log1pexp_and_expit as _log1pexp_and_expit
 from honestci.audit.stats.numba_cache import guvectorize_cached, njit_cached
 
 
@@ -155,7 +155,7 @@ class Derivation:
             raise DensityMismatchError(
                 f"The hand-derived density of the {self.model} no longer matches its PyMC definition "
                 f"({', '.join(self.functions)}): fingerprint {current}, recorded {self.fingerprint}.",
-                fix=f"Re-derive the kernel in audit/stats/bayes_density.py from the edited model, check it "
+                fix=f"Re-derive the kernel in audit/stats/bayesian/density.py from the edited model, check it "
                 f"with tests/test_bayes_density.py, then set {self.name}'s fingerprint to the new one "
                 "(the test prints it). Meanwhile sampler='pymc' samples the PyMC model itself.",
             )
@@ -165,27 +165,30 @@ HIERARCHICAL = Derivation(
     "HIERARCHICAL",
     "hierarchical win-rate model",
     (
-        "honestci.audit.stats.bayes_model:_build_hierarchical_model",
-        "honestci.audit.stats.bayes_model:_sigma_with_prior",
-        "honestci.audit.stats.bayes_model:quasi_binomial_loglik",
+        "honestci.audit.stats.bayesian.model:_build_hierarchical_model",
+        "honestci.audit.stats.bayesian.model:_sigma_with_prior",
+        "honestci.audit.stats.bayesian.model:quasi_binomial_loglik",
     ),
     "c9e4540ba0a1f774435de6b141a10eeef8b9c0112ad7c17e7591af592b060813",
 )
 PAIRED = Derivation(
     "PAIRED",
     "joint model of two systems",
-    ("honestci.audit.stats.bayes_compare:_model", "honestci.audit.stats.bayes_model:quasi_binomial_loglik"),
+    ("honestci.audit.stats.bayesian.compare:_model", "honestci.audit.stats.bayesian.model:quasi_binomial_loglik"),
     "048c82113c393a4b6f13e479e656d2c173723ca66e1f1d5e52c346375be7f8fa",
 )
 POOLED = Derivation(
     "POOLED",
     "pooled Beta-binomial model",
-    ("honestci.audit.stats.bayes_pooled:_build_pooled_model", "honestci.audit.stats.bayes_model:quasi_binomial_loglik"),
+    (
+        "honestci.audit.stats.bayesian.pooled:_build_pooled_model",
+        "honestci.audit.stats.bayesian.model:quasi_binomial_loglik",
+    ),
     "3daf63f522dee988a92ca39edaf8ac254f812612e5d72202b0af8f0c631f415d",
 )
 
 # --------------------------------------------------------------------------------------------
-# The hierarchical win-rate model (honestci.audit.stats.bayes_model._build_hierarchical_model)
+# The hierarchical win-rate model (honestci.audit.stats.bayesian.model._build_hierarchical_model)
 # --------------------------------------------------------------------------------------------
 _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_MU_PRIOR_SD = math.log(1.5)  # mu ~ N(0, 1.5) in both PyMC models
@@ -473,7 +476,7 @@ def _nutpie_density(derivation, kernel, expand_draws, packed: np.ndarray, n_dim:
 
 
 def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool) -> NutpieDensity:
-    """The hierarchical model of :class:`honestci.audit.stats.bayes_cells.WinRateCells` for nutpie (see _nutpie_density)."""
+    """The hierarchical model of :class:`honestci.audit.stats.bayesian.cells.WinRateCells` for nutpie (see _nutpie_density)."""
     n_vignettes, n_runs, n_judges = cells.n_vignettes, cells.n_runs, cells.n_judges
     packed = pack(
         cells.vignette_index,
@@ -501,7 +504,7 @@ def nutpie_model(cells, prior_nu: float, prior_scale: float, centred: bool) -> N
 
 
 # --------------------------------------------------------------------------------------------
-# The joint model of two systems (honestci.audit.stats.bayes_compare._model)
+# The joint model of two systems (honestci.audit.stats.bayesian.compare._model)
 # --------------------------------------------------------------------------------------------
 # x = [mu, delta, beta, s_u = log sigma_u, s_w = log sigma_w, u_std_1..V, w_std_1..V];
 # eta = mu + sigma_u u_std_v + (delta + sigma_w w_std_v) a + beta o  (a = 1 for system A);
@@ -606,7 +609,7 @@ def paired_expand(x: np.ndarray, packed: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def paired_nutpie_model(labels, data: dict[str, np.ndarray]) -> NutpieDensity:
-    """The joint model of :mod:`honestci.audit.stats.bayes_compare` (its ``_cells`` output) for nutpie."""
+    """The joint model of :mod:`honestci.audit.stats.bayesian.compare` (its ``_cells`` output) for nutpie."""
     n_vignettes = len(labels)
     packed = paired_pack(
         data["cell_vignette"], data["cell_order"], data["cell_system"], data["cell_n"], data["cell_wins"], n_vignettes
@@ -618,7 +621,7 @@ def paired_nutpie_model(labels, data: dict[str, np.ndarray]) -> NutpieDensity:
 
 
 # --------------------------------------------------------------------------------------------
-# The pooled conjugate model (honestci.audit.stats.bayes_pooled._build_pooled_model): the same sampling
+# The pooled conjugate model (honestci.audit.stats.bayesian.pooled._build_pooled_model): the same sampling
 # path, checked end to end against a closed-form posterior
 # --------------------------------------------------------------------------------------------
 # x = [z = logit p]; log density = log Beta(p | a, b) + log p + log(1 - p)  (the logit transform's

@@ -27,13 +27,13 @@ the policy's answer is one sd longer than the opponent's (tanh term at tanh(1)) 
 
 Inference: the GLM is fitted by IRLS on the cells of equal (vignette, covariate row), whose
 contests share μ and w, so each step needs only a cell's count and outcome sum (the same fit as on
-the contests, in the time of the cells: :mod:`honestci.audit.stats.cells`); its cluster-robust
+the contests, in the time of the cells: :mod:`honestci.audit.stats.frequentist.cells`); its cluster-robust
 covariance is the sandwich of the working
 weighted least-squares problem at convergence (X̃ = W^½X, ẽ = (y − μ)/W^½, W = μ(1 − μ)), so CR1S
 is statsmodels' ``GLM(..., cov_type="cluster")`` and CR2 is Bell–McCaffrey on the working model
 (clubSandwich's ``vcovCR`` of a ``glm``), with Satterthwaite df. The quasi-binomial dispersion
 cancels in a sandwich. The controlled win rate's interval is the delta method on the logit scale
-(through :func:`honestci.audit.stats.cluster_robust.linear_contrast`, so it has its own
+(through :func:`honestci.audit.stats.frequentist.cluster_robust.linear_contrast`, so it has its own
 Satterthwaite df), mapped back by expit; the length effect's is on the probability scale.
 
 References
@@ -65,10 +65,10 @@ from scipy import special, stats
 
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, Verdict
-from honestci.audit.stats.cells import Cells, cluster_robust_ols_of_cells, design_cells
-from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
-from honestci.audit.stats.clustered_estimate import ClusteredEstimate
 from honestci.audit.stats.estimands import unique_inverse
+from honestci.audit.stats.frequentist.cells import Cells, cluster_robust_ols_of_cells, design_cells
+from honestci.audit.stats.frequentist.cluster_robust import ClusterRobustFit, cluster_robust_ols, linear_contrast
+from honestci.audit.stats.frequentist.clustered_estimate import ClusteredEstimate
 from honestci.audit.stats.intervals import DIFFERENCE_SPACE, bound_to_space
 
 #: Style features (Chatbot Arena's style control, without its token length: length has its own term).
@@ -166,7 +166,7 @@ def fit_logistic_glm(
     (Firth's penalised estimate, :func:`firth_logistic_cells`, with the same sandwich on its
     augmented working problem; data that are not separated get the ML fit either way).
 
-    The covariance is that of :func:`honestci.audit.stats.cluster_robust.cluster_robust_ols` applied
+    The covariance is that of :func:`honestci.audit.stats.frequentist.cluster_robust.cluster_robust_ols` applied
     to the working weighted least-squares problem at convergence, W = μ̂(1 − μ̂):
     V = (X'WX)⁻¹ [Σ_g X_g' A_g r_g r_g' A_g X_g] (X'WX)⁻¹ · c on the working scale, with score
     residuals X_g'(y_g − μ̂_g); ``vcov`` picks A_g and c as there (``"CR1S"`` is statsmodels'
@@ -174,7 +174,7 @@ def fit_logistic_glm(
     a ``glm``). Rows of one cluster with the same covariates share μ̂ and W, so the IRLS steps, the
     deviance and the sandwich are computed on those cells from their counts m_c and outcome sums
     S_c (weighted least squares with weights m_c w_c on the cell means; the sandwich's B_g and s_g
-    are sums over cells: :mod:`honestci.audit.stats.cells`), the same fit as on the rows.
+    are sums over cells: :mod:`honestci.audit.stats.frequentist.cells`), the same fit as on the rows.
 
     Raises
     ------
@@ -228,7 +228,7 @@ def _fit_logistic_cells(
 ) -> tuple[ClusterRobustFit, bool]:
     """:func:`fit_logistic_glm` on the ``cells`` of (clusters, X): the rows of a cell share x and
     hence μ and w, so each IRLS step, the deviance and the working problem need only each cell's
-    count m_c and outcome sum S_c (:mod:`honestci.audit.stats.cells`): the same fit as the rows'.
+    count m_c and outcome sum S_c (:mod:`honestci.audit.stats.frequentist.cells`): the same fit as the rows'.
 
     With ``firth``, separated data (no ML estimate) get Firth's penalised fit; the second value
     says whether it was used."""

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from honestci.audit.errors import InputError
-from honestci.audit.stats.cluster_robust import cluster_robust_ols
+from honestci.audit.stats.frequentist.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.intervals import DIFFERENCE_SPACE, bound_to_space
 
 #: Ways a model card may have compared two systems; only ``paired_difference`` is a test.
@@ -32,7 +32,7 @@ class PairedDifference:
     the stacked contest scores on [1, 1{A}] with a CR2 covariance clustered by vignette and the
     Bell–McCaffrey/Satterthwaite df of the 1{A} coefficient (Pustejovsky & Tipton 2018).
     Validated against: R clubSandwich ``coef_test(lm(y ~ system), vcov = "CR2", cluster = vignette)``
-    (tests/reference, via :func:`honestci.audit.stats.cluster_robust.cluster_robust_ols`).
+    (tests/reference, via :func:`honestci.audit.stats.frequentist.cluster_robust.cluster_robust_ols`).
     """
 
     system_a: str

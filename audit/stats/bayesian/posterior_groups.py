@@ -1,6 +1,6 @@
 """A fit's draws and data in ArviZ's InferenceData layout, without importing ArviZ.
 
-The collapsed sampler (:mod:`honestci.audit.stats.bayes_collapsed`) serves fits of thousands of
+The collapsed sampler (:mod:`honestci.audit.stats.bayesian.collapsed`) serves fits of thousands of
 vignettes in a few seconds, and ``import arviz`` alone costs 3-4 s and ~230 MB. Its result is this
 container: named :class:`xarray.Dataset` groups (``posterior``, ``sample_stats``,
 ``posterior_predictive``, ``log_likelihood``, ``observed_data``, ``constant_data``) read as

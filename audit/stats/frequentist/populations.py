@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.stats.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.estimands import vignette_means
+from honestci.audit.stats.frequentist.cluster_robust import cluster_robust_ols
 from honestci.audit.stats.intervals import DIFFERENCE_SPACE, bound_to_space
 
 

@@ -26,9 +26,9 @@ from scipy import special, stats
 
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict
-from honestci.audit.stats import cluster_robust, iid
-from honestci.audit.stats.design_effect import ClusteringSummary, clustering_summary
 from honestci.audit.stats.estimands import VignetteMeans, unique_inverse, vignette_means
+from honestci.audit.stats.frequentist import cluster_robust, iid
+from honestci.audit.stats.frequentist.design_effect import ClusteringSummary, clustering_summary
 from honestci.audit.stats.intervals import RATE_SPACE, IntervalResult, IntervalTable, bound_to_space
 
 #: Up to this many distinct wild-bootstrap draws are enumerated exactly rather than sampled.
@@ -370,7 +370,7 @@ _BOOTSTRAP_KINDS: dict[str, Literal["percentile", "bca"]] = {
 
 def _wild(method: str, contests: _Contests, request: _Request) -> IntervalResult:
     """Restricted wild cluster bootstrap, the interval by test inversion (Webb or Rademacher weights)."""
-    from honestci.audit.stats.wild_bootstrap import wild_cluster_ci
+    from honestci.audit.stats.frequentist.wild_bootstrap import wild_cluster_ci
 
     design, scores, clusters, label, level = _on_vignette_means(method, contests, request)
     common = request.common
@@ -401,7 +401,7 @@ def _wild(method: str, contests: _Contests, request: _Request) -> IntervalResult
 
 def _cluster_bootstrap(method: str, contests: _Contests, request: _Request) -> IntervalResult:
     """Pairs cluster bootstrap, percentile or BCa."""
-    from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
+    from honestci.audit.stats.frequentist.cluster_bootstrap import cluster_bootstrap_ci
 
     _design, scores, clusters, label, level = _on_vignette_means(method, contests, request)
     kind = _BOOTSTRAP_KINDS[method]
@@ -422,7 +422,7 @@ def _cluster_bootstrap(method: str, contests: _Contests, request: _Request) -> I
 
 
 def _posterior_interval(method: str, contests: _Contests, request: _Request) -> IntervalResult:
-    """Equal-tailed posterior interval of the new-vignette rate (:mod:`honestci.audit.stats.bayes_grid`).
+    """Equal-tailed posterior interval of the new-vignette rate (:mod:`honestci.audit.stats.bayesian.grid`).
 
     The posterior carries the uncertainty in the vignette spread σ into the rate, which keeps the
     CI-low's one-sided error at or below nominal where vignette rates are skewed near 1 and every
@@ -431,7 +431,7 @@ def _posterior_interval(method: str, contests: _Contests, request: _Request) -> 
     counts that follow quality cannot lift the CI-low. A perfect record still gets an interval:
     the prior bounds how far unseen vignettes may lie below it.
     """
-    from honestci.audit.stats.bayes_grid import rate_posterior
+    from honestci.audit.stats.bayesian.grid import rate_posterior
 
     clusters, common = contests.clusters, request.common
     posterior = rate_posterior(contests.scores, clusters, request.trials_per_contest)

@@ -32,7 +32,7 @@ Estimands, per posterior draw s (``expit`` = inverse logit, ``eta_vrj = mu + u_v
 Contest scores (what the audit fits, :func:`fit_contest_scores_hierarchical`). The per-verdict
 rate above is not the audit's estimand: with ties it lies above the both-orders contest score
 (1 win both, 0 lose both, 1/2 otherwise) by up to several points. The same model, fed contest
-cells (:func:`~honestci.audit.stats.bayes_cells.aggregate_contest_cells`: m trials and m sum(s) wins per contest, m = 2 for both
+cells (:func:`~honestci.audit.stats.bayesian.cells.aggregate_contest_cells`: m trials and m sum(s) wins per contest, m = 2 for both
 orders or 1 for one judged order, order 0, scaled by
 the quasi-binomial dispersion), has E[s | v] = expit(mu + u_v + a_r + b_j), and the same estimand
 code (with beta = 0) gives the contest-score rates of :mod:`honestci.audit.stats.estimands`.
@@ -47,14 +47,14 @@ localization: an improved R-hat", Bayesian Analysis 16(2); Gelman, Meng & Stern 
 posterior predictive p-values.
 
 Sampling. ``sampler="auto"`` runs nutpie on the model's log density and gradient written out by
-hand in :mod:`honestci.audit.stats.bayes_density` (numba, compiled once and then loaded from numba's on-disk
+hand in :mod:`honestci.audit.stats.bayesian.density` (numba, compiled once and then loaded from numba's on-disk
 cache; pinned to PyMC's ``compile_logp``/``compile_dlogp`` of
-:func:`honestci.audit.stats.bayes_model._build_hierarchical_model` for every variant by
+:func:`honestci.audit.stats.bayesian.model._build_hierarchical_model` for every variant by
 tests/test_bayes_density.py), through nutpie's public Python-function interface
 (``nutpie.compiled_pyfunc.from_pyfunc``). The PyMC model stays the definition: the density records
 a fingerprint of the PyMC functions it was derived from and refuses itself when they have changed
 (:class:`honestci.audit.errors.DensityMismatchError`), and ``auto`` then samples the PyMC model with
-PyMC's NUTS, warns (:class:`honestci.audit.stats.bayes_sampling.DensityMismatchWarning`) and says so
+PyMC's NUTS, warns (:class:`honestci.audit.stats.bayesian.sampling.DensityMismatchWarning`) and says so
 in the result's message. ``auto`` falls back to PyMC otherwise only when nutpie or numba is not
 installed; a failure while nutpie samples propagates.
 ``sampler="pymc"`` always samples the PyMC model. Why: letting nutpie compile the PyTensor graph
@@ -68,11 +68,11 @@ while 4 x (500 + 500) failed it once (R-hat 1.0118).
 Heavy libraries (pymc, pytensor, arviz, nutpie, numba) are imported inside the functions that
 use them; the default path never imports pymc or pytensor.
 
-The fit's parts live beside this module: the cells (:mod:`honestci.audit.stats.bayes_cells`); the
-priors, the PyMC model and one sampled fit with its estimands (:mod:`honestci.audit.stats.bayes_model`);
+The fit's parts live beside this module: the cells (:mod:`honestci.audit.stats.bayesian.cells`); the
+priors, the PyMC model and one sampled fit with its estimands (:mod:`honestci.audit.stats.bayesian.model`);
 the sampling, diagnostics and summaries every Bayesian fit shares
-(:mod:`honestci.audit.stats.bayes_sampling`); the posterior predictive check and the saved
-per-cell groups (:mod:`honestci.audit.stats.bayes_predictive`). Here the two entry points validate
+(:mod:`honestci.audit.stats.bayesian.sampling`); the posterior predictive check and the saved
+per-cell groups (:mod:`honestci.audit.stats.bayesian.predictive`). Here the two entry points validate
 their settings, then summarise, check and gate the fit.
 """
 
@@ -92,8 +92,8 @@ import numpy as np
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS, Thresholds, Verdict, clears_bar, worst
 from honestci.audit.progress import ProgressLike
-from honestci.audit.stats.bayes_cells import WinRateCells, aggregate_cells, aggregate_contest_cells
-from honestci.audit.stats.bayes_model import (
+from honestci.audit.stats.bayesian.cells import WinRateCells, aggregate_cells, aggregate_contest_cells
+from honestci.audit.stats.bayesian.model import (
     DEFAULT_SENSITIVITY_PRIORS,
     Fit,
     SigmaPrior,
@@ -101,14 +101,14 @@ from honestci.audit.stats.bayes_model import (
     resolve_prior,
     uses_collapsed_sampler,
 )
-from honestci.audit.stats.bayes_predictive import (
+from honestci.audit.stats.bayesian.predictive import (
     PosteriorPredictiveCheck,
     check_replicates,
     complete_idata,
     predictive_draws,
     predictive_thinning,
 )
-from honestci.audit.stats.bayes_sampling import (
+from honestci.audit.stats.bayesian.sampling import (
     SAMPLERS,
     PosteriorSummary,
     SamplerDiagnostics,
@@ -358,16 +358,16 @@ def fit_winrate_hierarchical(
         else non-centred; refitted once in the other form if the first fit has divergences; the
         message records it), ``"centred"`` or ``"non_centred"``.
     sampler
-        ``"auto"`` (nutpie on the hand-derived compiled density of :mod:`honestci.audit.stats.bayes_density`;
+        ``"auto"`` (nutpie on the hand-derived compiled density of :mod:`honestci.audit.stats.bayesian.density`;
         PyMC NUTS on the PyMC model when nutpie or numba is not installed, or, with a
         :class:`DensityMismatchWarning` and a note in ``message``, when the PyMC model no longer
         matches the density's recorded fingerprint; from :data:`COLLAPSED_MIN_VIGNETTES`
         vignettes the collapsed sampler), ``"nutpie"`` (the density, raising
         :class:`DensityMismatchError` where ``auto`` would fall back), ``"pymc"``, or
-        ``"collapsed"`` (:mod:`honestci.audit.stats.bayes_collapsed`: the vignette effects
+        ``"collapsed"`` (:mod:`honestci.audit.stats.bayesian.collapsed`: the vignette effects
         integrated out by quadrature for the hyperparameters' independence Metropolis-Hastings
         chains, then drawn from their exact conditionals; the result's ``idata`` is then a
-        :class:`~honestci.audit.stats.posterior_groups.PosteriorGroups`, and R-hat and ESS are read
+        :class:`~honestci.audit.stats.bayesian.posterior_groups.PosteriorGroups`, and R-hat and ESS are read
         on the hyperparameters and estimands, which the vignette effects' chains inherit).
     chains, draws, tune, seed
         Sampler settings; ``draws`` and ``tune`` per chain default to :data:`NUTS_DRAWS` and
@@ -404,7 +404,7 @@ def fit_winrate_hierarchical(
     Validated against: PyMC's ``compile_logp``/``compile_dlogp`` of this model (the hand-derived density
     nutpie samples, every variant, tests/test_bayes_density.py) and PyMC's NUTS on it (within Monte
     Carlo error, slow tier), scipy.stats.beta (conjugate Beta-binomial special case through the same
-    sampling, summary and diagnostic path, :func:`honestci.audit.stats.bayes_pooled.fit_pooled_beta_binomial`),
+    sampling, summary and diagnostic path, :func:`honestci.audit.stats.bayesian.pooled.fit_pooled_beta_binomial`),
     scipy.integrate.quad (the quadrature), and seeded recovery/coverage simulations from the model.
     """
     return _fit_hierarchical_cells(
@@ -637,7 +637,7 @@ def _draws_and_tune(settings: _FitSettings, collapsed: bool) -> tuple[int, int]:
 def _cells_fitter(
     cells: WinRateCells, settings: _FitSettings, draws: int, tune: int, seed: int
 ) -> Callable[[SigmaPrior, str], Fit]:
-    """:func:`~honestci.audit.stats.bayes_model.fit_cells` of these cells as a function of the prior
+    """:func:`~honestci.audit.stats.bayesian.model.fit_cells` of these cells as a function of the prior
     and the form: every fit of them (the main one, a refit in the other form, one per alternative
     prior) differs only in those."""
     return partial(

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.special import expit
 
-from honestci.audit.stats.bayes_cells import WinRateCells, unique_rows
-from honestci.audit.stats.bayes_sampling import stacked_draws
+from honestci.audit.stats.bayesian.cells import WinRateCells, unique_rows
+from honestci.audit.stats.bayesian.sampling import stacked_draws
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -143,7 +143,7 @@ def cell_log_likelihood(cells: WinRateCells, eta: np.ndarray) -> np.ndarray:
     .. math::
         \ell_c = \log\binom{n_c}{w_c} + w_c \eta_c - n_c \log(1 + e^{\eta_c})
 
-    the model's quasi-binomial term (:func:`~honestci.audit.stats.bayes_model.quasi_binomial_loglik`,
+    the model's quasi-binomial term (:func:`~honestci.audit.stats.bayesian.model.quasi_binomial_loglik`,
     the potential it samples) plus the binomial coefficient through log-gamma, so that with whole
     counts (verdict cells; contest cells when phi = 1) it is the binomial log pmf and the cells' sum
     is the model's log-likelihood up to that data-only constant. One observation is one cell.
@@ -303,13 +303,13 @@ def complete_idata(
     The per-cell groups hold every ``thin``-th draw of each chain (:func:`predictive_thinning`),
     their ``draw`` coordinate the posterior's draw numbers, and the replicates of
     :func:`predictive_draws` with ``seed`` (those the fit's check read). In a
-    :class:`~honestci.audit.stats.posterior_groups.PosteriorGroups` they are deferred, built when
+    :class:`~honestci.audit.stats.bayesian.posterior_groups.PosteriorGroups` they are deferred, built when
     read or written, from ``predictive`` (that function's linear predictor and replicates, already
     computed: each is let go once its group is built) or else anew.
     """
     import xarray as xr
 
-    from honestci.audit.stats.posterior_groups import PosteriorGroups
+    from honestci.audit.stats.bayesian.posterior_groups import PosteriorGroups
 
     internal = [name for name in idata.posterior.data_vars if str(name).endswith("__")]
     posterior = idata.posterior.drop_vars(internal)

@@ -3,7 +3,7 @@ cluster-robust least-squares fit of the rows computed from their cells.
 
 A model whose covariates take few distinct values within each cluster (an intercept and an order
 indicator; a length term with a few values) has far fewer cells than rows. Every quantity
-:func:`honestci.audit.stats.cluster_robust.cluster_robust_ols` needs is a sum over rows: X'X, X'y
+:func:`honestci.audit.stats.frequentist.cluster_robust.cluster_robust_ols` needs is a sum over rows: X'X, X'y
 and, per cluster g, the Gram matrix B_g = X_g'X_g and the score s_g = X_g'e_g (its CR2 and
 Satterthwaite df are computed from B_g and s_g alone). The m_c rows of cell c share x_c, so
 
@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from honestci.audit.errors import EstimationError, InputError
-from honestci.audit.stats.cluster_robust import ClusterRobustFit, cluster_robust_ols
+from honestci.audit.stats.frequentist.cluster_robust import ClusterRobustFit, cluster_robust_ols
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,7 +118,7 @@ def _first_appearance_codes(key: np.ndarray, size: int) -> np.ndarray:
 def cluster_robust_ols_of_cells(
     cells: Cells, y_sums: np.ndarray, rows_fit: Callable[[], ClusterRobustFit], **options: Any
 ) -> ClusterRobustFit:
-    """:func:`honestci.audit.stats.cluster_robust.cluster_robust_ols` of the rows from their cells
+    """:func:`honestci.audit.stats.frequentist.cluster_robust.cluster_robust_ols` of the rows from their cells
     (module doc): ``cells`` of the design, ``y_sums`` the outcome summed over each cell's rows,
     ``options`` those of ``cluster_robust_ols``; the fit's ``n`` counts rows.
 

@@ -9,7 +9,7 @@ Two views of the same battles, each a :class:`KSystemResult` (one row per system
   intercept), so θ̂_k = (1/G) Σ_g ȳ_kg; the covariance is CR2 clustered by vignette with
   Bell–McCaffrey/Satterthwaite df (cluster_robust.py), which carries the pairing of systems through
   shared vignettes into every difference θ_i − θ_j (a linear contrast with its own df). With two
-  systems and one contest per vignette this is :func:`honestci.audit.stats.compare.paired_difference`.
+  systems and one contest per vignette this is :func:`honestci.audit.stats.frequentist.compare.paired_difference`.
   Rates' intervals are truncated to [0, 1] and differences' to [−1, 1] (intervals.bound_to_space).
 - **Bradley–Terry strengths** (:func:`bradley_terry`) of all battles (systems against each other
   and/or the opponent): logit P(a beats b) = s_a − s_b, s_reference = 0, a tie (or an
@@ -78,16 +78,16 @@ from scipy import special
 
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS
-from honestci.audit.stats.cluster_robust import (
+from honestci.audit.stats.frequentist.cluster_robust import (
     ClusterRobustFit,
     ContrastResult,
     cluster_robust_ols,
     linear_contrast,
 )
+from honestci.audit.stats.frequentist.wild_bootstrap import wild_cluster_tstats
 from honestci.audit.stats.intervals import DIFFERENCE_SPACE, bound_to_space
-from honestci.audit.stats.length_bias import fit_logistic_glm, logistic_working_problem
+from honestci.audit.stats.judge_error.length_bias import fit_logistic_glm, logistic_working_problem
 from honestci.audit.stats.random_state import resolve_rng
-from honestci.audit.stats.wild_bootstrap import wild_cluster_tstats
 
 Simultaneous = Literal["holm", "maxt"]
 SIMULTANEOUS = ("holm", "maxt")
@@ -157,7 +157,7 @@ def wild_max_t(
     """Max-|t| simultaneous test of ``c_j'b = 0`` for every row c_j of ``contrasts`` in ``y = Xb + e``.
 
     Each contrast's t* is the restricted Webb wild cluster bootstrap t of
-    :func:`honestci.audit.stats.wild_bootstrap.wild_cluster_tstats`, every contrast on the same
+    :func:`honestci.audit.stats.frequentist.wild_bootstrap.wild_cluster_tstats`, every contrast on the same
     draws (one integer seed), so max_j |t*_j| has the joint null distribution of the family
     (Romano & Wolf 2005, single step). Adjusted p_j = #{b: max_l |t*_l,b| ≥ |t_j|}/B; the critical
     value c is the ``level`` quantile of max |t*|; t_j uses the CR1S standard error.

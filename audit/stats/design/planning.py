@@ -8,7 +8,7 @@ E[s² | η] = W₁W₂ + ¼(1 − W₁W₂ − L₁L₂). The two variance compo
 
     V_b = Var_Z[p(μ + σZ)]        (between vignettes),     V_w = E_Z[v(μ + σZ)]   (within).
 
-The ICC of contest scores is V_b / (V_b + V_w) (what :func:`~honestci.audit.stats.design_effect.icc_oneway`
+The ICC of contest scores is V_b / (V_b + V_w) (what :func:`~honestci.audit.stats.frequentist.design_effect.icc_oneway`
 estimates); a stated ICC is turned into σ by solving that equation (:func:`sd_for_icc`), a stated
 tie share (of judged orders) into t by :func:`~honestci.audit.stats.estimands.tie_share`.
 
@@ -22,10 +22,10 @@ Fast approximation of the gate's power for G vignettes × m contests (θ̂ = (1/
   SE_w = √(E_Z[max(v, p(1−p)/2)] / (Gm)) (its variance floor), so the power is
   Φ((X − bar − z_(1−α/2) SE_w) / √((V_b + V_w/m)/G)).
 
-The gate for new vignettes reads a posterior (:mod:`honestci.audit.stats.bayes_grid`), which is
+The gate for new vignettes reads a posterior (:mod:`honestci.audit.stats.bayesian.grid`), which is
 conservative where the data cannot pin σ down, so the approximation is only a starting point:
 :func:`simulated_power` runs the real gate interval on data from the coverage study's simulator
-(:func:`~honestci.audit.stats.coverage_study.simulate_scores`), and :func:`calibrate_vignettes`
+(:func:`~honestci.audit.stats.design.coverage_study.simulate_scores`), and :func:`calibrate_vignettes`
 searches G by simulation: independent seeds per simulated (G, batch), one probit power curve
 Φ(a + b√G) fitted to them (:class:`PowerCurve`), and the recommended design checked on fresh seeds
 (:func:`plan_design`). Cost of a design = contests, plus an optional cost per vignette in
@@ -49,9 +49,9 @@ from scipy.special import expit
 from honestci.audit.errors import InputError
 from honestci.audit.policy import GATE_METHOD_FOR_POPULATION, THRESHOLDS, Thresholds, clears_bar
 from honestci.audit.stats.core_share import single_threaded_blas
-from honestci.audit.stats.coverage_study import simulate_scores
+from honestci.audit.stats.design.coverage_study import simulate_scores
 from honestci.audit.stats.estimands import location_for_rate, standard_normal_nodes, tie_share, vignette_means
-from honestci.audit.stats.winrate import winrate_ci
+from honestci.audit.stats.frequentist.winrate import winrate_ci
 
 #: Quadrature nodes of the variance components (smooth integrands, as for the truth).
 _NODES = 96

@@ -2,8 +2,8 @@
 
 The common result behind the agreement, ceiling, consistency and order-effect figures of
 :mod:`honestci.audit.checks.calibration` and :mod:`honestci.audit.checks.position_bias`: an estimate, the CR2 interval with
-Satterthwaite df (:mod:`honestci.audit.stats.cluster_robust`), the percentile cluster bootstrap
-(:mod:`honestci.audit.stats.cluster_bootstrap`) beside it, and INCONCLUSIVE (no interval, never a zero-width
+Satterthwaite df (:mod:`honestci.audit.stats.frequentist.cluster_robust`), the percentile cluster bootstrap
+(:mod:`honestci.audit.stats.frequentist.cluster_bootstrap`) beside it, and INCONCLUSIVE (no interval, never a zero-width
 one) below ``min_clusters`` or when the data have no variation to estimate a variance from.
 """
 
@@ -15,9 +15,9 @@ import numpy as np
 
 from honestci.audit.errors import EstimationError, InputError
 from honestci.audit.policy import THRESHOLDS, Verdict
-from honestci.audit.stats.cluster_bootstrap import cluster_bootstrap_ci
-from honestci.audit.stats.cluster_robust import ContrastResult, cluster_robust_ols
 from honestci.audit.stats.estimands import unique_inverse
+from honestci.audit.stats.frequentist.cluster_bootstrap import cluster_bootstrap_ci
+from honestci.audit.stats.frequentist.cluster_robust import ContrastResult, cluster_robust_ols
 from honestci.audit.stats.intervals import bound_to_space, reportable_bounds
 
 #: Bootstrap draws of every cluster-bootstrap interval in the calibration and position-bias checks.
@@ -128,7 +128,7 @@ def clustered_mean(
     interval, symmetric about the mean, is truncated to it (:func:`bound_to_space`; never lowers
     coverage); None leaves it as computed.
 
-    Validated against: R clubSandwich via :func:`honestci.audit.stats.cluster_robust.cluster_robust_ols`
+    Validated against: R clubSandwich via :func:`honestci.audit.stats.frequentist.cluster_robust.cluster_robust_ols`
     (PandaLM agreement, ``tests/test_calibration.py``); coverage by seeded simulation.
     """
     y = np.asarray(values, dtype=float).reshape(-1)

@@ -1,10 +1,10 @@
 """Sampling a Bayesian model's posterior, its convergence diagnostics and its posterior summaries.
 
 The machinery every Bayesian fit of the package shares (the hierarchical win rate of
-:mod:`honestci.audit.stats.bayes`, the comparison of two systems of
-:mod:`honestci.audit.stats.bayes_compare`, the conjugate check of
-:mod:`honestci.audit.stats.bayes_pooled`): :func:`sample_posterior` runs nutpie on a model's
-hand-derived density (:mod:`honestci.audit.stats.bayes_density`) or PyMC's NUTS on its PyMC
+:mod:`honestci.audit.stats.bayesian.hierarchical`, the comparison of two systems of
+:mod:`honestci.audit.stats.bayesian.compare`, the conjugate check of
+:mod:`honestci.audit.stats.bayesian.pooled`): :func:`sample_posterior` runs nutpie on a model's
+hand-derived density (:mod:`honestci.audit.stats.bayesian.density`) or PyMC's NUTS on its PyMC
 definition, reporting progress; :func:`diagnose_sampler` holds R-hat, ESS and divergences against
 the thresholds; :func:`summarise_draws` summarises draws.
 
@@ -44,7 +44,7 @@ def _quiet_imports() -> None:
 
 
 #: The samplers of :func:`sample_posterior` (NUTS), and the ``sampler`` choices of the fits
-#: (:func:`~honestci.audit.stats.bayes.fit_winrate_hierarchical`), which add the collapsed sampler.
+#: (:func:`~honestci.audit.stats.bayesian.hierarchical.fit_winrate_hierarchical`), which add the collapsed sampler.
 NUTS_SAMPLERS = ("auto", "nutpie", "pymc")
 SAMPLERS = (*NUTS_SAMPLERS, "collapsed")
 
@@ -174,7 +174,7 @@ def sample_posterior(
     """Run the requested sampler; ``auto`` is nutpie on the hand-derived density, or PyMC's NUTS.
 
     nutpie samples ``density_model()``: the model's posterior with a hand-written compiled log
-    density (:mod:`honestci.audit.stats.bayes_density`), which refuses itself
+    density (:mod:`honestci.audit.stats.bayesian.density`), which refuses itself
     (:class:`~honestci.audit.errors.DensityMismatchError`) when ``build_model``'s PyMC definition has
     changed since the density was derived. PyMC's NUTS samples ``build_model()`` itself.
 
@@ -277,8 +277,8 @@ def diagnose_sampler(
     idata, var_names: list[str], chains: int, draws: int, tune: int, thresholds: Thresholds
 ) -> SamplerDiagnostics:
     """R-hat (rank-normalised, split), bulk and tail ESS of ``var_names`` and the divergences,
-    against the thresholds (:mod:`honestci.audit.stats.mcmc_diagnostics`: ArviZ's algorithms)."""
-    from honestci.audit.stats.mcmc_diagnostics import ess_bulk, ess_tail, rhat_rank
+    against the thresholds (:mod:`honestci.audit.stats.bayesian.mcmc_diagnostics`: ArviZ's algorithms)."""
+    from honestci.audit.stats.bayesian.mcmc_diagnostics import ess_bulk, ess_tail, rhat_rank
 
     values = {name: np.asarray(idata.posterior[name].values, dtype=float) for name in var_names}
     with warnings.catch_warnings():

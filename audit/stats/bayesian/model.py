@@ -1,15 +1,15 @@
 """The hierarchical win-rate model: the priors of sigma, its PyMC definition, and one fit of it.
 
-:func:`fit_cells` samples the model (described in :mod:`honestci.audit.stats.bayes`, whose entry
-points validate, check and gate the fit) on the cells of :mod:`honestci.audit.stats.bayes_cells`:
-by NUTS (:func:`honestci.audit.stats.bayes_sampling.sample_posterior`: nutpie on the hand-derived
-density of :mod:`honestci.audit.stats.bayes_density`, or PyMC on
+:func:`fit_cells` samples the model (described in :mod:`honestci.audit.stats.bayesian.hierarchical`, whose entry
+points validate, check and gate the fit) on the cells of :mod:`honestci.audit.stats.bayesian.cells`:
+by NUTS (:func:`honestci.audit.stats.bayesian.sampling.sample_posterior`: nutpie on the hand-derived
+density of :mod:`honestci.audit.stats.bayesian.density`, or PyMC on
 :func:`_build_hierarchical_model`) or by the collapsed sampler
-(:mod:`honestci.audit.stats.bayes_collapsed`); then it adds the per-draw estimands
+(:mod:`honestci.audit.stats.bayesian.collapsed`); then it adds the per-draw estimands
 (:func:`winrate_estimand_draws`, pure NumPy) and reads the diagnostics.
 
 The PyMC functions here are the definitions the hand-derived density was derived from
-(:data:`honestci.audit.stats.bayes_density.HIERARCHICAL` records their fingerprint): an edit to
+(:data:`honestci.audit.stats.bayesian.density.HIERARCHICAL` records their fingerprint): an edit to
 any of them makes the density refuse itself.
 """
 
@@ -23,8 +23,8 @@ from scipy.special import expit
 
 from honestci.audit.errors import InputError
 from honestci.audit.progress import as_progress
-from honestci.audit.stats.bayes_cells import WinRateCells
-from honestci.audit.stats.bayes_sampling import SamplerDiagnostics, diagnose_sampler, sample_posterior, stacked_draws
+from honestci.audit.stats.bayesian.cells import WinRateCells
+from honestci.audit.stats.bayesian.sampling import SamplerDiagnostics, diagnose_sampler, sample_posterior, stacked_draws
 
 #: Step and half-width of the uniform z-grid for E_{u ~ N(0, sigma)}: the trapezoidal rule is
 #: exponentially accurate for analytic integrands (Trefethen & Weideman 2014, SIAM Review 56);
@@ -36,7 +36,7 @@ NORMAL_GRID_HALF_WIDTH = 8.5
 
 
 #: Vignettes from which ``sampler="auto"`` uses the collapsed sampler
-#: (:mod:`honestci.audit.stats.bayes_collapsed`) instead of NUTS: NUTS's cost grows with one
+#: (:mod:`honestci.audit.stats.bayesian.collapsed`) instead of NUTS: NUTS's cost grows with one
 #: coordinate per vignette (about 6 minutes at 5,000), while the hyperparameters' marginal posterior
 #: that the collapsed sampler draws from is close to normal by then (its proposals were accepted
 #: 95% of the time at 5,000 vignettes; tests/test_bayes_collapsed.py compares the two at 300).
@@ -76,7 +76,7 @@ def _sigma_with_prior(prior: SigmaPrior):
     """sigma with its prior density as a Potential whose parameters are model data.
 
     The model's structure is then the same for every prior of :data:`SIGMA_PRIORS`, which is
-    also how :mod:`honestci.audit.stats.bayes_density` takes the prior: as data (nu, scale). Half-Student-t up to a constant:
+    also how :mod:`honestci.audit.stats.bayesian.density` takes the prior: as data (nu, scale). Half-Student-t up to a constant:
     log p = -(nu + 1)/2 log(1 + (s/scale)^2 / nu); nu = 1 is the half-Cauchy and nu = 0 codes
     the half-normal, log p = -(s/scale)^2 / 2. Validated against scipy.stats halfnorm/halft/halfcauchy.
     """
@@ -174,7 +174,7 @@ def _build_hierarchical_model(cells: WinRateCells, prior: SigmaPrior, centred: b
 
 
 def _density_model(cells: WinRateCells, prior: SigmaPrior, centred: bool):
-    from honestci.audit.stats.bayes_density import nutpie_model
+    from honestci.audit.stats.bayesian.density import nutpie_model
 
     return nutpie_model(cells, prior.student_t_nu, prior.scale, centred)
 
@@ -286,12 +286,12 @@ def uses_collapsed_sampler(sampler: str, cells: WinRateCells) -> bool:
 
 
 def _sample_collapsed(cells: WinRateCells, prior: SigmaPrior, chains, draws, tune, seed, progress, label):
-    """The collapsed sampler's draws as :class:`~honestci.audit.stats.posterior_groups.PosteriorGroups`
+    """The collapsed sampler's draws as :class:`~honestci.audit.stats.bayesian.posterior_groups.PosteriorGroups`
     (posterior, sample_stats), and its note for the result's message."""
     import xarray as xr
 
-    from honestci.audit.stats.bayes_collapsed import sample_collapsed
-    from honestci.audit.stats.posterior_groups import PosteriorGroups
+    from honestci.audit.stats.bayesian.collapsed import sample_collapsed
+    from honestci.audit.stats.bayesian.posterior_groups import PosteriorGroups
 
     progress = as_progress(progress)
     meter = progress.meter(chains * (tune + draws), f"{label} with the collapsed sampler", "draws")

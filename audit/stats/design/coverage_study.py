@@ -28,7 +28,7 @@ both. A bar gate reads the CI-low, so beside two-sided coverage every cell recor
   (1 − (1 − level)/2) quantile's excess over the truth): what the statistic could do if its
   critical value were exact, so candidates are compared at equal false-pass rates.
 
-Beside the interval methods of :func:`honestci.audit.stats.winrate.winrate_ci`, the study measures
+Beside the interval methods of :func:`honestci.audit.stats.frequentist.winrate.winrate_ci`, the study measures
 gate candidates that are not interval methods of the audit (:data:`CANDIDATES`).
 
 Run: ``honestci coverage-study --grid full --reps 1000 --processes 2``.
@@ -46,10 +46,10 @@ from scipy.special import expit, ndtr
 
 from honestci.audit.policy import DEFAULT_SEED, GATE_METHOD_FOR_POPULATION, THRESHOLDS
 from honestci.audit.progress import ProgressLike, as_progress
-from honestci.audit.stats.bayes_grid import rate_posterior
+from honestci.audit.stats.bayesian.grid import rate_posterior
 from honestci.audit.stats.core_share import single_threaded_blas
 from honestci.audit.stats.estimands import location_for_rate, tie_share, vignette_rate
-from honestci.audit.stats.winrate import ALL_METHODS, IID_METHODS, method_label, winrate_ci
+from honestci.audit.stats.frequentist.winrate import ALL_METHODS, IID_METHODS, method_label, winrate_ci
 
 #: First-position bias on the logit scale in every cell (an order effect is always present).
 ORDER_BIAS = 0.5
@@ -106,7 +106,7 @@ def simulate_scores(
     """Contest scores, vignette labels and the these-vignettes truth of one replication.
 
     ``sizes``: one of :data:`SIZE_LAWS` or a number of contests per vignette (the planner's
-    designs, audit/stats/planning.py); ``location``: μ when the caller has solved it already."""
+    designs, audit/stats/design/planning.py); ``location``: μ when the caller has solved it already."""
     mu = location_for_rate(rate, sd, order_bias, tie_halfwidth) if location is None else location
     quality = rng.standard_normal(n_clusters)
     eta = mu + sd * quality
@@ -231,7 +231,7 @@ class CoverageStudy:
             f"Produced by `honestci coverage-study --grid {self.grid}{methods} --reps {self.reps} --seed {self.seed}` "
             f"(nominal {self.level:.0%}; Monte Carlo SE {mc_two:.2f} points for a two-sided coverage, "
             f"{100 * (self.one_sided_bound - self.one_sided_nominal) / ONE_SIDED_MC_SE:.2f} for a one-sided "
-            "error). Design: `audit/stats/coverage_study.py` (logit-normal vignettes, order bias "
+            "error). Design: `audit/stats/design/coverage_study.py` (logit-normal vignettes, order bias "
             f"{ORDER_BIAS}, ties as shown: the share of judged orders that are ties). Intervals that report "
             f"INCONCLUSIVE (fewer than {THRESHOLDS.min_clusters} vignettes, no variance) count as not covering.",
             "",

@@ -1,8 +1,8 @@
 """Posterior of the new-vignette contest-score rate by quadrature: the bar gate's interval.
 
-The model is :func:`honestci.audit.stats.bayes.fit_contest_scores_hierarchical`'s with one run and
+The model is :func:`honestci.audit.stats.bayesian.hierarchical.fit_contest_scores_hierarchical`'s with one run and
 one judge: vignette v's rate is expit(η_v), η_v = μ + σ Z_v, Z_v ~ N(0, 1); a contest is m trials
-with ms wins (m = 2 when both orders are judged, 1 for a single judged order), tempered by the Pearson dispersion φ ≥ 1 (:func:`~honestci.audit.stats.bayes_cells.contest_dispersion`);
+with ms wins (m = 2 when both orders are judged, 1 for a single judged order), tempered by the Pearson dispersion φ ≥ 1 (:func:`~honestci.audit.stats.bayesian.cells.contest_dispersion`);
 μ ~ N(0, 1.5), σ ~ HalfNormal(1) (the model's defaults). With two parameters the posterior needs
 no sampler: the vignette effects are integrated out by Gauss–Hermite quadrature,
 
@@ -53,10 +53,10 @@ import numpy as np
 from scipy import interpolate, stats
 from scipy.special import expit, log_expit, ndtr
 
-from honestci.audit.stats.bayes_cells import contest_dispersion
+from honestci.audit.stats.bayesian.cells import contest_dispersion
 from honestci.audit.stats.estimands import standard_normal_nodes, unique_inverse, vignette_means
 
-#: μ's prior sd and σ's half-normal scale: the hierarchical model's defaults (bayes.py).
+#: μ's prior sd and σ's half-normal scale: the hierarchical model's defaults (hierarchical.py).
 MU_PRIOR_SD = 1.5
 SIGMA_PRIOR_SCALE = 1.0
 #: Gauss–Hermite nodes of θ_new(μ, σ) (a smooth integrand: no data in it).

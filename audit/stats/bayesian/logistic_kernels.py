@@ -1,7 +1,7 @@
 """Scalar softplus and inverse logit for the compiled kernels (numba, cached on disk).
 
-Shared by the hand-derived NUTS densities (:mod:`honestci.audit.stats.bayes_density`) and the
-collapsed sampler (:mod:`honestci.audit.stats.bayes_collapsed`); importing this module compiles
+Shared by the hand-derived NUTS densities (:mod:`honestci.audit.stats.bayesian.density`) and the
+collapsed sampler (:mod:`honestci.audit.stats.bayesian.collapsed`); importing this module compiles
 nothing (the densities' gufuncs load when their module is imported, ~1.3 s).
 """
 

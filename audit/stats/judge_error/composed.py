@@ -21,10 +21,10 @@ from scipy import special, stats
 from honestci.audit.errors import InputError
 from honestci.audit.policy import DEFAULT_SEED, THRESHOLDS, Verdict
 from honestci.audit.stats.estimands import vignette_means
-from honestci.audit.stats.iid import proportion_ci
+from honestci.audit.stats.frequentist.iid import proportion_ci
 from honestci.audit.stats.intervals import RATE_SPACE, bound_to_space
-from honestci.audit.stats.ppi import ppi_mean
-from honestci.audit.stats.winner import selection_null, winner_inference
+from honestci.audit.stats.judge_error.ppi import ppi_mean
+from honestci.audit.stats.selection.winner import selection_null, winner_inference
 
 #: Monte Carlo draws for the AKM critical value (c_β) in the composed interval.
 COMPOSED_PROJECTION_DRAWS = 20_000
@@ -111,7 +111,7 @@ def joint_ppi(
     θ̂_k = λ_k f̃̄ + Ȳ − λ_k f̄, and vignette g contributes ψ_gk = λ_k a_gk + b_gk,
     a_gk = Σ_{g, unl} w̃(f − f̃̄) − Σ_{g, lab} w̄(f − f̄), b_gk = Σ_{g, lab} w̄(Y − Ȳ)
     (the linearisation of the ratio means). λ_k is tuned per candidate as in
-    :func:`honestci.audit.stats.ppi.ppi_mean_clustered` (λ̂ = −Σa b/Σa², clipped to [0, 1]).
+    :func:`honestci.audit.stats.judge_error.ppi.ppi_mean_clustered` (λ̂ = −Σa b/Σa², clipped to [0, 1]).
 
     Joint covariance: Σ_jk = s_j s_k · G/(G − p) Σ_g ψ_gj ψ_gk, p = 2 when λ is tuned (1 when
     given), s_k² = 1 + D_k²/(G Σ_g a_gk²) for interior λ̂_k (1 otherwise), D_k = f̃̄ − f̄: the
@@ -124,7 +124,7 @@ def joint_ppi(
 
     References: Angelopoulos, Duchi & Zrnic (2023), arXiv:2311.01453 (PPI++); Donald & Lang
     (2007), Rev. Econ. Stat. 89:221 (G − p df).
-    Validated against: :func:`honestci.audit.stats.ppi.ppi_mean_clustered` (balanced,
+    Validated against: :func:`honestci.audit.stats.judge_error.ppi.ppi_mean_clustered` (balanced,
     ``tests/test_composed.py``); off-diagonals against the sample covariance of the candidates'
     vignette-level ψ computed directly.
     """
@@ -354,7 +354,7 @@ def composed_interval(
     the candidates on these same contests.
 
     Composed: :func:`joint_ppi` on the non-leaked contests (K candidates when ``selected``,
-    else the claimed one), then with selection :func:`honestci.audit.stats.winner.winner_inference`
+    else the claimed one), then with selection :func:`honestci.audit.stats.selection.winner.winner_inference`
     (AKM hybrid, β = α/10) on the logit-scale estimates with Σ_Y·(t_df/z)² (:func:`_akm`),
     otherwise the t(df) interval on the logit scale, expit(logit θ̂ ± t_df √Σ/(θ̂(1 − θ̂)))
     (df = G_lab − 2, :func:`joint_ppi`). INCONCLUSIVE below ``min_vignettes``
@@ -362,7 +362,7 @@ def composed_interval(
     smallest G at which the seeded coverage study found it honest, docs/coverage.md).
 
     Single corrections (each alone, on the claimed system): ``clustering`` the mean of vignette
-    means of judge scores ± t_{G−1} sd/√G; ``judge`` :func:`honestci.audit.stats.ppi.ppi_mean`
+    means of judge scores ± t_{G−1} sd/√G; ``judge`` :func:`honestci.audit.stats.judge_error.ppi.ppi_mean`
     (iid PPI++); ``leakage`` Wilson on the non-leaked contests; ``selection`` AKM hybrid with
     the iid diagonal covariance Var(f_k)/n_k of the candidates' judge means.
 

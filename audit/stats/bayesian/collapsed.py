@@ -1,6 +1,6 @@
 r"""The hierarchical model's posterior for many vignettes: a collapsed sampler.
 
-The model is :func:`honestci.audit.stats.bayes.fit_winrate_hierarchical`'s (and the contest-score
+The model is :func:`honestci.audit.stats.bayesian.hierarchical.fit_winrate_hierarchical`'s (and the contest-score
 fit's): per cell c of vignette v, ``eta_c = u_v + kappa_c(theta)`` with
 ``kappa_c = mu + beta o_c + a_{r_c} + b_{j_c}``, ``u_v ~ N(0, sigma)``, and the quasi-binomial
 term ``w_c eta_c - n_c log(1 + e^{eta_c})``. With thousands of vignettes NUTS on the joint
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from honestci.audit.stats.bayesian.logistic_kernels import expit, log1pexp, log1pexp_and_expit
 from honestci.audit.stats.core_share import kernel_threads
-from honestci.audit.stats.logistic_kernels import expit, log1pexp, log1pexp_and_expit
 from honestci.audit.stats.numba_cache import njit_cached
 
 #: Gauss–Hermite nodes per vignette integral (adaptive: centred at the mode, scaled by the

@@ -1,8 +1,8 @@
 """Bayesian comparison of two systems judged against the same opponent on the same vignettes.
 
 Model (on contest scores, the estimand of the gates and of
-:func:`honestci.audit.stats.compare.paired_difference`; cells per vignette × system built by
-:func:`honestci.audit.stats.bayes_cells.aggregate_contest_cells`: 2m trials with 2Σs wins, scaled by the
+:func:`honestci.audit.stats.frequentist.compare.paired_difference`; cells per vignette × system built by
+:func:`honestci.audit.stats.bayesian.cells.aggregate_contest_cells`: 2m trials with 2Σs wins, scaled by the
 system's quasi-binomial dispersion, order 0 in every cell)::
 
     logit E[s | v, system] = μ + δ·a + u_v + w_v·a,   a = 1 for system A, 0 for B
@@ -32,9 +32,9 @@ import pandas as pd
 from honestci.audit.errors import InputError
 from honestci.audit.policy import THRESHOLDS, Thresholds
 from honestci.audit.progress import ProgressLike
-from honestci.audit.stats.bayes_cells import aggregate_contest_cells
-from honestci.audit.stats.bayes_model import quasi_binomial_loglik
-from honestci.audit.stats.bayes_sampling import (
+from honestci.audit.stats.bayesian.cells import aggregate_contest_cells
+from honestci.audit.stats.bayesian.model import quasi_binomial_loglik
+from honestci.audit.stats.bayesian.sampling import (
     PosteriorSummary,
     SamplerDiagnostics,
     diagnose_sampler,
@@ -64,7 +64,7 @@ class BayesDifference:
     sampler: str
     seed: int
     runtime_seconds: float
-    #: Why PyMC's NUTS sampled instead of the hand-derived density, when it did (see bayes_sampling.sample_posterior).
+    #: Why PyMC's NUTS sampled instead of the hand-derived density, when it did (see sampling.sample_posterior).
     sampler_note: str = ""
 
     def to_frame(self) -> pd.DataFrame:
@@ -130,7 +130,7 @@ def _model(labels, data):
 
 
 def _density_model(labels, data):
-    from honestci.audit.stats.bayes_density import paired_nutpie_model
+    from honestci.audit.stats.bayesian.density import paired_nutpie_model
 
     return paired_nutpie_model(labels, data)
 
@@ -159,12 +159,12 @@ def fit_paired_difference_bayes(
     progress: ProgressLike = False,
 ) -> BayesDifference:
     """Fit the joint model to two systems' contest scores (``ContestTable.scores(...)``: values
-    and clusters), one score in [0, 1] per contest, as :func:`honestci.audit.stats.compare.paired_difference`.
+    and clusters), one score in [0, 1] per contest, as :func:`honestci.audit.stats.frequentist.compare.paired_difference`.
     ``trials_per_contest`` is the judged orders per contest: 2 (both orders) or 1 (one order, as in
     AlpacaEval; entering one verdict as two agreeing trials overstated the within-vignette
     information, and the sampler's ESS fell below the gate on AlpacaEval 2.0's 805 instructions).
 
-    ``progress``: sampling progress, as for :func:`honestci.audit.stats.bayes_sampling.sample_posterior`.
+    ``progress``: sampling progress, as for :func:`honestci.audit.stats.bayesian.sampling.sample_posterior`.
 
     Raises
     ------

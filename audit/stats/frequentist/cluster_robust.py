@@ -24,7 +24,7 @@ import numpy as np
 from scipy import special
 
 from honestci.audit.errors import EstimationError, InputError, check_level, level_problem
-from honestci.audit.stats.design_effect import cluster_codes
+from honestci.audit.stats.frequentist.design_effect import cluster_codes
 
 VCOV_TYPES = ("CR0", "CR1", "CR1S", "CR2")
 DF_METHODS = ("satterthwaite", "G-1", "z")

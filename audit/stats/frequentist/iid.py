@@ -2,7 +2,7 @@
 
 These are the intervals an LLM-judge win rate is usually reported with. They are correct only
 when contests are independent draws; contests that share a vignette (prompt) are not, and the
-clustered intervals in :mod:`honestci.audit.stats.cluster_robust` are the honest ones. honestci reports these
+clustered intervals in :mod:`honestci.audit.stats.frequentist.cluster_robust` are the honest ones. honestci reports these
 beside the clustered ones, labelled optimistic.
 """
 

@@ -3,7 +3,7 @@
 Known weakness, shown by the coverage tests and to be labelled wherever it is reported: with few
 clusters (G = 6) the bootstrap distribution has too little spread (it treats the G observed
 clusters as the population) and the interval UNDER-covers; it is near nominal by G = 30.
-Prefer the wild cluster restricted bootstrap (``honestci.audit.stats.wild_bootstrap``) or CR2 when G is small.
+Prefer the wild cluster restricted bootstrap (``honestci.audit.stats.frequentist.wild_bootstrap``) or CR2 when G is small.
 
 For the mean, each draw is a vector of G cluster indices and the statistic is
 ``sum(T_g*) / sum(n_g*)`` (resampled cluster totals over resampled cluster sizes), so B draws cost

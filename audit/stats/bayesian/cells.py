@@ -2,7 +2,7 @@
 
 A cell is (vignette, order, run, judge) for judged orders (:func:`aggregate_cells`) and (vignette,
 run, judge) for contest scores (:func:`aggregate_contest_cells`, tempered by the quasi-binomial
-dispersion of :func:`contest_dispersion`). The model of :mod:`honestci.audit.stats.bayes` reads
+dispersion of :func:`contest_dispersion`). The model of :mod:`honestci.audit.stats.bayesian.hierarchical` reads
 the cells' sums only, so a million verdicts cost what their cells cost.
 """
 

@@ -2,7 +2,7 @@
 
 Conditional and hybrid intervals for μ_k̂, k̂ = argmax_k X_k, X ~ N(μ, Σ). Lives in ``stats`` so
 that both the winner's-curse check (:mod:`honestci.audit.checks.selection`) and the composed
-interval (:mod:`honestci.audit.stats.composed`) use one implementation.
+interval (:mod:`honestci.audit.stats.judge_error.composed`) use one implementation.
 """
 
 from __future__ import annotations
