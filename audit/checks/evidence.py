@@ -42,7 +42,7 @@ gate's (:mod:`honestci.audit.checks.verdicts`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -107,6 +107,9 @@ class EvidenceScan:
     findings: tuple[Finding, ...]
     study: Study
     raw: Study
+    #: Each loaded response's normalised text (:func:`normalized_text`), by response id: computed
+    #: once here for the checks that compare answers (None where the ids repeat).
+    normalized_answers: pd.Series | None = field(default=None, compare=False, repr=False)
 
     @property
     def merged(self) -> bool:
@@ -393,7 +396,9 @@ def scan_evidence(
         tables["judgments"] = _table(study.judgments, j, keep_j, int((~keep_j).sum()))
         tables |= _merge_humans(study, vignette_map, response_map)
         merged = replace(study, **tables)
-    scan = EvidenceScan(tuple(findings), merged, study)
+    ids = r["response_id"].astype(str)
+    by_id = pd.Series(norm, index=ids.to_numpy()) if ids.is_unique else None
+    scan = EvidenceScan(tuple(findings), merged, study, by_id)
     extra = [f for detect in STUDY_DETECTORS for f in detect(scan, policy, opponent, tuple(judges))]
     return replace(scan, findings=(*scan.findings, *extra))
 
@@ -535,13 +540,13 @@ def other_system_rows(context: AuditContext) -> list[Finding]:
         return []
     r = context.study.responses.frame
 
+    known = None if context.evidence is None else context.evidence.normalized_answers
+
     def side(rows: np.ndarray) -> pd.DataFrame:
+        ids = r.loc[rows, "response_id"].astype(str).to_numpy()
+        text = _normalized(r.loc[rows, "text"]) if known is None else known.reindex(ids).to_numpy()
         return pd.DataFrame(
-            {
-                "vignette_id": r.loc[rows, "vignette_id"].astype(str).to_numpy(),
-                "text": _normalized(r.loc[rows, "text"]),
-                "response_id": r.loc[rows, "response_id"].astype(str).to_numpy(),
-            }
+            {"vignette_id": r.loc[rows, "vignette_id"].astype(str).to_numpy(), "text": text, "response_id": ids}
         )
 
     theirs = side((r["system"].astype(str) == spec.opponent).to_numpy())
