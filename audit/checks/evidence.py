@@ -396,9 +396,8 @@ def scan_evidence(
         tables["judgments"] = _table(study.judgments, j, keep_j, int((~keep_j).sum()))
         tables |= _merge_humans(study, vignette_map, response_map)
         merged = replace(study, **tables)
-    ids = r["response_id"].astype(str)
-    by_id = pd.Series(norm, index=ids.to_numpy()) if ids.is_unique else None
-    scan = EvidenceScan(tuple(findings), merged, study, by_id)
+    by_id = pd.Series(norm, index=ids)
+    scan = EvidenceScan(tuple(findings), merged, study, by_id if by_id.index.is_unique else None)
     extra = [f for detect in STUDY_DETECTORS for f in detect(scan, policy, opponent, tuple(judges))]
     return replace(scan, findings=(*scan.findings, *extra))
 
